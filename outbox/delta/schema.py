@@ -1,0 +1,202 @@
+"""The Delta table of documents: its Arrow schema, table properties, and row <-> Arrow mapping.
+
+This schema is the contract with other writers (a Spark job, say), so it is spelled out in the
+README. The table's *description* holds a JSON object ``{"outbox": {...}}``: ``schemaVersion``
+records which layout a table has, ``buckets`` fixes N in ``bucket = crc32(id) % N``, and ``tableId``
+is the stable identity that message ids derive from.
+
+Why the description and not table properties: deltalake 1.6.6 refuses every table property it
+does not know ("Error parsing property 'outbox.buckets'"), even under a ``delta.`` prefix.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+import pyarrow as pa
+
+from outbox.model import DocumentRow, OutboxMessage
+
+SCHEMA_VERSION = 1
+CDF_PROPERTY = "delta.enableChangeDataFeed"
+SCHEMA_VERSION_KEY = "schemaVersion"
+BUCKETS_KEY = "buckets"
+TABLE_ID_KEY = "tableId"
+
+TS = pa.timestamp("us", tz="UTC")
+
+MESSAGE_TYPE = pa.struct(
+    [
+        pa.field("seq", pa.int64(), nullable=False),
+        pa.field("message_id", pa.string(), nullable=False),
+        pa.field("destination", pa.string(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("body", pa.string(), nullable=False),
+        pa.field("content_type", pa.string()),
+        pa.field("headers", pa.string()),  # JSON object of string -> string
+        pa.field("ordering_key", pa.string()),
+        pa.field("correlation_id", pa.string()),
+        pa.field("deliver_at", TS),
+        pa.field("created_at", TS),
+    ]
+)
+
+DOCUMENT_SCHEMA = pa.schema(
+    [
+        pa.field("id", pa.string(), nullable=False),
+        pa.field("type", pa.string(), nullable=False),
+        pa.field("version", pa.int64(), nullable=False),
+        pa.field("state", pa.string(), nullable=False),
+        pa.field("last_seq", pa.int64(), nullable=False),
+        pa.field("dispatched_seq", pa.int64(), nullable=False),
+        pa.field("outbox", pa.list_(pa.field("element", MESSAGE_TYPE, nullable=True))),
+        pa.field("updated_at", TS),
+        pa.field("bucket", pa.int32(), nullable=False),
+    ]
+)
+
+#: Columns a pending check and a watermark update need; never the (large) outbox or state.
+CONTROL_COLUMNS = ["id", "version", "last_seq", "dispatched_seq", "bucket"]
+
+
+def describe_table(schema_version: int, buckets: int, table_id: str) -> str:
+    """The table description that carries the outbox metadata."""
+    return json.dumps(
+        {"outbox": {SCHEMA_VERSION_KEY: schema_version, BUCKETS_KEY: buckets, TABLE_ID_KEY: table_id}}
+    )
+
+
+def parse_description(description: str | None) -> dict[str, Any]:
+    """The outbox metadata from a table description; ``{}`` when absent or not ours."""
+    if not description:
+        return {}
+    try:
+        data = json.loads(description)
+    except ValueError:
+        return {}
+    meta = data.get("outbox") if isinstance(data, dict) else None
+    return meta if isinstance(meta, dict) else {}
+
+
+def _ts(value: Any) -> datetime | None:
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value
+    raise TypeError(f"not a timestamp: {value!r}")
+
+
+def message_from_struct(m: Mapping[str, Any]) -> OutboxMessage:
+    headers = m.get("headers")
+    return OutboxMessage(
+        seq=int(m["seq"]),
+        message_id=str(m["message_id"]),
+        destination=str(m["destination"]),
+        type=str(m["type"]),
+        body=str(m["body"]),
+        content_type=m.get("content_type") or "application/json",
+        headers=json.loads(headers) if headers else {},
+        ordering_key=m.get("ordering_key"),
+        correlation_id=m.get("correlation_id"),
+        deliver_at=_ts(m.get("deliver_at")),
+        created_at=_ts(m.get("created_at")),
+    )
+
+
+def message_to_struct(m: OutboxMessage) -> dict[str, Any]:
+    return {
+        "seq": m.seq,
+        "message_id": m.message_id,
+        "destination": m.destination,
+        "type": m.type,
+        "body": m.body,
+        "content_type": m.content_type,
+        "headers": json.dumps(m.headers, separators=(",", ":")) if m.headers else None,
+        "ordering_key": m.ordering_key,
+        "correlation_id": m.correlation_id,
+        "deliver_at": m.deliver_at,
+        "created_at": m.created_at,
+    }
+
+
+def rows_from_table(table: pa.Table) -> list[DocumentRow]:
+    rows: list[DocumentRow] = []
+    for r in table.to_pylist():
+        rows.append(
+            DocumentRow(
+                id=r["id"],
+                type=r["type"],
+                version=int(r["version"]),
+                state=json.loads(r["state"]),
+                last_seq=int(r["last_seq"]),
+                dispatched_seq=int(r["dispatched_seq"]),
+                outbox=[message_from_struct(m) for m in (r.get("outbox") or [])],
+                updated_at=_ts(r.get("updated_at")),
+            )
+        )
+    return rows
+
+
+def table_from_rows(
+    rows: Iterable[tuple[DocumentRow, int]], *, extra: Mapping[str, tuple[pa.DataType, list[Any]]]
+) -> pa.Table:
+    """Arrow source for a MERGE: the document columns plus ``extra`` control columns."""
+    cols: dict[str, list[Any]] = {f.name: [] for f in DOCUMENT_SCHEMA}
+    for row, bucket in rows:
+        cols["id"].append(row.id)
+        cols["type"].append(row.type)
+        cols["version"].append(row.version)
+        cols["state"].append(json.dumps(row.state, separators=(",", ":"), sort_keys=True))
+        cols["last_seq"].append(row.last_seq)
+        cols["dispatched_seq"].append(row.dispatched_seq)
+        cols["outbox"].append([message_to_struct(m) for m in row.outbox])
+        cols["updated_at"].append(row.updated_at)
+        cols["bucket"].append(bucket)
+    arrays = [pa.array(cols[f.name], type=f.type) for f in DOCUMENT_SCHEMA]
+    fields = list(DOCUMENT_SCHEMA)
+    for name, (dtype, values) in extra.items():
+        arrays.append(pa.array(values, type=dtype))
+        fields.append(pa.field(name, dtype))
+    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+
+
+def describe_mismatch(actual: pa.Schema) -> str | None:
+    """None when ``actual`` has the document columns with compatible types, else what differs."""
+    problems: list[str] = []
+    names = set(actual.names)
+    for f in DOCUMENT_SCHEMA:
+        if f.name not in names:
+            problems.append(f"missing column {f.name!r}")
+            continue
+        got = actual.field(f.name).type
+        if not _compatible(got, f.type):
+            problems.append(f"column {f.name!r} is {got}, expected {f.type}")
+    return "; ".join(problems) or None
+
+
+def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
+    if got == want:
+        return True
+    if pa.types.is_string(want):
+        return pa.types.is_string(got) or pa.types.is_large_string(got) or str(got) == "string_view"
+    if pa.types.is_integer(want):
+        return pa.types.is_integer(got)
+    if pa.types.is_timestamp(want):
+        return pa.types.is_timestamp(got)
+    if pa.types.is_list(want) or pa.types.is_large_list(want):
+        return (pa.types.is_list(got) or pa.types.is_large_list(got)) and _compatible(
+            got.value_type, want.value_type
+        )
+    if pa.types.is_struct(want):
+        if not pa.types.is_struct(got):
+            return False
+        have = {got.field(i).name: got.field(i).type for i in range(got.num_fields)}
+        return all(
+            want.field(i).name in have
+            and _compatible(have[want.field(i).name], want.field(i).type)
+            for i in range(want.num_fields)
+        )
+    return False

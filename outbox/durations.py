@@ -1,0 +1,53 @@
+"""Human durations (``15s``, ``5m``, ``1h30m``, ``250ms``) used by settings and the CLI."""
+
+from __future__ import annotations
+
+import re
+
+from outbox.errors import ValidationError
+
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+
+
+def parse_duration(text: str | float | int, *, name: str = "duration") -> float:
+    """Seconds in ``text``. A bare number means seconds. Raises ``ValidationError`` naming ``name``."""
+    if isinstance(text, bool):
+        raise ValidationError(f"{name}: expected a duration like 15s, 5m or 1h, got {text!r}")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValidationError(f"{name}: a duration cannot be negative, got {text!r}")
+        return float(text)
+    raw = text.strip().lower().replace(" ", "")
+    try:
+        value = float(raw)
+    except ValueError:
+        pass
+    else:
+        if value < 0:
+            raise ValidationError(f"{name}: a duration cannot be negative, got {text!r}")
+        return value
+    pos, total = 0, 0.0
+    for m in _PART.finditer(raw):
+        if m.start() != pos:
+            break
+        total += float(m.group(1)) * _UNIT[m.group(2)]
+        pos = m.end()
+    if pos != len(raw) or not raw:
+        raise ValidationError(
+            f"{name}: {text!r} is not a duration",
+            hint="write it like 15s, 90s, 5m, 1h or 1h30m",
+        )
+    return total
+
+
+def format_duration(seconds: float) -> str:
+    """Short human form for reports: ``45s``, ``12m05s``, ``2h03m``."""
+    if seconds < 1:
+        return f"{seconds * 1000:.0f}ms"
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m{s % 60:02d}s"
+    return f"{s // 3600}h{(s % 3600) // 60:02d}m"

@@ -1,0 +1,143 @@
+"""One error tree for the whole framework.
+
+Callers catch our names, never a driver's: adapters translate deltalake, SQLAlchemy, Spark and
+Azure errors at their edge with ``raise OurError(...) from driver_error``. Every message names the
+problem *and* the fix, because the CLI prints it as a single line with no traceback.
+"""
+
+from __future__ import annotations
+
+
+class OutboxError(Exception):
+    """Root of every error the framework raises on purpose."""
+
+    #: True when retrying the same operation later can succeed (a broker down, a lock held).
+    retryable: bool = False
+
+    def __init__(self, message: str, *, hint: str | None = None) -> None:
+        self.hint = hint
+        super().__init__(message if hint is None else f"{message} (fix: {hint})")
+
+
+# --- configuration and user input -------------------------------------------------------------
+
+
+class ConfigurationError(OutboxError):
+    """A setting is missing or invalid; the message names the setting."""
+
+
+class ValidationError(OutboxError):
+    """Input to a library call is malformed (ids, destinations, bodies, durations)."""
+
+
+class MessageTooLargeError(ValidationError):
+    """A message body is over the configured size limit."""
+
+
+class SerializationError(ValidationError):
+    """A message body or document state cannot be turned into JSON."""
+
+
+class MissingDependencyError(OutboxError):
+    """An optional extra is not installed; the message says which one to install."""
+
+
+# --- the document store -----------------------------------------------------------------------
+
+
+class StoreError(OutboxError):
+    """The document store (a Delta table) refused or failed an operation."""
+
+
+class TableNotFoundError(StoreError):
+    """The Delta table does not exist at the configured location."""
+
+
+class ChangeDataFeedDisabledError(StoreError):
+    """The table does not have ``delta.enableChangeDataFeed = true``."""
+
+
+class SchemaMismatchError(StoreError):
+    """The table's schema is not the document schema this version understands."""
+
+
+class ConcurrencyError(StoreError):
+    """A document changed since it was read (optimistic concurrency); nothing was written."""
+
+
+class CommitConflictError(StoreError):
+    """A Delta commit kept conflicting with concurrent writers after every allowed retry."""
+
+    retryable = True
+
+
+class ClosedError(OutboxError):
+    """A unit of work, store, queue or outbox was used after it was closed."""
+
+
+class WorkspaceError(OutboxError):
+    """The workspace folder is missing, unwritable or not an outbox workspace."""
+
+
+# --- queues and transports --------------------------------------------------------------------
+
+
+class QueueError(OutboxError):
+    """The durable SQL queue failed an operation."""
+
+
+class QueueUnavailableError(QueueError):
+    """The queue's database cannot be reached right now; retry later, nothing was lost."""
+
+    retryable = True
+
+
+class LockLostError(QueueError):
+    """A settlement used a lock that expired or belongs to another receiver; nothing changed."""
+
+
+class MessageNotFoundError(QueueError):
+    """No message (or dead letter) has that id."""
+
+
+class TransportError(OutboxError):
+    """A transport could not settle a send. ``message_id`` names the failing message."""
+
+    def __init__(
+        self, message: str, *, message_id: str | None = None, hint: str | None = None
+    ) -> None:
+        self.message_id = message_id
+        super().__init__(message, hint=hint)
+
+
+class RetryableTransportError(TransportError):
+    """The broker is busy or unreachable; the same send can succeed later."""
+
+    retryable = True
+
+
+class PermanentTransportError(TransportError):
+    """The broker refused the message itself (unknown destination, too large); do not retry as is."""
+
+
+class UnknownDestinationError(PermanentTransportError):
+    """No queue or topic is known by that name."""
+
+
+# --- the rescuer ------------------------------------------------------------------------------
+
+
+class RescuerError(OutboxError):
+    """A rescue pass could not run."""
+
+
+class CheckpointError(RescuerError):
+    """The rescuer checkpoint is missing, corrupt or was moved by someone else."""
+
+
+class FeedUnavailableError(RescuerError):
+    """The change data feed cannot be read for the requested window (vacuumed, expired)."""
+
+
+class EngineError(RescuerError):
+    """A rescuer engine (local or Spark) failed to start or run."""

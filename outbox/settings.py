@@ -1,0 +1,240 @@
+"""Typed settings: defaults, then a TOML file, then ``OUTBOX_*`` variables, then explicit values.
+
+The CLI and the library read the same ``Settings``. Validation happens once, at construction, and
+an invalid value raises ``ConfigurationError`` naming the setting and what it accepts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from outbox.durations import parse_duration
+from outbox.errors import ConfigurationError, ValidationError
+
+SETTINGS_FILE = "outbox.toml"
+TABLE_DIR = "documents"
+SQLITE_FILE = "outbox.db"
+ENV_PREFIX = "OUTBOX_"
+
+TransportName = Literal["sql", "memory", "servicebus"]
+DispatchMode = Literal["immediate", "deferred"]
+
+MIN_RESCUE_DELAY = 15.0
+MAX_RESCUE_DELAY = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Everything the framework can be told. Durations are seconds (strings like ``5m`` accepted)."""
+
+    workspace: Path = Path(".outbox")
+    table_uri: str = ""  # default: <workspace>/documents
+    storage_options: dict[str, str] = field(default_factory=dict)
+    sql_url: str = ""  # default: sqlite:///<workspace>/outbox.db
+    transport: TransportName = "sql"
+    dispatch: DispatchMode = "immediate"
+    rescue_delay: float = 15.0
+    rescue_interval: float = 30.0
+    rescuer_name: str = "default"
+    buckets: int = 16
+    max_message_bytes: int = 256 * 1024
+    max_in_flight: int = 16
+    max_commit_retries: int = 10
+    command_queue: str = "outbox-commands"
+    default_destination: str | None = None
+    lock_duration: float = 30.0
+    max_delivery_count: int = 10
+    duplicate_detection_window: float = 600.0
+    vacuum_retention: float = 7 * 24 * 3600.0
+    compact_every: int = 100  # commits between automatic compactions; 0 turns it off
+
+    def __post_init__(self) -> None:
+        ws = Path(self.workspace)
+        object.__setattr__(self, "workspace", ws)
+        if not self.table_uri:
+            object.__setattr__(self, "table_uri", str((ws / TABLE_DIR).absolute()))
+        if not self.sql_url:
+            object.__setattr__(self, "sql_url", f"sqlite:///{(ws / SQLITE_FILE).absolute()}")
+        self._validate()
+
+    def _validate(self) -> None:
+        def bad(name: str, why: str) -> ConfigurationError:
+            return ConfigurationError(f"setting {name!r} is invalid: {why}")
+
+        if self.transport not in ("sql", "memory", "servicebus"):
+            raise bad("transport", f"{self.transport!r}; use one of sql, memory, servicebus")
+        if self.dispatch not in ("immediate", "deferred"):
+            raise bad("dispatch", f"{self.dispatch!r}; use immediate or deferred")
+        if not MIN_RESCUE_DELAY <= self.rescue_delay <= MAX_RESCUE_DELAY:
+            raise bad("rescue_delay", f"{self.rescue_delay:g}s is outside 15s..1h")
+        if self.rescue_interval <= 0:
+            raise bad("rescue_interval", "must be positive")
+        for name in ("buckets", "max_message_bytes", "max_in_flight", "max_delivery_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise bad(name, f"{value!r}; must be a positive integer")
+        if self.buckets > 1024:
+            raise bad("buckets", f"{self.buckets}; at most 1024 partitions are supported")
+        if self.max_commit_retries < 0:
+            raise bad("max_commit_retries", "must be 0 or more")
+        if self.lock_duration <= 0 or self.lock_duration > 300:
+            raise bad("lock_duration", f"{self.lock_duration:g}s; must be in (0s, 5m]")
+        if self.duplicate_detection_window < 20:
+            raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
+        if self.vacuum_retention < 0:
+            raise bad("vacuum_retention", "must not be negative")
+        if self.compact_every < 0:
+            raise bad("compact_every", "must be 0 (off) or more")
+        if not self.command_queue:
+            raise bad("command_queue", "must not be empty")
+        if "://" not in self.sql_url:
+            raise bad(
+                "sql_url",
+                f"{self.sql_url!r} is not a database URL; use sqlite:///path.db or "
+                "postgresql+psycopg://user@host/db",
+            )
+
+    # --- derived locations -------------------------------------------------------------------
+
+    @property
+    def settings_file(self) -> Path:
+        return self.workspace / SETTINGS_FILE
+
+    def replace(self, **changes: Any) -> Settings:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["workspace"] = str(self.workspace)
+        d["storage_options"] = {k: "***" for k in self.storage_options}  # never print secrets
+        return d
+
+    # --- loading -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(
+        cls,
+        workspace: str | Path | None = None,
+        *,
+        config_file: str | Path | None = None,
+        env: Mapping[str, str] | None = None,
+        **overrides: Any,
+    ) -> Settings:
+        """Defaults < settings file < ``OUTBOX_*`` environment < ``overrides``.
+
+        The workspace comes from the argument, else ``OUTBOX_WORKSPACE``, else ``./.outbox``. The
+        settings file is ``config_file``, else ``OUTBOX_CONFIG``, else ``<workspace>/outbox.toml``
+        when it exists.
+        """
+        env = os.environ if env is None else env
+        ws = Path(workspace or env.get(f"{ENV_PREFIX}WORKSPACE") or ".outbox")
+        raw: dict[str, Any] = {}
+        path = config_file or env.get(f"{ENV_PREFIX}CONFIG")
+        if path is None and (ws / SETTINGS_FILE).is_file():
+            path = ws / SETTINGS_FILE
+        if path is not None:
+            raw.update(_read_toml(Path(path)))
+            if "workspace" in raw and workspace is None and not env.get(f"{ENV_PREFIX}WORKSPACE"):
+                ws = Path(str(raw["workspace"]))
+        raw.update(_from_env(env))
+        raw.update({k: v for k, v in overrides.items() if v is not None})
+        raw["workspace"] = ws if workspace is not None else raw.get("workspace", ws)
+        return cls.from_mapping(raw)
+
+    @classmethod
+    def from_mapping(cls, raw: Mapping[str, Any]) -> Settings:
+        names = {f.name: f for f in dataclasses.fields(cls)}
+        kwargs: dict[str, Any] = {}
+        for key, value in raw.items():
+            if key not in names:
+                raise ConfigurationError(
+                    f"unknown setting {key!r}",
+                    hint=f"known settings: {', '.join(sorted(names))}",
+                )
+            kwargs[key] = _coerce(key, value, cls._kind(key))
+        return cls(**kwargs)
+
+    @staticmethod
+    def _kind(name: str) -> str:
+        if name in _DURATIONS:
+            return "duration"
+        if name in _INTS:
+            return "int"
+        if name == "storage_options":
+            return "dict"
+        if name == "workspace":
+            return "path"
+        return "str"
+
+
+_DURATIONS = {
+    "rescue_delay",
+    "rescue_interval",
+    "lock_duration",
+    "duplicate_detection_window",
+    "vacuum_retention",
+}
+_INTS = {
+    "buckets",
+    "max_message_bytes",
+    "max_in_flight",
+    "max_commit_retries",
+    "max_delivery_count",
+    "compact_every",
+}
+
+
+def _coerce(name: str, value: Any, kind: str) -> Any:
+    try:
+        if kind == "duration":
+            return parse_duration(value, name=name)
+        if kind == "int":
+            if isinstance(value, bool):
+                raise ValueError(value)
+            return int(value)
+        if kind == "dict":
+            if isinstance(value, str):
+                pairs = [p.split("=", 1) for p in value.split(",") if p]
+                return {k.strip(): v.strip() for k, v in pairs}
+            if not isinstance(value, Mapping):
+                raise ValueError(value)
+            return {str(k): str(v) for k, v in value.items()}
+        if kind == "path":
+            return Path(value)
+        if value is not None and not isinstance(value, str):
+            raise ValueError(value)
+        return value
+    except (ValueError, TypeError, ValidationError) as e:
+        raise ConfigurationError(f"setting {name!r} has an invalid value {value!r}") from e
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError as e:
+        raise ConfigurationError(f"settings file {path} does not exist") from e
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigurationError(f"settings file {path} is not valid TOML: {e}") from e
+    section = data.get("outbox", data)
+    if not isinstance(section, dict):
+        raise ConfigurationError(f"settings file {path}: [outbox] must be a table")
+    return dict(section)
+
+
+def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
+    names = {f.name for f in dataclasses.fields(Settings)}
+    out: dict[str, Any] = {}
+    for key, value in env.items():
+        if not key.startswith(ENV_PREFIX) or key in (f"{ENV_PREFIX}WORKSPACE", f"{ENV_PREFIX}CONFIG"):
+            continue
+        name = key[len(ENV_PREFIX) :].lower()
+        if name in names:
+            out[name] = value
+    return out

@@ -1,0 +1,60 @@
+"""Shared fixtures: an injected clock, a fresh workspace, SQL URLs for SQLite and a real PostgreSQL."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from outbox.clock import ManualClock
+from tests.pg import PostgresServer
+
+_db_counter = itertools.count()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def workspace(tmp_path: Path) -> Path:
+    return tmp_path / "ws"
+
+
+@pytest.fixture(scope="session")
+def pg_server() -> Iterator[PostgresServer | str]:
+    """A PostgreSQL server for this test session (or the one in OUTBOX_TEST_PG_URL)."""
+    external = os.environ.get("OUTBOX_TEST_PG_URL")
+    if external:
+        yield external
+        return
+    server = PostgresServer()
+    if not server.available:
+        if os.environ.get("CI"):
+            pytest.fail("PostgreSQL is not installed; scripts/test.sh installs it")
+        pytest.skip("PostgreSQL is not installed here (scripts/test.sh installs it)")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.cleanup()
+
+
+@pytest.fixture
+def pg_url(pg_server: PostgresServer | str) -> str:
+    """A fresh, empty PostgreSQL database per test."""
+    if isinstance(pg_server, str):
+        return pg_server
+    return pg_server.create_database(f"t{os.getpid()}_{next(_db_counter)}")
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """Every SQL-backed contract test runs against SQLite and a real PostgreSQL server."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'outbox.db'}"
+    return str(request.getfixturevalue("pg_url"))
