@@ -232,7 +232,10 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
     names = {f.name for f in dataclasses.fields(Settings)}
     out: dict[str, Any] = {}
     for key, value in env.items():
-        if not key.startswith(ENV_PREFIX) or key in (f"{ENV_PREFIX}WORKSPACE", f"{ENV_PREFIX}CONFIG"):
+        if not key.startswith(ENV_PREFIX) or key in (
+            f"{ENV_PREFIX}WORKSPACE",
+            f"{ENV_PREFIX}CONFIG",
+        ):
             continue
         name = key[len(ENV_PREFIX) :].lower()
         if name in names:

@@ -65,7 +65,13 @@ CONTROL_COLUMNS = ["id", "version", "last_seq", "dispatched_seq", "bucket"]
 def describe_table(schema_version: int, buckets: int, table_id: str) -> str:
     """The table description that carries the outbox metadata."""
     return json.dumps(
-        {"outbox": {SCHEMA_VERSION_KEY: schema_version, BUCKETS_KEY: buckets, TABLE_ID_KEY: table_id}}
+        {
+            "outbox": {
+                SCHEMA_VERSION_KEY: schema_version,
+                BUCKETS_KEY: buckets,
+                TABLE_ID_KEY: table_id,
+            }
+        }
     )
 
 
@@ -195,8 +201,7 @@ def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
             return False
         have = {got.field(i).name: got.field(i).type for i in range(got.num_fields)}
         return all(
-            want.field(i).name in have
-            and _compatible(have[want.field(i).name], want.field(i).type)
+            want.field(i).name in have and _compatible(have[want.field(i).name], want.field(i).type)
             for i in range(want.num_fields)
         )
     return False

@@ -1,0 +1,80 @@
+"""The durable ``ProcessDocument`` command: "send whatever this document still holds".
+
+Deferred dispatch, the rescuer and a failed immediate dispatch all end here. The command id is
+derived from (table, id, up_to_seq), so enqueueing the same command twice (a repeated rescue pass,
+a crash before the checkpoint) is dropped by the queue's duplicate detection. The session is the
+document id, so one worker handles a document at a time and its messages keep their order.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from outbox.errors import ValidationError
+from outbox.model import command_id_for
+
+if TYPE_CHECKING:
+    from dispatcher.queue.messages import QueueMessage
+
+COMMAND_SUBJECT = "ProcessDocument"
+COMMAND_CONTENT_TYPE = "application/json"
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessDocument:
+    table: str  # the table id (stable across URIs), see outbox.model.message_id_for
+    id: str
+    up_to_seq: int
+    table_uri: str = ""
+
+    @property
+    def command_id(self) -> str:
+        return command_id_for(self.table, self.id, self.up_to_seq)
+
+    def to_json(self) -> str:
+        return json.dumps(
+            {
+                "table": self.table,
+                "table_uri": self.table_uri,
+                "id": self.id,
+                "up_to_seq": self.up_to_seq,
+            },
+            separators=(",", ":"),
+        )
+
+    @classmethod
+    def from_json(cls, body: str | bytes) -> ProcessDocument:
+        try:
+            data: Any = json.loads(body)
+            return cls(
+                table=str(data["table"]),
+                id=str(data["id"]),
+                up_to_seq=int(data["up_to_seq"]),
+                table_uri=str(data.get("table_uri", "")),
+            )
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValidationError(
+                f"malformed ProcessDocument command: {e}",
+                hint="commands must be JSON with table, id and up_to_seq",
+            ) from e
+
+    def to_queue_message(self) -> QueueMessage:
+        from dispatcher.queue.messages import QueueMessage
+
+        return QueueMessage(
+            body=self.to_json(),
+            message_id=self.command_id,
+            session_id=self.id,
+            subject=COMMAND_SUBJECT,
+            content_type=COMMAND_CONTENT_TYPE,
+        )
+
+
+def commands_for(
+    table_id: str, table_uri: str, docs: Iterable[tuple[str, int]]
+) -> list[ProcessDocument]:
+    """One command per (document id, last_seq)."""
+    return [ProcessDocument(table_id, doc_id, seq, table_uri) for doc_id, seq in docs]

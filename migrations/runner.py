@@ -1,0 +1,97 @@
+"""``outbox migrate``: the Delta table and the SQL schema, idempotent and safe to run twice."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from outbox.errors import WorkspaceError
+from outbox.settings import Settings
+
+log = logging.getLogger("outbox.migrate")
+
+
+@dataclass
+class MigrationReport:
+    workspace: str
+    table_uri: str
+    sql_url: str
+    actions: list[str] = field(default_factory=list)
+
+    @property
+    def changed(self) -> bool:
+        return bool(self.actions)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "workspace": self.workspace,
+            "table_uri": self.table_uri,
+            "sql_url": _redact(self.sql_url),
+            "actions": self.actions,
+            "changed": self.changed,
+        }
+
+
+def _redact(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # pragma: no cover - settings validated the URL already
+        return url
+
+
+def _is_local(uri: str) -> bool:
+    return "://" not in uri or uri.startswith("file://")
+
+
+def ensure_workspace(settings: Settings) -> list[str]:
+    ws = Path(settings.workspace)
+    if ws.exists() and not ws.is_dir():
+        raise WorkspaceError(f"workspace {ws} is a file, not a folder", hint="use --workspace DIR")
+    if ws.is_dir():
+        return []
+    try:
+        ws.mkdir(parents=True)
+    except OSError as e:
+        raise WorkspaceError(f"cannot create workspace {ws}: {e.strerror}") from e
+    return [f"created workspace {ws}"]
+
+
+def migrate(settings: Settings, *, only_if_missing: bool = False) -> MigrationReport:
+    """Create or upgrade everything the settings point at.
+
+    ``only_if_missing`` is the cheap path ``Outbox.open`` takes: it skips the work when the table
+    already exists (an explicit ``outbox migrate`` always checks both schemas).
+    """
+    from migrations.delta import ensure_table
+    from migrations.sql import upgrade
+
+    report = MigrationReport(str(settings.workspace), settings.table_uri, settings.sql_url)
+    needs_ws = _is_local(settings.table_uri) or settings.sql_url.startswith("sqlite:")
+    if only_if_missing and _table_exists(settings):
+        return report
+    if needs_ws:
+        report.actions += ensure_workspace(settings)
+    report.actions += ensure_table(
+        settings.table_uri, buckets=settings.buckets, storage_options=settings.storage_options
+    )
+    report.actions += upgrade(settings.sql_url)
+    for a in report.actions:
+        log.info("migrate: %s", a)
+    return report
+
+
+def _table_exists(settings: Settings) -> bool:
+    import deltalake
+
+    try:
+        return bool(
+            deltalake.DeltaTable.is_deltatable(
+                settings.table_uri, storage_options=dict(settings.storage_options) or None
+            )
+        )
+    except Exception:
+        return False

@@ -1,0 +1,271 @@
+"""The unit of work: load documents, change them, add messages, commit once.
+
+A unit of work is one Delta commit. Documents it touched are saved together with their new
+messages, or nothing is: an exception inside the ``with`` block discards everything, and a stale
+document raises ``ConcurrencyError`` before anything is written.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+from outbox.clock import Clock, utc
+from outbox.delta.store import DeltaDocumentStore, DocumentWrite
+from outbox.errors import ClosedError, ConcurrencyError, SerializationError, ValidationError
+from outbox.model import (
+    DocumentRow,
+    OutboxMessage,
+    check_size,
+    encode_json,
+    message_id_for,
+    validate_destination,
+    validate_id,
+)
+
+if TYPE_CHECKING:
+    from outbox.settings import Settings
+
+
+class Document:
+    """A document inside a unit of work. Change ``state`` freely; ``send`` adds a message."""
+
+    def __init__(self, uow: UnitOfWork, row: DocumentRow, *, is_new: bool, read_at: int) -> None:
+        self._uow = uow
+        self._row = row
+        self._is_new = is_new
+        self._read_at = read_at
+        self._original_state = json.dumps(row.state, sort_keys=True) if not is_new else None
+        self._original_type = row.type
+        self.state: dict[str, Any] = row.state
+        self.new_messages: list[OutboxMessage] = []
+
+    @property
+    def id(self) -> str:
+        return self._row.id
+
+    @property
+    def type(self) -> str:
+        return self._row.type
+
+    @property
+    def version(self) -> int:
+        """The version this document was read at (0 for a document created here)."""
+        return 0 if self._is_new else self._row.version
+
+    @property
+    def last_seq(self) -> int:
+        return self._row.last_seq + len(self.new_messages)
+
+    @property
+    def dispatched_seq(self) -> int:
+        return self._row.dispatched_seq
+
+    def send(
+        self,
+        type: str,
+        body: Any,
+        *,
+        destination: str | None = None,
+        ordering_key: str | None = None,
+        headers: dict[str, str] | None = None,
+        content_type: str | None = None,
+        correlation_id: str | None = None,
+        deliver_at: datetime | None = None,
+    ) -> OutboxMessage:
+        """Add an outgoing message; it is committed with the document and sent after the commit.
+
+        ``body`` may be JSON-serializable data, a ``str`` or UTF-8 ``bytes``. ``ordering_key``
+        defaults to the document id, which gives per-document order (a Service Bus session).
+        """
+        self._uow._check_open()
+        if not isinstance(type, str) or not type.strip():
+            raise ValidationError(f"message type must be a non-empty string, got {type!r}")
+        dest = validate_destination(destination or self._uow.default_destination)
+        if isinstance(body, bytes):
+            try:
+                text = body.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise SerializationError(
+                    f"message {type!r}: bytes bodies must be UTF-8 text",
+                    hint="base64-encode binary data and set content_type",
+                ) from e
+            ctype = content_type or "application/octet-stream"
+        elif isinstance(body, str):
+            text, ctype = body, content_type or "text/plain"
+        else:
+            text, ctype = (
+                encode_json(body, f"message {type!r} body"),
+                content_type or ("application/json"),
+            )
+        if headers is not None and (
+            not isinstance(headers, dict)
+            or not all(isinstance(k, str) and isinstance(v, str) for k, v in headers.items())
+        ):
+            raise ValidationError(f"message {type!r}: headers must be a dict of str to str")
+        key = validate_id(ordering_key, "ordering key") if ordering_key is not None else self.id
+        if correlation_id is not None:
+            validate_id(correlation_id, "correlation id")
+        seq = self.last_seq + 1
+        msg = OutboxMessage(
+            seq=seq,
+            message_id=message_id_for(self._uow.table_id, self.id, seq),
+            destination=dest,
+            type=type,
+            body=text,
+            content_type=ctype,
+            headers=dict(headers or {}),
+            ordering_key=key,
+            correlation_id=correlation_id,
+            deliver_at=utc(deliver_at) if deliver_at is not None else None,
+            created_at=self._uow.now(),
+        )
+        check_size(msg, self._uow.max_message_bytes)
+        self.new_messages.append(msg)
+        return msg
+
+    def _changed(self) -> bool:
+        if self._is_new or self.new_messages:
+            return True
+        return self._original_state != json.dumps(self.state, sort_keys=True)
+
+    def _write(self, now: datetime) -> DocumentWrite:
+        encode_json(self.state, f"state of document {self.id!r}")
+        row = self._row
+        # Drop what the dispatcher already sent (at or below the watermark we read): a save never
+        # brings a sent message back (I4).
+        kept = [m for m in row.outbox if m.seq > row.dispatched_seq]
+        new_row = DocumentRow(
+            id=row.id,
+            type=row.type,
+            version=(0 if self._is_new else row.version) + 1,
+            state=self.state,
+            last_seq=self.last_seq,
+            dispatched_seq=row.dispatched_seq,
+            outbox=kept + self.new_messages,
+            updated_at=now,
+        )
+        return DocumentWrite(new_row, self.version, self._read_at)
+
+
+class UnitOfWork:
+    """Use as a context manager; it commits on a clean exit and discards on an exception."""
+
+    def __init__(
+        self,
+        store: DeltaDocumentStore,
+        settings: Settings,
+        clock: Clock,
+        on_commit: Callable[[Sequence[DocumentRow], int], None] | None = None,
+    ) -> None:
+        self._store = store
+        self._clock = clock
+        self._on_commit = on_commit
+        self.default_destination = settings.default_destination
+        self.max_message_bytes = settings.max_message_bytes
+        self.table_id = store.table_id
+        self._docs: dict[str, Document] = {}
+        self._absent: dict[str, int] = {}  # id -> version at which it was seen missing
+        self._closed = False
+        self.committed_version: int | None = None
+        self.saved: list[DocumentRow] = []
+
+    def now(self) -> datetime:
+        return self._clock.now()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClosedError(
+                "this unit of work is closed (it already committed or was discarded)",
+                hint="start a new one with `with outbox.unit_of_work() as uow:`",
+            )
+
+    # --- loading ----------------------------------------------------------------------------
+
+    def get(self, doc_id: str) -> Document | None:
+        """The document, or None when it does not exist."""
+        return self.get_many([doc_id]).get(doc_id)
+
+    def get_many(self, ids: Sequence[str]) -> dict[str, Document]:
+        """Load several documents with one read."""
+        self._check_open()
+        for i in ids:
+            validate_id(i)
+        missing = [i for i in dict.fromkeys(ids) if i not in self._docs and i not in self._absent]
+        if missing:
+            version, rows = self._store.read(missing)
+            for i in missing:
+                if i in rows:
+                    self._docs[i] = Document(self, rows[i], is_new=False, read_at=version)
+                else:
+                    self._absent[i] = version
+        return {i: self._docs[i] for i in ids if i in self._docs}
+
+    def create(self, doc_id: str, *, type: str, state: dict[str, Any] | None = None) -> Document:
+        """A new document; the commit fails with ``ConcurrencyError`` if the id exists by then."""
+        self._check_open()
+        validate_id(doc_id)
+        validate_id(type, "document type")
+        if doc_id in self._docs:
+            raise ConcurrencyError(
+                f"document {doc_id!r} already exists", hint="use uow.get() to change it"
+            )
+        if state is not None and not isinstance(state, dict):
+            raise ValidationError(f"state of document {doc_id!r} must be a dict")
+        encode_json(state or {}, f"state of document {doc_id!r}")
+        read_at = self._absent.get(doc_id, -1)  # -1: never checked, so the store re-checks
+        row = DocumentRow(
+            id=doc_id,
+            type=type,
+            version=0,
+            state=copy.deepcopy(state) if state else {},
+            last_seq=0,
+            dispatched_seq=0,
+            outbox=[],
+        )
+        doc = Document(self, row, is_new=True, read_at=read_at)
+        self._docs[doc_id] = doc
+        self._absent.pop(doc_id, None)
+        return doc
+
+    # --- finishing --------------------------------------------------------------------------
+
+    def commit(self) -> int | None:
+        """Save every changed document in one Delta commit; returns the table version."""
+        self._check_open()
+        try:
+            now = self._clock.now()
+            writes = [d._write(now) for d in self._docs.values() if d._changed()]
+            if not writes:
+                return None
+            version = self._store.save(writes)
+            self.committed_version = version
+            self.saved = [w.row for w in writes]
+        finally:
+            self._closed = True
+        if self._on_commit is not None:
+            self._on_commit(self.saved, version)
+        return version
+
+    def discard(self) -> None:
+        self._closed = True
+
+    def __enter__(self) -> UnitOfWork:
+        self._check_open()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc_type is not None:
+            self.discard()
+            return
+        if not self._closed:
+            self.commit()
