@@ -1,0 +1,112 @@
+"""The SQL schema as SQLAlchemy Core tables: the queue, its dead letters and duplicate-detection
+ids, the rescuer's checkpoints and the consumer inbox.
+
+Code builds queries from these objects; the Alembic revisions create the same tables, and a test
+checks the two never drift apart. Times are stored timezone-aware (UTC) so SQLite and PostgreSQL
+compare them the same way.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    PrimaryKeyConstraint,
+    String,
+    Table,
+    Text,
+)
+
+#: SQLite only auto-increments an ``INTEGER PRIMARY KEY``; PostgreSQL gets a 64-bit identity.
+SequenceNumber = BigInteger().with_variant(Integer(), "sqlite")
+
+NAME = 260  # Service Bus entity names are at most 260 characters
+ID = 128  # message_id and session_id are at most 128 characters on Service Bus
+
+metadata = MetaData()
+
+queue_messages = Table(
+    "outbox_queue_messages",
+    metadata,
+    Column("sequence_number", SequenceNumber, primary_key=True, autoincrement=True),
+    Column("queue", String(NAME), nullable=False),
+    Column("message_id", String(ID), nullable=False),
+    Column("session_id", String(ID), nullable=True),
+    Column("body", LargeBinary, nullable=False),
+    Column("subject", String(256), nullable=False, default=""),
+    Column("content_type", String(256), nullable=False, default=""),
+    Column("correlation_id", String(ID), nullable=True),
+    Column("headers", Text, nullable=False, default="{}"),
+    Column("enqueued_at", DateTime(timezone=True), nullable=False),
+    # Not delivered before this time: the scheduled time, or now + delay after an abandon.
+    Column("not_before", DateTime(timezone=True), nullable=False),
+    Column("delivery_count", Integer, nullable=False, default=0),
+    Column("lock_token", String(36), nullable=True),
+    Column("locked_until", DateTime(timezone=True), nullable=True),
+    # The receive hot path scans one queue in sequence order.
+    Index("ix_outbox_queue_messages_receive", "queue", "sequence_number"),
+    # "Is there an earlier message in this session?" (session FIFO, one holder per session).
+    Index("ix_outbox_queue_messages_session", "queue", "session_id", "sequence_number"),
+    # Settling by a bare lock token.
+    Index("ix_outbox_queue_messages_lock_token", "lock_token"),
+)
+
+dead_letters = Table(
+    "outbox_queue_dead_letters",
+    metadata,
+    Column("id", SequenceNumber, primary_key=True, autoincrement=True),
+    Column("queue", String(NAME), nullable=False),
+    Column("message_id", String(ID), nullable=False),
+    Column("session_id", String(ID), nullable=True),
+    Column("body", LargeBinary, nullable=False),
+    Column("subject", String(256), nullable=False, default=""),
+    Column("content_type", String(256), nullable=False, default=""),
+    Column("correlation_id", String(ID), nullable=True),
+    Column("headers", Text, nullable=False, default="{}"),
+    Column("enqueued_at", DateTime(timezone=True), nullable=False),
+    Column("sequence_number", BigInteger, nullable=False),  # the original one, for reference
+    Column("delivery_count", Integer, nullable=False),
+    Column("reason", String(256), nullable=False),
+    Column("description", Text, nullable=False, default=""),
+    Column("dead_lettered_at", DateTime(timezone=True), nullable=False),
+    Index("ix_outbox_queue_dead_letters_queue", "queue", "id"),
+)
+
+duplicate_ids = Table(
+    "outbox_queue_duplicate_ids",
+    metadata,
+    Column("queue", String(NAME), nullable=False),
+    Column("message_id", String(ID), nullable=False),
+    Column("seen_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("queue", "message_id", name="pk_outbox_queue_duplicate_ids"),
+    Index("ix_outbox_queue_duplicate_ids_seen_at", "seen_at"),
+)
+
+checkpoints = Table(
+    "outbox_checkpoints",
+    metadata,
+    Column("table_uri", String(1024), nullable=False),
+    Column("rescuer_name", String(256), nullable=False),
+    Column("version", BigInteger, nullable=True),
+    Column("generation", BigInteger, nullable=False, default=0),  # compare-and-set guard
+    Column("last_pass_at", DateTime(timezone=True), nullable=True),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("details", Text, nullable=True),  # JSON text
+    PrimaryKeyConstraint("table_uri", "rescuer_name", name="pk_outbox_checkpoints"),
+)
+
+inbox = Table(
+    "outbox_inbox",
+    metadata,
+    Column("consumer", String(NAME), nullable=False),
+    Column("message_id", String(ID), nullable=False),
+    Column("handled_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("consumer", "message_id", name="pk_outbox_inbox"),
+)
+
+ALL_TABLES = tuple(metadata.tables)
