@@ -1,0 +1,118 @@
+"""The queue's edge with the database: opening engines, transactions, and turning driver errors
+into ours (``QueueUnavailableError`` is retryable; a missing schema says to run ``outbox migrate``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from sqlalchemy import Connection, Engine
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+
+from outbox.errors import (
+    ClosedError,
+    ConfigurationError,
+    OutboxError,
+    QueueError,
+    QueueUnavailableError,
+)
+from outbox.sql import READ_ONLY, make_engine
+
+MIGRATE_HINT = "run `outbox migrate` to create the queue tables"
+_MISSING_TABLE_CODES = {"42P01"}  # PostgreSQL undefined_table
+
+
+def open_engine(url: str) -> Engine:
+    """An engine for ``url``; a SQLite file that does not exist yet is an error, not a new file
+    (creating an empty database silently would hide a wrong path)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError as e:
+        raise ConfigurationError(
+            f"sql_url {url!r} is not a database URL",
+            hint="use sqlite:///path/outbox.db or postgresql+psycopg://user@host/db",
+        ) from e
+    if parsed.get_backend_name() == "sqlite":
+        db = parsed.database
+        if not db or db == ":memory:":
+            raise ConfigurationError(
+                "the queue needs a SQLite file, not an in-memory database",
+                hint="use sqlite:///path/outbox.db so every process sees the same queue",
+            )
+        if not Path(db).exists():
+            raise QueueError(f"the queue database {db} does not exist", hint=MIGRATE_HINT)
+    return make_engine(url)
+
+
+def describe(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _first_line(e: DBAPIError) -> str:
+    text = str(e.orig if e.orig is not None else e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _missing_table(e: DBAPIError) -> bool:
+    code = getattr(e.orig, "sqlstate", None)
+    return code in _MISSING_TABLE_CODES or "no such table" in str(e.orig)
+
+
+def translate(e: DBAPIError, engine: Engine, action: str) -> OutboxError:
+    """Our error for a driver error raised while doing ``action``."""
+    where = describe(engine)
+    if _missing_table(e):
+        return QueueError(
+            f"cannot {action}: the database {where} has no queue tables", hint=MIGRATE_HINT
+        )
+    if isinstance(e, OperationalError | InterfaceError) or e.connection_invalidated:
+        return QueueUnavailableError(
+            f"cannot {action}: the queue database {where} is unreachable or busy "
+            f"({_first_line(e)}); the operation did not complete and nothing was lost",
+            hint="check the database is up, then retry (sends are deduplicated by message_id)",
+        )
+    return QueueError(f"cannot {action} on {where}: {_first_line(e)}")
+
+
+class Database:
+    """An engine plus the two kinds of transaction the queue uses, with errors translated."""
+
+    def __init__(self, engine: Engine, *, owned: bool) -> None:
+        self.engine = engine
+        self.owned = owned
+        self.closed = False
+        self.postgres = engine.dialect.name == "postgresql"
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise ClosedError("the queue was closed", hint="create a new SqlQueue")
+
+    @contextmanager
+    def write(self, action: str) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed on exit."""
+        self._check_open()
+        try:
+            with self.engine.begin() as conn:
+                yield conn
+        except DBAPIError as e:
+            raise translate(e, self.engine, action) from e
+
+    @contextmanager
+    def read(self, action: str) -> Iterator[Connection]:
+        """A read-only transaction (deferred BEGIN on SQLite: it never waits for the writer)."""
+        self._check_open()
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(**READ_ONLY)
+                with conn.begin():
+                    yield conn
+        except DBAPIError as e:
+            raise translate(e, self.engine, action) from e
+
+    def close(self) -> None:
+        if not self.closed and self.owned:
+            self.engine.dispose()
+        self.closed = True

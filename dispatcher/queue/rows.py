@@ -1,0 +1,131 @@
+"""Row <-> dataclass mapping and the statements several queue operations share (moving rows to
+dead letters, serializing a session's senders on PostgreSQL)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, DateTime, RowMapping, String, Text, delete, func, insert, literal
+from sqlalchemy import select as sa_select
+
+from dispatcher.queue.messages import DeadLetter, ReceivedMessage, as_utc
+from migrations.sql.tables import dead_letters, queue_messages
+
+M = queue_messages
+D = dead_letters
+
+_COPIED = (
+    "queue",
+    "message_id",
+    "session_id",
+    "body",
+    "subject",
+    "content_type",
+    "correlation_id",
+    "headers",
+    "enqueued_at",
+)
+
+
+def received(
+    row: RowMapping, *, lock_token: str | None, locked_until: datetime | None
+) -> ReceivedMessage:
+    return ReceivedMessage(
+        queue=row["queue"],
+        message_id=row["message_id"],
+        body=bytes(row["body"]),
+        sequence_number=int(row["sequence_number"]),
+        enqueued_at=_utc(row["enqueued_at"]),
+        delivery_count=int(row["delivery_count"]) + (1 if lock_token is not None else 0),
+        lock_token=lock_token,
+        locked_until=locked_until,
+        session_id=row["session_id"],
+        subject=row["subject"],
+        content_type=row["content_type"],
+        correlation_id=row["correlation_id"],
+        headers=json.loads(row["headers"]),
+    )
+
+
+def dead_letter(row: RowMapping) -> DeadLetter:
+    return DeadLetter(
+        id=int(row["id"]),
+        queue=row["queue"],
+        message_id=row["message_id"],
+        session_id=row["session_id"],
+        body=bytes(row["body"]),
+        subject=row["subject"],
+        content_type=row["content_type"],
+        correlation_id=row["correlation_id"],
+        headers=json.loads(row["headers"]),
+        enqueued_at=_utc(row["enqueued_at"]),
+        sequence_number=int(row["sequence_number"]),
+        delivery_count=int(row["delivery_count"]),
+        reason=row["reason"],
+        description=row["description"],
+        dead_lettered_at=_utc(row["dead_lettered_at"]),
+    )
+
+
+def _utc(value: datetime) -> datetime:
+    out = as_utc(value)
+    assert out is not None
+    return out
+
+
+def move_to_dead_letters(
+    conn: Connection,
+    sequence_numbers: Sequence[int],
+    *,
+    reason: str,
+    description: str,
+    now: datetime,
+    extra_delivery: int = 0,
+) -> int:
+    """Copy messages into dead letters and delete them, in the caller's transaction."""
+    if not sequence_numbers:
+        return 0
+    source = sa_select(
+        *(M.c[name] for name in _COPIED),
+        M.c.sequence_number,
+        (M.c.delivery_count + extra_delivery).label("delivery_count"),
+        literal(reason, String()).label("reason"),
+        literal(description, Text()).label("description"),
+        literal(now, DateTime(timezone=True)).label("dead_lettered_at"),
+    ).where(M.c.sequence_number.in_(sequence_numbers))
+    conn.execute(
+        insert(D).from_select(
+            [
+                *_COPIED,
+                "sequence_number",
+                "delivery_count",
+                "reason",
+                "description",
+                "dead_lettered_at",
+            ],
+            source,
+        )
+    )
+    result = conn.execute(delete(M).where(M.c.sequence_number.in_(sequence_numbers)))
+    return int(result.rowcount)
+
+
+def lock_sessions(conn: Connection, keys: Iterable[tuple[str, str | None]]) -> None:
+    """PostgreSQL: serialize senders of one session until commit.
+
+    Sequence numbers come from a sequence, so two transactions sending to one session could commit
+    out of order and a receiver could see message 6 before 5 exists (breaking FIFO and letting a
+    second receiver take the session). Holding a per-session advisory lock while inserting makes
+    sequence order equal commit order within a session. Keys are sorted to avoid deadlocks.
+    """
+    for queue, session in sorted({(q, s) for q, s in keys if s is not None}):
+        conn.execute(
+            sa_select(func.pg_advisory_xact_lock(func.hashtextextended(f"{queue}\x00{session}", 0)))
+        )
+
+
+def message_values(row: dict[str, Any]) -> dict[str, Any]:
+    return {k: row[k] for k in row if k in M.c}
