@@ -80,7 +80,7 @@ def migrate(settings: Settings, *, only_if_missing: bool = False) -> MigrationRe
     )
     report.actions += upgrade(settings.sql_url)
     for a in report.actions:
-        log.info("migrate: %s", a)
+        log.debug("migrate: %s", a)
     return report
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from outbox.clock import Clock, utc
 from outbox.delta.store import DeltaDocumentStore
+from outbox.durations import format_duration
 from outbox.errors import OutboxError, StoreError
 
 log = logging.getLogger("outbox.maintain")
@@ -110,8 +111,8 @@ def check_vacuum(
     floor = rescue_delay + VACUUM_MARGIN
     if retention < floor:
         raise VacuumRefusedError(
-            f"vacuum retention {retention} is shorter than the rescue delay plus a margin "
-            f"({floor})",
+            f"vacuum retention {format_duration(retention.total_seconds())} is shorter than the "
+            f"rescue delay plus a margin ({format_duration(floor.total_seconds())})",
             hint=f"use a retention of at least {int(floor.total_seconds() // 3600) + 1}h",
         )
     if needed_version is None or needed_version > store.version():
@@ -122,8 +123,9 @@ def check_vacuum(
     age = clock.now() - when
     if retention < age + VACUUM_MARGIN:
         raise VacuumRefusedError(
-            f"vacuum with retention {retention} would delete change-feed history from version "
-            f"{needed_version} (committed {age} ago) that the rescuer has not read yet",
+            f"vacuum with retention {format_duration(retention.total_seconds())} would delete "
+            f"change-feed history from version {needed_version} (committed "
+            f"{format_duration(age.total_seconds())} ago) that the rescuer has not read yet",
             hint="run `outbox rescue` first, or use a retention longer than "
             f"{int((age + VACUUM_MARGIN).total_seconds() // 3600) + 1}h",
         )

@@ -20,6 +20,7 @@ import logging
 import random
 import threading
 import uuid
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -231,11 +232,15 @@ class DeltaDocumentStore:
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         buckets = sorted({self.bucket(i) for i in ids})
-        return self._dt.to_pyarrow_table(
-            partitions=[("bucket", "in", [str(b) for b in buckets])],
-            columns=columns,
-            filters=pc.field("id").isin(list(ids)),
-        )
+        # deltalake 1.6.6 prunes partitions only through the deprecated ``partitions=``: the same
+        # bucket test inside ``filters=`` reads every file (69 ms vs 8 ms at 66 files).
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return self._dt.to_pyarrow_table(
+                partitions=[("bucket", "in", [str(b) for b in buckets])],
+                columns=columns,
+                filters=pc.field("id").isin(list(ids)),
+            )
 
     def read(self, ids: Sequence[str]) -> tuple[int, dict[str, DocumentRow]]:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at."""
@@ -271,7 +276,10 @@ class DeltaDocumentStore:
             for attempt in range(self._max_retries + 1):
                 self._dt.update_incremental()
                 current = int(self._dt.version())
-                if attempt > 0 or any(w.read_at != current for w in writes):
+                # One document: the MERGE's own version predicate is the whole check (0 rows
+                # written = stale, nothing written). Several: re-check first when the table
+                # moved since they were read, so a stale one cannot leave the others half-saved.
+                if len(writes) > 1 and (attempt > 0 or any(w.read_at != current for w in writes)):
                     writes = self._recheck(writes)
                 source = S.table_from_rows(
                     ((w.row, self.bucket(w.row.id)) for w in writes),
@@ -315,6 +323,14 @@ class DeltaDocumentStore:
                 written = int(metrics.get("num_target_rows_updated", 0)) + int(
                     metrics.get("num_target_rows_inserted", 0)
                 )
+                if written == 0 and len(writes) == 1:
+                    w = writes[0]
+                    what = "already exists" if w.expected_version == 0 else "was changed"
+                    raise ConcurrencyError(
+                        f"document {w.row.id!r} {what} since it was read (expected version "
+                        f"{w.expected_version}); nothing was written",
+                        hint="reload the document and apply the change again",
+                    )
                 if written != len(writes):  # pragma: no cover - guarded by the snapshot re-check
                     raise StoreError(
                         f"save wrote {written} of {len(writes)} documents at version "

@@ -1,0 +1,265 @@
+"""Write-path benchmark: unit_of_work vs a raw deltalake MERGE, batch saves, and file growth.
+
+    python -m benchmarks.write_path            # everything, incl. 10,000 commits and buckets
+    python -m benchmarks.write_path --quick    # the save/raw ratio and batches, under a minute
+
+Results go to benchmarks/results/write_path.json (``--quick`` writes write_path.quick.json so it
+never overwrites the committed full run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import multiprocessing as mp
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from benchmarks.common import summarize_ms, write_results
+from outbox.app import Outbox
+from outbox.clock import SystemClock
+from outbox.delta import schema as S
+from outbox.delta.store import DeltaDocumentStore
+from outbox.maintenance import AutoCompactor, compact
+from outbox.model import DocumentRow, OutboxMessage, message_id_for
+from outbox.settings import Settings
+
+log = logging.getLogger("benchmarks.write_path")
+
+
+def _outbox(ws: Path, buckets: int = 16) -> Outbox:
+    settings = Settings(workspace=ws, buckets=buckets, compact_every=0)
+    ws.mkdir(parents=True, exist_ok=True)
+    DeltaDocumentStore.create(settings.table_uri, buckets=buckets)
+    store = DeltaDocumentStore(settings.table_uri)
+    return Outbox(settings, store, clock=SystemClock())
+
+
+def _seed(ob: Outbox, n: int) -> None:
+    for start in range(0, n, 1000):
+        with ob.unit_of_work() as uow:
+            for i in range(start, min(n, start + 1000)):
+                uow.create(f"seed-{i}", type="Shipment", state={"status": "created", "i": i})
+    compact(ob.store)
+
+
+def _raw_row(ob: Outbox, doc_id: str, version: int) -> pa.Table:
+    now = SystemClock().now()
+    row = DocumentRow(
+        id=doc_id,
+        type="Shipment",
+        version=version,
+        state={"status": "left-seattle"},
+        last_seq=version,
+        dispatched_seq=0,
+        outbox=[
+            OutboxMessage(
+                seq=version,
+                message_id=message_id_for(ob.store.table_id, doc_id, version),
+                destination="shipments",
+                type="ShipmentStatusChanged",
+                body='{"status":"left-seattle"}',
+                ordering_key=doc_id,
+                created_at=now,
+            )
+        ],
+        updated_at=now,
+    )
+    return S.table_from_rows([(row, ob.store.bucket(doc_id))], extra={})
+
+
+def _raw_merge(ob: Outbox, source: pa.Table, bucket: int) -> None:
+    dt = ob.store.delta_table
+    dt.update_incremental()
+    (
+        dt.merge(
+            source,
+            predicate=f"t.bucket IN ({bucket}) AND t.bucket = s.bucket AND t.id = s.id",
+            source_alias="s",
+            target_alias="t",
+            streamed_exec=False,
+        )
+        .when_matched_update_all()
+        .when_not_matched_insert_all()
+        .execute()
+    )
+
+
+def bench_ratio(base: Path, rounds: int, seed_docs: int) -> dict[str, Any]:
+    """Interleave raw MERGEs and units of work so file growth hits both alike."""
+    ob = _outbox(base / "ratio")
+    _seed(ob, seed_docs)
+    raw_insert, uow_create, raw_update, uow_update = [], [], [], []
+    for i in range(rounds):
+        src = _raw_row(ob, f"raw-{i}", 1)
+        b = ob.store.bucket(f"raw-{i}")
+        t = time.perf_counter()
+        _raw_merge(ob, src, b)
+        raw_insert.append(time.perf_counter() - t)
+
+        t = time.perf_counter()
+        with ob.unit_of_work() as uow:
+            d = uow.create(f"uow-{i}", type="Shipment", state={"status": "left-seattle"})
+            d.send("ShipmentStatusChanged", {"status": "left-seattle"}, destination="shipments")
+        uow_create.append(time.perf_counter() - t)
+
+        src = _raw_row(ob, f"raw-{i}", 2)
+        t = time.perf_counter()
+        _raw_merge(ob, src, b)
+        raw_update.append(time.perf_counter() - t)
+
+        t = time.perf_counter()
+        with ob.unit_of_work() as uow:
+            doc = uow.get(f"uow-{i}")
+            assert doc is not None
+            doc.state["status"] = "reached-des-moines"
+            doc.send(
+                "ShipmentStatusChanged", {"status": "reached-des-moines"}, destination="shipments"
+            )
+        uow_update.append(time.perf_counter() - t)
+    med = statistics.median
+    return {
+        "rounds": rounds,
+        "seed_docs": seed_docs,
+        "raw_merge_insert": summarize_ms(raw_insert),
+        "uow_create_and_send": summarize_ms(uow_create),
+        "raw_merge_update": summarize_ms(raw_update),
+        "uow_get_change_send": summarize_ms(uow_update),
+        "save_vs_raw_merge_ratio": round(med(uow_create) / med(raw_insert), 3),
+        "update_vs_raw_merge_ratio": round(med(uow_update) / med(raw_update), 3),
+    }
+
+
+def bench_batches(base: Path, sizes: list[int], commits: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for n in sizes:
+        ob = _outbox(base / f"batch-{n}")
+        samples = []
+        for c in range(commits):
+            t = time.perf_counter()
+            with ob.unit_of_work() as uow:
+                for i in range(n):
+                    d = uow.create(f"b{c}-{i}", type="Shipment", state={"status": "created"})
+                    d.send("ShipmentCreated", {"n": i}, destination="shipments")
+            samples.append(time.perf_counter() - t)
+        med = statistics.median(samples)
+        out[str(n)] = {
+            **summarize_ms(samples),
+            "documents_per_second": round(n / med, 1),
+        }
+        ob.close()
+    return out
+
+
+def _files(ob: Outbox) -> int:
+    ob.store.delta_table.update_incremental()
+    return len(ob.store.delta_table.file_uris())
+
+
+def bench_growth(base: Path, commits: int, compact_every: int, window: int) -> dict[str, Any]:
+    """Single-document commits on a growing table: latency per window of commits."""
+    ob = _outbox(base / f"growth-{compact_every}")
+    _seed(ob, 2000)
+    compactor = AutoCompactor(ob.store, compact_every) if compact_every else None
+    if compactor:
+        ob.add_commit_listener(compactor)
+    windows: list[dict[str, Any]] = []
+    samples: list[float] = []
+    for i in range(commits):
+        doc_id = f"seed-{i % 2000}"
+        t = time.perf_counter()
+        with ob.unit_of_work() as uow:
+            d = uow.get(doc_id)
+            assert d is not None
+            d.state["n"] = i
+            d.send("Tick", {"n": i}, destination="ticks")
+        samples.append(time.perf_counter() - t)
+        if (i + 1) % window == 0:
+            windows.append({"commits": i + 1, **summarize_ms(samples), "files": _files(ob)})
+            log.info("growth(compact_every=%s): %s", compact_every, windows[-1])
+            samples = []
+    first, last = windows[0]["p50_ms"], windows[-1]["p50_ms"]
+    return {
+        "commits": commits,
+        "compact_every": compact_every,
+        "windows": windows,
+        "first_window_p50_ms": first,
+        "last_window_p50_ms": last,
+        "last_over_first": round(last / first, 3),
+        "compactions": compactor.runs if compactor else 0,
+    }
+
+
+def _bucket_writer(ws: str, who: int, commits: int, barrier: Any, out: Any) -> None:
+    settings = Settings(workspace=Path(ws), compact_every=0)
+    store = DeltaDocumentStore(settings.table_uri, max_commit_retries=50)
+    ob = Outbox(settings, store, clock=SystemClock())
+    barrier.wait()
+    t = time.perf_counter()
+    for i in range(commits):
+        with ob.unit_of_work() as uow:
+            uow.create(f"w{who}-{i}", type="T").send("E", {}, destination="q")
+    out.put((store.commit_retries, time.perf_counter() - t))
+
+
+def bench_buckets(base: Path, options: list[int], commits: int) -> dict[str, Any]:
+    """Two writer processes on disjoint documents: how N buckets changes conflicts."""
+    ctx = mp.get_context("spawn")
+    result: dict[str, Any] = {}
+    for n in options:
+        ws = base / f"buckets-{n}"
+        _outbox(ws, buckets=n).close()
+        barrier, q = ctx.Barrier(2), ctx.Queue()
+        procs = [
+            ctx.Process(target=_bucket_writer, args=(str(ws), w, commits, barrier, q))
+            for w in (1, 2)
+        ]
+        for p in procs:
+            p.start()
+        for p in procs:
+            p.join()
+        stats = [q.get() for _ in procs]
+        elapsed = max(s[1] for s in stats)
+        result[str(n)] = {
+            "commit_retries": sum(s[0] for s in stats),
+            "commits_per_second": round(2 * commits / elapsed, 1),
+        }
+        log.info("buckets=%d: %s", n, result[str(n)])
+    return result
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="ratio and batches only (< 1 minute)")
+    ap.add_argument("--long-commits", type=int, default=10_000)
+    args = ap.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
+    base = Path(tempfile.mkdtemp(prefix="outbox-bench-"))
+    try:
+        data: dict[str, Any] = {"quick": args.quick}
+        data["ratio"] = bench_ratio(base, rounds=25 if args.quick else 60, seed_docs=2000)
+        data["save_vs_raw_merge_ratio"] = data["ratio"]["save_vs_raw_merge_ratio"]
+        log.info("ratio: %s", data["ratio"])
+        data["batches"] = bench_batches(
+            base, [1, 100, 1000], commits=3 if args.quick else 5
+        )
+        log.info("batches: %s", data["batches"])
+        if not args.quick:
+            data["growth_without_upkeep"] = bench_growth(base, 1000, 0, 100)
+            data["growth_with_compaction_every_100"] = bench_growth(base, 1000, 100, 100)
+            data["buckets"] = bench_buckets(base, [1, 4, 16, 64], commits=40)
+            data["long_run_with_upkeep"] = bench_growth(base, args.long_commits, 100, 1000)
+        path = write_results("write_path.quick" if args.quick else "write_path", data)
+        print(f"save_vs_raw_merge_ratio = {data['save_vs_raw_merge_ratio']}  ({path})")
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

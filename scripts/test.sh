@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
+# via Maven, PostgreSQL via apt), then ruff, mypy (strict) and the whole pytest suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh --dev
+scripts/fetch-jars.sh
+scripts/ensure-postgres.sh
+export OUTBOX_DELTA_JARS="$PWD/.cache/jars"
+echo "==> ruff"
+.venv/bin/ruff check .
+.venv/bin/ruff format --check .
+echo "==> mypy (strict)"
+.venv/bin/mypy
+echo "==> pytest"
+.venv/bin/pytest "$@"
