@@ -1,0 +1,325 @@
+"""Where a rescuer remembers how far it has read: a Delta table *version*, never a timestamp.
+
+Why a version: reading the change feed by timestamp makes delta-rs walk the log from version 0,
+O(history); a version is O(1) to resume from.
+
+Why a compare-and-set on ``generation``: two rescuers on the same table and name (a cron job that
+overlaps the previous run, two Databricks jobs) must neither lose an advance nor apply one twice.
+Every write says which generation it read; a write against a moved row changes nothing and raises
+``CheckpointConflictError``, so the caller re-reads and decides (see ``runner``).
+
+The checkpoint lives in the SQL database (table ``outbox_checkpoints``, keyed by table URI and
+rescuer name); ``InMemoryCheckpointStore`` has the same semantics for fast tests.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field, replace
+from datetime import datetime
+from typing import Any, Protocol
+
+from sqlalchemy import Engine, and_, insert, select, update
+from sqlalchemy.exc import DBAPIError, IntegrityError
+
+from outbox.clock import utc
+from outbox.errors import CheckpointError
+
+
+class CheckpointConflictError(CheckpointError):
+    """Another rescuer moved the checkpoint between our read and our write; nothing was written."""
+
+    retryable = True
+
+
+@dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """One rescuer's position in one table.
+
+    ``version`` is the newest table version whose changes were fully handled (None: no pass has
+    covered anything yet). ``generation`` increases by one on every write: it is the CAS guard.
+    ``details`` carries the table id (to detect a table recreated at the same URI) and the last
+    pass's summary, for ``outbox status``.
+    """
+
+    table_uri: str
+    rescuer_name: str
+    version: int | None
+    generation: int
+    last_pass_at: datetime | None
+    updated_at: datetime
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def table_id(self) -> str | None:
+        value = self.details.get("table_id")
+        return str(value) if value is not None else None
+
+
+class CheckpointStore(Protocol):
+    """Read and compare-and-set rescuer checkpoints."""
+
+    def read(self, table_uri: str, rescuer_name: str) -> Checkpoint | None:
+        """The checkpoint, or None when this rescuer never wrote one for this table."""
+        ...
+
+    def write(
+        self,
+        table_uri: str,
+        rescuer_name: str,
+        *,
+        expected_generation: int | None,
+        version: int | None,
+        at: datetime,
+        details: dict[str, Any],
+    ) -> Checkpoint:
+        """Store ``version`` if the row is still at ``expected_generation`` (None: no row yet).
+
+        Raises ``CheckpointConflictError`` when someone else wrote first.
+        """
+        ...
+
+    def generation(self, table_uri: str, rescuer_name: str) -> int | None:
+        """The CAS generation alone, readable even when the rest of the row is corrupt."""
+        ...
+
+    def list(self, table_uri: str | None = None) -> list[Checkpoint]:
+        """Every checkpoint (for ``outbox status``), optionally for one table."""
+        ...
+
+
+def _validate(cp: Checkpoint) -> Checkpoint:
+    if cp.version is not None and cp.version < 0:
+        raise CheckpointError(
+            f"the rescuer checkpoint {cp.rescuer_name!r} for {cp.table_uri} holds version "
+            f"{cp.version}, which no Delta table has",
+            hint="run `outbox rescue --full` to sweep the table and store a fresh checkpoint",
+        )
+    return cp
+
+
+class InMemoryCheckpointStore:
+    """Checkpoints in a dict, with the same compare-and-set semantics as the SQL store."""
+
+    def __init__(self) -> None:
+        self._rows: dict[tuple[str, str], Checkpoint] = {}
+        self._lock = threading.Lock()
+        self.writes = 0
+
+    def read(self, table_uri: str, rescuer_name: str) -> Checkpoint | None:
+        with self._lock:
+            cp = self._rows.get((table_uri, rescuer_name))
+        return _validate(cp) if cp is not None else None
+
+    def write(
+        self,
+        table_uri: str,
+        rescuer_name: str,
+        *,
+        expected_generation: int | None,
+        version: int | None,
+        at: datetime,
+        details: dict[str, Any],
+    ) -> Checkpoint:
+        key = (table_uri, rescuer_name)
+        with self._lock:
+            current = self._rows.get(key)
+            have = current.generation if current is not None else None
+            if have != expected_generation:
+                raise _conflict(table_uri, rescuer_name, expected_generation, have)
+            cp = Checkpoint(
+                table_uri,
+                rescuer_name,
+                version,
+                (have or 0) + 1,
+                at,
+                at,
+                dict(details),
+            )
+            self._rows[key] = cp
+            self.writes += 1
+            return cp
+
+    def generation(self, table_uri: str, rescuer_name: str) -> int | None:
+        with self._lock:
+            cp = self._rows.get((table_uri, rescuer_name))
+        return cp.generation if cp is not None else None
+
+    def list(self, table_uri: str | None = None) -> list[Checkpoint]:
+        with self._lock:
+            rows = list(self._rows.values())
+        return sorted(
+            (r for r in rows if table_uri is None or r.table_uri == table_uri),
+            key=lambda r: (r.table_uri, r.rescuer_name),
+        )
+
+    def corrupt(self, table_uri: str, rescuer_name: str, **changes: Any) -> None:
+        """Test hook: overwrite fields without the CAS (simulates a damaged row)."""
+        with self._lock:
+            self._rows[(table_uri, rescuer_name)] = replace(
+                self._rows[(table_uri, rescuer_name)], **changes
+            )
+
+
+def _conflict(
+    table_uri: str, rescuer_name: str, expected: int | None, found: int | None
+) -> CheckpointConflictError:
+    return CheckpointConflictError(
+        f"the rescuer checkpoint {rescuer_name!r} for {table_uri} was moved by another rescuer "
+        f"(expected generation {expected}, found {found}); nothing was written",
+        hint="this is normal when two rescuers overlap; give each scheduled job its own --name "
+        "or let one of them run",
+    )
+
+
+class SqlCheckpointStore:
+    """Checkpoints in ``outbox_checkpoints`` (SQLite or PostgreSQL), created by ``outbox migrate``.
+
+    The CAS is a single ``UPDATE ... WHERE generation = :expected`` (or an ``INSERT`` that the
+    primary key rejects when a racing rescuer inserted first), so it holds across processes and
+    machines without explicit locks.
+    """
+
+    def __init__(self, url_or_engine: str | Engine) -> None:
+        from migrations.sql.tables import checkpoints
+
+        self._table = checkpoints
+        if isinstance(url_or_engine, Engine):
+            self._engine, self._owned = url_or_engine, False
+        else:
+            from outbox.sql import make_engine
+
+            self._engine, self._owned = make_engine(url_or_engine), True
+
+    def close(self) -> None:
+        if self._owned:
+            self._engine.dispose()
+
+    def _row(self, row: Any) -> Checkpoint:
+        t_uri, name = row.table_uri, row.rescuer_name
+        try:
+            details = json.loads(row.details) if row.details else {}
+            if not isinstance(details, dict):
+                raise ValueError("details is not a JSON object")
+        except ValueError as e:
+            raise CheckpointError(
+                f"the rescuer checkpoint {name!r} for {t_uri} has unreadable details ({e})",
+                hint="run `outbox rescue --full` to sweep the table and store a fresh checkpoint",
+            ) from e
+        return _validate(
+            Checkpoint(
+                t_uri,
+                name,
+                None if row.version is None else int(row.version),
+                int(row.generation),
+                utc(row.last_pass_at) if row.last_pass_at is not None else None,
+                utc(row.updated_at),
+                details,
+            )
+        )
+
+    def _db_error(self, what: str, e: DBAPIError) -> CheckpointError:
+        url = self._engine.url.render_as_string(hide_password=True)
+        first = str(e.orig or e).strip().splitlines()[0]
+        if "no such table" in first or "does not exist" in first:
+            return CheckpointError(
+                f"{what}: the checkpoint table is missing in {url}",
+                hint="run `outbox migrate` to create the SQL schema",
+            )
+        return CheckpointError(
+            f"{what}: the database {url} failed: {first}",
+            hint="check that the database is reachable, then retry the pass",
+        )
+
+    def read(self, table_uri: str, rescuer_name: str) -> Checkpoint | None:
+        t = self._table
+        try:
+            with self._engine.connect() as conn:
+                row = conn.execute(
+                    select(t).where(
+                        and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
+                    )
+                ).first()
+        except DBAPIError as e:
+            raise self._db_error("reading the rescuer checkpoint", e) from e
+        return self._row(row) if row is not None else None
+
+    def write(
+        self,
+        table_uri: str,
+        rescuer_name: str,
+        *,
+        expected_generation: int | None,
+        version: int | None,
+        at: datetime,
+        details: dict[str, Any],
+    ) -> Checkpoint:
+        t = self._table
+        generation = (expected_generation or 0) + 1
+        values = {
+            "version": version,
+            "generation": generation,
+            "last_pass_at": at,
+            "updated_at": at,
+            "details": json.dumps(details, sort_keys=True, default=str),
+        }
+        try:
+            with self._engine.begin() as conn:
+                if expected_generation is None:
+                    conn.execute(
+                        insert(t).values(table_uri=table_uri, rescuer_name=rescuer_name, **values)
+                    )
+                else:
+                    result = conn.execute(
+                        update(t)
+                        .where(
+                            and_(
+                                t.c.table_uri == table_uri,
+                                t.c.rescuer_name == rescuer_name,
+                                t.c.generation == expected_generation,
+                            )
+                        )
+                        .values(**values)
+                    )
+                    if result.rowcount != 1:
+                        found = conn.execute(
+                            select(t.c.generation).where(
+                                and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
+                            )
+                        ).scalar()
+                        raise _conflict(table_uri, rescuer_name, expected_generation, found)
+        except IntegrityError as e:
+            raise _conflict(
+                table_uri, rescuer_name, None, self.generation(table_uri, rescuer_name)
+            ) from e
+        except DBAPIError as e:
+            raise self._db_error("writing the rescuer checkpoint", e) from e
+        return Checkpoint(
+            table_uri, rescuer_name, version, generation, utc(at), utc(at), dict(details)
+        )
+
+    def generation(self, table_uri: str, rescuer_name: str) -> int | None:
+        t = self._table
+        try:
+            with self._engine.connect() as conn:
+                value = conn.execute(
+                    select(t.c.generation).where(
+                        and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
+                    )
+                ).scalar()
+        except DBAPIError as e:
+            raise self._db_error("reading the rescuer checkpoint", e) from e
+        return None if value is None else int(value)
+
+    def list(self, table_uri: str | None = None) -> list[Checkpoint]:
+        t = self._table
+        query = select(t).order_by(t.c.table_uri, t.c.rescuer_name)
+        if table_uri is not None:
+            query = query.where(t.c.table_uri == table_uri)
+        try:
+            with self._engine.connect() as conn:
+                rows = conn.execute(query).all()
+        except DBAPIError as e:
+            raise self._db_error("listing rescuer checkpoints", e) from e
+        return [self._row(r) for r in rows]

@@ -1,0 +1,96 @@
+"""Engine-independent rescue plans: what a pass found, whichever engine read the table.
+
+Both engines (``cdf_local`` on delta-rs, ``cdf_spark`` on Spark) return a ``Plan``; the contract
+suite compares them field by field, so "same meaning on two engines" is checked, not hoped for.
+
+How a feed plan is computed (both engines do exactly this):
+
+1. Read the change feed over ``(start, latest]``: the window ``(start, end]`` plus the *tail*
+   ``(end, latest]`` that is younger than the delay.
+2. Drop ``update_preimage`` rows. Per id, the latest image is the row with the highest
+   ``_commit_version``; inside one version an insert/post-image wins over a delete (an overwrite
+   with a predicate writes both).
+3. A candidate is an id whose latest image *inside the window* is not a delete and is pending
+   (``last_seq > dispatched_seq``).
+4. The candidate is re-checked against its *current* row: its latest image over the whole
+   ``(start, latest]`` range. That image is the row as of ``latest``: if the id changed after the
+   window it is in the tail, otherwise the window's image is still current. This is the same
+   answer as ``store.read(ids)`` at version ``latest``, but costs a feed read of the recent tail
+   instead of a scan of the table, so the pass stays flat as the table grows (see
+   docs/rescuer.md). A candidate dispatched (or deleted) after the window drops out; one that
+   received more messages is enqueued with its current ``last_seq``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+Mode = Literal["feed", "sweep"]
+
+#: Change types that carry a row image we care about (pre-images never do).
+IMAGE_TYPES = ("insert", "update_postimage", "delete")
+#: Columns the planning needs from the feed (never the large ``state`` or ``outbox``).
+FEED_COLUMNS = ["id", "last_seq", "dispatched_seq", "_change_type", "_commit_version"]
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class PendingDocument:
+    """A document to rescue, as of its current row."""
+
+    id: str
+    last_seq: int
+    dispatched_seq: int
+
+
+@dataclass(frozen=True, slots=True)
+class FeedWindow:
+    """The versions a feed plan reads: the window ``(start, end]`` and the tail up to ``latest``."""
+
+    start: int  # exclusive: the checkpoint
+    end: int  # inclusive: the newest version older than the delay
+    latest: int  # inclusive: the table version when the pass started
+
+    @property
+    def versions(self) -> int:
+        return max(0, self.end - self.start)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a pass would enqueue, and what it read to decide."""
+
+    mode: Mode
+    engine: str
+    change_rows: int  # feed rows (all change types) inside the window; 0 for a sweep
+    documents: int  # distinct ids changed in the window; for a sweep, pending rows found
+    pending: tuple[PendingDocument, ...]  # sorted by id
+    tail_rows: int = 0  # feed rows read after the window, for the current-row re-check
+    timings: dict[str, float] = field(default_factory=dict, compare=False)
+
+    def key(self) -> tuple[Any, ...]:
+        """What two engines must agree on (timings and the engine name excluded)."""
+        return (self.mode, self.change_rows, self.documents, self.pending, self.tail_rows)
+
+
+class Engine(Protocol):
+    """A way to read the table: ``local`` (delta-rs) or ``spark``."""
+
+    name: str
+
+    def plan_feed(self, table_uri: str, window: FeedWindow) -> Plan:
+        """Plan from the change feed. Raises ``FeedUnavailableError`` when the feed is gone."""
+        ...
+
+    def plan_sweep(self, table_uri: str, version: int) -> Plan:
+        """Plan from a full scan of the rows at ``version`` (every pending document)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def pending_from_rows(rows: Iterable[Sequence[Any]]) -> tuple[PendingDocument, ...]:
+    """Sorted, de-duplicated ``PendingDocument``s from (id, last_seq, dispatched_seq) rows."""
+    docs = {str(r[0]): PendingDocument(str(r[0]), int(r[1]), int(r[2])) for r in rows}
+    return tuple(docs[k] for k in sorted(docs))
