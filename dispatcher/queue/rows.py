@@ -123,7 +123,7 @@ def lock_sessions(conn: Connection, keys: Iterable[tuple[str, str | None]]) -> N
     """
     for queue, session in sorted({(q, s) for q, s in keys if s is not None}):
         conn.execute(
-            sa_select(func.pg_advisory_xact_lock(func.hashtextextended(f"{queue}\x00{session}", 0)))
+            sa_select(func.pg_advisory_xact_lock(func.hashtextextended(f"{queue}:{session}", 0)))
         )
 
 

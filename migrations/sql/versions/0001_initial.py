@@ -51,9 +51,7 @@ def upgrade() -> None:
         "outbox_queue_messages",
         ["queue", "session_id", "sequence_number"],
     )
-    op.create_index(
-        "ix_outbox_queue_messages_lock_token", "outbox_queue_messages", ["lock_token"]
-    )
+    op.create_index("ix_outbox_queue_messages_lock_token", "outbox_queue_messages", ["lock_token"])
 
     op.create_table(
         "outbox_queue_dead_letters",

@@ -1,0 +1,316 @@
+"""A consumer that runs a handler per message and settles by outcome.
+
+* success -> complete; an exception -> abandon with exponential backoff; a declared permanent
+  error -> dead-letter (the handler said retrying cannot help).
+* A background thread renews the locks of running handlers, so a long handler keeps its message.
+* Order within a session holds because the queue only hands out a session's head.
+* Inbox (optional): a message_id already handled is completed without running the handler again.
+  When the handler takes a ``Connection`` argument, its SQL work, the inbox row and the completion
+  commit in ONE transaction: either all happen or none do (exactly-once effect in this database).
+* ``stop()`` (or SIGTERM under ``run_forever``) stops receiving, lets running handlers finish and
+  abandons messages it received but did not start, so their locks are released at once.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import signal
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from types import FrameType
+from typing import Any
+
+from sqlalchemy import Connection, delete, exists, select
+from sqlalchemy.exc import IntegrityError
+
+from dispatcher.queue import validation
+from dispatcher.queue.messages import ReceivedMessage
+from dispatcher.queue.sql_queue import SqlQueue
+from migrations.sql.tables import inbox, queue_messages
+from outbox.clock import Clock
+from outbox.errors import LockLostError, OutboxError
+
+log = logging.getLogger("outbox.queue.consumer")
+
+Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connection], Any]
+
+
+class PermanentError(Exception):
+    """Raise from a handler when retrying cannot help: the message is dead-lettered at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExponentialBackoff:
+    """Delay before redelivery: ``base * factor**(delivery_count-1)``, capped at ``cap``."""
+
+    base: float = 1.0
+    factor: float = 2.0
+    cap: float = 300.0
+
+    def __call__(self, delivery_count: int) -> float:
+        return float(min(self.cap, self.base * self.factor ** max(0, delivery_count - 1)))
+
+
+def _takes_connection(handler: Callable[..., Any]) -> bool:
+    params = [
+        p
+        for p in inspect.signature(handler).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return len(params) >= 2
+
+
+class Consumer:
+    """Receives from ``queue_name``; runs ``handler`` on up to ``concurrency`` messages at once."""
+
+    def __init__(
+        self,
+        queue: SqlQueue,
+        queue_name: str,
+        handler: Handler,
+        *,
+        clock: Clock | None = None,
+        inbox: bool | str = False,
+        permanent_errors: tuple[type[BaseException], ...] = (PermanentError,),
+        backoff: Callable[[int], float] = ExponentialBackoff(),
+        concurrency: int = 1,
+        poll_interval: float = 1.0,
+        renew_check_interval: float = 1.0,
+    ) -> None:
+        self.queue = queue
+        self.queue_name = validation.queue_name(queue_name)
+        self.handler = handler
+        self.clock = clock or queue.clock
+        self.inbox_name: str | None = (
+            (inbox if isinstance(inbox, str) else queue_name) if inbox else None
+        )
+        self.permanent_errors = permanent_errors
+        self.backoff = backoff
+        self.concurrency = validation.positive("concurrency", concurrency)
+        self.poll_interval = poll_interval
+        self.renew_check_interval = renew_check_interval
+        self._with_connection = _takes_connection(handler)
+        self._stopping = threading.Event()
+        self._in_flight: dict[int, ReceivedMessage] = {}
+        self._guard = threading.Lock()
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="outbox-consumer")
+        self.processed = 0
+
+    # --- running ---------------------------------------------------------------------------
+
+    def run_once(self) -> int:
+        """Receive one batch (up to ``concurrency``), handle it, wait for the outcome.
+
+        Returns how many messages were received.
+        """
+        if self._stopping.is_set():
+            return 0
+        batch = self.queue.receive(self.queue_name, self.concurrency)
+        if not batch:
+            return 0
+        done = threading.Event()
+        renewer = threading.Thread(
+            target=self._renew_loop, args=(done,), name="outbox-lock-renewer", daemon=True
+        )
+        renewer.start()
+        try:
+            list(self._pool.map(self._process, batch))
+        finally:
+            done.set()
+            renewer.join()
+        return len(batch)
+
+    def run_forever(self) -> None:
+        """Poll until ``stop()`` or SIGTERM; an idle poll waits ``poll_interval`` seconds."""
+        previous = None
+        if threading.current_thread() is threading.main_thread():
+            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        try:
+            while not self._stopping.is_set():
+                try:
+                    received = self.run_once()
+                except OutboxError as e:
+                    if not e.retryable:
+                        raise
+                    log.warning("queue unavailable, retrying in %.1fs: %s", self.poll_interval, e)
+                    received = 0
+                if not received:
+                    self._stopping.wait(self.poll_interval)
+        finally:
+            if previous is not None:
+                signal.signal(signal.SIGTERM, previous)
+            self._pool.shutdown(wait=True)
+
+    def stop(self) -> None:
+        """Stop receiving; running handlers finish, messages not yet started are abandoned."""
+        self._stopping.set()
+
+    def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
+        log.info("SIGTERM: finishing in-flight messages, then stopping")
+        self.stop()
+
+    # --- one message -------------------------------------------------------------------------
+
+    def _process(self, msg: ReceivedMessage) -> None:
+        if self._stopping.is_set():
+            self._settle(self.queue.abandon, msg)  # release the lock now, not after expiry
+            return
+        with self._guard:
+            self._in_flight[msg.sequence_number] = msg
+        try:
+            if self._with_connection:
+                self._run_in_transaction(msg)
+            else:
+                self._run_plain(msg)
+        finally:
+            with self._guard:
+                self._in_flight.pop(msg.sequence_number, None)
+
+    def _run_plain(self, msg: ReceivedMessage) -> None:
+        if self.inbox_name and self._already_handled(msg):
+            self._settle(self.queue.complete, msg)
+            return
+        try:
+            self.handler(msg)  # type: ignore[call-arg]
+        except self.permanent_errors as e:
+            self._dead_letter(msg, e)
+            return
+        except Exception as e:
+            self._abandon(msg, e)
+            return
+        if self.inbox_name:
+            self._complete_with_inbox(msg)
+        else:
+            self._settle(self.queue.complete, msg)
+        self.processed += 1
+
+    def _run_in_transaction(self, msg: ReceivedMessage) -> None:
+        """Complete first, inside the handler's transaction: once the delete is in (uncommitted),
+        no other receiver can take the row, so the handler needs no lock renewal; a rollback
+        puts everything back."""
+        db = self.queue.database
+        try:
+            with db.write("handle a message") as conn:
+                if not self._delete_locked(conn, msg):
+                    raise LockLostError(f"message {msg.message_id}: lock lost before handling")
+                if self.inbox_name and not self._record(conn, msg):
+                    return  # already handled: the delete above completes it
+                self.handler(msg, conn)  # type: ignore[call-arg]
+        except LockLostError as e:
+            log.warning("%s; it will be redelivered", e)
+            return
+        except self.permanent_errors as e:
+            self._dead_letter(msg, e)
+            return
+        except Exception as e:
+            self._abandon(msg, e)
+            return
+        self.processed += 1
+
+    # --- settlement helpers --------------------------------------------------------------------
+
+    def _delete_locked(self, conn: Connection, msg: ReceivedMessage) -> bool:
+        m = queue_messages
+        now = self.clock.now()
+        result = conn.execute(
+            delete(m).where(
+                m.c.sequence_number == msg.sequence_number,
+                m.c.lock_token == msg.lock_token,
+                m.c.locked_until > now,
+            )
+        )
+        return result.rowcount == 1
+
+    def _record(self, conn: Connection, msg: ReceivedMessage) -> bool:
+        """Insert the inbox row; False when this consumer already handled the message_id."""
+        assert self.inbox_name is not None
+        seen = conn.execute(
+            select(
+                exists().where(
+                    inbox.c.consumer == self.inbox_name, inbox.c.message_id == msg.message_id
+                )
+            )
+        ).scalar()
+        if seen:
+            log.info("message %s was already handled; dropping the repeat", msg.message_id)
+            return False
+        try:
+            with conn.begin_nested():
+                conn.execute(
+                    inbox.insert().values(
+                        consumer=self.inbox_name,
+                        message_id=msg.message_id,
+                        handled_at=self.clock.now(),
+                    )
+                )
+        except IntegrityError:  # a concurrent consumer recorded it first
+            return False
+        return True
+
+    def _already_handled(self, msg: ReceivedMessage) -> bool:
+        with self.queue.database.read("read the inbox") as conn:
+            return bool(
+                conn.execute(
+                    select(
+                        exists().where(
+                            inbox.c.consumer == self.inbox_name,
+                            inbox.c.message_id == msg.message_id,
+                        )
+                    )
+                ).scalar()
+            )
+
+    def _complete_with_inbox(self, msg: ReceivedMessage) -> None:
+        try:
+            with self.queue.database.write("complete a message") as conn:
+                self._record(conn, msg)
+                if not self._delete_locked(conn, msg):
+                    raise LockLostError(f"message {msg.message_id}: lock lost before completion")
+        except LockLostError as e:
+            log.warning("%s; the handler may run again (the inbox will not drop it)", e)
+
+    def _abandon(self, msg: ReceivedMessage, error: Exception) -> None:
+        delay = self.backoff(msg.delivery_count)
+        log.warning(
+            "handler failed for message %s (delivery %d), retrying in %.1fs: %r",
+            msg.message_id,
+            msg.delivery_count,
+            delay,
+            error,
+        )
+        self._settle(lambda m: self.queue.abandon(m, delay=delay), msg)
+
+    def _dead_letter(self, msg: ReceivedMessage, error: BaseException) -> None:
+        log.error("message %s is poison, dead-lettering: %r", msg.message_id, error)
+        reason = type(error).__name__[:256]
+        self._settle(lambda m: self.queue.dead_letter(m, reason, str(error)), msg)
+
+    @staticmethod
+    def _settle(action: Callable[[ReceivedMessage], object], msg: ReceivedMessage) -> None:
+        try:
+            action(msg)
+        except LockLostError as e:
+            log.warning("%s", e)
+
+    # --- lock renewal ------------------------------------------------------------------------
+
+    def _renew_loop(self, done: threading.Event) -> None:
+        """Renew each running message's lock once half its duration has passed (clock time)."""
+        expiries: dict[int, Any] = {}
+        half = self.queue.lock_duration / 2
+        while not done.wait(self.renew_check_interval):
+            if self._with_connection:
+                continue  # completed inside the handler's transaction: nothing to renew
+            with self._guard:
+                running = list(self._in_flight.values())
+            now = self.clock.now()
+            for msg in running:
+                until = expiries.get(msg.sequence_number, msg.locked_until)
+                if until is not None and until - now <= half:
+                    try:
+                        expiries[msg.sequence_number] = self.queue.renew_lock(msg)
+                    except OutboxError as e:
+                        log.warning("could not renew the lock of %s: %s", msg.message_id, e)
