@@ -1,0 +1,24 @@
+"""The durable SQL queue (Service Bus semantics on SQLite or PostgreSQL) and its consumer."""
+
+from dispatcher.queue.consumer import Consumer, ExponentialBackoff, PermanentError
+from dispatcher.queue.messages import (
+    DeadLetter,
+    PeekedMessage,
+    QueueMessage,
+    QueueStats,
+    ReceivedMessage,
+)
+from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON, SqlQueue
+
+__all__ = [
+    "MAX_DELIVERY_REASON",
+    "Consumer",
+    "DeadLetter",
+    "ExponentialBackoff",
+    "PeekedMessage",
+    "PermanentError",
+    "QueueMessage",
+    "QueueStats",
+    "ReceivedMessage",
+    "SqlQueue",
+]

@@ -175,6 +175,10 @@ class SqlQueue:
             self.forget_expired_duplicates()
         return [row["message_id"] for row in accepted]
 
+    def validate(self, queue: str, msg: QueueMessage) -> None:
+        """Raise ``ValidationError`` if ``send(queue, msg)`` would refuse the message."""
+        self._row(queue, msg, self._now())
+
     def _row(self, queue: str, msg: QueueMessage, now: datetime) -> dict[str, Any]:
         if not isinstance(msg, QueueMessage):
             raise ValidationError(

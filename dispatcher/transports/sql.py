@@ -1,0 +1,78 @@
+"""The embedded transport: outbox messages go into the SQL queue, one atomic send per batch.
+
+Each ``TransportMessage`` maps onto a ``QueueMessage`` field for field (destination -> queue,
+scheduled_at -> not_before). A batch is one transaction, so "send returned" means every message
+is committed; a re-sent batch is dropped by the queue's duplicate detection on message_id.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dispatcher.queue import validation
+from dispatcher.queue.messages import QueueMessage
+from dispatcher.queue.sql_queue import SqlQueue
+from dispatcher.transports.base import TransportMessage
+from outbox.errors import (
+    ClosedError,
+    OutboxError,
+    PermanentTransportError,
+    RetryableTransportError,
+    ValidationError,
+)
+
+
+class SqlQueueTransport:
+    """A ``Transport`` over ``SqlQueue``."""
+
+    def __init__(self, queue: SqlQueue) -> None:
+        self.queue = queue
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        entries = [(self._destination(m), self._convert(m)) for m in batch]
+        if not entries:
+            return
+        try:
+            self.queue.send_batch(entries)
+        except ValidationError as e:  # caught above per message; kept for safety
+            raise PermanentTransportError(str(e), message_id=batch[0].message_id) from e
+        except ClosedError as e:
+            raise PermanentTransportError(
+                f"cannot send message {batch[0].message_id}: {e}", message_id=batch[0].message_id
+            ) from e
+        except OutboxError as e:
+            ids = ", ".join(m.message_id for m in batch[:3]) + ("..." if len(batch) > 3 else "")
+            raise RetryableTransportError(
+                f"the SQL queue did not take the batch ({ids}): {e}",
+                message_id=batch[0].message_id,
+            ) from e
+
+    def _destination(self, m: TransportMessage) -> str:
+        try:
+            return validation.queue_name(m.destination)
+        except ValidationError as e:
+            raise PermanentTransportError(
+                f"message {m.message_id}: {e}", message_id=m.message_id
+            ) from e
+
+    def _convert(self, m: TransportMessage) -> QueueMessage:
+        qm = QueueMessage(
+            body=m.body,
+            message_id=m.message_id,
+            session_id=m.session_id,
+            not_before=m.scheduled_at,
+            subject=m.subject,
+            content_type=m.content_type,
+            correlation_id=m.correlation_id,
+            headers=dict(m.headers),
+        )
+        try:
+            self.queue.validate(m.destination, qm)
+        except ValidationError as e:
+            raise PermanentTransportError(
+                f"message {m.message_id}: {e}", message_id=m.message_id
+            ) from e
+        return qm
+
+    def close(self) -> None:
+        """The queue belongs to whoever built it (the runtime shares it with the command worker)."""
