@@ -1,0 +1,141 @@
+"""Named places where the dispatcher can be made to crash, for the fault-injection proofs.
+
+The invariants (no loss, order, no phantom, idempotence) are only worth something if they hold when
+the process dies *between* two steps. The dispatcher and the worker call ``crash_points.hit(name)``
+at each such step; normally that is a dictionary lookup and nothing happens. A test (or the
+end-to-end checker, or a real child process through ``OUTBOX_CRASH_AT``) arms a point, and the next
+hit raises ``InjectedCrash`` or kills the process with SIGKILL.
+
+Points, in the order a message passes them:
+
+``after_commit``
+    the Delta commit returned, nothing sent yet;
+``mid_batch``
+    between two send batches of one dispatch (between documents, or between chunks of a long
+    document when ``max_batch_messages`` splits it);
+``after_send``
+    every send settled, the watermark not written;
+``during_watermark``
+    right before the watermark MERGE (with ``kill_soon`` the kill lands *inside* the MERGE);
+``worker_holding``
+    the worker holds locked commands and has read their documents, nothing sent.
+
+``InjectedCrash`` derives from ``BaseException`` on purpose: like ``SystemExit`` it passes through
+every ``except Exception`` in the dispatcher, so it behaves like the process stopping there rather
+than like a send failure that the dispatcher would handle.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark", "worker_holding")
+ENV_VAR = "OUTBOX_CRASH_AT"
+
+Action = Callable[[str], None]
+
+
+class InjectedCrash(BaseException):
+    """Raised at an armed crash point; stands for the process dying there."""
+
+    def __init__(self, point: str) -> None:
+        self.point = point
+        super().__init__(f"injected crash at {point!r}")
+
+
+def raise_crash(point: str) -> None:
+    raise InjectedCrash(point)
+
+
+def kill_now(point: str) -> None:
+    """SIGKILL this process: no ``finally``, no atexit, no flush. The real thing."""
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def kill_soon(delay_seconds: float) -> Action:
+    """Kill this process ``delay_seconds`` after the hit, while the step after the point runs."""
+
+    def action(point: str) -> None:
+        timer = threading.Timer(delay_seconds, kill_now, args=(point,))
+        timer.daemon = True
+        timer.start()
+
+    return action
+
+
+@dataclass
+class _Armed:
+    action: Action
+    at_hit: int  # fire on this hit (1 = the next one)
+    hits: int = 0
+
+
+class CrashPoints:
+    """A registry of armed points. Thread-safe; a point fires once, on its ``at_hit``-th hit."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._armed: dict[str, _Armed] = {}
+        self.fired: list[str] = []
+
+    def arm(self, point: str, action: Action | None = None, *, at_hit: int = 1) -> None:
+        """Make ``point`` fire on its ``at_hit``-th hit from now (default: raise InjectedCrash)."""
+        if point not in POINTS:
+            raise ValueError(f"unknown crash point {point!r}; known points: {', '.join(POINTS)}")
+        if at_hit < 1:
+            raise ValueError("at_hit counts from 1")
+        with self._lock:
+            self._armed[point] = _Armed(action or raise_crash, at_hit)
+
+    def disarm(self, point: str | None = None) -> None:
+        with self._lock:
+            if point is None:
+                self._armed.clear()
+            else:
+                self._armed.pop(point, None)
+
+    def hit(self, point: str) -> None:
+        """Called by the dispatcher at ``point``; fires the armed action on the chosen hit."""
+        if not self._armed:  # the hot path: nothing armed
+            return
+        with self._lock:
+            armed = self._armed.get(point)
+            if armed is None:
+                return
+            armed.hits += 1
+            if armed.hits < armed.at_hit:
+                return
+            del self._armed[point]
+            self.fired.append(point)
+        armed.action(point)
+
+    def arm_from_env(self, env: Mapping[str, str] | None = None) -> None:
+        """Arm from ``OUTBOX_CRASH_AT``: ``point[@n][=raise|kill|kill_soon:SECONDS]``.
+
+        The default action is ``kill`` (SIGKILL): the variable exists for real child processes.
+        Several specs may be separated by commas.
+        """
+        spec = (os.environ if env is None else env).get(ENV_VAR, "").strip()
+        for part in filter(None, (p.strip() for p in spec.split(","))):
+            name, _, how = part.partition("=")
+            name, _, nth = name.partition("@")
+            self.arm(name, parse_action(how or "kill"), at_hit=int(nth or 1))
+
+
+def parse_action(text: str) -> Action:
+    if text == "raise":
+        return raise_crash
+    if text == "kill":
+        return kill_now
+    if text.startswith("kill_soon:"):
+        return kill_soon(float(text.split(":", 1)[1]))
+    raise ValueError(f"unknown crash action {text!r}; use raise, kill or kill_soon:SECONDS")
+
+
+#: The process-wide registry the dispatcher and the worker use unless given their own.
+crash_points = CrashPoints()
+crash_points.arm_from_env()

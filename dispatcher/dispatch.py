@@ -1,0 +1,310 @@
+"""Sending a document's pending messages, in order, then recording that they left.
+
+One ``Dispatcher.dispatch(rows)`` call is the whole job for a set of documents, whether the rows
+come straight from a commit (immediate dispatch: they are in memory, nothing is re-read) or from
+the store (the command worker):
+
+1. Each document's pending messages (``dispatched_seq < seq <= last_seq``) are sent in seq order.
+   A failed send stops that document's later messages (I2); other documents go on.
+2. Documents run concurrently, at most ``max_in_flight`` sends at once. A document's messages are
+   always sent by one thread, one batch after the other, so they never overtake each other.
+3. Then **one** ``advance_watermarks`` MERGE records, for every document that made progress, the
+   highest seq the transport accepted. It uses ``greatest(...)`` and no version check, so it never
+   fails an application's concurrent save (I4).
+
+Why first deliveries stay in seq order even when two senders race on one document (immediate
+dispatch and a command worker, say): every sender starts right after the watermark it read, and
+everything at or below a watermark was already accepted. So when a sender delivers seq k for the
+first time, it has just delivered its own start..k-1, and everything below its start went earlier.
+
+**Coalescing.** When the transport declares ``atomic_batches`` (the SQL queue: one transaction),
+many documents' messages go out in one ``send`` of up to ``max_batch_messages`` messages. That
+turns 1,000 round trips into two. If such a batch fails, nothing of it was accepted, and each of
+its documents is retried on its own, so one poisoned document does not hold back the others.
+
+Nothing here raises ``Exception`` to the caller: failures are logged, counted and reported in the
+``DispatchReport`` (the commit already happened; a command or the rescuer finishes the job).
+``InjectedCrash`` (a ``BaseException``) passes through, standing for the process dying.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from dispatcher.crash_points import CrashPoints
+from dispatcher.crash_points import crash_points as default_crash_points
+from dispatcher.metrics import DispatchMetrics
+from dispatcher.transports.base import Transport, TransportMessage
+from outbox.errors import PermanentTransportError
+from outbox.model import DocumentRow, OutboxMessage
+
+log = logging.getLogger("outbox.dispatcher")
+
+DEFAULT_MAX_BATCH_MESSAGES = 500
+
+Plan = tuple[DocumentRow, list[OutboxMessage]]
+
+
+class WatermarkStore(Protocol):
+    """What the dispatcher needs from a document store: one batched, monotonic watermark write."""
+
+    def advance_watermarks(self, marks: Mapping[str, int]) -> int | None: ...
+
+
+def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:
+    """Map a stored message onto the transport's fields (Service Bus names in parentheses).
+
+    The ordering key becomes the session (``session_id``); without one the document id is used,
+    which gives per-document order. ``deliver_at`` becomes the scheduled time
+    (``scheduled_enqueue_time_utc``), the message type the ``subject``.
+    """
+    return TransportMessage(
+        message_id=message.message_id,
+        destination=message.destination,
+        body=message.body.encode("utf-8"),
+        subject=message.type,
+        content_type=message.content_type,
+        session_id=message.ordering_key or doc_id,
+        scheduled_at=message.deliver_at,
+        correlation_id=message.correlation_id,
+        headers=dict(message.headers),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentOutcome:
+    """What happened to one document's pending messages in one dispatch."""
+
+    doc_id: str
+    start_seq: int  # dispatched_seq when the dispatch began
+    target_seq: int  # the highest pending seq it tried to send
+    sent_up_to: int  # the highest seq the transport accepted (start_seq when none)
+    error: Exception | None = None
+
+    @property
+    def complete(self) -> bool:
+        return self.error is None and self.sent_up_to >= self.target_seq
+
+    @property
+    def progressed(self) -> bool:
+        return self.sent_up_to > self.start_seq
+
+    @property
+    def permanent(self) -> bool:
+        return isinstance(self.error, PermanentTransportError)
+
+
+@dataclass
+class DispatchReport:
+    """The result of one dispatch: per-document outcomes and the watermark write."""
+
+    outcomes: dict[str, DocumentOutcome] = field(default_factory=dict)
+    messages_sent: int = 0
+    watermark_version: int | None = None
+    watermark_error: Exception | None = None
+    watermark_seconds: float = 0.0
+
+    @property
+    def failed(self) -> list[str]:
+        """Documents that still hold unsent messages, or whose watermark was not written."""
+        out = [d for d, o in self.outcomes.items() if not o.complete]
+        if self.watermark_error is not None:
+            out += [d for d, o in self.outcomes.items() if o.complete and o.progressed]
+        return out
+
+    @property
+    def ok(self) -> bool:
+        return not self.failed
+
+
+class Dispatcher:
+    """Sends pending messages for documents and advances their watermarks in one MERGE."""
+
+    def __init__(
+        self,
+        store: WatermarkStore,
+        transport: Transport,
+        *,
+        max_in_flight: int = 16,
+        max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
+        coalesce: bool | None = None,
+        metrics: DispatchMetrics | None = None,
+        crash_points: CrashPoints | None = None,
+    ) -> None:
+        if max_in_flight < 1 or max_batch_messages < 1:
+            raise ValueError("max_in_flight and max_batch_messages must be at least 1")
+        self.store = store
+        self.transport = transport
+        self.max_in_flight = max_in_flight
+        self.max_batch_messages = max_batch_messages
+        self.coalesce = (
+            bool(getattr(transport, "atomic_batches", False)) if coalesce is None else coalesce
+        )
+        self.metrics = metrics or DispatchMetrics()
+        self.crash_points = crash_points or default_crash_points
+        self._pool: ThreadPoolExecutor | None = None
+
+    # --- the whole job ----------------------------------------------------------------------
+
+    def dispatch(
+        self, rows: Sequence[DocumentRow], *, started: float | None = None
+    ) -> DispatchReport:
+        """Send what ``rows`` hold pending, then advance their watermarks in one MERGE.
+
+        ``started`` is the ``time.perf_counter()`` of the commit, for commit-to-settled latency.
+        """
+        started = time.perf_counter() if started is None else started
+        report = self.send_pending(rows, started=started)
+        self.crash_points.hit("after_send")
+        self.advance(report)
+        return report
+
+    def send_pending(
+        self, rows: Sequence[DocumentRow], *, started: float | None = None
+    ) -> DispatchReport:
+        """Step 1 and 2 only: send, concurrently across documents, in order within each."""
+        started = time.perf_counter() if started is None else started
+        unique = {r.id: r for r in rows}  # a later row for the same id wins
+        plans: list[Plan] = [
+            (r, p) for r in unique.values() if r.has_pending and (p := r.pending())
+        ]
+        report = DispatchReport()
+        if not plans:
+            return report
+        chunks = self._chunks(plans)
+        if len(chunks) == 1:
+            results = [self._run_chunk(chunks[0], started)]
+        else:
+            results = self._run_concurrently(chunks, started)
+        for outcomes in results:
+            for o in outcomes:
+                report.outcomes[o.doc_id] = o
+                report.messages_sent += _count_sent(o, unique[o.doc_id])
+        self.metrics.inc("messages_sent", report.messages_sent)
+        self.metrics.inc("documents_dispatched", sum(o.complete for o in report.outcomes.values()))
+        self.metrics.inc("documents_failed", sum(not o.complete for o in report.outcomes.values()))
+        return report
+
+    def advance(self, report: DispatchReport) -> None:
+        """Step 3: one MERGE for every document that made progress; failures are recorded."""
+        marks = {d: o.sent_up_to for d, o in report.outcomes.items() if o.progressed}
+        if not marks:
+            return
+        self.crash_points.hit("during_watermark")
+        t0 = time.perf_counter()
+        try:
+            report.watermark_version = self.store.advance_watermarks(marks)
+        except Exception as e:
+            report.watermark_error = e
+            self.metrics.inc("watermark_failures")
+            log.warning(
+                "watermark for %d document(s) was not written (%s); their messages were sent and "
+                "will be re-sent with the same message ids by a command or the rescuer",
+                len(marks),
+                e,
+            )
+        finally:
+            report.watermark_seconds = time.perf_counter() - t0
+        if report.watermark_error is None:
+            self.metrics.inc("watermark_merges")
+            self.metrics.observe_watermark(report.watermark_seconds)
+
+    # --- sending ----------------------------------------------------------------------------
+
+    def _chunks(self, plans: list[Plan]) -> list[list[Plan]]:
+        """Whole documents grouped into sends of at most ``max_batch_messages`` (coalescing)."""
+        if not self.coalesce:
+            return [[p] for p in plans]
+        chunks: list[list[Plan]] = []
+        current: list[Plan] = []
+        count = 0
+        for plan in plans:
+            n = len(plan[1])
+            if current and count + n > self.max_batch_messages:
+                chunks.append(current)
+                current, count = [], 0
+            current.append(plan)
+            count += n
+        if current:
+            chunks.append(current)
+        return chunks
+
+    def _run_concurrently(
+        self, chunks: list[list[Plan]], started: float
+    ) -> list[list[DocumentOutcome]]:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="outbox-send")
+        futures: list[Future[list[DocumentOutcome]]] = [
+            self._pool.submit(self._run_chunk, c, started) for c in chunks
+        ]
+        # On a crash, cancel what has not started and wait for every send already running, so
+        # nothing is still in flight when the crash reaches the caller.
+        wait(futures, return_when=FIRST_EXCEPTION)
+        for f in futures:
+            f.cancel()
+        wait(futures)
+        for f in futures:
+            error = None if f.cancelled() else f.exception()
+            if error is not None:
+                raise error
+        return [f.result() for f in futures]
+
+    def _run_chunk(self, chunk: list[Plan], started: float) -> list[DocumentOutcome]:
+        if len(chunk) > 1:
+            batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
+            try:
+                self._send(batch, started)
+            except Exception as e:
+                self.metrics.inc("coalesced_fallbacks")
+                log.info(
+                    "a batch of %d documents failed (%s); sending each on its own", len(chunk), e
+                )
+            else:
+                return [
+                    DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, msgs[-1].seq)
+                    for row, msgs in chunk
+                ]
+        return [self._send_document(row, msgs, started) for row, msgs in chunk]
+
+    def _send_document(
+        self, row: DocumentRow, msgs: list[OutboxMessage], started: float
+    ) -> DocumentOutcome:
+        """One document in seq order, ``max_batch_messages`` at a time; stop at a failure."""
+        sent = row.dispatched_seq
+        for i in range(0, len(msgs), self.max_batch_messages):
+            part = msgs[i : i + self.max_batch_messages]
+            try:
+                self._send([to_transport_message(m, row.id) for m in part], started)
+            except Exception as e:
+                self.metrics.inc("send_failures")
+                log.warning(
+                    "document %r: send of seq %d..%d failed (%s); its later messages wait for a "
+                    "retry",
+                    row.id,
+                    part[0].seq,
+                    msgs[-1].seq,
+                    e,
+                )
+                return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent, e)
+            sent = part[-1].seq
+        return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent)
+
+    def _send(self, batch: list[TransportMessage], started: float) -> None:
+        self.metrics.inc("send_calls")
+        self.transport.send(batch)
+        self.metrics.observe_settle(time.perf_counter() - started, len(batch))
+        self.crash_points.hit("mid_batch")
+
+    def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+
+def _count_sent(outcome: DocumentOutcome, row: DocumentRow) -> int:
+    return sum(1 for m in row.outbox if outcome.start_seq < m.seq <= outcome.sent_up_to)

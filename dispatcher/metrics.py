@@ -1,0 +1,86 @@
+"""Counters and a latency window for the dispatcher and the worker.
+
+A failure after the commit is never raised to the application (I4), so counting it is the only way
+anyone learns of it: these counters are what ``outbox status``, the demo and the benchmark read.
+Latencies keep a bounded window (the newest ``window`` samples) so a long-running process does not
+grow without bound.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+COUNTERS = (
+    "commits_seen",
+    "documents_dispatched",
+    "documents_failed",
+    "messages_sent",
+    "send_calls",
+    "send_failures",
+    "coalesced_fallbacks",
+    "watermark_merges",
+    "watermark_failures",
+    "commands_enqueued",
+    "enqueue_failures",
+    "commands_completed",
+    "commands_abandoned",
+    "commands_dead_lettered",
+    "lock_lost",
+)
+
+
+@dataclass
+class DispatchMetrics:
+    """Thread-safe counters (names in ``COUNTERS``) and latency windows in seconds."""
+
+    window: int = 10_000
+    counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    settle_latency: deque[float] = field(default_factory=deque)  # commit -> send settled
+    watermark_latency: deque[float] = field(default_factory=deque)  # one watermark MERGE
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def __post_init__(self) -> None:
+        self.settle_latency = deque(maxlen=self.window)
+        self.watermark_latency = deque(maxlen=self.window)
+
+    def inc(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self.counts[name] = self.counts.get(name, 0) + n
+
+    def observe_settle(self, seconds: float, n: int = 1) -> None:
+        """Record ``n`` messages that settled ``seconds`` after their commit."""
+        with self._lock:
+            self.settle_latency.extend([seconds] * n)
+
+    def observe_watermark(self, seconds: float) -> None:
+        with self._lock:
+            self.watermark_latency.append(seconds)
+
+    def __getitem__(self, name: str) -> int:
+        return self.counts.get(name, 0)
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters plus p50/p99 (milliseconds) of each latency window."""
+        with self._lock:
+            out: dict[str, Any] = dict(self.counts)
+            for name in ("settle_latency", "watermark_latency"):
+                values = sorted(getattr(self, name))
+                out[f"{name}_p50_ms"] = _percentile(values, 0.50) * 1000
+                out[f"{name}_p99_ms"] = _percentile(values, 0.99) * 1000
+            return out
+
+    def reset(self) -> None:
+        with self._lock:
+            self.counts = dict.fromkeys(COUNTERS, 0)
+            self.settle_latency.clear()
+            self.watermark_latency.clear()
+
+
+def _percentile(sorted_values: list[float], q: float) -> float:
+    if not sorted_values:
+        return 0.0
+    index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
+    return sorted_values[index]

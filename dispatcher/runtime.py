@@ -1,0 +1,206 @@
+"""The dispatcher runtime: what ``Outbox.open`` wires behind every commit.
+
+It owns the transport, the command queue (lazily: an application that publishes to memory and never
+defers needs no SQL at all), the ``Dispatcher`` and the metrics, and chooses between
+
+* **immediate** dispatch: right after the commit, send what the saved rows hold (they are already
+  in memory; nothing is re-read) and advance the watermarks in one MERGE; and
+* **deferred** dispatch: only enqueue a ``ProcessDocument`` command per saved document with
+  pending messages; the ``outbox run-dispatcher`` worker publishes.
+
+When an immediate dispatch leaves a document pending (a send failed, or the watermark was not
+written), the runtime enqueues a ``ProcessDocument`` command for it, scheduled ``retry_delay``
+seconds out. Why not just leave it to the rescuer: the rescuer only looks after its delay (15 s to
+1 h) and a pass interval, while a command is picked up by the worker within a second or two of its
+schedule, with backoff and dead-lettering from the queue. The command id is derived from
+(table, id, last_seq), so the rescuer enqueueing the same command later is dropped as a duplicate.
+If even that enqueue fails (the database is down), it is logged and counted, and the rescuer
+remains the safety net. Nothing here ever raises to the application (I4).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+from dispatcher.commands import ProcessDocument
+from dispatcher.crash_points import CrashPoints
+from dispatcher.crash_points import crash_points as default_crash_points
+from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
+from dispatcher.metrics import DispatchMetrics
+from dispatcher.transports.base import Transport
+from outbox.clock import Clock, SystemClock
+from outbox.errors import ConfigurationError, MissingDependencyError
+from outbox.model import DocumentRow
+
+if TYPE_CHECKING:
+    from dispatcher.queue.sql_queue import SqlQueue
+    from dispatcher.worker import DispatcherWorker
+    from outbox.app import Outbox
+    from outbox.delta.store import DeltaDocumentStore
+    from outbox.settings import Settings
+
+log = logging.getLogger("outbox.dispatcher")
+
+#: Seconds before the worker picks up the command for a failed immediate dispatch.
+DEFAULT_RETRY_DELAY = 2.0
+
+
+def build_transport(settings: Settings, queue_factory: Any) -> Transport:
+    """The transport named by ``settings.transport``; ``queue_factory()`` gives the SQL queue."""
+    if settings.transport == "sql":
+        from dispatcher.transports.sql import SqlQueueTransport
+
+        transport: Transport = SqlQueueTransport(queue_factory())
+        return transport
+    if settings.transport == "memory":
+        from dispatcher.transports.memory import InMemoryTransport
+
+        return InMemoryTransport()
+    if settings.transport == "servicebus":
+        try:
+            from dispatcher.transports import servicebus  # type: ignore[attr-defined]
+        except ImportError as e:
+            raise MissingDependencyError(
+                "transport 'servicebus' is not available: the Azure Service Bus adapter or its "
+                f"dependency is not installed ({e})",
+                hint="pip install 'delta-outbox[azure]', or set transport = 'sql', or pass a "
+                "Transport object to Outbox.open(transport=...)",
+            ) from e
+        built: Transport = servicebus.ServiceBusTransport.from_settings(settings)
+        return built
+    raise ConfigurationError(  # pragma: no cover - Settings validates the name
+        f"setting 'transport' is invalid: {settings.transport!r}",
+        hint="use sql, memory or servicebus",
+    )
+
+
+class DispatcherRuntime:
+    """Transport + command queue + dispatcher, and the after-commit hook that drives them."""
+
+    def __init__(
+        self,
+        store: DeltaDocumentStore,
+        settings: Settings,
+        *,
+        transport: Transport | None = None,
+        clock: Clock | None = None,
+        queue: SqlQueue | None = None,
+        metrics: DispatchMetrics | None = None,
+        crash_points: CrashPoints | None = None,
+        retry_delay: float = DEFAULT_RETRY_DELAY,
+        max_batch_messages: int | None = None,
+    ) -> None:
+        self.store = store
+        self.settings = settings
+        self.clock = clock or SystemClock()
+        self.metrics = metrics or DispatchMetrics()
+        self.crash_points = crash_points or default_crash_points
+        self.retry_delay = retry_delay
+        self.mode = settings.dispatch
+        self._queue = queue
+        self._owns_queue = queue is None
+        self._queue_lock = threading.Lock()
+        self._owns_transport = transport is None
+        self.transport: Transport = transport or build_transport(settings, lambda: self.queue)
+        self.dispatcher = Dispatcher(
+            store,
+            self.transport,
+            max_in_flight=settings.max_in_flight,
+            metrics=self.metrics,
+            crash_points=self.crash_points,
+            max_batch_messages=max_batch_messages or DEFAULT_MAX_BATCH_MESSAGES,
+        )
+        self.last_report: DispatchReport | None = None
+        self._closed = False
+
+    @property
+    def queue(self) -> SqlQueue:
+        """The SQL queue on ``settings.sql_url`` (commands, and the SQL transport's messages)."""
+        with self._queue_lock:
+            if self._queue is None:
+                from dispatcher.queue.sql_queue import SqlQueue
+
+                self._queue = SqlQueue.from_settings(self.settings, clock=self.clock)
+            return self._queue
+
+    # --- the commit hook --------------------------------------------------------------------
+
+    def after_commit(self, rows: Sequence[DocumentRow], version: int) -> None:
+        """Called by the unit of work right after its commit, with the rows it saved."""
+        started = time.perf_counter()
+        self.metrics.inc("commits_seen")
+        self.crash_points.hit("after_commit")
+        try:
+            if self.mode == "deferred":
+                self.enqueue_commands((r.id, r.last_seq) for r in rows if r.has_pending)
+                return
+            report = self.dispatcher.dispatch(rows, started=started)
+            self.last_report = report
+            if report.failed:
+                by_id = {r.id: r for r in rows}
+                self.enqueue_commands(
+                    ((d, by_id[d].last_seq) for d in report.failed), delay=self.retry_delay
+                )
+        except Exception:  # never reaches the application: the commit happened (I4)
+            log.exception(
+                "dispatch after commit %d failed; a command or the rescuer finishes", version
+            )
+
+    def enqueue_commands(self, docs: Iterable[tuple[str, int]], *, delay: float = 0.0) -> int:
+        """Enqueue ``ProcessDocument`` for (id, last_seq) pairs; returns how many were sent.
+
+        A failure is logged and counted, not raised: the rescuer will find these documents.
+        """
+        commands = [
+            ProcessDocument(self.store.table_id, doc_id, seq, self.settings.table_uri)
+            for doc_id, seq in docs
+        ]
+        if not commands:
+            return 0
+        not_before = self.clock.now() + timedelta(seconds=delay) if delay > 0 else None
+        messages = [c.to_queue_message() for c in commands]
+        if not_before is not None:
+            from dataclasses import replace
+
+            messages = [replace(m, not_before=not_before) for m in messages]
+        try:
+            self.queue.send(self.settings.command_queue, messages)
+        except Exception as e:
+            self.metrics.inc("enqueue_failures", len(commands))
+            log.warning(
+                "could not enqueue ProcessDocument for %d document(s) (%s); the rescuer will "
+                "find them after its delay",
+                len(commands),
+                e,
+            )
+            return 0
+        self.metrics.inc("commands_enqueued", len(commands))
+        return len(commands)
+
+    # --- the worker -------------------------------------------------------------------------
+
+    def worker(self, **options: Any) -> DispatcherWorker:
+        """A command worker sharing this runtime's transport, queue and dispatcher."""
+        from dispatcher.worker import DispatcherWorker
+
+        return DispatcherWorker(self, **options)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.dispatcher.close()
+        if self._owns_transport:
+            self.transport.close()
+        if self._owns_queue and self._queue is not None:
+            self._queue.close()
+
+
+def build_runtime(outbox: Outbox, transport: Transport | None = None) -> DispatcherRuntime:
+    """The runtime ``Outbox.open`` attaches to every commit (see ``outbox.app._wire_dispatch``)."""
+    return DispatcherRuntime(outbox.store, outbox.settings, transport=transport, clock=outbox.clock)
