@@ -91,7 +91,7 @@ def upgrade(engine_or_url: Engine | str) -> list[str]:
 
 def _unreachable(engine: Engine, e: DBAPIError) -> QueueUnavailableError:
     return QueueUnavailableError(
-        f"cannot migrate the SQL database {engine.url.render_as_string(hide_password=True)}: "
+        f"the SQL database {engine.url.render_as_string(hide_password=True)} is unreachable: "
         f"{str(e.orig).strip().splitlines()[0] if e.orig else e}",
         hint="check that the database server is running and the URL is right, then retry",
     )
