@@ -32,6 +32,9 @@ def main(ctx: click.Context, workspace: str | None, config: str | None, verbose:
 from outbox.cli_core import register as _register_core  # noqa: E402
 
 _register_core(main)
+from dispatcher.worker_cli import register as _register_dispatcher  # noqa: E402
+
+_register_dispatcher(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

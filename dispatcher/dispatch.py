@@ -56,6 +56,20 @@ class WatermarkStore(Protocol):
     def advance_watermarks(self, marks: Mapping[str, int]) -> int | None: ...
 
 
+def atomic_batches(transport: object) -> bool:
+    """Does ``transport`` take a batch all-or-nothing, across sessions and destinations?
+
+    A transport says so with an ``atomic_batches = True`` attribute; the SQL queue transport is
+    atomic by construction (one transaction per send), so it is recognised by type.
+    """
+    flag = getattr(transport, "atomic_batches", None)
+    if flag is not None:
+        return bool(flag)
+    from dispatcher.transports.sql import SqlQueueTransport
+
+    return isinstance(transport, SqlQueueTransport)
+
+
 def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:
     """Map a stored message onto the transport's fields (Service Bus names in parentheses).
 
@@ -142,9 +156,7 @@ class Dispatcher:
         self.transport = transport
         self.max_in_flight = max_in_flight
         self.max_batch_messages = max_batch_messages
-        self.coalesce = (
-            bool(getattr(transport, "atomic_batches", False)) if coalesce is None else coalesce
-        )
+        self.coalesce = atomic_batches(transport) if coalesce is None else coalesce
         self.metrics = metrics or DispatchMetrics()
         self.crash_points = crash_points or default_crash_points
         self._pool: ThreadPoolExecutor | None = None

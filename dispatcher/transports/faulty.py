@@ -45,7 +45,9 @@ class FaultyTransport:
     @property
     def atomic_batches(self) -> bool:
         """Atomic as long as no partial delivery is armed (then it breaks the batch on purpose)."""
-        return bool(getattr(self.inner, "atomic_batches", False)) and self._partial is None
+        from dispatcher.dispatch import atomic_batches
+
+        return atomic_batches(self.inner) and self._partial is None
 
     # --- knobs --------------------------------------------------------------------------------
 

@@ -1,0 +1,79 @@
+"""``outbox run-dispatcher``: the long-running command worker (and ``--once`` for cron/tests)."""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from outbox.cli_support import CliContext, emit_json, json_option, pass_cli, print_kv
+from outbox.durations import parse_duration
+
+log = logging.getLogger("outbox.worker")
+
+
+@click.command("run-dispatcher")
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 256),
+    default=1,
+    show_default=True,
+    help="Receiver threads; each holds different documents (sessions).",
+)
+@click.option(
+    "--batch-size",
+    type=click.IntRange(1, 1000),
+    default=32,
+    show_default=True,
+    help="Commands received per batch; their watermarks are written in one MERGE.",
+)
+@click.option("--once", is_flag=True, help="Handle what is deliverable now, then exit.")
+@click.option(
+    "--until-idle",
+    is_flag=True,
+    help="Keep going (waiting for scheduled and backed-off commands) until the queue is empty.",
+)
+@click.option(
+    "--poll-interval",
+    default="500ms",
+    show_default=True,
+    help="Wait between receives when the queue has nothing ready.",
+)
+@json_option
+@pass_cli
+def run_dispatcher(
+    cli: CliContext,
+    *,
+    concurrency: int,
+    batch_size: int,
+    once: bool,
+    until_idle: bool,
+    poll_interval: str,
+    as_json: bool,
+) -> None:
+    """Send what ProcessDocument commands name: documents left pending by a crash, a failed send,
+    deferred dispatch or another writer. Stops cleanly on SIGTERM/SIGINT (exit 0)."""
+    from outbox.app import Outbox
+
+    interval = parse_duration(poll_interval, name="--poll-interval")
+    settings = cli.settings()
+    with Outbox.open(settings=settings, create=False) as ob:
+        worker = ob.runtime.worker(
+            concurrency=concurrency, batch_size=batch_size, poll_interval=interval
+        )
+        log.info(
+            "run-dispatcher: queue %r, table %s, concurrency %d%s",
+            settings.command_queue,
+            settings.table_uri,
+            concurrency,
+            " (once)" if once else " (until idle)" if until_idle else "",
+        )
+        stats = worker.run(once=once, until_idle=until_idle)
+    if as_json:
+        emit_json(stats.to_dict())
+    else:
+        print_kv("run-dispatcher", stats.to_dict().items())
+
+
+def register(group: click.Group) -> None:
+    group.add_command(run_dispatcher)
