@@ -35,7 +35,7 @@ class Settings:
 
     workspace: Path = Path(".outbox")
     table_uri: str = ""  # default: <workspace>/documents
-    storage_options: dict[str, str] = field(default_factory=dict)
+    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
     sql_url: str = ""  # default: sqlite:///<workspace>/outbox.db
     transport: TransportName = "sql"
     dispatch: DispatchMode = "immediate"

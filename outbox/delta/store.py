@@ -20,13 +20,11 @@ import logging
 import random
 import threading
 import uuid
-import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from outbox.clock import Clock, SystemClock
 from outbox.delta import schema as S
@@ -230,17 +228,25 @@ class DeltaDocumentStore:
 
     # --- reads ------------------------------------------------------------------------------
 
+    def _query(self, sql: str) -> pa.Table:
+        """Run SQL over the current snapshot with DataFusion (registered as ``t``).
+
+        Why not ``to_pyarrow_table(filters=...)``: in deltalake 1.6.6 it prunes partitions only
+        through the deprecated ``partitions=`` argument, and once a Delta checkpoint exists its
+        string statistics come back as ``string_view`` and every filter on ``id`` fails with
+        "no kernel matching input types (string, string_view)". DataFusion prunes by partition
+        and file statistics and reads one document in about 5 ms.
+        """
+        dl = _deltalake()
+        reader = dl.QueryBuilder().register("t", self._dt).execute(sql)
+        return _plain_strings(pa.RecordBatchReader.from_stream(reader).read_all())
+
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
-        buckets = sorted({self.bucket(i) for i in ids})
-        # deltalake 1.6.6 prunes partitions only through the deprecated ``partitions=``: the same
-        # bucket test inside ``filters=`` reads every file (69 ms vs 8 ms at 66 files).
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            return self._dt.to_pyarrow_table(
-                partitions=[("bucket", "in", [str(b) for b in buckets])],
-                columns=columns,
-                filters=pc.field("id").isin(list(ids)),
-            )
+        buckets = _in_list(self.bucket(i) for i in ids)
+        cols = ", ".join(columns) if columns else "*"
+        return self._query(
+            f"SELECT {cols} FROM t WHERE bucket IN ({buckets}) AND id IN ({quote_ids(ids)})"
+        )
 
     def read(self, ids: Sequence[str]) -> tuple[int, dict[str, DocumentRow]]:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at."""
@@ -257,10 +263,8 @@ class DeltaDocumentStore:
         with self._lock:
             self._check_open()
             self._dt.update_incremental()
-            return self._dt.to_pyarrow_table(
-                columns=columns or S.CONTROL_COLUMNS,
-                filters=pc.field("last_seq") > pc.field("dispatched_seq"),
-            )
+            cols = ", ".join(columns or S.CONTROL_COLUMNS)
+            return self._query(f"SELECT {cols} FROM t WHERE last_seq > dispatched_seq")
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -422,6 +426,23 @@ class DeltaDocumentStore:
                 f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
                 hint="the rescuer will finish the job; check for a hot bucket",
             )
+
+
+def _plain_strings(table: pa.Table) -> pa.Table:
+    """Cast ``string_view`` (what DataFusion returns) to ``string``, which every kernel takes."""
+    if not any("string_view" in str(f.type) for f in table.schema):
+        return table
+    return table.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table.schema]))
+
+
+def _plain(t: pa.DataType) -> pa.DataType:
+    if str(t) == "string_view":
+        return pa.string()
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return pa.list_(pa.field(t.value_field.name, _plain(t.value_type), t.value_field.nullable))
+    if pa.types.is_struct(t):
+        return pa.struct([pa.field(f.name, _plain(f.type), f.nullable) for f in t])
+    return t
 
 
 def quote_ids(ids: Iterable[str]) -> str:

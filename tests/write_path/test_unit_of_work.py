@@ -295,3 +295,19 @@ def test_bucket_partition_and_literal_filter(ob: Outbox) -> None:
         assert r["bucket"] == bucket_of(r["id"], 16)
     assert len(set(t.column("bucket").to_pylist())) > 8
     assert isinstance(t, pa.Table)
+
+
+def test_reads_work_after_a_delta_checkpoint(ob: Outbox) -> None:
+    """Regression: deltalake's pyarrow filters break on checkpoint stats (string vs string_view)."""
+    with ob.unit_of_work() as uow:
+        for i in range(5):
+            uow.create(f"d{i}", type="T", state={"i": i})
+    ob.store.delta_table.create_checkpoint()
+    with ob.unit_of_work() as uow:
+        doc = uow.get("d3")
+        assert doc is not None
+        assert doc.state == {"i": 3}
+        doc.state["i"] = 30
+    pending = ob.store.scan_pending()
+    assert pending.num_rows == 0
+    assert ob.store.read(["d3"])[1]["d3"].state == {"i": 30}

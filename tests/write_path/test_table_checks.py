@@ -1,0 +1,107 @@
+"""Every component refuses a table it cannot trust, with an error that says how to fix it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from deltalake import DeltaTable, write_deltalake
+
+from migrations.delta import ensure_table
+from outbox.delta import schema as S
+from outbox.delta.store import DeltaDocumentStore
+from outbox.errors import (
+    ChangeDataFeedDisabledError,
+    SchemaMismatchError,
+    TableNotFoundError,
+)
+
+
+def _doc_table_without_cdf(path: Path) -> None:
+    DeltaTable.create(
+        str(path),
+        schema=S.DOCUMENT_SCHEMA,
+        partition_by=["bucket"],
+        description=S.describe_table(1, 16, "tid"),
+    )
+
+
+def test_missing_table(tmp_path: Path) -> None:
+    with pytest.raises(TableNotFoundError, match="run `outbox migrate`"):
+        DeltaDocumentStore(str(tmp_path / "nope"))
+
+
+def test_table_without_change_data_feed_is_refused(tmp_path: Path) -> None:
+    _doc_table_without_cdf(tmp_path / "t")
+    with pytest.raises(ChangeDataFeedDisabledError, match="change data feed"):
+        DeltaDocumentStore(str(tmp_path / "t"))
+
+
+def test_migrate_turns_the_feed_on_for_an_existing_document_table(tmp_path: Path) -> None:
+    _doc_table_without_cdf(tmp_path / "t")
+    done = ensure_table(str(tmp_path / "t"), buckets=16)
+    assert done == [f"enabled the change data feed on {tmp_path / 't'}"]
+    store = DeltaDocumentStore(str(tmp_path / "t"))
+    assert store.table_id == "tid"
+    assert ensure_table(str(tmp_path / "t"), buckets=16) == []
+
+
+def test_foreign_schema_is_refused_by_store_and_migrate(tmp_path: Path) -> None:
+    write_deltalake(
+        str(tmp_path / "t"),
+        pa.table({"id": ["a"], "payload": ["x"]}),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+    with pytest.raises(SchemaMismatchError, match="missing column 'version'"):
+        DeltaDocumentStore(str(tmp_path / "t"))
+    with pytest.raises(SchemaMismatchError, match="migrate never rewrites a foreign table"):
+        ensure_table(str(tmp_path / "t"), buckets=16)
+
+
+def test_wrong_column_type_is_refused(tmp_path: Path) -> None:
+    fields = [
+        pa.field("version", pa.string()) if f.name == "version" else f for f in S.DOCUMENT_SCHEMA
+    ]
+    DeltaTable.create(
+        str(tmp_path / "t"),
+        schema=pa.schema(fields),
+        partition_by=["bucket"],
+        configuration={"delta.enableChangeDataFeed": "true"},
+        description=S.describe_table(1, 16, "tid"),
+    )
+    with pytest.raises(SchemaMismatchError, match="column 'version' is string, expected int64"):
+        DeltaDocumentStore(str(tmp_path / "t"))
+
+
+def test_unpartitioned_document_table_is_refused(tmp_path: Path) -> None:
+    DeltaTable.create(
+        str(tmp_path / "t"),
+        schema=S.DOCUMENT_SCHEMA,
+        configuration={"delta.enableChangeDataFeed": "true"},
+        description=S.describe_table(1, 16, "tid"),
+    )
+    with pytest.raises(SchemaMismatchError, match="partitioned by"):
+        DeltaDocumentStore(str(tmp_path / "t"))
+
+
+def test_table_from_a_newer_version_is_refused(tmp_path: Path) -> None:
+    DeltaTable.create(
+        str(tmp_path / "t"),
+        schema=S.DOCUMENT_SCHEMA,
+        partition_by=["bucket"],
+        configuration={"delta.enableChangeDataFeed": "true"},
+        description=S.describe_table(99, 16, "tid"),
+    )
+    with pytest.raises(SchemaMismatchError, match="upgrade delta-outbox"):
+        DeltaDocumentStore(str(tmp_path / "t"))
+
+
+def test_closed_store_is_refused(tmp_path: Path) -> None:
+    from outbox.errors import ClosedError
+
+    DeltaDocumentStore.create(str(tmp_path / "t"))
+    store = DeltaDocumentStore(str(tmp_path / "t"))
+    store.close()
+    with pytest.raises(ClosedError, match="document store is closed"):
+        store.read(["a"])
