@@ -35,6 +35,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.commands import ProcessDocument
+from outbox.clock import SystemClock
 from outbox.errors import LockLostError, OutboxError
 
 if TYPE_CHECKING:
@@ -174,14 +175,12 @@ class DispatcherWorker:
         return stats is None or stats.total == 0
 
     def _sleep(self, seconds: float) -> None:
-        # Through the clock, so a test clock skips ahead to scheduled/backed-off commands; in
-        # slices on the real clock so a stop request is seen quickly.
-        end = time.monotonic() + seconds
-        while not self._stop.is_set():
-            step = min(0.1, end - time.monotonic())
-            if step <= 0:
-                return
-            self.clock.sleep(step)
+        # On the real clock, wait on the stop event so a signal ends the wait at once; a test
+        # clock just skips ahead (to scheduled and backed-off commands) without sleeping.
+        if isinstance(self.clock, SystemClock):
+            self._stop.wait(seconds)
+        else:
+            self.clock.sleep(seconds)
 
     @contextmanager
     def _signals(self) -> Iterator[None]:
