@@ -1,0 +1,267 @@
+"""The Spark engine: the same plan as ``cdf_local``, computed as a Spark job (PySpark + delta-spark).
+
+Why Spark at all: for tables beyond one machine, or where the job already runs on Databricks.
+The planning is DataFrame operations end to end: a window function picks each id's latest image,
+and only the pending ids (a few rows) come back to the driver; the feed itself is never collected.
+
+Where the Delta JARs come from, in order:
+1. an active SparkSession that already has Delta (a Databricks runtime has it built in);
+2. ``OUTBOX_DELTA_JARS``: comma-separated JAR files or folders;
+3. ``<repo>/.cache/jars`` (or ``./.cache/jars``), filled by ``scripts/fetch-jars.sh`` from Maven.
+Without any of them the engine fails with ``EngineError`` saying exactly that.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from outbox.errors import EngineError, FeedUnavailableError, MissingDependencyError
+from rescuer.planner import FEED_COLUMNS, FeedWindow, Plan, pending_from_rows
+
+JARS_ENV = "OUTBOX_DELTA_JARS"
+REPO_ROOT = Path(__file__).resolve().parents[1]
+DELTA_EXTENSION = "io.delta.sql.DeltaSparkSessionExtension"
+DELTA_CATALOG = "org.apache.spark.sql.delta.catalog.DeltaCatalog"
+
+#: Fragments of Spark/Delta errors that mean "the history this window needs is gone".
+_GONE = (
+    "DELTA_CHANGE_DATA_FILE_NOT_FOUND",
+    "DELTA_MISSING_CHANGE_DATA",
+    "DELTA_VERSION_NOT_FOUND",
+    "DELTA_FILE_NOT_FOUND",
+    "DELTA_CANNOT_TIME_TRAVEL",
+    "VersionNotFoundException",
+    "FileNotFoundException",
+    "FILE_NOT_EXIST",
+    "change data was not recorded",
+    "does not exist",
+)
+
+_HOW_TO_GET_JARS = (
+    "run scripts/fetch-jars.sh (downloads delta-spark and delta-storage from Maven Central into "
+    ".cache/jars), or set OUTBOX_DELTA_JARS to the JAR files or their folder, or run on a "
+    "Databricks runtime, which has Delta built in"
+)
+
+_session_lock = threading.Lock()
+
+
+def find_jars(env: Mapping[str, str] | None = None, roots: list[Path] | None = None) -> list[str]:
+    """Delta JAR paths from ``OUTBOX_DELTA_JARS`` or ``.cache/jars``; [] when there are none.
+
+    A configured ``OUTBOX_DELTA_JARS`` that holds no delta-spark JAR is an error, not a silent
+    fall-through: the user asked for those JARs.
+    """
+    env = os.environ if env is None else env
+    configured = env.get(JARS_ENV, "").strip()
+    if configured:
+        jars: list[str] = []
+        for part in (p.strip() for p in configured.split(",") if p.strip()):
+            path = Path(part).expanduser()
+            if path.is_dir():
+                jars += sorted(str(j) for j in path.glob("*.jar"))
+            elif path.is_file():
+                jars.append(str(path))
+        if not any(Path(j).name.startswith("delta-spark") for j in jars):
+            raise EngineError(
+                f"{JARS_ENV}={configured!r} names no delta-spark JAR",
+                hint=_HOW_TO_GET_JARS,
+            )
+        return jars
+    for root in roots if roots is not None else [REPO_ROOT, Path.cwd()]:
+        found = sorted(str(j) for j in (root / ".cache" / "jars").glob("*.jar"))
+        if any(Path(j).name.startswith("delta-spark") for j in found):
+            return found
+    return []
+
+
+def _has_delta(session: Any) -> bool:
+    if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
+        return True
+    try:
+        extensions = session.conf.get("spark.sql.extensions", "") or ""
+    except Exception:  # pragma: no cover - a Connect session without that key
+        return False
+    return DELTA_EXTENSION in extensions
+
+
+def get_spark(
+    *,
+    jars: list[str] | None = None,
+    master: str = "local[2]",
+    env: Mapping[str, str] | None = None,
+    roots: list[Path] | None = None,
+) -> Any:
+    """The active SparkSession when it has Delta; else a local one built with the Delta JARs.
+
+    One session per process: starting one takes ~6-8 s, so tests and the scheduler reuse it.
+    """
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError as e:
+        raise MissingDependencyError(
+            "the Spark engine needs PySpark and delta-spark",
+            hint="pip install 'delta-outbox[spark]'",
+        ) from e
+    with _session_lock:
+        active = SparkSession.getActiveSession()
+        if active is not None:
+            if _has_delta(active):
+                return active
+            raise EngineError(
+                "the active SparkSession was built without Delta "
+                f"(spark.sql.extensions lacks {DELTA_EXTENSION})",
+                hint="build it with the Delta extension and catalog and the Delta JARs: "
+                + _HOW_TO_GET_JARS,
+            )
+        jars = jars if jars is not None else find_jars(env, roots)
+        if not jars:
+            raise EngineError(
+                "the Spark engine cannot find the Delta Lake JARs "
+                "(delta-spark_4.2_2.13-4.4.0.jar and delta-storage-4.4.0.jar)",
+                hint=_HOW_TO_GET_JARS,
+            )
+        builder = (
+            SparkSession.builder.master(master)
+            .appName("outbox-rescuer")
+            .config("spark.jars", ",".join(jars))
+            .config("spark.sql.extensions", DELTA_EXTENSION)
+            .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+            .config("spark.ui.enabled", "false")
+            .config("spark.sql.shuffle.partitions", "2")
+            .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
+        )
+        try:
+            session = builder.getOrCreate()
+        except Exception as e:
+            raise EngineError(f"starting a local SparkSession failed: {e}") from e
+        session.sparkContext.setLogLevel("ERROR")
+        return session
+
+
+def _translate(uri: str, what: str, e: Exception, window: FeedWindow | None) -> Exception:
+    text = str(e)
+    first = text.strip().splitlines()[0][:300] if text.strip() else type(e).__name__
+    if "DATA_SOURCE_NOT_FOUND" in text:
+        return EngineError(
+            f"Spark cannot read Delta tables: {first}", hint=_HOW_TO_GET_JARS
+        )
+    if window is not None and any(s in text for s in _GONE):
+        return FeedUnavailableError(
+            f"the change data feed of {uri} cannot be read for versions {window.start + 1}.."
+            f"{window.latest}: {first}",
+            hint="keep vacuum retention and delta.logRetentionDuration above the rescuer's lag; "
+            "this pass falls back to a full sweep",
+        )
+    return EngineError(f"Spark failed {what} {uri}: {first}")
+
+
+class SparkEngine:
+    """Plans with Spark DataFrames; only pending (id, last_seq, dispatched_seq) rows are collected."""
+
+    name = "spark"
+
+    def __init__(self, spark: Any | None = None) -> None:
+        self.spark = spark if spark is not None else get_spark()
+
+    def feed_frame(self, table_uri: str, window: FeedWindow) -> Any:
+        return (
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", window.start + 1)
+            .option("endingVersion", window.latest)
+            .load(table_uri)
+            .select(*FEED_COLUMNS)
+        )
+
+    def plan_feed(self, table_uri: str, window: FeedWindow) -> Plan:
+        from pyspark.sql import Window
+        from pyspark.sql import functions as F
+
+        t0 = time.perf_counter()
+        try:
+            feed = self.feed_frame(table_uri, window)
+            in_window = F.col("_commit_version") <= F.lit(window.end)
+            stats = feed.agg(
+                F.count(F.lit(1)).alias("all_rows"),
+                F.sum(F.when(in_window, 1).otherwise(0)).alias("rows"),
+                F.countDistinct(F.when(in_window, F.col("id"))).alias("docs"),
+            ).first()
+            t1 = time.perf_counter()
+            deleted = F.col("_change_type") == F.lit("delete")
+            images = (
+                feed.filter(F.col("_change_type") != F.lit("update_preimage"))
+                .withColumn("deleted", deleted)
+                .withColumn(
+                    "_key",
+                    F.col("_commit_version").cast("long") * 2
+                    + F.when(deleted, 0).otherwise(1),
+                )
+            )
+            by_id = Window.partitionBy("id").orderBy(F.col("_key").desc())
+            pending = ~F.col("deleted") & (F.col("last_seq") > F.col("dispatched_seq"))
+
+            def latest(frame: Any) -> Any:
+                return (
+                    frame.withColumn("_rn", F.row_number().over(by_id))
+                    .filter(F.col("_rn") == 1)
+                    .drop("_rn")
+                )
+
+            candidates = latest(images.filter(in_window)).filter(pending).select("id")
+            current = (
+                latest(images.join(candidates, "id", "left_semi"))
+                .filter(pending)
+                .select("id", "last_seq", "dispatched_seq")
+            )
+            rows = current.collect()
+        except Exception as e:
+            raise _translate(table_uri, "reading the change feed of", e, window) from e
+        t2 = time.perf_counter()
+        all_rows = int(stats["all_rows"] or 0) if stats is not None else 0
+        change_rows = int(stats["rows"] or 0) if stats is not None else 0
+        documents = int(stats["docs"] or 0) if stats is not None else 0
+        return Plan(
+            "feed",
+            self.name,
+            change_rows,
+            documents,
+            pending_from_rows((r["id"], r["last_seq"], r["dispatched_seq"]) for r in rows),
+            all_rows - change_rows,
+            {"read_s": t1 - t0, "plan_s": t2 - t1},
+        )
+
+    def plan_sweep(self, table_uri: str, version: int) -> Plan:
+        from pyspark.sql import functions as F
+
+        t0 = time.perf_counter()
+        try:
+            rows = (
+                self.spark.read.format("delta")
+                .option("versionAsOf", version)
+                .load(table_uri)
+                .filter(F.col("last_seq") > F.col("dispatched_seq"))
+                .select("id", "last_seq", "dispatched_seq")
+                .collect()
+            )
+        except Exception as e:
+            raise _translate(table_uri, "sweeping", e, None) from e
+        pending = pending_from_rows((r["id"], r["last_seq"], r["dispatched_seq"]) for r in rows)
+        return Plan(
+            "sweep",
+            self.name,
+            0,
+            len(pending),
+            pending,
+            0,
+            {"read_s": time.perf_counter() - t0, "plan_s": 0.0},
+        )
+
+    def close(self) -> None:
+        """The session is shared per process; it is not stopped here."""
