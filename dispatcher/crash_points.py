@@ -92,9 +92,11 @@ class CrashPoints:
             self._armed[point] = _Armed(action or raise_crash, at_hit)
 
     def disarm(self, point: str | None = None) -> None:
+        """Disarm ``point``, or every point (and forget what fired) when none is named."""
         with self._lock:
             if point is None:
                 self._armed.clear()
+                self.fired.clear()
             else:
                 self._armed.pop(point, None)
 

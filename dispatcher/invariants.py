@@ -12,9 +12,8 @@ from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
-from outbox.model import OutboxMessage
-
 from dispatcher.transports.base import TransportMessage
+from outbox.model import OutboxMessage
 
 
 @dataclass
@@ -23,7 +22,7 @@ class InvariantReport:
     delivered: int = 0  # deliveries, re-sends included
     duplicates: int = 0  # deliveries beyond the first of a message_id
     lost: list[str] = field(default_factory=list)  # I1: committed, never delivered
-    out_of_order: list[str] = field(default_factory=list)  # I2: documents whose firsts are unordered
+    out_of_order: list[str] = field(default_factory=list)  # I2: docs with unordered firsts
     phantoms: list[str] = field(default_factory=list)  # I3: delivered, never committed
     mismatched: list[str] = field(default_factory=list)  # I6: a re-send differs from its first
 
