@@ -1,0 +1,76 @@
+"""Process entry points for the multi-process queue tests (importable under ``spawn``)."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from dispatcher.queue import Consumer, SqlQueue
+from dispatcher.queue.messages import ReceivedMessage
+
+
+def _claim(markers: Path, key: str, violations: Path) -> Path:
+    path = markers / key
+    try:
+        os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+    except FileExistsError:
+        with violations.open("a") as f:
+            f.write(f"{key} held twice\n")
+    return path
+
+
+def compete(url: str, workdir: str, worker: int) -> None:
+    """Receive and complete until the queue is empty, proving exclusivity with O_EXCL markers."""
+    root = Path(workdir)
+    markers, violations = root / "markers", root / "violations.txt"
+    queue = SqlQueue(url, lock_duration=120)
+    abandoned: set[str] = set()
+    while True:
+        batch = queue.receive("work", 3)
+        if not batch:
+            if not queue.stats():
+                break
+            time.sleep(0.005)  # polling for other workers' completions, not waiting on time
+            continue
+        for m in batch:
+            held = [_claim(markers, f"m-{m.message_id}", violations)]
+            if m.session_id:
+                held.append(_claim(markers, f"s-{m.session_id}", violations))
+            # exercise redelivery: abandon every 7th message once
+            again = int(m.message_id.split("-")[-1]) % 7 == 0 and m.message_id not in abandoned
+            if m.session_id and not again:
+                with (root / f"session-{m.session_id}.log").open("a") as f:
+                    f.write(f"{m.message_id}\n")
+            for path in held:
+                path.unlink()
+            if again:
+                abandoned.add(m.message_id)
+                queue.abandon(m)
+                continue
+            queue.complete(m)
+            with (root / f"done-{worker}.log").open("a") as f:
+                f.write(f"{m.message_id}\n")
+    queue.close()
+
+
+def hold_and_hang(url: str, ready: str, count: int) -> None:
+    """Take locks, say so, then hang until SIGKILLed."""
+    queue = SqlQueue(url, lock_duration=30)
+    got = queue.receive("work", count)
+    tmp = Path(ready + ".tmp")
+    tmp.write_text("\n".join(m.message_id for m in got))
+    tmp.rename(ready)
+    time.sleep(600)
+
+
+def consume_until_sigterm(url: str, started: str) -> None:
+    """Run a consumer whose handler takes a while; SIGTERM must let it finish cleanly."""
+    queue = SqlQueue(url, lock_duration=30)
+
+    def handler(m: ReceivedMessage) -> None:
+        Path(started).write_text(m.message_id)
+        time.sleep(0.5)  # in-flight work that SIGTERM arrives in the middle of
+
+    Consumer(queue, "work", handler, poll_interval=0.05).run_forever()
+    queue.close()
