@@ -1,0 +1,186 @@
+"""The command worker: settlement by outcome, backoff, dead letters, the CLI, SIGTERM, and several
+worker processes sharing one queue."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from dispatcher.commands import ProcessDocument
+from dispatcher.invariants import verify_deliveries
+from dispatcher.queue.messages import QueueMessage
+from dispatcher.transports.faulty import FaultyTransport
+from dispatcher.transports.memory import InMemoryTransport
+from outbox.app import Outbox
+from outbox.clock import ManualClock
+from outbox.model import OutboxMessage
+from tests.dispatcher import procs
+from tests.dispatcher.helpers import write_docs
+from tests.dispatcher.recovery import committed_messages, sql_deliveries
+
+OUTBOX = str(Path(sys.executable).parent / "outbox")
+
+
+def deferred(workspace: Path, clock: ManualClock, **kw: object) -> tuple[Outbox, FaultyTransport]:
+    faulty = FaultyTransport(InMemoryTransport(), clock=clock)
+    ob = Outbox.open(
+        workspace,
+        clock=clock,
+        transport=faulty,
+        default_destination="d",
+        dispatch="deferred",
+        **kw,  # type: ignore[arg-type]
+    )
+    return ob, faulty
+
+
+def test_retryable_failure_abandons_with_exponential_backoff(
+    workspace: Path, clock: ManualClock
+) -> None:
+    ob, faulty = deferred(workspace, clock)
+    with ob:
+        committed: dict[str, list[OutboxMessage]] = {}
+        write_docs(ob, committed, 1, 2)
+        faulty.outage()
+        worker = ob.runtime.worker(seed=1)
+        delays = []
+        for _ in range(3):
+            start = clock.now()
+            assert worker.run(once=True).abandoned == len(delays) + 1
+            (peeked,) = ob.runtime.queue.peek("outbox-commands")
+            delays.append((peeked.not_before - start).total_seconds())
+            clock.set(peeked.not_before)
+        assert 1.0 <= delays[0] < 1.2
+        assert 2.0 <= delays[1] < 2.4
+        assert 4.0 <= delays[2] < 4.8
+        faulty.outage(False)
+        stats = worker.run(until_idle=True)
+        assert stats.completed == 1
+        assert verify_deliveries(committed, faulty.inner.deliveries).ok  # type: ignore[attr-defined]
+
+
+def test_permanent_failure_dead_letters_with_the_reason(
+    workspace: Path, clock: ManualClock
+) -> None:
+    ob, faulty = deferred(workspace, clock)
+    with ob:
+        write_docs(ob, {}, 2, 1)
+        faulty.fail_destination("d", permanent=True)
+        stats = ob.runtime.worker().run(until_idle=True)
+        assert stats.dead_lettered == 2
+        (dl, _) = ob.runtime.queue.list_dead_letters("outbox-commands")
+        assert dl.reason == "PermanentTransportError"
+        assert "destination 'd'" in dl.description
+
+
+def test_past_max_deliveries_the_command_is_dead_lettered(
+    workspace: Path, clock: ManualClock
+) -> None:
+    ob, faulty = deferred(workspace, clock, max_delivery_count=3)
+    with ob:
+        write_docs(ob, {}, 1, 1)
+        faulty.outage()
+        stats = ob.runtime.worker().run(until_idle=True)
+        assert (stats.abandoned, stats.dead_lettered) == (2, 1)
+        (dl,) = ob.runtime.queue.list_dead_letters("outbox-commands")
+        assert dl.reason == "MaxDeliveryCountExceeded"
+        assert "outage" in dl.description
+
+
+def test_bad_commands_are_dead_lettered_with_a_reason(workspace: Path, clock: ManualClock) -> None:
+    ob, _ = deferred(workspace, clock)
+    with ob:
+        q = ob.runtime.queue
+        q.send("outbox-commands", QueueMessage(body="not json", session_id="x"))
+        q.send(
+            "outbox-commands",
+            ProcessDocument("another-table", "x", 1).to_queue_message(),
+        )
+        stats = ob.runtime.worker().run(until_idle=True)
+        assert stats.dead_lettered == 2
+        reasons = sorted(d.reason for d in q.list_dead_letters("outbox-commands"))
+        assert reasons == ["MalformedCommand", "WrongTable"]
+
+
+def test_a_command_for_a_missing_document_is_retried_then_dead_lettered(
+    workspace: Path, clock: ManualClock
+) -> None:
+    ob, _ = deferred(workspace, clock, max_delivery_count=2)
+    with ob:
+        ob.runtime.enqueue_commands([("never-written", 3)])
+        stats = ob.runtime.worker().run(until_idle=True)
+        assert (stats.abandoned, stats.dead_lettered) == (1, 1)
+        (dl,) = ob.runtime.queue.list_dead_letters("outbox-commands")
+        assert dl.reason == "DocumentNotFound"
+
+
+def test_cli_once_drains_and_prints_json(workspace: Path) -> None:
+    with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
+        write_docs(ob, {}, 3, 2)
+    out = subprocess.run(
+        [OUTBOX, "-w", str(workspace), "run-dispatcher", "--once", "--json"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    stats = json.loads(out.stdout)
+    assert stats["completed"] == 3
+    assert stats["messages_sent"] == 6
+    assert "batch: 3 command(s), 6 message(s) sent" in out.stderr
+
+
+@pytest.mark.slow
+def test_sigterm_stops_the_worker_cleanly_with_exit_0(workspace: Path) -> None:
+    Outbox.open(workspace).close()
+    proc = subprocess.Popen(
+        [OUTBOX, "-w", str(workspace), "run-dispatcher", "--poll-interval", "50ms"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()  # the start-up line: the worker is running
+        assert "run-dispatcher" in line
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "SIGTERM" in err
+
+
+@pytest.mark.slow
+def test_several_worker_processes_share_one_queue_safely(workspace: Path) -> None:
+    with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
+        for _ in range(2):  # two commits per document: two commands per session
+            write_docs(ob, {}, 20, 2)
+    ctx = multiprocessing.get_context("spawn")
+    workers = [
+        ctx.Process(target=procs.worker, args=(str(workspace), "", True, 3)) for _ in range(3)
+    ]
+    for p in workers:
+        p.start()
+    for p in workers:
+        p.join(120)
+        assert p.exitcode == 0
+    with Outbox.open(workspace, create=False) as ob:
+        report = verify_deliveries(committed_messages(ob), sql_deliveries(ob))
+        assert report.committed == 80
+        assert report.ok, report.describe()
+        assert report.duplicates == 0  # the SQL transport drops re-sends by message_id
+        assert "outbox-commands" not in ob.runtime.queue.stats()  # every command completed
+        assert not ob.runtime.queue.list_dead_letters()
+        assert ob.store.scan_pending().num_rows == 0
+    assert os.environ.get("OUTBOX_CRASH_AT") is None
