@@ -35,6 +35,9 @@ _register_core(main)
 from dispatcher.worker_cli import register as _register_dispatcher  # noqa: E402
 
 _register_dispatcher(main)
+from dispatcher.queue_cli import register as _register_queue  # noqa: E402
+
+_register_queue(main)
 
 
 if __name__ == "__main__":  # pragma: no cover
