@@ -59,7 +59,11 @@ def machine() -> dict[str, Any]:
 def write_results(name: str, data: dict[str, Any]) -> Path:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    data = {"benchmark": name, "measured_at": datetime.now(UTC).isoformat(), "machine": machine(),
-            **data}
+    data = {
+        "benchmark": name,
+        "measured_at": datetime.now(UTC).isoformat(),
+        "machine": machine(),
+        **data,
+    }
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path

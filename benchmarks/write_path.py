@@ -157,6 +157,38 @@ def bench_batches(base: Path, sizes: list[int], commits: int) -> dict[str, Any]:
     return out
 
 
+def bench_group_commit(base: Path, threads: int, per_thread: int) -> dict[str, Any]:
+    """Threads in one process each saving single-document units of work."""
+    import threading
+
+    out: dict[str, Any] = {}
+    for group in (False, True):
+        ob = _outbox(base / f"group-{group}")
+        ob.store.group_commit = group
+
+        def work(t: int, ob: Outbox = ob) -> None:
+            for i in range(per_thread):
+                with ob.unit_of_work() as uow:
+                    uow.create(f"t{t}-{i}", type="T").send("E", {"i": i}, destination="q")
+
+        workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+        start = time.perf_counter()
+        for w in workers:
+            w.start()
+        for w in workers:
+            w.join()
+        elapsed = time.perf_counter() - start
+        out["on" if group else "off"] = {
+            "units_per_second": round(threads * per_thread / elapsed, 1),
+            "commits": ob.store.refresh(),
+            "group_commits": ob.store.group_commits,
+        }
+        ob.close()
+    out["speedup"] = round(out["on"]["units_per_second"] / out["off"]["units_per_second"], 2)
+    out["threads"] = threads
+    return out
+
+
 def _files(ob: Outbox) -> int:
     ob.store.delta_table.update_incremental()
     return len(ob.store.delta_table.file_uris())
@@ -164,7 +196,7 @@ def _files(ob: Outbox) -> int:
 
 def bench_growth(base: Path, commits: int, compact_every: int, window: int) -> dict[str, Any]:
     """Single-document commits on a growing table: latency per window of commits."""
-    ob = _outbox(base / f"growth-{compact_every}")
+    ob = _outbox(base / f"growth-{compact_every}-{commits}")
     _seed(ob, 2000)
     compactor = AutoCompactor(ob.store, compact_every) if compact_every else None
     if compactor:
@@ -174,11 +206,12 @@ def bench_growth(base: Path, commits: int, compact_every: int, window: int) -> d
     for i in range(commits):
         doc_id = f"seed-{i % 2000}"
         t = time.perf_counter()
-        with ob.unit_of_work() as uow:
+        with ob.unit_of_work() as uow:  # a status update and a new document per commit
             d = uow.get(doc_id)
             assert d is not None
             d.state["n"] = i
             d.send("Tick", {"n": i}, destination="ticks")
+            uow.create(f"new-{i}", type="Shipment").send("Created", {}, destination="ticks")
         samples.append(time.perf_counter() - t)
         if (i + 1) % window == 0:
             windows.append({"commits": i + 1, **summarize_ms(samples), "files": _files(ob)})
@@ -202,9 +235,12 @@ def _bucket_writer(ws: str, who: int, commits: int, barrier: Any, out: Any) -> N
     ob = Outbox(settings, store, clock=SystemClock())
     barrier.wait()
     t = time.perf_counter()
-    for i in range(commits):
+    for i in range(commits):  # updates of this writer's own documents: disjoint ids
         with ob.unit_of_work() as uow:
-            uow.create(f"w{who}-{i}", type="T").send("E", {}, destination="q")
+            d = uow.get(f"w{who}-{i % 50}")
+            assert d is not None
+            d.state["n"] = i
+            d.send("E", {}, destination="q")
     out.put((store.commit_retries, time.perf_counter() - t))
 
 
@@ -214,7 +250,12 @@ def bench_buckets(base: Path, options: list[int], commits: int) -> dict[str, Any
     result: dict[str, Any] = {}
     for n in options:
         ws = base / f"buckets-{n}"
-        _outbox(ws, buckets=n).close()
+        ob = _outbox(ws, buckets=n)
+        with ob.unit_of_work() as uow:
+            for w in (1, 2):
+                for i in range(50):
+                    uow.create(f"w{w}-{i}", type="T")
+        ob.close()
         barrier, q = ctx.Barrier(2), ctx.Queue()
         procs = [
             ctx.Process(target=_bucket_writer, args=(str(ws), w, commits, barrier, q))
@@ -246,10 +287,12 @@ def main(argv: list[str] | None = None) -> None:
         data["ratio"] = bench_ratio(base, rounds=25 if args.quick else 60, seed_docs=2000)
         data["save_vs_raw_merge_ratio"] = data["ratio"]["save_vs_raw_merge_ratio"]
         log.info("ratio: %s", data["ratio"])
-        data["batches"] = bench_batches(
-            base, [1, 100, 1000], commits=3 if args.quick else 5
-        )
+        data["batches"] = bench_batches(base, [1, 100, 1000], commits=3 if args.quick else 5)
         log.info("batches: %s", data["batches"])
+        data["group_commit"] = bench_group_commit(
+            base, threads=8, per_thread=5 if args.quick else 20
+        )
+        log.info("group commit: %s", data["group_commit"])
         if not args.quick:
             data["growth_without_upkeep"] = bench_growth(base, 1000, 0, 100)
             data["growth_with_compaction_every_100"] = bench_growth(base, 1000, 100, 100)

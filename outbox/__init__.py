@@ -25,8 +25,8 @@ from outbox.unit_of_work import Document, UnitOfWork
 
 __all__ = [
     "ChangeDataFeedDisabledError",
-    "ClosedError",
     "Clock",
+    "ClosedError",
     "CommitConflictError",
     "ConcurrencyError",
     "ConfigurationError",

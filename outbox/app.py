@@ -76,6 +76,7 @@ class Outbox:
             storage_options=settings.storage_options,
             clock=clock,
             max_commit_retries=settings.max_commit_retries,
+            group_commit=settings.group_commit,
         )
         ob = cls(settings, store, clock=clock)
         ob._wire_dispatch(transport)

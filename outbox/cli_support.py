@@ -85,7 +85,11 @@ def progress(description: str, total: int | None) -> Iterator[Callable[[int], No
 
         with Progress(transient=False) as p:
             task = p.add_task(description, total=total)
-            yield lambda n=1: p.advance(task, n)
+
+            def advance_bar(n: int = 1) -> None:
+                p.advance(task, n)
+
+            yield advance_bar
         return
     log = logging.getLogger("outbox")
     done = 0

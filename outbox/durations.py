@@ -11,7 +11,7 @@ _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 
 
 def parse_duration(text: str | float | int, *, name: str = "duration") -> float:
-    """Seconds in ``text``. A bare number means seconds. Raises ``ValidationError`` naming ``name``."""
+    """Seconds in ``text`` (a bare number means seconds); ``ValidationError`` names ``name``."""
     if isinstance(text, bool):
         raise ValidationError(f"{name}: expected a duration like 15s, 5m or 1h, got {text!r}")
     if isinstance(text, int | float):
@@ -45,7 +45,7 @@ def format_duration(seconds: float) -> str:
     """Short human form for reports: ``45s``, ``12m05s``, ``2h03m``."""
     if seconds < 1:
         return f"{seconds * 1000:.0f}ms"
-    s = int(round(seconds))
+    s = round(seconds)
     if s < 60:
         return f"{s}s"
     if s < 3600:

@@ -117,7 +117,7 @@ class RetryableTransportError(TransportError):
 
 
 class PermanentTransportError(TransportError):
-    """The broker refused the message itself (unknown destination, too large); do not retry as is."""
+    """The broker refused the message itself (unknown destination, too large); don't retry it."""
 
 
 class UnknownDestinationError(PermanentTransportError):

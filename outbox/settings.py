@@ -31,7 +31,7 @@ MAX_RESCUE_DELAY = 3600.0
 
 @dataclass(frozen=True, slots=True)
 class Settings:
-    """Everything the framework can be told. Durations are seconds (strings like ``5m`` accepted)."""
+    """Everything the framework can be told. Durations are seconds (``5m`` strings accepted)."""
 
     workspace: Path = Path(".outbox")
     table_uri: str = ""  # default: <workspace>/documents
@@ -53,6 +53,7 @@ class Settings:
     duplicate_detection_window: float = 600.0
     vacuum_retention: float = 7 * 24 * 3600.0
     compact_every: int = 100  # commits between automatic compactions; 0 turns it off
+    group_commit: bool = True  # concurrent units of work in one process share a Delta commit
 
     def __post_init__(self) -> None:
         ws = Path(self.workspace)
@@ -170,6 +171,8 @@ class Settings:
             return "dict"
         if name == "workspace":
             return "path"
+        if name == "group_commit":
+            return "bool"
         return "str"
 
 
@@ -207,6 +210,15 @@ def _coerce(name: str, value: Any, kind: str) -> Any:
             return {str(k): str(v) for k, v in value.items()}
         if kind == "path":
             return Path(value)
+        if kind == "bool":
+            if isinstance(value, bool):
+                return value
+            text = str(value).strip().lower()
+            if text in ("1", "true", "yes", "on"):
+                return True
+            if text in ("0", "false", "no", "off"):
+                return False
+            raise ValueError(value)
         if value is not None and not isinstance(value, str):
             raise ValueError(value)
         return value

@@ -189,9 +189,9 @@ def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
     if pa.types.is_string(want):
         return pa.types.is_string(got) or pa.types.is_large_string(got) or str(got) == "string_view"
     if pa.types.is_integer(want):
-        return pa.types.is_integer(got)
+        return bool(pa.types.is_integer(got))
     if pa.types.is_timestamp(want):
-        return pa.types.is_timestamp(got)
+        return bool(pa.types.is_timestamp(got))
     if pa.types.is_list(want) or pa.types.is_large_list(want):
         return (pa.types.is_list(got) or pa.types.is_large_list(got)) and _compatible(
             got.value_type, want.value_type

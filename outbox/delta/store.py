@@ -53,6 +53,29 @@ class DocumentWrite:
     read_at: int  # table version of the snapshot the expected version was observed in
 
 
+@dataclass(slots=True)
+class _Ticket:
+    """One unit of work waiting to be committed, possibly together with others."""
+
+    writes: list[DocumentWrite]
+    done: bool = False
+    version: int | None = None
+    error: BaseException | None = None
+
+
+def _finish(
+    tickets: Iterable[_Ticket],
+    *,
+    version: int | None = None,
+    error: BaseException | None = None,
+    cause: BaseException | None = None,
+) -> None:
+    for t in tickets:
+        if error is not None and cause is not None:
+            error.__cause__ = cause
+        t.version, t.error, t.done = version, error, True
+
+
 @dataclass(frozen=True, slots=True)
 class TableInfo:
     uri: str
@@ -93,6 +116,8 @@ class DeltaDocumentStore:
         clock: Clock | None = None,
         max_commit_retries: int = 10,
         retry_base_seconds: float = 0.01,
+        group_commit: bool = True,
+        max_group_documents: int = 1000,
     ) -> None:
         self.uri = uri
         self._storage_options = dict(storage_options or {})
@@ -100,6 +125,12 @@ class DeltaDocumentStore:
         self._max_retries = max_commit_retries
         self._retry_base = retry_base_seconds
         self._lock = threading.RLock()
+        self._queue_lock = threading.Lock()
+        self._queue: list[_Ticket] = []
+        self.group_commit = group_commit
+        self.max_group_documents = max_group_documents
+        self.group_commits = 0  # commits that carried more than one unit of work
+        self.grouped_units = 0
         self._closed = False
         self.commit_retries = 0  # observed CommitFailedError retries, for metrics and benchmarks
         self._dt = self._open()
@@ -133,7 +164,7 @@ class DeltaDocumentStore:
         if mismatch:
             raise SchemaMismatchError(
                 f"the table at {self.uri} is not an outbox document table: {mismatch}",
-                hint="point the workspace at an outbox table, or run `outbox migrate` on a new path",
+                hint="point the workspace at an outbox table, or migrate a new path",
             )
         if list(meta.partition_columns) != ["bucket"]:
             raise SchemaMismatchError(
@@ -269,110 +300,180 @@ class DeltaDocumentStore:
     # --- writes -----------------------------------------------------------------------------
 
     def save(self, writes: Sequence[DocumentWrite]) -> int:
-        """Commit every write in one Delta commit, or raise and write nothing. Returns the version."""
+        """Commit every write in one Delta commit, or raise and write nothing. Returns the version.
+
+        Group commit: while one thread commits, others queue their units of work; the next
+        thread to get the lock commits every queued unit of work (with disjoint documents) in one
+        MERGE. Each unit of work still succeeds or fails on its own: a stale one is dropped from
+        the group with ``ConcurrencyError`` before the MERGE, and the rest commit together.
+        """
         if not writes:
             return self.version()
         ids = [w.row.id for w in writes]
         if len(set(ids)) != len(ids):
             raise StoreError("a save names the same document twice; merge the changes first")
-        with self._lock:
-            self._check_open()
-            for attempt in range(self._max_retries + 1):
-                self._dt.update_incremental()
-                current = int(self._dt.version())
-                # One document: the MERGE's own version predicate is the whole check (0 rows
-                # written = stale, nothing written). Several: re-check first when the table
-                # moved since they were read, so a stale one cannot leave the others half-saved.
-                if len(writes) > 1 and (attempt > 0 or any(w.read_at != current for w in writes)):
-                    writes = self._recheck(writes)
-                source = S.table_from_rows(
-                    ((w.row, self.bucket(w.row.id)) for w in writes),
-                    extra={"_expected": (pa.int64(), [w.expected_version for w in writes])},
-                )
-                buckets = _in_list(self.bucket(i) for i in ids)
-                try:
-                    metrics = (
-                        self._dt.merge(
-                            source,
-                            predicate=f"t.bucket IN ({buckets}) AND t.bucket = s.bucket "
-                            "AND t.id = s.id",
-                            source_alias="s",
-                            target_alias="t",
-                            streamed_exec=False,
-                        )
-                        .when_matched_update(
-                            updates={
-                                "type": "s.type",
-                                "version": "s.version",
-                                "state": "s.state",
-                                "last_seq": "s.last_seq",
-                                "outbox": "s.outbox",
-                                "updated_at": "s.updated_at",
-                            },
-                            predicate="t.version = s._expected",
-                        )
-                        .when_not_matched_insert(
-                            updates={f.name: f"s.{f.name}" for f in S.DOCUMENT_SCHEMA},
-                            predicate="s._expected = 0",
-                        )
-                        .execute()
-                    )
-                except Exception as e:
-                    if _commit_failed(e):
-                        log.debug("save conflicted (attempt %d): %s", attempt + 1, e)
-                        if attempt < self._max_retries:
-                            self._backoff(attempt)
-                        continue
-                    raise StoreError(f"saving to {self.uri} failed: {e}") from e
-                written = int(metrics.get("num_target_rows_updated", 0)) + int(
-                    metrics.get("num_target_rows_inserted", 0)
-                )
-                if written == 0 and len(writes) == 1:
-                    w = writes[0]
-                    what = "already exists" if w.expected_version == 0 else "was changed"
-                    raise ConcurrencyError(
+        self._check_open()
+        ticket = _Ticket(list(writes))
+        with self._queue_lock:
+            self._queue.append(ticket)
+        while not ticket.done:
+            with self._lock:
+                if ticket.done:
+                    break
+                self._check_open()
+                self._commit_tickets(self._take_batch())
+        if ticket.error is not None:
+            raise ticket.error
+        assert ticket.version is not None
+        return ticket.version
+
+    def _take_batch(self) -> list[_Ticket]:
+        """Queued tickets in order, skipping any that touch a document already in the batch."""
+        with self._queue_lock:
+            if not self.group_commit:
+                return [self._queue.pop(0)]
+            batch: list[_Ticket] = []
+            seen: set[str] = set()
+            rest: list[_Ticket] = []
+            docs = 0
+            for t in self._queue:
+                t_ids = {w.row.id for w in t.writes}
+                if t_ids & seen or (batch and docs + len(t_ids) > self.max_group_documents):
+                    rest.append(t)
+                    continue
+                batch.append(t)
+                seen |= t_ids
+                docs += len(t_ids)
+            self._queue[:] = rest
+            return batch
+
+    def _commit_tickets(self, tickets: list[_Ticket]) -> None:
+        live = tickets
+        for attempt in range(self._max_retries + 1):
+            self._dt.update_incremental()
+            current = int(self._dt.version())
+            writes = [w for t in live for w in t.writes]
+            # One document: the MERGE's own version predicate is the whole check (0 rows
+            # written = stale, nothing written). Several: re-check first when the table moved
+            # since they were read, so a stale one cannot leave the others half-saved.
+            if len(writes) > 1 and (attempt > 0 or any(w.read_at != current for w in writes)):
+                live = self._recheck(live)
+                if not live:
+                    return
+                writes = [w for t in live for w in t.writes]
+            try:
+                written = self._merge_documents(writes)
+            except Exception as e:
+                if _commit_failed(e):
+                    log.debug("save conflicted (attempt %d): %s", attempt + 1, e)
+                    if attempt < self._max_retries:
+                        self._backoff(attempt)
+                    continue
+                _finish(live, error=StoreError(f"saving to {self.uri} failed: {e}"), cause=e)
+                return
+            version = int(self._dt.version())
+            if written == 0 and len(writes) == 1:
+                w = writes[0]
+                what = "already exists" if w.expected_version == 0 else "was changed"
+                _finish(
+                    live,
+                    error=ConcurrencyError(
                         f"document {w.row.id!r} {what} since it was read (expected version "
                         f"{w.expected_version}); nothing was written",
                         hint="reload the document and apply the change again",
-                    )
-                if written != len(writes):  # pragma: no cover - guarded by the snapshot re-check
-                    raise StoreError(
-                        f"save wrote {written} of {len(writes)} documents at version "
-                        f"{self._dt.version()}; report this as a bug"
-                    )
-                return int(self._dt.version())
-            raise CommitConflictError(
-                f"saving {len(writes)} document(s) to {self.uri} kept conflicting with concurrent "
-                f"writers after {self._max_retries} retries",
-                hint="retry the unit of work; if it persists, spread writers over more buckets "
-                "or enable group commit",
-            )
-
-    def _recheck(self, writes: Sequence[DocumentWrite]) -> list[DocumentWrite]:
-        """Re-read versions at the current snapshot; stale documents raise before any write."""
-        current = {
-            r["id"]: r
-            for r in self._scan([w.row.id for w in writes], S.CONTROL_COLUMNS).to_pylist()
-        }
-        version_now = int(self._dt.version())
-        fresh: list[DocumentWrite] = []
-        for w in writes:
-            found = current.get(w.row.id)
-            have = int(found["version"]) if found else 0
-            if have != w.expected_version:
-                what = "already exists" if w.expected_version == 0 else "was changed"
-                raise ConcurrencyError(
-                    f"document {w.row.id!r} {what} since it was read (expected version "
-                    f"{w.expected_version}, found {have}); nothing was written",
-                    hint="reload the document and apply the change again",
+                    ),
                 )
-            row = w.row
-            if found and int(found["dispatched_seq"]) > row.dispatched_seq:
-                # The dispatcher moved the watermark since we read: drop what it already sent.
-                row.dispatched_seq = int(found["dispatched_seq"])
-                row.outbox = [m for m in row.outbox if m.seq > row.dispatched_seq]
-            fresh.append(DocumentWrite(row, w.expected_version, version_now))
-        return fresh
+                return
+            if written != len(writes):  # pragma: no cover - guarded by the snapshot re-check
+                _finish(
+                    live,
+                    error=StoreError(
+                        f"save wrote {written} of {len(writes)} documents at version {version}; "
+                        "report this as a bug"
+                    ),
+                )
+                return
+            if len(live) > 1:
+                self.group_commits += 1
+                self.grouped_units += len(live)
+            _finish(live, version=version)
+            return
+        _finish(
+            live,
+            error=CommitConflictError(
+                f"saving {sum(len(t.writes) for t in live)} document(s) to {self.uri} kept "
+                f"conflicting with concurrent writers after {self._max_retries} retries",
+                hint="retry the unit of work; if it persists, spread writers over more buckets",
+            ),
+        )
+
+    def _merge_documents(self, writes: Sequence[DocumentWrite]) -> int:
+        """One MERGE: update rows still at their expected version, insert new ones."""
+        source = S.table_from_rows(
+            ((w.row, self.bucket(w.row.id)) for w in writes),
+            extra={"_expected": (pa.int64(), [w.expected_version for w in writes])},
+        )
+        buckets = _in_list(self.bucket(w.row.id) for w in writes)
+        metrics = (
+            self._dt.merge(
+                source,
+                predicate=f"t.bucket IN ({buckets}) AND t.bucket = s.bucket AND t.id = s.id",
+                source_alias="s",
+                target_alias="t",
+                streamed_exec=False,
+            )
+            .when_matched_update(
+                updates={
+                    "type": "s.type",
+                    "version": "s.version",
+                    "state": "s.state",
+                    "last_seq": "s.last_seq",
+                    "outbox": "s.outbox",
+                    "updated_at": "s.updated_at",
+                },
+                predicate="t.version = s._expected",
+            )
+            .when_not_matched_insert(
+                updates={f.name: f"s.{f.name}" for f in S.DOCUMENT_SCHEMA},
+                predicate="s._expected = 0",
+            )
+            .execute()
+        )
+        return int(metrics.get("num_target_rows_updated", 0)) + int(
+            metrics.get("num_target_rows_inserted", 0)
+        )
+
+    def _recheck(self, tickets: list[_Ticket]) -> list[_Ticket]:
+        """Re-read versions at the current snapshot. A ticket with a stale document fails with
+        ``ConcurrencyError`` (nothing of it is written); the others go on, refreshed."""
+        ids = [w.row.id for t in tickets for w in t.writes]
+        current = {r["id"]: r for r in self._scan(ids, S.CONTROL_COLUMNS).to_pylist()}
+        version_now = int(self._dt.version())
+        live: list[_Ticket] = []
+        for t in tickets:
+            fresh: list[DocumentWrite] = []
+            for w in t.writes:
+                found = current.get(w.row.id)
+                have = int(found["version"]) if found else 0
+                if have != w.expected_version:
+                    what = "already exists" if w.expected_version == 0 else "was changed"
+                    t.error = ConcurrencyError(
+                        f"document {w.row.id!r} {what} since it was read (expected version "
+                        f"{w.expected_version}, found {have}); nothing was written",
+                        hint="reload the document and apply the change again",
+                    )
+                    t.done = True
+                    break
+                row = w.row
+                if found and int(found["dispatched_seq"]) > row.dispatched_seq:
+                    # The dispatcher moved the watermark since we read: drop what it sent.
+                    row.dispatched_seq = int(found["dispatched_seq"])
+                    row.outbox = [m for m in row.outbox if m.seq > row.dispatched_seq]
+                fresh.append(DocumentWrite(row, w.expected_version, version_now))
+            else:
+                t.writes = fresh
+                live.append(t)
+        return live
 
     def advance_watermarks(self, marks: Mapping[str, int]) -> int | None:
         """Raise ``dispatched_seq`` to at least ``marks[id]`` for every id, in one MERGE.
@@ -432,7 +533,8 @@ def _plain_strings(table: pa.Table) -> pa.Table:
     """Cast ``string_view`` (what DataFusion returns) to ``string``, which every kernel takes."""
     if not any("string_view" in str(f.type) for f in table.schema):
         return table
-    return table.cast(pa.schema([pa.field(f.name, _plain(f.type), f.nullable) for f in table.schema]))
+    fields = [pa.field(f.name, _plain(f.type), f.nullable) for f in table.schema]
+    return table.cast(pa.schema(fields))
 
 
 def _plain(t: pa.DataType) -> pa.DataType:

@@ -95,7 +95,7 @@ def test_vacuum_refuses_history_the_rescuer_has_not_read(workspace: Path) -> Non
     committed = commit_time(ob.store, 2)
     assert committed is not None
     clock = ManualClock(committed + timedelta(days=3))  # the rescuer is 3 days behind
-    with pytest.raises(VacuumRefusedError, match="from version 2 .* not read yet"):
+    with pytest.raises(VacuumRefusedError, match=r"from version 2 .* not read yet"):
         check_vacuum(
             ob.store,
             retention=timedelta(days=2),

@@ -65,9 +65,14 @@ def test_many_documents_and_messages_are_one_commit(ob: Outbox) -> None:
 
 def test_exception_in_block_commits_nothing(ob: Outbox) -> None:
     before = ob.store.refresh()
-    with pytest.raises(RuntimeError), ob.unit_of_work() as uow:
-        uow.create("a", type="T").send("E", {}, destination="q")
-        raise RuntimeError("boom")
+
+    def fail_inside() -> None:
+        with ob.unit_of_work() as uow:
+            uow.create("a", type="T").send("E", {}, destination="q")
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        fail_inside()
     assert ob.store.refresh() == before
     assert _rows(ob) == {}
 
@@ -89,7 +94,9 @@ def test_stale_document_raises_and_writes_nothing(ob: Outbox) -> None:
     first, second = ob.unit_of_work(), ob.unit_of_work()
     a1 = first.get("a")
     a2, b2 = second.get("a"), second.get("b")
-    assert a1 and a2 and b2
+    assert a1
+    assert a2
+    assert b2
     a1.state["n"] = 1
     first.commit()
     b2.state["n"] = 2  # a fresh document in the same unit of work...

@@ -1,0 +1,117 @@
+"""Group commit: units of work queued while another commits share the next Delta commit, and a
+stale one among them fails alone."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+
+from outbox import ConcurrencyError, Outbox
+
+
+def test_queued_units_of_work_share_one_commit_and_fail_alone(ob: Outbox) -> None:
+    with ob.unit_of_work() as uow:
+        uow.create("x", type="T", state={"n": 0})
+    store = ob.store
+    real_merge = store._merge_documents
+    first_in = threading.Event()
+    release = threading.Event()
+    calls: list[int] = []
+
+    def gated(writes: Any) -> int:
+        calls.append(len(writes))
+        if len(calls) == 1:
+            first_in.set()
+            assert release.wait(30)
+        return real_merge(writes)
+
+    store._merge_documents = gated  # type: ignore[method-assign]
+
+    queued_five = threading.Event()
+
+    class WatchedQueue(list[Any]):
+        def append(self, item: Any) -> None:
+            super().append(item)
+            if len(self) >= 5:
+                queued_five.set()
+
+    store._queue = WatchedQueue()
+
+    stale = ob.unit_of_work()
+    stale_doc = stale.get("x")  # read at version 1 of "x"
+    assert stale_doc is not None
+    results: dict[str, Any] = {}
+
+    def run(name: str, fn: Any) -> None:
+        try:
+            results[name] = fn()
+        except Exception as e:
+            results[name] = e
+
+    def bump_x() -> int | None:
+        with ob.unit_of_work() as u:
+            d = u.get("x")
+            assert d is not None
+            d.state["n"] = 1
+        return u.committed_version
+
+    def create(i: int) -> Any:
+        def go() -> int | None:
+            with ob.unit_of_work() as u:
+                u.create(f"new-{i}", type="T").send("E", {"i": i}, destination="q")
+            return u.committed_version
+
+        return go
+
+    def stale_commit() -> int | None:
+        stale_doc.state["n"] = 99
+        return stale.commit()
+
+    leader = threading.Thread(target=run, args=("leader", bump_x))
+    leader.start()
+    assert first_in.wait(30)
+    followers = [threading.Thread(target=run, args=(f"c{i}", create(i))) for i in range(4)]
+    followers.append(threading.Thread(target=run, args=("stale", stale_commit)))
+    for t in followers:
+        t.start()
+    assert queued_five.wait(30)  # all five queued behind the gated commit
+    release.set()
+    for t in [leader, *followers]:
+        t.join(60)
+
+    assert isinstance(results["stale"], ConcurrencyError)
+    versions = {results[f"c{i}"] for i in range(4)}
+    assert len(versions) == 1, results  # the four creates shared one commit
+    assert calls == [1, 4]  # the stale unit of work never reached the MERGE
+    assert store.group_commits == 1
+    _, rows = store.read(["x", *(f"new-{i}" for i in range(4))])
+    assert rows["x"].state == {"n": 1}
+    assert all(rows[f"new-{i}"].last_seq == 1 for i in range(4))
+
+
+@pytest.mark.parametrize("group", [True, False])
+def test_many_threads_lose_nothing(ob: Outbox, group: bool) -> None:
+    ob.store.group_commit = group
+    errors: list[BaseException] = []
+
+    def worker(t: int) -> None:
+        try:
+            for i in range(5):
+                with ob.unit_of_work() as u:
+                    u.create(f"t{t}-{i}", type="T").send("E", {}, destination="q")
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=worker, args=(t,)) for t in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    table = ob.store.delta_table
+    table.update_incremental()
+    assert table.to_pyarrow_table(columns=["id"]).num_rows == 30
+    if not group:
+        assert ob.store.group_commits == 0
