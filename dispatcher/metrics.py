@@ -40,11 +40,13 @@ class DispatchMetrics:
     counts: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     settle_latency: deque[float] = field(default_factory=deque)  # commit -> send settled
     watermark_latency: deque[float] = field(default_factory=deque)  # one watermark MERGE
+    dispatch_latency: deque[float] = field(default_factory=deque)  # commit -> watermark written
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     def __post_init__(self) -> None:
         self.settle_latency = deque(maxlen=self.window)
         self.watermark_latency = deque(maxlen=self.window)
+        self.dispatch_latency = deque(maxlen=self.window)
 
     def inc(self, name: str, n: int = 1) -> None:
         with self._lock:
@@ -59,6 +61,10 @@ class DispatchMetrics:
         with self._lock:
             self.watermark_latency.append(seconds)
 
+    def observe_dispatch(self, seconds: float) -> None:
+        with self._lock:
+            self.dispatch_latency.append(seconds)
+
     def __getitem__(self, name: str) -> int:
         return self.counts.get(name, 0)
 
@@ -66,7 +72,7 @@ class DispatchMetrics:
         """Counters plus p50/p99 (milliseconds) of each latency window."""
         with self._lock:
             out: dict[str, Any] = dict(self.counts)
-            for name in ("settle_latency", "watermark_latency"):
+            for name in ("settle_latency", "watermark_latency", "dispatch_latency"):
                 values = sorted(getattr(self, name))
                 out[f"{name}_p50_ms"] = _percentile(values, 0.50) * 1000
                 out[f"{name}_p99_ms"] = _percentile(values, 0.99) * 1000
@@ -77,6 +83,7 @@ class DispatchMetrics:
             self.counts = dict.fromkeys(COUNTERS, 0)
             self.settle_latency.clear()
             self.watermark_latency.clear()
+            self.dispatch_latency.clear()
 
 
 def _percentile(sorted_values: list[float], q: float) -> float:

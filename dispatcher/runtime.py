@@ -140,6 +140,7 @@ class DispatcherRuntime:
                 self.enqueue_commands((r.id, r.last_seq) for r in rows if r.has_pending)
                 return
             report = self.dispatcher.dispatch(rows, started=started)
+            self.metrics.observe_dispatch(time.perf_counter() - started)
             self.last_report = report
             if report.failed:
                 by_id = {r.id: r for r in rows}
