@@ -1,0 +1,114 @@
+"""The checker's verdict on one seed, and the summary over many (``outbox check``)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+
+def percentiles(values: list[float]) -> dict[str, float]:
+    """p50 / p95 / max (seconds, rounded to ms); zeros when there is nothing to measure."""
+    if not values:
+        return {"count": 0, "p50": 0.0, "p95": 0.0, "max": 0.0}
+    s = sorted(values)
+
+    def at(q: float) -> float:
+        return round(s[min(len(s) - 1, int(q * (len(s) - 1) + 0.5))], 3)
+
+    return {"count": len(s), "p50": at(0.5), "p95": at(0.95), "max": round(s[-1], 3)}
+
+
+@dataclass
+class CheckReport:
+    """Exact counts for one seed. ``invariants`` maps I1..I6 to held (True) or broken (False)."""
+
+    seed: int
+    scenario: str
+    duration_s: float = 0.0
+    documents: int = 0
+    committed: int = 0  # distinct committed messages (from the change data feed)
+    delta_versions: int = 0
+    deliveries: int = 0  # accepted sends, re-sends included
+    duplicates: int = 0
+    first_by_immediate: int = 0  # first deliveries made right after the commit
+    first_by_worker: int = 0  # ... made by run-dispatcher (retry command or rescue)
+    lost: list[str] = field(default_factory=list)
+    out_of_order: list[str] = field(default_factory=list)
+    phantoms: list[str] = field(default_factory=list)
+    mismatched: list[str] = field(default_factory=list)
+    saves: int = 0
+    saves_failed: list[str] = field(default_factory=list)  # I4: error class and message
+    watermark_regressions: list[str] = field(default_factory=list)  # I4
+    seq_gaps: list[str] = field(default_factory=list)
+    not_dispatched: list[str] = field(default_factory=list)  # watermark < last_seq at the end
+    occ_retries: int = 0
+    commit_retries: int = 0
+    crashes: dict[str, int] = field(default_factory=dict)  # how each process died / crash events
+    sigkills_sent: int = 0
+    outages: int = 0
+    rescue_passes: int = 0
+    rescue_passes_interrupted: int = 0
+    rescue_commands: int = 0
+    dead_lettered: int = 0
+    drained: bool = False
+    latency_immediate: dict[str, float] = field(default_factory=dict)
+    latency_rescued: dict[str, float] = field(default_factory=dict)  # real seconds
+    rescue_delay_simulated_s: float = 0.0
+    rescue_delay_real_s: float = 0.0
+    invariants: dict[str, bool] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return all(self.invariants.values()) and self.drained
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        for name in ("lost", "out_of_order", "phantoms", "mismatched"):
+            d[f"{name}_count"] = len(d[name])
+            d[name] = d[name][:20]
+        return d
+
+    def summary(self) -> str:
+        held = " ".join(f"{k}={'ok' if v else 'BROKEN'}" for k, v in self.invariants.items())
+        return (
+            f"seed {self.seed}: {'OK' if self.ok else 'FAILED'} in {self.duration_s:.1f}s; "
+            f"committed {self.committed} msgs in {self.documents} docs, delivered "
+            f"{self.deliveries} ({self.duplicates} duplicates), lost {len(self.lost)}, "
+            f"out of order {len(self.out_of_order)}, phantoms {len(self.phantoms)}; {held}"
+        )
+
+
+def aggregate(reports: list[CheckReport]) -> dict[str, Any]:
+    """Totals over seeds, for the soak's last table."""
+    keys = (
+        "committed",
+        "deliveries",
+        "duplicates",
+        "first_by_immediate",
+        "first_by_worker",
+        "saves",
+        "occ_retries",
+        "commit_retries",
+        "sigkills_sent",
+        "outages",
+        "rescue_passes",
+        "rescue_passes_interrupted",
+        "rescue_commands",
+        "dead_lettered",
+    )
+    total: dict[str, Any] = {k: sum(int(getattr(r, k)) for r in reports) for k in keys}
+    total["seeds"] = len(reports)
+    total["failed_seeds"] = [r.seed for r in reports if not r.ok]
+    for name in ("lost", "out_of_order", "phantoms", "mismatched", "saves_failed"):
+        total[name] = sum(len(getattr(r, name)) for r in reports)
+    total["watermark_regressions"] = sum(len(r.watermark_regressions) for r in reports)
+    crashes: dict[str, int] = {}
+    for r in reports:
+        for k, v in r.crashes.items():
+            crashes[k] = crashes.get(k, 0) + v
+    total["crashes"] = dict(sorted(crashes.items()))
+    total["rescued_latency_max_s"] = max(
+        (r.latency_rescued.get("max", 0.0) for r in reports), default=0.0
+    )
+    return total

@@ -1,0 +1,136 @@
+"""A seed becomes a fault plan: how many writers and workers, what each writes, where each one
+crashes, when the supervisor SIGKILLs whom, when the broker is down.
+
+The seed fixes the *plan*, not the operating system's scheduling: replaying a seed replays the same
+faults at the same hits and times, which is what makes a failure reproducible in practice (the
+same crash point, the same kill, the same outage), even though processes interleave differently.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+WRITER_POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark")
+WORKER_POINTS = ("worker_holding", "mid_batch", "after_send", "during_watermark")
+ACTIONS = ("raise", "kill", "kill_soon:0.01")
+
+
+@dataclass(frozen=True, slots=True)
+class WriterPlan:
+    index: int
+    seed: int
+    rounds: int
+    crash: str  # OUTBOX_CRASH_AT spec ("" = none), e.g. "after_send@3=kill"
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerPlan:
+    index: int
+    seed: int
+    crash: str
+
+
+@dataclass(frozen=True, slots=True)
+class Kill:
+    at: float  # seconds after the start
+    role: str  # "writer" or "worker"
+    index: int
+
+
+@dataclass(frozen=True, slots=True)
+class Outage:
+    at: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Scenario:
+    seed: int
+    pool: int  # documents shared by all writers: same ids -> optimistic-concurrency retries
+    buckets: int  # few buckets: writers and watermark MERGEs collide -> Delta commit conflicts
+    docs_per_round: tuple[int, int]
+    msgs_per_doc: tuple[int, int]
+    failure_rate: float  # per send, in every process
+    latency_ms: float
+    rescue_failure_rate: float  # a pass dies before its checkpoint (Ctrl-C, crash)
+    writers: list[WriterPlan] = field(default_factory=list)
+    workers: list[WorkerPlan] = field(default_factory=list)
+    kills: list[Kill] = field(default_factory=list)
+    outages: list[Outage] = field(default_factory=list)
+
+    @classmethod
+    def from_seed(cls, seed: int, *, scale: float = 1.0) -> Scenario:
+        """``scale`` multiplies the work (rounds per writer); the soak uses more than the tests."""
+        rng = random.Random(seed)
+        n_writers = rng.randint(2, 3)
+        n_workers = rng.randint(1, 2)
+        writers = [
+            WriterPlan(
+                i,
+                rng.randrange(2**31),
+                max(3, round(rng.randint(6, 12) * scale)),
+                _crash(rng, WRITER_POINTS, at_most=6) if rng.random() < 0.8 else "",
+            )
+            for i in range(n_writers)
+        ]
+        workers = [
+            WorkerPlan(
+                i,
+                rng.randrange(2**31),
+                _crash(rng, WORKER_POINTS, at_most=4) if rng.random() < 0.7 else "",
+            )
+            for i in range(n_workers)
+        ]
+        horizon = 4.0 + 2.0 * scale
+        kills = sorted(
+            (
+                Kill(
+                    round(rng.uniform(1.0, horizon), 2),
+                    role := rng.choice(("writer", "worker")),
+                    rng.randrange(n_writers if role == "writer" else n_workers),
+                )
+                for _ in range(rng.randint(1, 2))
+            ),
+            key=lambda k: k.at,
+        )
+        outages = [
+            Outage(round(rng.uniform(0.5, horizon), 2), round(rng.uniform(0.3, 1.5), 2))
+            for _ in range(rng.randint(0, 2))
+        ]
+        return cls(
+            seed=seed,
+            pool=rng.randint(8, 24),
+            buckets=rng.choice((1, 2, 4)),
+            docs_per_round=(1, rng.randint(2, 5)),
+            msgs_per_doc=(1, rng.randint(1, 3)),
+            failure_rate=rng.choice((0.0, 0.05, 0.15)),
+            latency_ms=rng.choice((0.0, 2.0, 10.0)),
+            rescue_failure_rate=rng.choice((0.0, 0.2)),
+            writers=writers,
+            workers=workers,
+            kills=kills,
+            outages=sorted(outages, key=lambda o: o.at),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    def describe(self) -> str:
+        crashes = [w.crash for w in self.writers if w.crash] + [
+            w.crash for w in self.workers if w.crash
+        ]
+        return (
+            f"seed {self.seed}: {len(self.writers)} writers x "
+            f"{'/'.join(str(w.rounds) for w in self.writers)} rounds on {self.pool} docs in "
+            f"{self.buckets} bucket(s), {len(self.workers)} worker(s); crash points "
+            f"{crashes or 'none'}; SIGKILLs {[(k.role, k.index, k.at) for k in self.kills]}; "
+            f"outages {[(o.at, o.seconds) for o in self.outages]}; send failure rate "
+            f"{self.failure_rate}, latency {self.latency_ms} ms, rescue failure rate "
+            f"{self.rescue_failure_rate}"
+        )
+
+
+def _crash(rng: random.Random, points: tuple[str, ...], *, at_most: int) -> str:
+    return f"{rng.choice(points)}@{rng.randint(1, at_most)}={rng.choice(ACTIONS)}"

@@ -1,0 +1,96 @@
+"""What was committed, read from the table's own change data feed, and the I4 checks on it.
+
+Why the feed and not the writers' own records: a writer can be SIGKILLed between its commit and
+writing down what it committed, and the table drops sent messages from a row on the next save. The
+feed keeps every committed image of every row, so the union of the messages in those images is
+exactly "what was committed", whoever wrote it and whatever happened to them afterwards.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from outbox.model import OutboxMessage
+
+FEED_COLUMNS = [
+    "id",
+    "last_seq",
+    "dispatched_seq",
+    "outbox",
+    "_change_type",
+    "_commit_version",
+    "_commit_timestamp",
+]
+
+
+@dataclass
+class Truth:
+    """Committed messages per document (seq order), when each was first committed, and what the
+    feed says about I4."""
+
+    committed: dict[str, list[OutboxMessage]] = field(default_factory=dict)
+    committed_at: dict[str, float] = field(default_factory=dict)  # message_id -> epoch seconds
+    versions: int = 0
+    watermark_regressions: list[str] = field(default_factory=list)  # I4: a sent message came back
+    seq_gaps: list[str] = field(default_factory=list)  # a committed seq missing from every image
+    changed_content: list[str] = field(default_factory=list)  # same message id, other content
+
+
+def read_truth(delta_table: Any) -> Truth:
+    import pyarrow as pa
+
+    reader = delta_table.load_cdf(starting_version=0, columns=FEED_COLUMNS)
+    rows = pa.RecordBatchReader.from_stream(reader).read_all().to_pylist()
+    return truth_from_images(
+        r for r in rows if str(r["_change_type"]) in ("insert", "update_postimage")
+    )
+
+
+def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
+    """``images``: feed rows (inserts and post-images) in any order."""
+    from outbox.delta.schema import message_from_struct
+
+    ordered = sorted(images, key=lambda r: int(r["_commit_version"]))
+    truth = Truth()
+    seen: dict[str, OutboxMessage] = {}
+    watermark: dict[str, int] = {}
+    last: dict[str, int] = {}
+    versions: set[int] = set()
+    for r in ordered:
+        doc = str(r["id"])
+        version = int(r["_commit_version"])
+        versions.add(version)
+        at = _epoch(r["_commit_timestamp"])
+        dispatched = int(r["dispatched_seq"])
+        if dispatched < watermark.get(doc, 0):
+            truth.watermark_regressions.append(
+                f"{doc}: dispatched_seq {watermark[doc]} -> {dispatched} at version {version}"
+            )
+        watermark[doc] = max(dispatched, watermark.get(doc, 0))
+        last[doc] = max(int(r["last_seq"]), last.get(doc, 0))
+        for struct in r["outbox"] or []:
+            m = message_from_struct(struct)
+            before = seen.get(m.message_id)
+            if before is None:
+                seen[m.message_id] = m
+                truth.committed.setdefault(doc, []).append(m)
+                truth.committed_at[m.message_id] = at
+            elif (before.body, before.seq, before.destination) != (m.body, m.seq, m.destination):
+                truth.changed_content.append(m.message_id)
+    for doc, msgs in truth.committed.items():
+        msgs.sort(key=lambda m: m.seq)
+        seqs = [m.seq for m in msgs]
+        if seqs != list(range(1, last[doc] + 1)):
+            truth.seq_gaps.append(f"{doc}: committed seqs {seqs[:8]}... vs last_seq {last[doc]}")
+    truth.versions = len(versions)
+    return truth
+
+
+def _epoch(value: Any) -> float:
+    if isinstance(value, datetime):
+        dt = value if value.tzinfo is not None else value.replace(tzinfo=UTC)
+        return dt.timestamp()
+    return float(value) / 1000.0
