@@ -38,6 +38,9 @@ _register_dispatcher(main)
 from dispatcher.queue_cli import register as _register_queue  # noqa: E402
 
 _register_queue(main)
+from outbox.cli_proofs import register as _register_proofs  # noqa: E402
+
+_register_proofs(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

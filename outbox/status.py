@@ -1,0 +1,151 @@
+"""``outbox status``: what an operator needs at 3 a.m., in one read-only look.
+
+Pending documents and messages and the oldest pending message's age (from the table), each
+rescuer checkpoint with its lag (versions and seconds behind the table), queue depths and the
+oldest dead letter (from the SQL database). Nothing here writes: it is safe to run as a health
+check every few seconds, next to running workers and rescuers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+from outbox.clock import Clock, utc
+from outbox.settings import Settings
+
+#: How far back the checkpoint lag is timed; beyond that the lag in seconds is a lower bound.
+HISTORY_LIMIT = 2000
+
+
+@dataclass
+class CheckpointStatus:
+    rescuer: str
+    version: int | None
+    lag_versions: int
+    lag_seconds: float
+    last_pass_at: datetime | None
+    last_pass_age_seconds: float | None
+    last_mode: str | None
+
+
+@dataclass
+class QueueDepth:
+    queue: str
+    active: int
+    scheduled: int
+    locked: int
+    dead_lettered: int
+
+
+@dataclass
+class DeadLetterInfo:
+    id: int
+    queue: str
+    message_id: str
+    reason: str
+    description: str
+    dead_lettered_at: datetime
+    age_seconds: float
+
+
+@dataclass
+class StatusReport:
+    table_uri: str
+    sql_url: str
+    table_version: int
+    pending_documents: int
+    pending_messages: int
+    oldest_pending_age_seconds: float | None
+    oldest_pending_document: str | None
+    checkpoints: list[CheckpointStatus] = field(default_factory=list)
+    queues: list[QueueDepth] = field(default_factory=list)
+    oldest_dead_letter: DeadLetterInfo | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def collect_status(settings: Settings, clock: Clock) -> StatusReport:
+    """Read the table, the checkpoints and the queues; raises ``OutboxError`` subclasses only."""
+    from dispatcher.queue.sql_queue import SqlQueue
+    from migrations.runner import _redact
+    from outbox.delta.store import DeltaDocumentStore
+    from rescuer.checkpoint import SqlCheckpointStore
+
+    now = utc(clock.now())
+    store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+    try:
+        version = store.refresh()
+        rows = store.scan_pending(columns=["id", "dispatched_seq", "last_seq", "outbox"])
+        oldest: tuple[datetime, str] | None = None
+        messages = 0
+        for r in rows.to_pylist():
+            messages += int(r["last_seq"]) - int(r["dispatched_seq"])
+            for m in r["outbox"] or []:
+                created = m.get("created_at")
+                if int(m["seq"]) > int(r["dispatched_seq"]) and created is not None:
+                    created = utc(created)
+                    if oldest is None or created < oldest[0]:
+                        oldest = (created, str(r["id"]))
+        report = StatusReport(
+            table_uri=settings.table_uri,
+            sql_url=_redact(settings.sql_url),
+            table_version=version,
+            pending_documents=rows.num_rows,
+            pending_messages=messages,
+            oldest_pending_age_seconds=(
+                round((now - oldest[0]).total_seconds(), 1) if oldest else None
+            ),
+            oldest_pending_document=oldest[1] if oldest else None,
+        )
+        checkpoints = SqlCheckpointStore(settings.sql_url)
+        try:
+            for cp in checkpoints.list(settings.table_uri):
+                report.checkpoints.append(_checkpoint(cp, store.delta_table, version, now))
+        finally:
+            checkpoints.close()
+    finally:
+        store.close()
+    with SqlQueue.from_settings(settings, clock=clock) as queue:
+        for q in queue.stats().values():
+            report.queues.append(
+                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered)
+            )
+        dead = queue.list_dead_letters(limit=1)
+        if dead:
+            d = dead[0]
+            report.oldest_dead_letter = DeadLetterInfo(
+                d.id,
+                d.queue,
+                d.message_id,
+                d.reason,
+                d.description[:300],
+                d.dead_lettered_at,
+                round((now - utc(d.dead_lettered_at)).total_seconds(), 1),
+            )
+    return report
+
+
+def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> CheckpointStatus:
+    covered = cp.version if cp.version is not None else -1
+    lag_versions = max(0, latest - covered)
+    lag_seconds = 0.0
+    if lag_versions:
+        # The oldest commit the checkpoint does not cover yet: its age is how far behind we are.
+        entries = list(delta_table.history(min(lag_versions, HISTORY_LIMIT)))
+        stamps = [int(e["timestamp"]) for e in entries if e.get("timestamp") is not None]
+        if stamps:
+            oldest = datetime.fromtimestamp(min(stamps) / 1000, tz=now.tzinfo)
+            lag_seconds = round(max(0.0, (now - oldest).total_seconds()), 1)
+    last = cp.last_pass_at
+    return CheckpointStatus(
+        rescuer=cp.rescuer_name,
+        version=cp.version,
+        lag_versions=lag_versions,
+        lag_seconds=lag_seconds,
+        last_pass_at=last,
+        last_pass_age_seconds=round((now - last).total_seconds(), 1) if last else None,
+        last_mode=cp.details.get("mode"),
+    )
