@@ -1,4 +1,4 @@
-"""The rescuer contract: every test runs on the local engine and on Spark, same tables, same answer."""
+"""The rescuer contract: every test runs on the local engine and on Spark, on the same tables."""
 
 from __future__ import annotations
 
@@ -206,9 +206,7 @@ def test_foreign_checkpoint_is_a_clear_error_and_full_repairs_it(
     assert rescuer.checkpoint() is not None
 
 
-def test_engines_agree_on_plans(
-    table: Table, spark_session: Any, clock: ManualClock
-) -> None:
+def test_engines_agree_on_plans(table: Table, spark_session: Any, clock: ManualClock) -> None:
     """The same table, window and tail: the local and Spark plans are identical."""
     pytest.importorskip("pyspark")
     from rescuer.cdf_local import LocalEngine
