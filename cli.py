@@ -41,6 +41,9 @@ _register_queue(main)
 from outbox.cli_proofs import register as _register_proofs  # noqa: E402
 
 _register_proofs(main)
+from rescuer.rescue_cli import register as _register_rescuer  # noqa: E402
+
+_register_rescuer(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -133,6 +133,7 @@ def get_spark(
             .config("spark.sql.extensions", DELTA_EXTENSION)
             .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
             .config("spark.ui.enabled", "false")
+            .config("spark.ui.showConsoleProgress", "false")
             .config("spark.sql.shuffle.partitions", "2")
             .config("spark.default.parallelism", "2")
             # Delta rebuilds a snapshot with 50 partitions by default: pure overhead locally.

@@ -1,0 +1,293 @@
+"""Rescuer benchmark: does a feed pass stay flat as the table grows; what does a sweep cost?
+
+    python -m benchmarks.rescuer            # 10k, 100k, 1M docs; local, sweep and Spark
+    python -m benchmarks.rescuer --quick    # local engine at 10k and 100k, under a minute
+
+Each table is built fast (one big append, CDF on), then 100 documents are changed in 10 MERGE
+commits after the checkpoint. A pass starts from a fresh checkpoint at the build version, so
+every repetition does the same work. Results go to benchmarks/results/rescuer.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from outbox.clock import ManualClock
+from outbox.delta import schema as S
+from outbox.delta.store import DeltaDocumentStore, DocumentWrite
+from outbox.model import DocumentRow, bucket_of
+from rescuer.cdf_local import LocalEngine, normalize, plan_arrow, plan_polars
+from rescuer.checkpoint import InMemoryCheckpointStore
+from rescuer.planner import Engine, FeedWindow
+from rescuer.runner import RescuePass
+from rescuer.sink import InMemorySink
+from rescuer.window import find_window_end
+
+RESULTS = Path(__file__).parent / "results" / "rescuer.json"
+BUCKETS = 16
+CHANGED = 100
+DELAY = 15.0
+
+
+def _median(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def build_table(path: Path, docs: int) -> tuple[DeltaDocumentStore, int]:
+    """``docs`` dispatched documents in one append, then 100 changed in 10 MERGE commits."""
+    from deltalake import write_deltalake
+
+    DeltaDocumentStore.create(str(path), buckets=BUCKETS)
+    ids = [f"doc-{i:07d}" for i in range(docs)]
+    now = datetime.now(UTC)
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.string()),
+            "type": pa.array(["bench"] * docs, pa.string()),
+            "version": pa.array([1] * docs, pa.int64()),
+            "state": pa.array(["{}"] * docs, pa.string()),
+            "last_seq": pa.array([1] * docs, pa.int64()),
+            "dispatched_seq": pa.array([1] * docs, pa.int64()),
+            "outbox": pa.array([[]] * docs, S.DOCUMENT_SCHEMA.field("outbox").type),
+            "updated_at": pa.array([now] * docs, S.TS),
+            "bucket": pa.array([bucket_of(i, BUCKETS) for i in ids], pa.int32()),
+        },
+        schema=S.DOCUMENT_SCHEMA,
+    )
+    write_deltalake(str(path), table, mode="append")
+    store = DeltaDocumentStore(str(path))
+    base = store.version()
+    step = max(1, docs // CHANGED)
+    changed = [ids[i * step] for i in range(CHANGED)]
+    for k in range(10):
+        read_at = store.refresh()
+        batch = changed[k * 10 : (k + 1) * 10]
+        store.save(
+            [DocumentWrite(DocumentRow(i, "bench", 2, {}, 2, 1, []), 1, read_at) for i in batch]
+        )
+    return store, base
+
+
+def _commit_time(store: DeltaDocumentStore) -> datetime:
+    ts = int(store.delta_table.history(1)[0]["timestamp"])
+    return datetime.fromtimestamp(ts / 1000, tz=UTC)
+
+
+def run_pass(
+    store: DeltaDocumentStore, engine: Engine, base: int, *, full: bool = False
+) -> dict[str, Any]:
+    checkpoints = InMemoryCheckpointStore()
+    checkpoints.write(
+        store.uri,
+        "bench",
+        expected_generation=None,
+        version=base,
+        at=datetime.now(UTC),
+        details={"table_id": store.table_id},
+    )
+    clock = ManualClock(_commit_time(store) + timedelta(seconds=DELAY + 1))
+    rp = RescuePass(
+        store, engine, checkpoints, InMemorySink(), clock=clock, delay=DELAY, name="bench"
+    )
+    report = rp.run(full=full)
+    assert report.pending_documents == CHANGED, report.to_dict()
+    return report.to_dict()
+
+
+def measure_size(root: Path, docs: int, spark: Any | None, repeat: int) -> dict[str, Any]:
+    path = root / f"t{docs}"
+    t0 = time.perf_counter()
+    store, base = build_table(path, docs)
+    out: dict[str, Any] = {"docs": docs, "build_s": round(time.perf_counter() - t0, 2)}
+    local = LocalEngine()
+    run_pass(store, local, base)  # warm the handle
+    feed_s, rep = _median(lambda: run_pass(store, local, base), repeat)
+    out["feed_pass_s"] = round(feed_s, 4)
+    out["feed_change_rows"] = rep["change_rows"]
+    out["feed_versions"] = rep["versions_scanned"]
+    sweep_s, _ = _median(lambda: run_pass(store, local, base, full=True), max(1, repeat - 2))
+    out["sweep_pass_s"] = round(sweep_s, 4)
+    read_s, _ = _median(
+        lambda: store.read([f"doc-{i:07d}" for i in range(0, docs, docs // 100)]), 3
+    )
+    out["store_read_100_ids_s"] = round(read_s, 4)
+    if spark is not None:
+        from rescuer.cdf_spark import SparkEngine
+
+        engine = SparkEngine(spark)
+        run_pass(store, engine, base)
+        spark_s, _ = _median(lambda: run_pass(store, engine, base), 3)
+        out["spark_pass_s"] = round(spark_s, 4)
+        sweep_spark_s, _ = _median(lambda: run_pass(store, engine, base, full=True), 1)
+        out["spark_sweep_pass_s"] = round(sweep_spark_s, 4)
+    store.close()
+    shutil.rmtree(path, ignore_errors=True)
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def measure_planners(rows: int) -> dict[str, Any]:
+    """pyarrow vs polars on a synthetic feed: ``rows`` change rows over ``rows // 4`` ids."""
+    ids = pa.array([f"doc-{i % (rows // 4):07d}" for i in range(rows)], pa.string())
+    types = pa.array(
+        [
+            "insert" if i < rows // 4 else ("update_preimage", "update_postimage")[i % 2]
+            for i in range(rows)
+        ],
+        pa.string(),
+    )
+    feed = normalize(
+        pa.table(
+            {
+                "id": ids,
+                "last_seq": pa.array([i % 7 for i in range(rows)], pa.int64()),
+                "dispatched_seq": pa.array([i % 5 for i in range(rows)], pa.int64()),
+                "_change_type": types,
+                "_commit_version": pa.array([1 + i // 100 for i in range(rows)], pa.int64()),
+            }
+        )
+    )
+    last = 1 + (rows - 1) // 100
+    window = FeedWindow(0, max(1, last - 10), last)
+    a_s, a = _median(lambda: plan_arrow(feed, window), 5)
+    p_s, p = _median(lambda: plan_polars(feed, window), 5)
+    assert a == p, "pyarrow and polars plans differ"
+    return {"rows": rows, "pyarrow_s": round(a_s, 5), "polars_s": round(p_s, 5)}
+
+
+def measure_many_commits(root: Path, commits: int) -> dict[str, Any]:
+    """``commits`` one-row appends (new ids), then: open, window walk, and a pass over them all."""
+    from deltalake import DeltaTable, write_deltalake
+
+    path = root / "many"
+    DeltaDocumentStore.create(str(path), buckets=BUCKETS)
+    now = datetime.now(UTC)
+    t0 = time.perf_counter()
+    for i in range(commits):
+        doc = f"m-{i:06d}"
+        row = DocumentRow(doc, "bench", 1, {}, 1, 0 if i % 100 == 0 else 1, [], now)
+        write_deltalake(
+            str(path), S.table_from_rows([(row, bucket_of(doc, BUCKETS))], extra={}), mode="append"
+        )
+    write_s = time.perf_counter() - t0
+    checkpoints = sorted(p.name for p in (path / "_delta_log").glob("*.checkpoint.parquet"))
+    open_s, _ = _median(lambda: DeltaTable(str(path)), 3)
+    store = DeltaDocumentStore(str(path))
+    end = _commit_time(store) + timedelta(seconds=DELAY + 1)
+    walk_s, _ = _median(
+        lambda: find_window_end(store.delta_table, now=end, delay=DELAY, floor=0), 3
+    )
+    local = LocalEngine()
+    latest = store.version()
+
+    def pass_from(base: int) -> dict[str, Any]:
+        checkpoints_store = InMemoryCheckpointStore()
+        checkpoints_store.write(
+            store.uri,
+            "b",
+            expected_generation=None,
+            version=base,
+            at=now,
+            details={"table_id": store.table_id},
+        )
+        rp = RescuePass(
+            store,
+            local,
+            checkpoints_store,
+            InMemorySink(),
+            clock=ManualClock(end),
+            delay=DELAY,
+            name="b",
+        )
+        return rp.run().to_dict()
+
+    last100_s, _ = _median(lambda: pass_from(latest - 100), 3)
+    all_s, rep = _median(lambda: pass_from(0), 1)
+    out = {
+        "commits": commits,
+        "write_s": round(write_s, 1),
+        "delta_checkpoint_files": len(checkpoints),
+        "open_table_s": round(open_s, 4),
+        "window_walk_s": round(walk_s, 4),
+        "pass_last_100_versions_s": round(last100_s, 4),
+        "pass_all_versions_s": round(all_s, 3),
+        "versions_per_second_all": round(rep["versions_scanned"] / all_s, 1),
+        "pending_found_all": rep["pending_documents"],
+    }
+    store.close()
+    shutil.rmtree(path, ignore_errors=True)
+    print(json.dumps(out), flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="local engine, 10k and 100k only")
+    parser.add_argument("--commits", type=int, default=10_000)
+    parser.add_argument("--no-spark", action="store_true")
+    args = parser.parse_args()
+    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    spark = None
+    if not args.quick and not args.no_spark:
+        from rescuer.cdf_spark import find_jars, get_spark
+
+        jars = find_jars() or sorted(str(p) for p in Path("/tmp/dj").glob("*.jar"))
+        spark = get_spark(jars=jars)
+    root = Path(tempfile.mkdtemp(prefix="rescuer-bench-"))
+    results: dict[str, Any] = {
+        "benchmark": "rescuer",
+        "quick": args.quick,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "changed_docs": CHANGED,
+        "started_at": datetime.now(UTC).isoformat(),
+    }
+    try:
+        results["sizes"] = [measure_size(root, n, spark, 5) for n in sizes]
+        results["planner"] = [measure_planners(n) for n in (1_000, 100_000, 1_000_000)]
+        by = {r["docs"]: r for r in results["sizes"]}
+        small, big = by[sizes[0]], by[sizes[-1]]
+        key = "1m" if big["docs"] == 1_000_000 else "100k"
+        results[f"feed_pass_growth_10k_to_{key}"] = round(
+            big["feed_pass_s"] / small["feed_pass_s"], 2
+        )
+        results[f"sweep_over_feed_at_{key}"] = round(big["sweep_pass_s"] / big["feed_pass_s"], 2)
+        if "spark_pass_s" in big:
+            results[f"spark_over_local_at_{key}"] = round(
+                big["spark_pass_s"] / big["feed_pass_s"], 1
+            )
+        commits = 1_000 if args.quick else args.commits
+        if not args.quick:
+            results["many_commits"] = measure_many_commits(root, commits)
+            results["versions_per_second"] = results["many_commits"]["versions_per_second_all"]
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    results["finished_at"] = datetime.now(UTC).isoformat()
+    out = RESULTS if not args.quick else RESULTS.with_name("rescuer-quick.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
+    print(
+        json.dumps({k: v for k, v in results.items() if not isinstance(v, list | dict)}, indent=2)
+    )
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

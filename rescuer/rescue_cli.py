@@ -1,0 +1,143 @@
+"""``outbox rescue``: one pass (for cron or a Databricks job), or ``--every 30s`` until SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import sys
+from typing import Any
+
+import click
+
+from outbox.cli_support import (
+    EXIT_INTERRUPTED,
+    CliContext,
+    emit_json,
+    is_terminal,
+    json_default,
+    json_option,
+    pass_cli,
+    print_kv,
+)
+from outbox.clock import SystemClock
+from outbox.durations import format_duration, parse_duration
+from outbox.errors import OutboxError
+from rescuer.engines import ENGINES
+from rescuer.runner import PassReport, check_delay
+
+INTERRUPTED = (
+    "interrupted: the pass stopped before storing its checkpoint; the next pass repeats the "
+    "same window and the queue drops the commands already enqueued"
+)
+
+
+def _show(report: PassReport, *, as_json: bool, looping: bool) -> None:
+    for w in report.warnings:
+        click.echo(f"WARNING: {w}", err=True)
+    if as_json:
+        if looping:  # one object per line, so a log shipper can split them
+            click.echo(json.dumps(report.to_dict(), default=json_default, sort_keys=True))
+        else:
+            emit_json(report.to_dict())
+        return
+    if not is_terminal():
+        click.echo(report.summary())
+        return
+    print_kv(
+        f"rescue pass ({report.engine}, {report.mode or 'nothing old enough yet'})",
+        [
+            ("table", report.table_uri),
+            ("rescuer", report.rescuer_name),
+            ("window", f"({report.window_start}, {report.window_end}]"),
+            ("versions scanned", report.versions_scanned),
+            ("change rows read", report.change_rows),
+            ("documents examined", report.documents_examined),
+            ("pending documents", report.pending_documents),
+            ("commands enqueued", report.commands_enqueued),
+            ("duplicates dropped", report.duplicates_dropped),
+            ("checkpoint", f"{report.checkpoint_before} -> {report.checkpoint_after}"),
+            ("lag", f"{report.lag_versions} versions, {format_duration(report.lag_seconds)}"),
+            ("took", format_duration(report.duration_s)),
+        ],
+    )
+
+
+@click.command()
+@click.option("--every", metavar="DURATION", help="Loop: a pass every DURATION until SIGTERM.")
+@click.option("--delay", metavar="DURATION", help="Only rescue changes older than this (15s..1h).")
+@click.option(
+    "--engine",
+    type=click.Choice(ENGINES),
+    default="local",
+    show_default=True,
+    help="local (delta-rs) or spark (PySpark + delta-spark).",
+)
+@click.option("--full", is_flag=True, help="Sweep every current row instead of the change feed.")
+@click.option("--name", help="Rescuer name: its checkpoint is kept per table and name.")
+@json_option
+@pass_cli
+def rescue(
+    cli: CliContext,
+    every: str | None,
+    delay: str | None,
+    engine: str,
+    full: bool,
+    name: str | None,
+    as_json: bool,
+) -> None:
+    """Send a ProcessDocument command for every document left pending longer than the delay."""
+    from outbox.delta.store import DeltaDocumentStore
+    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.engines import make_engine
+    from rescuer.runner import RescuePass
+    from rescuer.scheduler import Scheduler, stop_on_sigterm
+    from rescuer.sink import QueueSink
+
+    settings = cli.settings()
+    delay_s = check_delay(
+        parse_duration(delay, name="--delay") if delay is not None else settings.rescue_delay
+    )
+    every_s = parse_duration(every, name="--every") if every is not None else None
+    if every_s is not None and every_s <= 0:
+        raise click.BadParameter("must be a positive duration like 30s", param_hint="--every")
+    clock = SystemClock()
+    store = DeltaDocumentStore(
+        settings.table_uri, storage_options=settings.storage_options, clock=clock
+    )
+    checkpoints = SqlCheckpointStore(settings.sql_url)
+    sink = QueueSink.from_settings(settings, clock=clock)
+    closers: list[Any] = [sink, checkpoints, store]
+    try:
+        rescue_pass = RescuePass(
+            store,
+            make_engine(engine, storage_options=settings.storage_options),
+            checkpoints,
+            sink,
+            clock=clock,
+            delay=delay_s,
+            name=name or settings.rescuer_name,
+        )
+        if every_s is None:
+            _show(rescue_pass.run(full=full), as_json=as_json, looping=False)
+            return
+        scheduler = Scheduler(
+            rescue_pass,
+            every=every_s,
+            clock=clock,
+            on_report=lambda r: _show(r, as_json=as_json, looping=True),
+            on_error=lambda e: click.echo(f"error: {e}", err=True),
+        )
+        with stop_on_sigterm(scheduler):
+            scheduler.run(full_first=full)
+        click.echo(f"stopped after {scheduler.passes} pass(es)", err=True)
+    except KeyboardInterrupt:
+        click.echo(INTERRUPTED, err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    finally:
+        for c in closers:
+            with contextlib.suppress(OutboxError):  # best effort on shutdown
+                c.close()
+
+
+def register(group: click.Group) -> None:
+    group.add_command(rescue)
