@@ -227,6 +227,8 @@ def _bulk(
         "all": everything,
     }
     with _open(cli) as queue:
+        for dead_letter_id in ids:  # an unknown id is a typo: say so instead of "0 requeued"
+            queue.get_dead_letter(dead_letter_id)
         total = queue.count_dead_letters(**selection)
         action = queue.requeue if verb == "requeue" else queue.purge
         with progress(f"{verb} dead letters", total) as advance:

@@ -4,6 +4,7 @@ into ours (``QueueUnavailableError`` is retryable; a missing schema says to run 
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,6 +78,16 @@ def translate(e: DBAPIError, engine: Engine, action: str) -> OutboxError:
     return QueueError(f"cannot {action} on {where}: {_first_line(e)}")
 
 
+_writers: dict[str, threading.Lock] = {}
+_writers_guard = threading.Lock()
+
+
+def _sqlite_writer(engine: Engine) -> threading.Lock:
+    key = str(Path(engine.url.database or "").resolve())
+    with _writers_guard:
+        return _writers.setdefault(key, threading.Lock())
+
+
 class Database:
     """An engine plus the two kinds of transaction the queue uses, with errors translated."""
 
@@ -85,6 +96,10 @@ class Database:
         self.owned = owned
         self.closed = False
         self.postgres = engine.dialect.name == "postgresql"
+        # SQLite has one writer at a time, and a blocked writer polls with sleeps of up to 100 ms
+        # (the busy handler). Threads of this process queue on a mutex instead, which hands the
+        # write lock over at once; other processes still meet the busy handler.
+        self._writer = _sqlite_writer(engine) if not self.postgres else None
 
     def _check_open(self) -> None:
         if self.closed:
@@ -95,8 +110,12 @@ class Database:
         """A write transaction (BEGIN IMMEDIATE on SQLite), committed on exit."""
         self._check_open()
         try:
-            with self.engine.begin() as conn:
-                yield conn
+            if self._writer is None:
+                with self.engine.begin() as conn:
+                    yield conn
+            else:
+                with self._writer, self.engine.begin() as conn:
+                    yield conn
         except DBAPIError as e:
             raise translate(e, self.engine, action) from e
 

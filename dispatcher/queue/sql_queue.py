@@ -157,16 +157,17 @@ class SqlQueue:
             if self._db.postgres:
                 lock_sessions(conn, ((r["queue"], r["session_id"]) for r in unique.values()))
             dialect_insert = postgresql.insert if self._db.postgres else sqlite.insert
-            stmt = dialect_insert(duplicate_ids).values(
-                [{"queue": q, "message_id": mid, "seen_at": now} for q, mid in unique]
-            )
+            stmt = dialect_insert(duplicate_ids)
             upsert = stmt.on_conflict_do_update(
                 index_elements=[duplicate_ids.c.queue, duplicate_ids.c.message_id],
                 set_={"seen_at": stmt.excluded.seen_at},
                 where=duplicate_ids.c.seen_at <= cutoff,
             ).returning(duplicate_ids.c.queue, duplicate_ids.c.message_id)
             # Rows come back only for ids not seen inside the window: those are the new ones.
-            fresh = {(r.queue, r.message_id) for r in conn.execute(upsert)}
+            # executemany (SQLAlchemy batches it as "insertmanyvalues") keeps one cached compiled
+            # statement; a literal multi-row VALUES would be recompiled for every batch.
+            params = [{"queue": q, "message_id": mid, "seen_at": now} for q, mid in unique]
+            fresh = {(r.queue, r.message_id) for r in conn.execute(upsert, params)}
             accepted = [row for key, row in unique.items() if key in fresh]
             if accepted:
                 conn.execute(M.insert(), accepted)
@@ -234,6 +235,11 @@ class SqlQueue:
             conditions += [M.c.session_id == session_id, head_of_session]
         return conditions
 
+    def _anything_deliverable(self, queue: str, now: datetime, session_id: str | None) -> bool:
+        with self._db.read("receive messages") as conn:
+            probe = select(M.c.sequence_number).where(*self._deliverable(queue, now, session_id))
+            return conn.execute(probe.limit(1)).first() is not None
+
     def receive(
         self, queue: str, max_messages: int = 1, *, session_id: str | None = None
     ) -> list[ReceivedMessage]:
@@ -259,6 +265,8 @@ class SqlQueue:
         max_messages = min(max_messages, _MAX_RECEIVE)
         now = self._now()
         out: list[ReceivedMessage] = []
+        if not self._db.postgres and not self._anything_deliverable(queue, now, session_id):
+            return out  # an idle poll never takes SQLite's write lock
         with self._db.write("receive messages") as conn:
             for _ in range(10):  # each round may dead-letter exhausted heads and uncover more
                 stmt = (
