@@ -1,0 +1,131 @@
+"""``outbox rescue`` end to end on a workspace, the scheduler loop, and the missing-JAR message."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from outbox.clock import ManualClock
+from outbox.delta.store import DeltaDocumentStore, DocumentWrite
+from outbox.errors import EngineError
+from outbox.model import DocumentRow
+from rescuer.cdf_spark import find_jars
+from rescuer.scheduler import Scheduler, stop_on_sigterm
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("delay", ["5s", "2h", "soon"])
+def test_bad_delay_is_one_clear_line(workspace: Path, delay: str) -> None:
+    result = CliRunner().invoke(main, ["-w", str(workspace), "rescue", "--delay", delay])
+    assert result.exit_code == 1
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith("error: ")
+    assert "delay" in lines[0]
+
+
+def test_rescue_json_enqueues_commands_into_the_sql_queue(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runner = CliRunner()
+    assert runner.invoke(main, ["-w", str(workspace), "migrate"]).exit_code == 0
+    store = DeltaDocumentStore(str((workspace / "documents").absolute()))
+    v = store.save([DocumentWrite(DocumentRow("d1", "t", 1, {}, 2, 0, []), 0, store.version())])
+    ts = int(store.delta_table.history(1)[0]["timestamp"])
+    from datetime import UTC, datetime
+
+    later = datetime.fromtimestamp(ts / 1000, tz=UTC) + timedelta(seconds=31)
+    monkeypatch.setattr("rescuer.rescue_cli.SystemClock", lambda: ManualClock(later))
+    result = runner.invoke(main, ["-w", str(workspace), "rescue", "--json", "--delay", "30s"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output[result.output.index("{") :])
+    assert report["mode"] == "sweep"
+    assert report["commands_enqueued"] == 1
+    assert report["checkpoint_after"] == v
+    idle = runner.invoke(main, ["-w", str(workspace), "rescue", "--json", "--delay", "30s"])
+    assert json.loads(idle.output[idle.output.index("{") :])["mode"] is None  # nothing new
+    args = ["-w", str(workspace), "rescue", "--json", "--delay", "30s", "--full"]
+    again = runner.invoke(main, args)
+    report2 = json.loads(again.output[again.output.index("{") :])
+    assert report2["mode"] == "sweep"
+    assert report2["pending_documents"] == 1
+    assert report2["commands_enqueued"] == 0  # the queue dropped the repeated command id
+
+    from dispatcher.queue.sql_queue import SqlQueue
+
+    queue = SqlQueue(f"sqlite:///{(workspace / 'outbox.db').absolute()}")
+    peeked = queue.peek("outbox-commands")
+    queue.close()
+    assert len(peeked) == 1
+    assert json.loads(peeked[0].body)["id"] == "d1"
+
+
+def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
+    assert find_jars(env={}, roots=[tmp_path]) == []
+    with pytest.raises(EngineError, match=r"fetch-jars\.sh.*OUTBOX_DELTA_JARS.*Databricks"):
+        find_jars(env={"OUTBOX_DELTA_JARS": str(tmp_path)})
+    # The CLI, in a fresh process (no SparkSession yet): one line that says what to do.
+    env = {**os.environ, "OUTBOX_DELTA_JARS": str(tmp_path)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "-w", str(tmp_path / "ws"), "migrate"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli", "-w", str(tmp_path / "ws"), "rescue", "--engine", "spark"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert proc.returncode == 1
+    assert "fetch-jars.sh" in proc.stderr
+    assert "Databricks" in proc.stderr
+
+
+class _Pass:
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+        self.calls: list[Any] = []
+
+    def run(self, *, full: bool = False) -> Any:
+        self.calls.append((self.clock.now(), full))
+        return object()
+
+
+def test_scheduler_runs_on_the_clock_until_sigterm() -> None:
+    clock = ManualClock()
+    rescue = _Pass(clock)
+    seen: list[Any] = []
+
+    def on_report(_r: Any) -> None:
+        seen.append(_r)
+        if len(seen) == 3:
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    scheduler = Scheduler(rescue, every=30.0, clock=clock, on_report=on_report)  # type: ignore[arg-type]
+    with stop_on_sigterm(scheduler):
+        passes = scheduler.run(full_first=True)
+    assert passes == 3
+    times = [c[0] for c in rescue.calls]
+    assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [30, 30]
+    assert [c[1] for c in rescue.calls] == [True, False, False]
