@@ -40,9 +40,9 @@ def _quiet(verbose: bool) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
-def _stepper(as_json: bool) -> Callable[[str], None]:
+def _stepper(as_json: bool, name: str = "outbox.demo") -> Callable[[str], None]:
     if as_json:
-        log = logging.getLogger("outbox.demo")
+        log = logging.getLogger(name)
         return log.info
     if is_terminal():
         from rich.console import Console
@@ -160,7 +160,7 @@ def check(
     from outbox.checker.run import run_check
 
     _quiet(cli.verbose)
-    say = _stepper(as_json)
+    say = _stepper(as_json, "outbox.check")
     root = Path(workdir) if workdir else Path(tempfile.mkdtemp(prefix="outbox-check-"))
     deadline = time.monotonic() + minutes * 60
     reports: list[Any] = []
@@ -168,7 +168,8 @@ def check(
     while len(reports) < seeds or time.monotonic() < deadline:
         say(f"seed {seed} ...")
         r = run_check(seed, root, scale=scale, progress=logging.getLogger("outbox.check").info)
-        say(r.summary())
+        if not as_json:
+            say(r.summary())
         if not r.ok:
             say(f"seed {seed} FAILED: its files are in {root / f'seed-{seed}'}")
         reports.append(r)

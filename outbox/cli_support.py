@@ -116,6 +116,12 @@ class OutboxGroup(click.Group):
         except OutboxError as e:
             click.echo(f"error: {e}", err=True)
             ctx.exit(EXIT_ERROR)
+        except click.UsageError as e:
+            # A bad option value of a subcommand: one line, like every other user mistake,
+            # instead of click's three-line usage block (exit code 2 stays click's).
+            where = e.ctx.command_path if e.ctx is not None else ctx.command_path
+            click.echo(f"error: {e.format_message()} (see `{where} --help`)", err=True)
+            ctx.exit(EXIT_USAGE)
         except KeyboardInterrupt:
             click.echo(
                 "interrupted: stopped before finishing; nothing committed was lost", err=True

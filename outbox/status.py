@@ -146,6 +146,6 @@ def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> Checkp
         lag_versions=lag_versions,
         lag_seconds=lag_seconds,
         last_pass_at=last,
-        last_pass_age_seconds=round((now - last).total_seconds(), 1) if last else None,
+        last_pass_age_seconds=round(max(0.0, (now - last).total_seconds()), 1) if last else None,
         last_mode=cp.details.get("mode"),
     )

@@ -1,0 +1,481 @@
+"""Wrong uses, tried as a new user would: each gives one clear line (``error: ...`` from the CLI,
+one exception with a message from the library), no traceback, and loses nothing.
+
+The table is the contract: if a message changes, the change should be deliberate. Paths in the
+expected messages are the test's own temporary folders (``{ws}``, ``{tmp}``).
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main
+from outbox import Outbox
+from outbox.errors import OutboxError
+
+OUTBOX = str(Path(sys.executable).with_name("outbox"))
+
+
+@pytest.fixture
+def ws(tmp_path: Path) -> Path:
+    """A migrated workspace holding one committed, dispatched document."""
+    path = tmp_path / "ws"
+    with (
+        Outbox.open(path, transport="memory", default_destination="shipments") as ob,
+        ob.unit_of_work() as uow,
+    ):
+        uow.create("pkg-1", type="Package").send("Left", {"at": "Seattle"})
+    return path
+
+
+def _no_cdf_table(tmp: Path) -> None:
+    import deltalake
+
+    from outbox.delta import schema as S
+
+    deltalake.DeltaTable.create(
+        str(tmp / "nocdf"),
+        schema=S.DOCUMENT_SCHEMA,
+        partition_by=["bucket"],
+        description=S.describe_table(1, 4, "x"),
+    )
+
+
+def _other_table(tmp: Path) -> None:
+    import deltalake
+    import pyarrow as pa
+
+    deltalake.write_deltalake(
+        str(tmp / "other"),
+        pa.table({"a": [1]}),
+        configuration={"delta.enableChangeDataFeed": "true"},
+    )
+
+
+def _corrupt_checkpoint(ws: Path) -> None:
+    with sqlite3.connect(ws / "outbox.db") as con:
+        con.execute(
+            "INSERT INTO outbox_checkpoints (table_uri, rescuer_name, version, generation, "
+            "last_pass_at, updated_at, details) VALUES (?, 'default', 3, 1, "
+            "'2026-01-01 00:00:00', '2026-01-01 00:00:00', '{not json')",
+            (str((ws / "documents").absolute()),),
+        )
+
+
+def _write(name: str, text: str) -> Callable[[Path, Path], None]:
+    return lambda ws, tmp: (ws / name).write_text(text)
+
+
+# (case id, argv after `outbox`, extra env, setup(ws, tmp), exit code, the exact stderr line)
+CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
+    (
+        "workspace without a table",
+        ["-w", "{tmp}/nope", "status"],
+        {},
+        None,
+        1,
+        "error: no Delta table at {tmp}/nope/documents (fix: run `outbox migrate` to create it)",
+    ),
+    (
+        "workspace is a file",
+        ["-w", "{tmp}/afile", "migrate"],
+        {},
+        lambda ws, tmp: (tmp / "afile").write_text("x"),
+        1,
+        "error: workspace {tmp}/afile is a file, not a folder (fix: use --workspace DIR)",
+    ),
+    (
+        "table without the change data feed",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_TABLE_URI": "{tmp}/nocdf"},
+        lambda ws, tmp: _no_cdf_table(tmp),
+        1,
+        "error: the table at {tmp}/nocdf does not have the change data feed enabled (fix: run "
+        "`outbox migrate` (or ALTER TABLE ... SET TBLPROPERTIES "
+        "(delta.enableChangeDataFeed = true)))",
+    ),
+    (
+        "schema mismatch",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_TABLE_URI": "{tmp}/other"},
+        lambda ws, tmp: _other_table(tmp),
+        1,
+        "error: the table at {tmp}/other is not an outbox document table: missing column 'id'; "
+        "missing column 'type'; missing column 'version'; missing column 'state'; missing column "
+        "'last_seq'; missing column 'dispatched_seq'; missing column 'outbox'; missing column "
+        "'updated_at'; missing column 'bucket' (fix: point the workspace at an outbox table, or "
+        "migrate a new path)",
+    ),
+    (
+        "bad duration",
+        ["-w", "{ws}", "status", "--fail-if-pending-older-than", "5 minutes"],
+        {},
+        None,
+        1,
+        "error: --fail-if-pending-older-than: '5 minutes' is not a duration (fix: write it like "
+        "15s, 90s, 5m, 1h or 1h30m)",
+    ),
+    (
+        "bad poll interval",
+        ["-w", "{ws}", "run-dispatcher", "--once", "--poll-interval", "fast"],
+        {},
+        None,
+        1,
+        "error: --poll-interval: 'fast' is not a duration (fix: write it like 15s, 90s, 5m, 1h "
+        "or 1h30m)",
+    ),
+    (
+        "negative vacuum retention",
+        ["-w", "{ws}", "maintain", "--vacuum", "-1h"],
+        {},
+        None,
+        1,
+        "error: --vacuum: '-1h' is not a duration (fix: write it like 15s, 90s, 5m, 1h or 1h30m)",
+    ),
+    (
+        "bad --concurrency",
+        ["-w", "{ws}", "run-dispatcher", "--concurrency", "0"],
+        {},
+        None,
+        2,
+        "error: Invalid value for '--concurrency': 0 is not in the range 1<=x<=256. "
+        "(see `main run-dispatcher --help`)",
+    ),
+    (
+        "unreachable database",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_SQL_URL": "postgresql+psycopg://nobody@127.0.0.1:1/outbox"},
+        None,
+        1,
+        "error: listing rescuer checkpoints: the database "
+        "postgresql+psycopg://nobody@127.0.0.1:1/outbox failed: connection failed: connection "
+        'to server at "127.0.0.1", port 1 failed: Connection refused (fix: check that the '
+        "database is reachable, then retry the pass)",
+    ),
+    (
+        "sql_url is a path",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_SQL_URL": "outbox.db"},
+        None,
+        1,
+        "error: setting 'sql_url' is invalid: 'outbox.db' is not a database URL; use "
+        "sqlite:///path.db or postgresql+psycopg://user@host/db",
+    ),
+    (
+        "corrupt checkpoint",
+        ["-w", "{ws}", "status"],
+        {},
+        lambda ws, tmp: _corrupt_checkpoint(ws),
+        1,
+        "error: the rescuer checkpoint 'default' for {ws}/documents has unreadable details "
+        "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1)) (fix: run "
+        "`outbox rescue --full` to sweep the table and store a fresh checkpoint)",
+    ),
+    (
+        "rescue delay too short",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_RESCUE_DELAY": "5s"},
+        None,
+        1,
+        "error: setting 'rescue_delay' is invalid: 5s is outside 15s..1h",
+    ),
+    (
+        "unknown transport",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_TRANSPORT": "kafka"},
+        None,
+        1,
+        "error: setting 'transport' is invalid: 'kafka'; use one of sql, memory, servicebus",
+    ),
+    (
+        "misspelt setting in outbox.toml",
+        ["-w", "{ws}", "status"],
+        {},
+        _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
+        1,
+        "error: unknown setting 'rescue_dely' (fix: known settings: buckets, command_queue, "
+        "compact_every, default_destination, dispatch, duplicate_detection_window, group_commit, "
+        "lock_duration, max_commit_retries, max_delivery_count, max_in_flight, max_message_bytes, "
+        "rescue_delay, rescue_interval, rescuer_name, sql_url, storage_options, table_uri, "
+        "transport, vacuum_retention, workspace)",
+    ),
+    (
+        "broken outbox.toml",
+        ["-w", "{ws}", "status"],
+        {},
+        _write("outbox.toml", '[outbox\nrescue_delay = "30s"\n'),
+        1,
+        "error: settings file {ws}/outbox.toml is not valid TOML: Expected ']' at the end of a "
+        "table declaration (at line 1, column 8)",
+    ),
+    (
+        "missing --config file",
+        ["-w", "{ws}", "--config", "{tmp}/missing.toml", "status"],
+        {},
+        None,
+        1,
+        "error: settings file {tmp}/missing.toml does not exist",
+    ),
+    (
+        "requeue of an unknown dead-letter id",
+        ["-w", "{ws}", "dead-letters", "requeue", "999"],
+        {},
+        None,
+        1,
+        "error: no dead letter has id 999 (fix: list them with `outbox dead-letters list`)",
+    ),
+    (
+        "queue name with spaces",
+        ["-w", "{ws}", "queue", "peek", "my queue"],
+        {},
+        None,
+        1,
+        "error: invalid queue name 'my queue' (fix: use 1-260 letters, digits, '.', '-', '_' "
+        "or '/', starting and ending with a letter or digit)",
+    ),
+]
+
+
+def _fmt(value: str, ws: Path, tmp: Path) -> str:
+    return value.replace("{ws}", str(ws)).replace("{tmp}", str(tmp))
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "setup", "code", "expected"),
+    [pytest.param(*c[1:], id=c[0]) for c in CLI_CASES],
+)
+def test_cli_wrong_use(
+    ws: Path,
+    tmp_path: Path,
+    argv: list[str],
+    env: dict[str, str],
+    setup: Any,
+    code: int,
+    expected: str,
+) -> None:
+    if setup is not None:
+        setup(ws, tmp_path)
+    result = CliRunner().invoke(
+        main,
+        [_fmt(a, ws, tmp_path) for a in argv],
+        env={k: _fmt(v, ws, tmp_path) for k, v in env.items()},
+    )
+    assert isinstance(result.exception, SystemExit | None), result.exception
+    assert result.exit_code == code, result.output
+    lines = [ln for ln in result.stderr.splitlines() if not ln[:4].isdigit()]  # drop log lines
+    assert lines == [_fmt(expected, ws, tmp_path)]
+    assert "Traceback" not in result.output
+    (ws / "outbox.toml").unlink(missing_ok=True)
+    _still_there(ws)
+
+
+def _still_there(ws: Path) -> None:
+    """Nothing lost: the committed document is intact and dispatched."""
+    with Outbox.open(ws, transport="memory", create=False) as ob:
+        _, rows = ob.store.read(["pkg-1"])
+        assert rows["pkg-1"].last_seq == rows["pkg-1"].dispatched_seq == 1
+
+
+# --- the library ------------------------------------------------------------------------------
+
+
+def _save(ob: Outbox, doc_id: str, body: Any, **send: Any) -> None:
+    with ob.unit_of_work() as uow:
+        doc = uow.create(doc_id, type="Package")
+        doc.state["touched"] = True
+        doc.send("StatusChanged", body, **send)
+
+
+LIBRARY_CASES: list[tuple[str, Callable[[Outbox], Any], str, str]] = [
+    (
+        "message too large",
+        lambda ob: _save(ob, "pkg-2", "x" * 300_000, destination="shipments"),
+        "MessageTooLargeError",
+        "message 'StatusChanged' for 'shipments' is 300000 bytes; the limit is 262144 (fix: send "
+        "a reference to the data instead, or raise max_message_bytes)",
+    ),
+    (
+        "missing destination",
+        lambda ob: _save(ob, "pkg-2", {"a": 1}),
+        "ValidationError",
+        "destination must be a non-empty queue or topic name, got None (fix: pass "
+        'destination="shipments" (or set a default destination))',
+    ),
+    (
+        "empty document id",
+        lambda ob: _save(ob, "", {"a": 1}, destination="shipments"),
+        "ValidationError",
+        "document id must be a non-empty string, got ''",
+    ),
+    (
+        "body that is not JSON",
+        lambda ob: _save(ob, "pkg-2", {"when": object()}, destination="shipments"),
+        "SerializationError",
+        "message 'StatusChanged' body cannot be serialized to JSON: Object of type object is not "
+        "JSON serializable (fix: use dicts, lists, strings, numbers, booleans and None (convert "
+        "dates to text))",
+    ),
+    (
+        "creating a document that exists",
+        lambda ob: _save(ob, "pkg-1", {"a": 1}, destination="shipments"),
+        "ConcurrencyError",
+        "document 'pkg-1' already exists since it was read (expected version 0); nothing was "
+        "written (fix: reload the document and apply the change again)",
+    ),
+    (
+        "unknown rescuer engine",
+        lambda ob: __import__("rescuer.engines").engines.make_engine("flink"),
+        "ValidationError",
+        "unknown rescuer engine 'flink' (fix: use --engine local or spark)",
+    ),
+    (
+        "invalid setting value",
+        lambda ob: Outbox.open(ob.settings.workspace, max_in_flight=0),
+        "ConfigurationError",
+        "setting 'max_in_flight' is invalid: 0; must be a positive integer",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("action", "error", "message"), [pytest.param(*c[1:], id=c[0]) for c in LIBRARY_CASES]
+)
+def test_library_wrong_use(
+    ws: Path, action: Callable[[Outbox], Any], error: str, message: str
+) -> None:
+    with Outbox.open(ws, transport="memory", default_destination=None) as ob:
+        version = ob.store.version()
+        with pytest.raises(OutboxError) as caught:
+            action(ob)
+        assert type(caught.value).__name__ == error
+        assert str(caught.value) == message
+        assert ob.store.refresh() == version  # nothing was written
+    _still_there(ws)
+
+
+def test_disk_full_during_a_save_is_one_clear_error(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Simulated ENOSPC (tests run as root here, so chmod cannot make a folder read-only)."""
+    with Outbox.open(ws, transport="memory") as ob:
+
+        def full(*_a: Any, **_k: Any) -> Any:
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        monkeypatch.setattr(ob.store, "_merge_documents", full)
+        with pytest.raises(OutboxError) as caught:
+            _save(ob, "pkg-2", {"a": 1}, destination="shipments")
+        assert str(caught.value) == (
+            f"saving to {ws.absolute()}/documents failed: [Errno 28] No space left on device"
+        )
+        monkeypatch.undo()
+        _save(ob, "pkg-2", {"a": 1}, destination="shipments")  # space is back: it works
+    _still_there(ws)
+
+
+def test_ctrl_c_during_a_rescue_pass_keeps_the_checkpoint(ws: Path) -> None:
+    """Ctrl-C while enqueueing: the checkpoint does not move, so the next pass redoes the window
+    and the queue's duplicate detection drops what was already enqueued."""
+    from datetime import timedelta
+
+    from outbox.clock import SystemClock
+    from rescuer.checkpoint import InMemoryCheckpointStore
+    from rescuer.engines import make_engine
+    from rescuer.runner import RescuePass
+    from rescuer.sink import InMemorySink
+
+    class Later(SystemClock):
+        def now(self) -> Any:
+            return super().now() + timedelta(minutes=5)
+
+    with Outbox.open(ws, transport="memory", dispatch="deferred") as ob:
+        _save(ob, "pkg-2", {"a": 1}, destination="shipments")  # deferred: left pending
+        sink, checkpoints = InMemorySink(), InMemoryCheckpointStore()
+        rescuer = RescuePass(ob.store, make_engine("local"), checkpoints, sink, clock=Later())
+        sink.fail_next = KeyboardInterrupt()
+        with pytest.raises(KeyboardInterrupt):
+            rescuer.run()
+        assert checkpoints.read(ob.store.uri, "default") is None
+        report = rescuer.run()
+        assert [c.id for c in sink.commands] == ["pkg-2"]
+        assert report.checkpoint_after == ob.store.version()
+
+
+def test_ctrl_c_in_any_command_is_one_line(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def interrupted(*_a: Any, **_k: Any) -> Any:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("outbox.status.collect_status", interrupted)
+    result = CliRunner().invoke(main, ["-w", str(ws), "status"])
+    assert result.exit_code == 130
+    assert result.stderr.strip() == (
+        "interrupted: stopped before finishing; nothing committed was lost"
+    )
+
+
+# --- real processes: what a user's terminal shows ----------------------------------------------
+
+
+def _run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [OUTBOX, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, **env},
+        check=False,
+    )
+
+
+def test_real_process_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
+    missing = _run("-w", str(tmp_path / "nope"), "status")
+    assert missing.returncode == 1
+    assert missing.stderr.strip() == (
+        f"error: no Delta table at {tmp_path}/nope/documents (fix: run `outbox migrate` to "
+        "create it)"
+    )
+    bad = _run("-w", str(tmp_path), "run-dispatcher", "--concurrency", "zero")
+    assert bad.returncode == 2
+    assert bad.stderr.strip() == (
+        "error: Invalid value for '--concurrency': 'zero' is not a valid integer range. "
+        "(see `outbox run-dispatcher --help`)"
+    )
+    assert "Traceback" not in missing.stderr + bad.stderr
+
+
+@pytest.mark.slow
+def test_second_migrate_while_a_worker_runs(ws: Path) -> None:
+    """Decided behaviour: ``migrate`` is idempotent and takes no exclusive lock, so running it
+    next to live workers is safe; it says there was nothing to do, and the worker carries on."""
+    worker = subprocess.Popen(
+        [OUTBOX, "-w", str(ws), "run-dispatcher", "--poll-interval", "50ms"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        time.sleep(1.5)  # let it start polling (a real process: no clock to inject)
+        again = _run("-w", str(ws), "migrate")
+        assert again.returncode == 0, again.stderr
+        assert again.stdout.strip() == (
+            f"already up to date: {ws.absolute()}/documents and sqlite:///{ws.absolute()}/outbox.db"
+        )
+        assert worker.poll() is None  # still running
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "Traceback" not in err
+    _still_there(ws)
