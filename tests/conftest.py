@@ -1,4 +1,4 @@
-"""Shared fixtures: an injected clock, a fresh workspace, SQL URLs for SQLite and a real PostgreSQL."""
+"""Shared fixtures: an injected clock, a workspace, SQL URLs for SQLite and a real PostgreSQL."""
 
 from __future__ import annotations
 
