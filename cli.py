@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
+from dispatcher.queue_cli import register as register_queue
+from dispatcher.worker_cli import register as register_dispatcher
+from outbox.cli_core import register as register_core
+from outbox.cli_proofs import register as register_proofs
 from outbox.cli_support import CliContext, OutboxGroup, setup_logging
+from rescuer.rescue_cli import register as register_rescuer
 
 
 @click.group(cls=OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -28,22 +33,15 @@ def main(ctx: click.Context, workspace: str | None, config: str | None, verbose:
     ctx.obj = CliContext(workspace=workspace, config=config, verbose=verbose)
 
 
-# --- command registration (one line per area) ---------------------------------------------------
-from outbox.cli_core import register as _register_core  # noqa: E402
-
-_register_core(main)
-from dispatcher.worker_cli import register as _register_dispatcher  # noqa: E402
-
-_register_dispatcher(main)
-from dispatcher.queue_cli import register as _register_queue  # noqa: E402
-
-_register_queue(main)
-from outbox.cli_proofs import register as _register_proofs  # noqa: E402
-
-_register_proofs(main)
-from rescuer.rescue_cli import register as _register_rescuer  # noqa: E402
-
-_register_rescuer(main)
+# --- command registration: each area owns its commands -----------------------------------------
+for _register in (
+    register_core,
+    register_dispatcher,
+    register_queue,
+    register_rescuer,
+    register_proofs,
+):
+    _register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from outbox.cli_support import (
+    EXIT_ERROR,
     CliContext,
     emit_json,
     is_terminal,
@@ -258,6 +259,8 @@ def status(
         emit_json(report.to_dict())
     else:
         _print_status(report)
+    for problem in report.problems:
+        click.echo(f"error: {problem}", err=True)
     age = report.oldest_pending_age_seconds
     if limit is not None and age is not None and age > limit:
         click.echo(
@@ -269,6 +272,8 @@ def status(
     if fail_if_dead_letters and any(q.dead_lettered for q in report.queues):
         click.echo("unhealthy: dead letters are waiting (see `outbox dead-letters list`)", err=True)
         raise SystemExit(EXIT_DEAD_LETTERS)
+    if report.problems:
+        raise SystemExit(EXIT_ERROR)
 
 
 def _age(seconds: float | None) -> str:

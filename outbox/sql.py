@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, NoSuchModuleError
 
 from outbox.errors import ConfigurationError, MissingDependencyError
@@ -18,15 +18,20 @@ from outbox.errors import ConfigurationError, MissingDependencyError
 SQLITE_BUSY_TIMEOUT_MS = 30_000
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for ``url`` (``sqlite:///...`` or ``postgresql+psycopg://...``)."""
+def parse_url(url: str) -> URL:
+    """``url`` parsed, or a ``ConfigurationError`` that shows the accepted forms."""
     try:
-        parsed = make_url(url)
+        return make_url(url)
     except ArgumentError as e:
         raise ConfigurationError(
             f"sql_url {url!r} is not a database URL",
             hint="use sqlite:///path/outbox.db or postgresql+psycopg://user@host/db",
         ) from e
+
+
+def make_engine(url: str, **kwargs: Any) -> Engine:
+    """An engine for ``url`` (``sqlite:///...`` or ``postgresql+psycopg://...``)."""
+    parsed = parse_url(url)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         db = parsed.database

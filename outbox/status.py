@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox.clock import Clock, utc
+from outbox.errors import OutboxError
 from outbox.settings import Settings
 
 #: How far back the checkpoint lag is timed; beyond that the lag in seconds is a lower bound.
@@ -62,14 +63,21 @@ class StatusReport:
     checkpoints: list[CheckpointStatus] = field(default_factory=list)
     queues: list[QueueDepth] = field(default_factory=list)
     oldest_dead_letter: DeadLetterInfo | None = None
+    #: Parts that could not be read (a corrupt checkpoint, a database that is down). The rest of
+    #: the report is still filled in: at 3 a.m. the queue depths matter even when a checkpoint
+    #: is broken.
+    problems: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
 def collect_status(settings: Settings, clock: Clock) -> StatusReport:
-    """Read the table, the checkpoints and the queues; raises ``OutboxError`` subclasses only."""
-    from dispatcher.queue.sql_queue import SqlQueue
+    """Read the table, the checkpoints and the queues.
+
+    An unreadable table raises (there is nothing to report without it); an unreadable checkpoint
+    or queue database is recorded in ``problems`` and the rest is still reported.
+    """
     from migrations.runner import _redact
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import SqlCheckpointStore
@@ -100,14 +108,27 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             ),
             oldest_pending_document=oldest[1] if oldest else None,
         )
-        checkpoints = SqlCheckpointStore(settings.sql_url)
         try:
-            for cp in checkpoints.list(settings.table_uri):
-                report.checkpoints.append(_checkpoint(cp, store.delta_table, version, now))
-        finally:
-            checkpoints.close()
+            checkpoints = SqlCheckpointStore(settings.sql_url)
+            try:
+                for cp in checkpoints.list(settings.table_uri):
+                    report.checkpoints.append(_checkpoint(cp, store.delta_table, version, now))
+            finally:
+                checkpoints.close()
+        except OutboxError as e:
+            report.problems.append(f"rescuer checkpoints: {e}")
     finally:
         store.close()
+    try:
+        _queues(report, settings, clock, now)
+    except OutboxError as e:
+        report.problems.append(f"queues: {e}")
+    return report
+
+
+def _queues(report: StatusReport, settings: Settings, clock: Clock, now: datetime) -> None:
+    from dispatcher.queue.sql_queue import SqlQueue
+
     with SqlQueue.from_settings(settings, clock=clock) as queue:
         for q in queue.stats().values():
             report.queues.append(
@@ -125,7 +146,6 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
                 d.dead_lettered_at,
                 round((now - utc(d.dead_lettered_at)).total_seconds(), 1),
             )
-    return report
 
 
 def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> CheckpointStatus:

@@ -179,7 +179,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         {},
         lambda ws, tmp: _corrupt_checkpoint(ws),
         1,
-        "error: the rescuer checkpoint 'default' for {ws}/documents has unreadable details "
+        "error: rescuer checkpoints: the rescuer checkpoint 'default' for {ws}/documents has "
+        "unreadable details "
         "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1)) (fix: run "
         "`outbox rescue --full` to sweep the table and store a fresh checkpoint)",
     ),
@@ -479,3 +480,20 @@ def test_second_migrate_while_a_worker_runs(ws: Path) -> None:
     assert worker.returncode == 0, err
     assert "Traceback" not in err
     _still_there(ws)
+
+
+def test_status_still_shows_the_queues_when_a_checkpoint_is_corrupt(ws: Path) -> None:
+    from dispatcher.queue import QueueMessage, SqlQueue
+
+    with SqlQueue(f"sqlite:///{ws / 'outbox.db'}") as queue:
+        queue.send("shipments", QueueMessage(body=b"{}", message_id="m-1"))
+    _corrupt_checkpoint(ws)
+    result = CliRunner().invoke(main, ["-w", str(ws), "status", "--json"])
+    assert result.exit_code == 1
+    import json
+
+    report = json.loads(result.stdout)
+    assert report["pending_documents"] == 0
+    assert [p.split(":")[0] for p in report["problems"]] == ["rescuer checkpoints"]
+    [depth] = report["queues"]
+    assert (depth["queue"], depth["active"]) == ("shipments", 1)

@@ -10,8 +10,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
 
 from outbox.errors import (
     ClosedError,
@@ -20,7 +19,7 @@ from outbox.errors import (
     QueueError,
     QueueUnavailableError,
 )
-from outbox.sql import READ_ONLY, make_engine
+from outbox.sql import READ_ONLY, make_engine, parse_url
 
 MIGRATE_HINT = "run `outbox migrate` to create the queue tables"
 _MISSING_TABLE_CODES = {"42P01"}  # PostgreSQL undefined_table
@@ -29,13 +28,7 @@ _MISSING_TABLE_CODES = {"42P01"}  # PostgreSQL undefined_table
 def open_engine(url: str) -> Engine:
     """An engine for ``url``; a SQLite file that does not exist yet is an error, not a new file
     (creating an empty database silently would hide a wrong path)."""
-    try:
-        parsed = make_url(url)
-    except ArgumentError as e:
-        raise ConfigurationError(
-            f"sql_url {url!r} is not a database URL",
-            hint="use sqlite:///path/outbox.db or postgresql+psycopg://user@host/db",
-        ) from e
+    parsed = parse_url(url)
     if parsed.get_backend_name() == "sqlite":
         db = parsed.database
         if not db or db == ":memory:":
