@@ -59,15 +59,10 @@ class WatermarkStore(Protocol):
 def atomic_batches(transport: object) -> bool:
     """Does ``transport`` take a batch all-or-nothing, across sessions and destinations?
 
-    A transport says so with an ``atomic_batches = True`` attribute; the SQL queue transport is
-    atomic by construction (one transaction per send), so it is recognised by type.
+    A transport says so with an ``atomic_batches = True`` attribute (the SQL queue transport: one
+    transaction per send); without it, batches are sent one document at a time.
     """
-    flag = getattr(transport, "atomic_batches", None)
-    if flag is not None:
-        return bool(flag)
-    from dispatcher.transports.sql import SqlQueueTransport
-
-    return isinstance(transport, SqlQueueTransport)
+    return bool(getattr(transport, "atomic_batches", False))
 
 
 def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:

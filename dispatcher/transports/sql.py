@@ -25,6 +25,9 @@ from outbox.errors import (
 class SqlQueueTransport:
     """A ``Transport`` over ``SqlQueue``."""
 
+    #: One ``send`` is one database transaction: the batch is stored whole or not at all.
+    atomic_batches = True
+
     def __init__(self, queue: SqlQueue) -> None:
         self.queue = queue
 
