@@ -35,6 +35,7 @@ from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.commands import ProcessDocument
+from dispatcher.queue.lock_renewer import LockRenewer
 from outbox.clock import SystemClock
 from outbox.errors import LockLostError, OutboxError
 
@@ -89,6 +90,7 @@ class DispatcherWorker:
         backoff_base: float = 1.0,
         backoff_max: float = 300.0,
         seed: int | None = None,
+        renew_check_interval: float = 1.0,
     ) -> None:
         if concurrency < 1 or batch_size < 1:
             raise ValueError("concurrency and batch_size must be at least 1")
@@ -110,6 +112,9 @@ class DispatcherWorker:
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self.stats = WorkerStats()
+        self.renew_check_interval = renew_check_interval
+        self._holding: dict[int, ReceivedMessage] = {}
+        self._holding_lock = threading.Lock()
 
     # --- control ----------------------------------------------------------------------------
 
@@ -210,6 +215,10 @@ class DispatcherWorker:
             except Exception as e:  # the lock expires on its own
                 log.info("command %s: release failed (%s)", msg.message_id, e)
 
+    def _in_hand(self) -> list[ReceivedMessage]:
+        with self._holding_lock:
+            return list(self._holding.values())
+
     # --- one batch --------------------------------------------------------------------------
 
     def handle_batch(self, received: Sequence[ReceivedMessage]) -> WorkerStats:
@@ -217,6 +226,8 @@ class DispatcherWorker:
         ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
         t0 = time.perf_counter()
         batch = WorkerStats(batches=1, commands=len(received))
+        with self._holding_lock:
+            self._holding.update((m.sequence_number, m) for m in received)
         commands: list[tuple[ReceivedMessage, ProcessDocument]] = []
         for msg in received:
             try:
@@ -237,7 +248,12 @@ class DispatcherWorker:
                 continue
             commands.append((msg, cmd))
         if commands:
-            self._handle_commands(batch, commands)
+            # A slow broker or a big batch can outlive the lock: keep the locks of the commands
+            # still in hand alive until each is settled.
+            with LockRenewer(
+                self.queue, self._in_hand, self.clock, check_interval=self.renew_check_interval
+            ):
+                self._handle_commands(batch, commands)
         log.info(
             "batch: %d command(s), %d message(s) sent; completed %d, abandoned %d, "
             "dead-lettered %d (%.1f ms)",
@@ -326,6 +342,8 @@ class DispatcherWorker:
         delay: float = 0.0,
         why: str = "",
     ) -> None:
+        with self._holding_lock:
+            self._holding.pop(msg.sequence_number, None)
         action: Callable[[], None]
         if how == "complete":
             action = lambda: self.queue.complete(msg)  # noqa: E731

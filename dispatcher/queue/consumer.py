@@ -27,6 +27,7 @@ from sqlalchemy import Connection, delete, exists, select
 from sqlalchemy.exc import IntegrityError
 
 from dispatcher.queue import validation
+from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import inbox, queue_messages
@@ -111,17 +112,18 @@ class Consumer:
         batch = self.queue.receive(self.queue_name, self.concurrency)
         if not batch:
             return 0
-        done = threading.Event()
-        renewer = threading.Thread(
-            target=self._renew_loop, args=(done,), name="outbox-lock-renewer", daemon=True
-        )
-        renewer.start()
-        try:
+        if self._with_connection:  # completed inside the handler's transaction: no renewal
             list(self._pool.map(self._process, batch))
-        finally:
-            done.set()
-            renewer.join()
+            return len(batch)
+        with LockRenewer(
+            self.queue, self._held, self.clock, check_interval=self.renew_check_interval
+        ):
+            list(self._pool.map(self._process, batch))
         return len(batch)
+
+    def _held(self) -> list[ReceivedMessage]:
+        with self._guard:
+            return list(self._in_flight.values())
 
     def run_forever(self) -> None:
         """Poll until ``stop()`` or SIGTERM; an idle poll waits ``poll_interval`` seconds."""
@@ -294,23 +296,3 @@ class Consumer:
             action(msg)
         except LockLostError as e:
             log.warning("%s", e)
-
-    # --- lock renewal ------------------------------------------------------------------------
-
-    def _renew_loop(self, done: threading.Event) -> None:
-        """Renew each running message's lock once half its duration has passed (clock time)."""
-        expiries: dict[int, Any] = {}
-        half = self.queue.lock_duration / 2
-        while not done.wait(self.renew_check_interval):
-            if self._with_connection:
-                continue  # completed inside the handler's transaction: nothing to renew
-            with self._guard:
-                running = list(self._in_flight.values())
-            now = self.clock.now()
-            for msg in running:
-                until = expiries.get(msg.sequence_number, msg.locked_until)
-                if until is not None and until - now <= half:
-                    try:
-                        expiries[msg.sequence_number] = self.queue.renew_lock(msg)
-                    except OutboxError as e:
-                        log.warning("could not renew the lock of %s: %s", msg.message_id, e)

@@ -184,3 +184,46 @@ def test_several_worker_processes_share_one_queue_safely(workspace: Path) -> Non
         assert not ob.runtime.queue.list_dead_letters()
         assert ob.store.scan_pending().num_rows == 0
     assert os.environ.get("OUTBOX_CRASH_AT") is None
+
+
+def test_worker_keeps_its_command_locked_while_a_slow_send_runs(
+    workspace: Path, clock: ManualClock
+) -> None:
+    """60 s of sending on a 30 s lock: the renewer keeps the command, nobody else can take it."""
+    import threading
+    from collections.abc import Sequence
+
+    from dispatcher.transports.base import TransportMessage
+
+    ob, _ = deferred(workspace, clock)
+    queue = ob.runtime.queue
+    renewed = threading.Event()
+    original = queue.renew_lock
+
+    def spy(m: object) -> object:
+        out = original(m)  # type: ignore[arg-type]
+        renewed.set()
+        return out
+
+    queue.renew_lock = spy  # type: ignore[method-assign]
+    stolen: list[object] = []
+
+    class SlowTransport(InMemoryTransport):
+        def send(self, batch: Sequence[TransportMessage]) -> None:
+            for _ in range(3):
+                renewed.clear()
+                clock.advance(20)
+                assert renewed.wait(10), "the command's lock was not renewed"
+                stolen.extend(queue.receive("outbox-commands"))
+            super().send(batch)
+
+    slow = SlowTransport()
+    ob.runtime.dispatcher.transport = slow
+    with ob:
+        committed: dict[str, list[OutboxMessage]] = {}
+        write_docs(ob, committed, 1, 1)
+        stats = ob.runtime.worker(renew_check_interval=0.01).run(once=True)
+        assert stolen == []
+        assert (stats.completed, stats.lock_lost) == (1, 0)
+        assert len(slow.messages()) == 1
+        assert queue.stats().get("outbox-commands") is None

@@ -1,0 +1,74 @@
+"""Keeping peek-locks alive while work runs longer than the lock (Service Bus' AutoLockRenewer).
+
+Both the consumer helper and the ``run-dispatcher`` worker hold messages while they work; if the
+work outlives ``lock_duration``, another receiver would get the message and do it again. A
+background thread renews each held lock once half its duration has passed, by the injected clock,
+so tests move time instead of waiting for it.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from types import TracebackType
+from typing import TYPE_CHECKING
+
+from outbox.clock import Clock
+from outbox.errors import OutboxError
+
+if TYPE_CHECKING:
+    from dispatcher.queue.messages import ReceivedMessage
+    from dispatcher.queue.sql_queue import SqlQueue
+
+log = logging.getLogger("outbox.queue")
+
+
+class LockRenewer:
+    """``with LockRenewer(queue, held, clock):`` renews the locks ``held()`` returns."""
+
+    def __init__(
+        self,
+        queue: SqlQueue,
+        held: Callable[[], Iterable[ReceivedMessage]],
+        clock: Clock,
+        *,
+        check_interval: float = 1.0,
+    ) -> None:
+        self.queue = queue
+        self.held = held
+        self.clock = clock
+        self.check_interval = check_interval
+        self.renewals = 0
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="outbox-lock-renewer", daemon=True)
+
+    def __enter__(self) -> LockRenewer:
+        self._thread.start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self._done.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        expiries: dict[int, datetime] = {}
+        half = self.queue.lock_duration / 2
+        while not self._done.wait(self.check_interval):
+            now = self.clock.now()
+            for msg in list(self.held()):
+                until = expiries.get(msg.sequence_number, msg.locked_until)
+                if until is None or until - now > half:
+                    continue
+                try:
+                    expiries[msg.sequence_number] = self.queue.renew_lock(msg)
+                    self.renewals += 1
+                except OutboxError as e:  # lost or settled meanwhile: nothing more to keep
+                    log.warning("could not renew the lock of %s: %s", msg.message_id, e)
+                    expiries.pop(msg.sequence_number, None)
