@@ -20,8 +20,8 @@ import logging
 import random
 import threading
 import uuid
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -57,7 +57,8 @@ class DocumentWrite:
 class _Ticket:
     """One unit of work waiting to be committed, possibly together with others."""
 
-    writes: list[DocumentWrite]
+    writes: list[DocumentWrite] = field(default_factory=list)
+    marks: dict[str, int] = field(default_factory=dict)
     done: bool = False
     version: int | None = None
     error: BaseException | None = None
@@ -131,6 +132,8 @@ class DeltaDocumentStore:
         self.max_group_documents = max_group_documents
         self.group_commits = 0  # commits that carried more than one unit of work
         self.grouped_units = 0
+        self._mark_queue: list[_Ticket] = []
+        self.watermark_groups = 0  # watermark MERGEs that carried more than one dispatch
         self._closed = False
         self.commit_retries = 0  # observed CommitFailedError retries, for metrics and benchmarks
         self._dt = self._open()
@@ -313,19 +316,23 @@ class DeltaDocumentStore:
         if len(set(ids)) != len(ids):
             raise StoreError("a save names the same document twice; merge the changes first")
         self._check_open()
-        ticket = _Ticket(list(writes))
+        ticket = _Ticket(writes=list(writes))
         with self._queue_lock:
             self._queue.append(ticket)
+        self._await(ticket, lambda: self._commit_tickets(self._take_batch()))
+        assert ticket.version is not None
+        return ticket.version
+
+    def _await(self, ticket: _Ticket, lead: Callable[[], None]) -> None:
+        """Leader/follower: whoever holds the lock commits what is queued, others' work too."""
         while not ticket.done:
             with self._lock:
                 if ticket.done:
                     break
                 self._check_open()
-                self._commit_tickets(self._take_batch())
+                lead()
         if ticket.error is not None:
             raise ticket.error
-        assert ticket.version is not None
-        return ticket.version
 
     def _take_batch(self) -> list[_Ticket]:
         """Queued tickets in order, skipping any that touch a document already in the batch."""
@@ -479,54 +486,77 @@ class DeltaDocumentStore:
         """Raise ``dispatched_seq`` to at least ``marks[id]`` for every id, in one MERGE.
 
         Never lowers a watermark and never checks the document version, so it cannot fail a
-        concurrent save; a commit conflict is simply retried on a refreshed table.
-        Returns the new table version, or None when nothing needed to change.
+        concurrent save; a commit conflict is simply retried on a refreshed table. Watermarks
+        queued by other threads meanwhile ride along in the same MERGE (each dispatch would
+        otherwise cost a Delta commit of its own). Returns the new table version, or None when
+        nothing needed to change.
         """
         if not marks:
             return None
+        self._check_open()
+        ticket = _Ticket(marks={i: int(seq) for i, seq in marks.items()})
+        with self._queue_lock:
+            self._mark_queue.append(ticket)
+        self._await(ticket, self._commit_marks)
+        return ticket.version
+
+    def _commit_marks(self) -> None:
+        with self._queue_lock:
+            tickets = list(self._mark_queue)
+            self._mark_queue.clear()
+        merged: dict[str, int] = {}
+        for t in tickets:
+            for doc_id, seq in t.marks.items():
+                merged[doc_id] = max(seq, merged.get(doc_id, seq))
+        try:
+            version = self._merge_watermarks(merged)
+        except Exception as e:
+            _finish(tickets, error=e)
+            return
+        if len(tickets) > 1:
+            self.watermark_groups += 1
+        _finish(tickets, version=version)
+
+    def _merge_watermarks(self, marks: Mapping[str, int]) -> int | None:
         ids = list(marks)
         source = pa.table(
             {
                 "id": pa.array(ids, pa.string()),
                 "bucket": pa.array([self.bucket(i) for i in ids], pa.int32()),
-                "dispatched_seq": pa.array([int(marks[i]) for i in ids], pa.int64()),
+                "dispatched_seq": pa.array([marks[i] for i in ids], pa.int64()),
             }
         )
         buckets = _in_list(self.bucket(i) for i in ids)
-        with self._lock:
-            self._check_open()
-            for attempt in range(self._max_retries * 3 + 1):
-                self._dt.update_incremental()
-                try:
-                    metrics = (
-                        self._dt.merge(
-                            source,
-                            predicate=f"t.bucket IN ({buckets}) AND t.bucket = s.bucket "
-                            "AND t.id = s.id",
-                            source_alias="s",
-                            target_alias="t",
-                            streamed_exec=False,
-                        )
-                        .when_matched_update(
-                            updates={
-                                "dispatched_seq": "greatest(t.dispatched_seq, s.dispatched_seq)"
-                            },
-                            predicate="t.dispatched_seq < s.dispatched_seq",
-                        )
-                        .execute()
+        for attempt in range(self._max_retries * 3 + 1):
+            self._dt.update_incremental()
+            try:
+                metrics = (
+                    self._dt.merge(
+                        source,
+                        predicate=f"t.bucket IN ({buckets}) AND t.bucket = s.bucket "
+                        "AND t.id = s.id",
+                        source_alias="s",
+                        target_alias="t",
+                        streamed_exec=False,
                     )
-                except Exception as e:
-                    if _commit_failed(e):
-                        self._backoff(attempt)
-                        continue
-                    raise StoreError(f"advancing watermarks in {self.uri} failed: {e}") from e
-                if int(metrics.get("num_target_rows_updated", 0)) == 0:
-                    return None
-                return int(self._dt.version())
-            raise CommitConflictError(
-                f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
-                hint="the rescuer will finish the job; check for a hot bucket",
-            )
+                    .when_matched_update(
+                        updates={"dispatched_seq": "greatest(t.dispatched_seq, s.dispatched_seq)"},
+                        predicate="t.dispatched_seq < s.dispatched_seq",
+                    )
+                    .execute()
+                )
+            except Exception as e:
+                if _commit_failed(e):
+                    self._backoff(attempt)
+                    continue
+                raise StoreError(f"advancing watermarks in {self.uri} failed: {e}") from e
+            if int(metrics.get("num_target_rows_updated", 0)) == 0:
+                return None
+            return int(self._dt.version())
+        raise CommitConflictError(
+            f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
+            hint="the rescuer will finish the job; check for a hot bucket",
+        )
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:

@@ -115,3 +115,54 @@ def test_many_threads_lose_nothing(ob: Outbox, group: bool) -> None:
     assert table.to_pyarrow_table(columns=["id"]).num_rows == 30
     if not group:
         assert ob.store.group_commits == 0
+
+
+def test_queued_watermarks_share_one_merge_and_never_go_down(ob: Outbox) -> None:
+    with ob.unit_of_work() as uow:
+        for d in ("a", "b", "c"):
+            doc = uow.create(d, type="T")
+            for _ in range(5):
+                doc.send("E", {}, destination="q")
+    store = ob.store
+    real = store._merge_watermarks
+    calls: list[dict[str, int]] = []
+    first_in, release, queued = threading.Event(), threading.Event(), threading.Event()
+
+    def gated(marks: Any) -> Any:
+        calls.append(dict(marks))
+        if len(calls) == 1:
+            first_in.set()
+            assert release.wait(30)
+        return real(marks)
+
+    class WatchedQueue(list[Any]):
+        def append(self, item: Any) -> None:
+            super().append(item)
+            if len(self) >= 3:
+                queued.set()
+
+    store._merge_watermarks = gated  # type: ignore[method-assign]
+    store._mark_queue = WatchedQueue()
+    results: dict[str, Any] = {}
+
+    def advance(name: str, marks: dict[str, int]) -> None:
+        results[name] = store.advance_watermarks(marks)
+
+    leader = threading.Thread(target=advance, args=("leader", {"a": 1}))
+    leader.start()
+    assert first_in.wait(30)
+    followers = [
+        threading.Thread(target=advance, args=(n, m))
+        for n, m in (("f1", {"a": 3, "b": 2}), ("f2", {"a": 2, "c": 5}), ("f3", {"b": 4}))
+    ]
+    for t in followers:
+        t.start()
+    assert queued.wait(30)
+    release.set()
+    for t in [leader, *followers]:
+        t.join(60)
+    assert calls == [{"a": 1}, {"a": 3, "b": 4, "c": 5}]  # the highest mark per document
+    assert results["f1"] == results["f2"] == results["f3"] is not None
+    assert store.watermark_groups == 1
+    rows = store.read(["a", "b", "c"])[1]
+    assert {d: r.dispatched_seq for d, r in rows.items()} == {"a": 3, "b": 4, "c": 5}
