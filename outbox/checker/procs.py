@@ -58,13 +58,15 @@ def writer_main(cfg: dict[str, Any]) -> None:
     crash_points.arm_from_env({ENV_VAR: cfg["crash"]})
     rng = random.Random(cfg["seed"])
     journal = _journal(cfg["journal"])
-    pool = [f"pkg-{i:03d}" for i in range(cfg["pool"])]
+    shared = [f"pkg-{i:03d}" for i in range(cfg["pool"])]
+    private = [f"w{cfg['index']}-{i:03d}" for i in range(cfg["pool"])]
     lo, hi = cfg["docs_per_round"]
     mlo, mhi = cfg["msgs_per_doc"]
-    plan = [
-        (sorted(rng.sample(pool, rng.randint(lo, min(hi, len(pool))))), rng.randint(mlo, mhi))
-        for _ in range(cfg["rounds"])
-    ]
+    plan = []
+    for _ in range(cfg["rounds"]):
+        pool = private if rng.random() < cfg.get("private_share", 0.0) else shared
+        ids = sorted(rng.sample(pool, rng.randint(lo, min(hi, len(pool)))))
+        plan.append((ids, rng.randint(mlo, mhi)))
 
     def open_outbox() -> Any:
         return Outbox.open(

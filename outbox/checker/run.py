@@ -141,6 +141,7 @@ def run_check(
             "start": 0,
             "crash": w.crash,
             "pool": sc.pool,
+            "private_share": sc.private_share,
             "docs_per_round": sc.docs_per_round,
             "msgs_per_doc": sc.msgs_per_doc,
             "journal": str(root / f"writer-{w.index}.jsonl"),

@@ -55,6 +55,9 @@ class Scenario:
     failure_rate: float  # per send, in every process
     latency_ms: float
     rescue_failure_rate: float  # a pass dies before its checkpoint (Ctrl-C, crash)
+    #: Share of rounds on documents only that writer touches: when it dies there, no other
+    #: writer's save carries its stuck messages out, so the rescuer and the worker must.
+    private_share: float = 0.0
     writers: list[WriterPlan] = field(default_factory=list)
     workers: list[WorkerPlan] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
@@ -99,8 +102,10 @@ class Scenario:
             Outage(round(rng.uniform(0.5, horizon), 2), round(rng.uniform(0.3, 1.5), 2))
             for _ in range(rng.randint(0, 2))
         ]
+        private_share = rng.choice((0.0, 0.3, 0.6))  # drawn last: earlier draws stay as they were
         return cls(
             seed=seed,
+            private_share=private_share,
             pool=rng.randint(8, 24),
             buckets=rng.choice((1, 2, 4)),
             docs_per_round=(1, rng.randint(2, 5)),
@@ -128,7 +133,7 @@ class Scenario:
             f"{crashes or 'none'}; SIGKILLs {[(k.role, k.index, k.at) for k in self.kills]}; "
             f"outages {[(o.at, o.seconds) for o in self.outages]}; send failure rate "
             f"{self.failure_rate}, latency {self.latency_ms} ms, rescue failure rate "
-            f"{self.rescue_failure_rate}"
+            f"{self.rescue_failure_rate}, private rounds {self.private_share:.0%}"
         )
 
 
