@@ -71,6 +71,10 @@ class CommitConflictError(StoreError):
     retryable = True
 
 
+class VacuumRefusedError(StoreError):
+    """A vacuum would delete change-feed history that the rescuer has not read yet."""
+
+
 class ClosedError(OutboxError):
     """A unit of work, store, queue or outbox was used after it was closed."""
 
@@ -133,6 +137,12 @@ class RescuerError(OutboxError):
 
 class CheckpointError(RescuerError):
     """The rescuer checkpoint is missing, corrupt or was moved by someone else."""
+
+
+class CheckpointConflictError(CheckpointError):
+    """Another rescuer moved the checkpoint between our read and our write; nothing was written."""
+
+    retryable = True
 
 
 class FeedUnavailableError(RescuerError):

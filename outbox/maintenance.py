@@ -20,16 +20,12 @@ from typing import Any
 from outbox.clock import Clock, utc
 from outbox.delta.store import DeltaDocumentStore
 from outbox.durations import format_duration
-from outbox.errors import OutboxError, StoreError
+from outbox.errors import StoreError, VacuumRefusedError
 
 log = logging.getLogger("outbox.maintain")
 
 #: Vacuum retention must exceed the rescuer's needs by at least this much.
 VACUUM_MARGIN = timedelta(hours=1)
-
-
-class VacuumRefusedError(OutboxError):
-    """A vacuum would delete change-feed history that the rescuer has not read yet."""
 
 
 @dataclass

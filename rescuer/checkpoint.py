@@ -24,13 +24,7 @@ from sqlalchemy import Engine, and_, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from outbox.clock import utc
-from outbox.errors import CheckpointError
-
-
-class CheckpointConflictError(CheckpointError):
-    """Another rescuer moved the checkpoint between our read and our write; nothing was written."""
-
-    retryable = True
+from outbox.errors import CheckpointConflictError, CheckpointError
 
 
 @dataclass(frozen=True, slots=True)

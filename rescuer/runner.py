@@ -21,9 +21,14 @@ from typing import Any
 from dispatcher.commands import commands_for
 from outbox.clock import Clock, SystemClock, utc
 from outbox.delta.store import DeltaDocumentStore
-from outbox.errors import CheckpointError, FeedUnavailableError, ValidationError
+from outbox.errors import (
+    CheckpointConflictError,
+    CheckpointError,
+    FeedUnavailableError,
+    ValidationError,
+)
 from outbox.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
-from rescuer.checkpoint import Checkpoint, CheckpointConflictError, CheckpointStore
+from rescuer.checkpoint import Checkpoint, CheckpointStore
 from rescuer.planner import Engine, FeedWindow, Mode, Plan
 from rescuer.sink import CommandSink
 from rescuer.window import WindowEnd, find_window_end

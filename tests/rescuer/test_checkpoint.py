@@ -12,10 +12,9 @@ from sqlalchemy import update
 from migrations.sql import upgrade
 from migrations.sql.tables import checkpoints as checkpoints_table
 from outbox.clock import ManualClock
-from outbox.errors import CheckpointError
+from outbox.errors import CheckpointConflictError, CheckpointError
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import (
-    CheckpointConflictError,
     CheckpointStore,
     InMemoryCheckpointStore,
     SqlCheckpointStore,

@@ -11,9 +11,9 @@ from sqlalchemy import text
 from migrations.runner import migrate
 from outbox.app import Outbox
 from outbox.clock import ManualClock, SystemClock
+from outbox.errors import VacuumRefusedError
 from outbox.maintenance import (
     AutoCompactor,
-    VacuumRefusedError,
     check_vacuum,
     commit_time,
     maintain,
