@@ -72,7 +72,7 @@ def _finish(
     cause: BaseException | None = None,
 ) -> None:
     for t in tickets:
-        if error is not None and cause is not None:
+        if error is not None and cause is not None and cause is not error:
             error.__cause__ = cause
         t.version, t.error, t.done = version, error, True
 
@@ -249,7 +249,7 @@ class DeltaDocumentStore:
         """Bring the handle to the newest version (0.2 ms when nothing changed)."""
         with self._lock:
             self._check_open()
-            self._dt.update_incremental()
+            self._update()
             return int(self._dt.version())
 
     def version(self) -> int:
@@ -272,8 +272,19 @@ class DeltaDocumentStore:
         and file statistics and reads one document in about 5 ms.
         """
         dl = _deltalake()
-        reader = dl.QueryBuilder().register("t", self._dt).execute(sql)
-        return _plain_strings(pa.RecordBatchReader.from_stream(reader).read_all())
+        try:
+            reader = dl.QueryBuilder().register("t", self._dt).execute(sql)
+            return _plain_strings(pa.RecordBatchReader.from_stream(reader).read_all())
+        except (OSError, pa.ArrowException, dl.exceptions.DeltaError) as e:
+            raise _store_error(f"reading {self.uri} failed", e) from e
+
+    def _update(self) -> None:
+        """Refresh the handle, with driver errors translated."""
+        dl = _deltalake()
+        try:
+            self._dt.update_incremental()
+        except (OSError, dl.exceptions.DeltaError) as e:
+            raise _store_error(f"refreshing {self.uri} failed", e) from e
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         buckets = _in_list(self.bucket(i) for i in ids)
@@ -286,7 +297,7 @@ class DeltaDocumentStore:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at."""
         with self._lock:
             self._check_open()
-            self._dt.update_incremental()
+            self._update()
             if not ids:
                 return int(self._dt.version()), {}
             rows = S.rows_from_table(self._scan(ids))
@@ -296,7 +307,7 @@ class DeltaDocumentStore:
         """Full sweep: rows whose ``last_seq > dispatched_seq`` (control columns by default)."""
         with self._lock:
             self._check_open()
-            self._dt.update_incremental()
+            self._update()
             cols = ", ".join(columns or S.CONTROL_COLUMNS)
             return self._query(f"SELECT {cols} FROM t WHERE last_seq > dispatched_seq")
 
@@ -319,9 +330,24 @@ class DeltaDocumentStore:
         ticket = _Ticket(writes=list(writes))
         with self._queue_lock:
             self._queue.append(ticket)
-        self._await(ticket, lambda: self._commit_tickets(self._take_batch()))
+        self._await(ticket, self._lead_saves)
         assert ticket.version is not None
         return ticket.version
+
+    def _lead_saves(self) -> None:
+        """Commit what is queued; any failure finishes every ticket of the batch (no waiter is
+        left behind, whatever raised: a refresh, the re-check read or the MERGE)."""
+        batch = self._take_batch()
+        if not batch:
+            return
+        try:
+            self._commit_tickets(batch)
+        except Exception as e:
+            _finish(
+                [t for t in batch if not t.done],
+                error=_store_error(f"saving to {self.uri} failed", e),
+                cause=e,
+            )
 
     def _await(self, ticket: _Ticket, lead: Callable[[], None]) -> None:
         """Leader/follower: whoever holds the lock commits what is queued, others' work too."""
@@ -338,7 +364,8 @@ class DeltaDocumentStore:
         """Queued tickets in order, skipping any that touch a document already in the batch."""
         with self._queue_lock:
             if not self.group_commit:
-                return [self._queue.pop(0)]
+                first, self._queue[:1] = self._queue[:1], []
+                return first
             batch: list[_Ticket] = []
             seen: set[str] = set()
             rest: list[_Ticket] = []
@@ -360,10 +387,13 @@ class DeltaDocumentStore:
             self._dt.update_incremental()
             current = int(self._dt.version())
             writes = [w for t in live for w in t.writes]
-            # One document: the MERGE's own version predicate is the whole check (0 rows
-            # written = stale, nothing written). Several: re-check first when the table moved
-            # since they were read, so a stale one cannot leave the others half-saved.
-            if len(writes) > 1 and (attempt > 0 or any(w.read_at != current for w in writes)):
+            # Re-check when the table moved since the documents were read: several documents
+            # must not be half-saved because one is stale, and a moved watermark must not send
+            # already-sent messages again. One new document needs none: the MERGE's own
+            # predicates are the whole check (0 rows written = it exists, nothing written).
+            moved = attempt > 0 or any(w.read_at != current for w in writes)
+            single_create = len(writes) == 1 and writes[0].expected_version == 0
+            if moved and not single_create:
                 live = self._recheck(live)
                 if not live:
                     return
@@ -376,20 +406,11 @@ class DeltaDocumentStore:
                     if attempt < self._max_retries:
                         self._backoff(attempt)
                     continue
-                _finish(live, error=StoreError(f"saving to {self.uri} failed: {e}"), cause=e)
+                _finish(live, error=_store_error(f"saving to {self.uri} failed", e), cause=e)
                 return
             version = int(self._dt.version())
             if written == 0 and len(writes) == 1:
-                w = writes[0]
-                what = "already exists" if w.expected_version == 0 else "was changed"
-                _finish(
-                    live,
-                    error=ConcurrencyError(
-                        f"document {w.row.id!r} {what} since it was read (expected version "
-                        f"{w.expected_version}); nothing was written",
-                        hint="reload the document and apply the change again",
-                    ),
-                )
+                _finish(live, error=_stale(writes[0], None))
                 return
             if written != len(writes):  # pragma: no cover - guarded by the snapshot re-check
                 _finish(
@@ -463,13 +484,7 @@ class DeltaDocumentStore:
                 found = current.get(w.row.id)
                 have = int(found["version"]) if found else 0
                 if have != w.expected_version:
-                    what = "already exists" if w.expected_version == 0 else "was changed"
-                    t.error = ConcurrencyError(
-                        f"document {w.row.id!r} {what} since it was read (expected version "
-                        f"{w.expected_version}, found {have}); nothing was written",
-                        hint="reload the document and apply the change again",
-                    )
-                    t.done = True
+                    t.error, t.done = _stale(w, have), True
                     break
                 row = w.row
                 if found and int(found["dispatched_seq"]) > row.dispatched_seq:
@@ -511,7 +526,7 @@ class DeltaDocumentStore:
         try:
             version = self._merge_watermarks(merged)
         except Exception as e:
-            _finish(tickets, error=e)
+            _finish(tickets, error=_store_error(f"advancing watermarks in {self.uri} failed", e))
             return
         if len(tickets) > 1:
             self.watermark_groups += 1
@@ -527,7 +542,8 @@ class DeltaDocumentStore:
             }
         )
         buckets = _in_list(self.bucket(i) for i in ids)
-        for attempt in range(self._max_retries * 3 + 1):
+        attempts = self._max_retries * 3 + 1  # a watermark must land: it has no version check
+        for attempt in range(attempts):
             self._dt.update_incremental()
             try:
                 metrics = (
@@ -547,9 +563,10 @@ class DeltaDocumentStore:
                 )
             except Exception as e:
                 if _commit_failed(e):
-                    self._backoff(attempt)
+                    if attempt < attempts - 1:
+                        self._backoff(attempt)
                     continue
-                raise StoreError(f"advancing watermarks in {self.uri} failed: {e}") from e
+                raise _store_error(f"advancing watermarks in {self.uri} failed", e) from e
             if int(metrics.get("num_target_rows_updated", 0)) == 0:
                 return None
             return int(self._dt.version())
@@ -557,6 +574,24 @@ class DeltaDocumentStore:
             f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
             hint="the rescuer will finish the job; check for a hot bucket",
         )
+
+
+def _stale(w: DocumentWrite, found: int | None) -> ConcurrencyError:
+    what = "already exists" if w.expected_version == 0 else "was changed"
+    seen = "" if found is None else f", found {found}"
+    return ConcurrencyError(
+        f"document {w.row.id!r} {what} since it was read (expected version "
+        f"{w.expected_version}{seen}); nothing was written",
+        hint="reload the document and apply the change again",
+    )
+
+
+def _store_error(what: str, e: BaseException) -> StoreError:
+    """Our error for a deltalake, pyarrow or OS error (an ``OutboxError`` passes as it is)."""
+    if isinstance(e, StoreError):
+        return e
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return StoreError(f"{what}: {first}")
 
 
 def _plain_strings(table: pa.Table) -> pa.Table:

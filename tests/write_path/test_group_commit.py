@@ -166,3 +166,77 @@ def test_queued_watermarks_share_one_merge_and_never_go_down(ob: Outbox) -> None
     assert store.watermark_groups == 1
     rows = store.read(["a", "b", "c"])[1]
     assert {d: r.dispatched_seq for d, r in rows.items()} == {"a": 3, "b": 4, "c": 5}
+
+
+def test_a_failure_outside_the_merge_reaches_every_queued_unit_of_work(ob: Outbox) -> None:
+    """Regression: a read error during the re-check left followers waiting forever."""
+    from outbox.errors import StoreError
+
+    with ob.unit_of_work() as uow:
+        uow.create("x", type="T")
+    store = ob.store
+    real_merge, real_scan = store._merge_documents, store._scan
+    first_in, release, queued = threading.Event(), threading.Event(), threading.Event()
+
+    def gated(writes: Any) -> int:
+        first_in.set()
+        assert release.wait(30)
+        store._merge_documents = real_merge  # type: ignore[method-assign]
+        return real_merge(writes)
+
+    def broken_scan(*a: Any, **k: Any) -> Any:
+        raise OSError("disk went away")
+
+    class WatchedQueue(list[Any]):
+        def append(self, item: Any) -> None:
+            super().append(item)
+            if len(self) >= 2:
+                queued.set()
+
+    stale = ob.unit_of_work()
+    x = stale.get("x")  # read before the leader commits: its save must re-check
+    assert x is not None
+    store._merge_documents = gated  # type: ignore[method-assign]
+    results: dict[str, Any] = {}
+
+    def run(name: str, fn: Any) -> None:
+        try:
+            fn()
+            results[name] = "ok"
+        except Exception as e:
+            results[name] = e
+
+    def create(name: str) -> Any:
+        def go() -> None:
+            with ob.unit_of_work() as u:
+                u.create(name, type="T")
+
+        return go
+
+    def update_x() -> None:
+        x.state["n"] = 1
+        stale.commit()
+
+    leader = threading.Thread(target=run, args=("leader", create("leader")))
+    leader.start()
+    assert first_in.wait(30)
+    store._queue = WatchedQueue()  # the leader's ticket is taken; watch the followers queue
+    store._scan = broken_scan  # type: ignore[method-assign]  # the followers' re-check fails
+    followers = [
+        threading.Thread(target=run, args=("f1", create("f1"))),
+        threading.Thread(target=run, args=("x", update_x)),
+    ]
+    for t in followers:
+        t.start()
+    assert queued.wait(30)
+    release.set()
+    for t in [leader, *followers]:
+        t.join(30)
+        assert not t.is_alive(), "a unit of work was left waiting"
+    assert results["leader"] == "ok"
+    for name in ("f1", "x"):
+        assert isinstance(results[name], StoreError), results
+        assert "disk went away" in str(results[name])
+    store._scan = real_scan  # type: ignore[method-assign]
+    assert store.read(["f1"])[1] == {}  # nothing of the failed group was written
+    assert store.read(["x"])[1]["x"].version == 1
