@@ -1,0 +1,468 @@
+"""The Azure Service Bus transport: a thin mapping of ``TransportMessage`` to ``ServiceBusMessage``.
+
+Field mapping (see docs/servicebus.md): message_id -> message_id, session_id -> session_id
+(partition_key is left unset: the service then partitions by session_id), scheduled_at ->
+scheduled_enqueue_time_utc, headers -> application_properties, subject, content_type and
+correlation_id one to one, body -> body.
+
+``send(batch)`` validates and converts every message first (a bad id or destination name fails the
+call before anything is sent), then groups the batch by destination, keeping batch order inside
+each group, and sends each group with ``create_message_batch()``, starting a new SDK batch whenever
+``add_message`` says the current one is full. ``send_messages`` is synchronous: it returns once the
+broker accepted the batch, so ``send`` returns only when every message is settled.
+
+**Not atomic across destinations (or across SDK batches).** A Service Bus batch is atomic per
+destination only, so ``atomic_batches`` is not declared. When a later destination fails, earlier
+ones were already accepted; the dispatcher then re-sends the whole batch with the same message ids
+and the entity's duplicate detection drops the repeats (a dropped duplicate is reported as a
+success). Duplicate detection must therefore be enabled on every destination entity.
+
+**Partitioned entities.** The service refuses a multi-message batch on an entity that has both
+partitioning and duplicate detection ("Batching brokered messages with distinct SessionId,
+PartitionKey, or MessageId is not supported ..."). Nothing of that batch was stored, so the
+transport re-sends its messages one at a time and remembers to do so for that destination.
+
+The SDK's client and senders are not thread-safe: one sender is cached per destination and used
+under its own lock (sends to one destination are serialised; different destinations run in
+parallel). ``close()`` closes the senders, and the client when the transport created it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC
+from types import ModuleType
+from typing import TYPE_CHECKING, Any, Protocol, cast
+
+from dispatcher.transports.base import TransportMessage
+from outbox.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    PermanentTransportError,
+    RetryableTransportError,
+    TransportError,
+    UnknownDestinationError,
+)
+
+if TYPE_CHECKING:
+    from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
+
+    from outbox.settings import Settings
+
+#: Environment variables read by ``from_settings`` (not ``Settings`` fields: secrets stay in env).
+ENV_CONNECTION_STRING = "OUTBOX_SERVICEBUS_CONNECTION_STRING"
+ENV_NAMESPACE = "OUTBOX_SERVICEBUS_NAMESPACE"  # fully qualified, with azure-identity
+ENV_TOPICS = "OUTBOX_SERVICEBUS_TOPICS"  # comma-separated destinations that are topics
+
+INSTALL_HINT = "pip install 'delta-outbox[azure]'"
+
+#: Service Bus limits on message_id, session_id and partition_key, and on entity paths.
+MAX_ID_LENGTH = 128
+MAX_ENTITY_NAME_LENGTH = 260
+_ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+#: The service's refusal of multi-message batches on partitioned + duplicate-detection entities.
+_NO_BATCHING_MARKER = "Batching brokered messages"
+
+
+# --- the parts of the SDK we use (a real ServiceBusClient satisfies these) ----------------------
+
+
+class SenderLike(Protocol):
+    def create_message_batch(
+        self, max_size_in_bytes: int | None = None
+    ) -> ServiceBusMessageBatch: ...
+
+    def send_messages(
+        self, message: ServiceBusMessageBatch, *, timeout: float | None = None
+    ) -> None: ...
+
+    def close(self) -> None: ...
+
+
+class ClientLike(Protocol):
+    def get_queue_sender(self, queue_name: str) -> SenderLike: ...
+
+    def get_topic_sender(self, topic_name: str) -> SenderLike: ...
+
+    def close(self) -> None: ...
+
+
+def _sdk() -> tuple[ModuleType, ModuleType]:
+    """``azure.servicebus`` and its ``exceptions`` module, or ``MissingDependencyError``."""
+    try:
+        import azure.servicebus as sb
+        import azure.servicebus.exceptions as sb_errors
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"the Azure Service Bus transport needs the azure-servicebus package ({e})",
+            hint=INSTALL_HINT,
+        ) from e
+    return sb, sb_errors
+
+
+class _Destination:
+    """One cached sender and the lock that serialises its use (the SDK is not thread-safe)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lock = threading.Lock()
+        self.sender: SenderLike | None = None
+        self.unbatched = False  # partitioned + duplicate detection: one message per send
+
+
+class ServiceBusTransport:
+    """A ``Transport`` over Azure Service Bus queues and topics (one per destination name)."""
+
+    # Deliberately no ``atomic_batches = True``: a Service Bus batch is atomic per destination only.
+
+    def __init__(
+        self,
+        client_or_factory: ClientLike | Callable[[], ClientLike],
+        *,
+        topics: Iterable[str] = (),
+        owns_client: bool | None = None,
+        max_batch_bytes: int | None = None,
+        send_timeout: float | None = None,
+        unbatched: Iterable[str] = (),
+    ) -> None:
+        """``client_or_factory`` is a ``ServiceBusClient`` (or anything with the same
+        ``get_queue_sender``/``get_topic_sender``/``close``), or a callable building one on first
+        use. ``topics`` names the destinations that are topics (the rest are queues).
+        ``owns_client`` defaults to True for a factory and False for a client: an owned client is
+        closed by ``close()``. ``max_batch_bytes`` caps each SDK batch (default: the link's limit,
+        from the tier). ``send_timeout`` bounds each ``send_messages`` including the SDK's own
+        retries. ``unbatched`` names destinations that must get one message per send (partitioned
+        entities with duplicate detection; detected automatically otherwise).
+        """
+        self._sb, self._errors = _sdk()
+        if hasattr(client_or_factory, "get_queue_sender"):
+            self._client: ClientLike | None = cast(ClientLike, client_or_factory)
+            self._factory: Callable[[], ClientLike] | None = None
+            self._owns_client = bool(owns_client)
+        elif callable(client_or_factory):
+            self._client = None
+            self._factory = client_or_factory
+            self._owns_client = True if owns_client is None else owns_client
+        else:
+            raise ConfigurationError(
+                f"ServiceBusTransport needs a ServiceBusClient or a factory, got "
+                f"{type(client_or_factory).__name__}",
+                hint="pass ServiceBusClient.from_connection_string(...) or use from_settings()",
+            )
+        self.topics = frozenset(topics)
+        self.max_batch_bytes = max_batch_bytes
+        self.send_timeout = send_timeout
+        self._unbatched = frozenset(unbatched)
+        self._lock = threading.Lock()  # guards the client, the cache and ``_closed``
+        self._destinations: dict[str, _Destination] = {}
+        self._closed = False
+
+    # --- construction from settings -----------------------------------------------------------
+
+    @classmethod
+    def from_settings(
+        cls, settings: Settings | None = None, *, env: Mapping[str, str] | None = None
+    ) -> ServiceBusTransport:
+        """Connect with ``OUTBOX_SERVICEBUS_CONNECTION_STRING``, else with
+        ``OUTBOX_SERVICEBUS_NAMESPACE`` (``<ns>.servicebus.windows.net``) and azure-identity's
+        ``DefaultAzureCredential``. ``OUTBOX_SERVICEBUS_TOPICS`` lists destinations that are topics.
+
+        The connection string is parsed here (a malformed one fails now), but nothing connects
+        until the first send.
+        """
+        sb, _ = _sdk()
+        env = os.environ if env is None else env
+        topics = [t.strip() for t in env.get(ENV_TOPICS, "").split(",") if t.strip()]
+        conn = env.get(ENV_CONNECTION_STRING, "").strip()
+        if conn:
+            try:
+                client = sb.ServiceBusClient.from_connection_string(conn)
+            except (ValueError, TypeError) as e:  # never echo the string: it holds a key
+                raise ConfigurationError(
+                    f"{ENV_CONNECTION_STRING} is not a valid Service Bus connection string "
+                    f"({type(e).__name__})",
+                    hint="copy it from the namespace's Shared access policies "
+                    "(Endpoint=sb://...;SharedAccessKeyName=...;SharedAccessKey=...)",
+                ) from e
+            return cls(cast(ClientLike, client), topics=topics, owns_client=True)
+        namespace = env.get(ENV_NAMESPACE, "").strip()
+        if namespace:
+            try:
+                from azure.identity import DefaultAzureCredential
+            except ImportError as e:
+                raise MissingDependencyError(
+                    f"{ENV_NAMESPACE} is set, which needs azure-identity for the credential",
+                    hint=f"pip install azure-identity, or set {ENV_CONNECTION_STRING} instead",
+                ) from e
+            client = sb.ServiceBusClient(namespace, DefaultAzureCredential())
+            return cls(cast(ClientLike, client), topics=topics, owns_client=True)
+        raise ConfigurationError(
+            f"transport 'servicebus' needs {ENV_CONNECTION_STRING} (or {ENV_NAMESPACE} with "
+            "azure-identity installed)",
+            hint=f"export {ENV_CONNECTION_STRING}='Endpoint=sb://<ns>.servicebus.windows.net/;"
+            "SharedAccessKeyName=...;SharedAccessKey=...'",
+        )
+
+    # --- sending ------------------------------------------------------------------------------
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        if not batch:
+            return
+        if self._closed:
+            first = batch[0].message_id
+            raise PermanentTransportError(
+                f"cannot send message {first}: the Service Bus transport is closed",
+                message_id=first,
+                hint="build a new transport",
+            )
+        # Convert everything first: a malformed message or destination fails before any send.
+        groups: dict[str, list[tuple[TransportMessage, ServiceBusMessage]]] = {}
+        for m in batch:
+            groups.setdefault(self._check_destination(m), []).append((m, self.to_servicebus(m)))
+        for name, items in groups.items():
+            self._send_destination(self._destination(name), items)
+
+    def to_servicebus(self, m: TransportMessage) -> ServiceBusMessage:
+        """The ``ServiceBusMessage`` for ``m`` (``PermanentTransportError`` when it is invalid)."""
+        for what, value in (("message_id", m.message_id), ("session_id", m.session_id)):
+            if value is not None and len(value) > MAX_ID_LENGTH:
+                raise PermanentTransportError(
+                    f"message {m.message_id[:MAX_ID_LENGTH]}...: {what} is {len(value)} "
+                    "characters; "
+                    f"Service Bus allows at most {MAX_ID_LENGTH}",
+                    message_id=m.message_id,
+                )
+        if not m.message_id:
+            raise PermanentTransportError(
+                "a message has an empty message_id; duplicate detection needs one", message_id=""
+            )
+        when = m.scheduled_at
+        if when is not None:  # naive means UTC; the SDK would read a naive time as local time
+            when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
+        try:
+            message: ServiceBusMessage = self._sb.ServiceBusMessage(
+                m.body,
+                # Always ours: scheduling would otherwise assign a random id (no dedup).
+                message_id=m.message_id,
+                session_id=m.session_id or None,
+                # partition_key stays unset: with a session_id the service partitions by it, and
+                # the SDK refuses a partition_key that differs from session_id.
+                scheduled_enqueue_time_utc=when,
+                content_type=m.content_type or None,
+                correlation_id=m.correlation_id,
+                subject=m.subject or None,
+                application_properties=dict(m.headers) if m.headers else None,
+            )
+        except (ValueError, TypeError) as e:
+            raise PermanentTransportError(
+                f"message {m.message_id}: Service Bus refuses it: {e}", message_id=m.message_id
+            ) from e
+        return message
+
+    def _check_destination(self, m: TransportMessage) -> str:
+        name = m.destination
+        if not name or len(name) > MAX_ENTITY_NAME_LENGTH or not _ENTITY_NAME.match(name):
+            raise UnknownDestinationError(
+                f"message {m.message_id}: {name!r} cannot be a Service Bus queue or topic name",
+                message_id=m.message_id,
+                hint="entity names are 1-260 letters, digits, '.', '-', '_' or '/', starting "
+                "with a letter or digit",
+            )
+        return name
+
+    def _destination(self, name: str) -> _Destination:
+        with self._lock:
+            dest = self._destinations.get(name)
+            if dest is None:
+                dest = self._destinations[name] = _Destination(name)
+                dest.unbatched = name in self._unbatched
+            return dest
+
+    def _get_client(self) -> ClientLike:
+        with self._lock:
+            if self._client is None:
+                assert self._factory is not None
+                self._client = self._factory()
+            return self._client
+
+    def _sender(self, dest: _Destination) -> SenderLike:
+        if dest.sender is None:
+            client = self._get_client()
+            with self._lock:  # the client is not thread-safe either
+                if dest.name in self.topics:
+                    dest.sender = client.get_topic_sender(topic_name=dest.name)
+                else:
+                    dest.sender = client.get_queue_sender(queue_name=dest.name)
+        return dest.sender
+
+    def _discard_sender(self, dest: _Destination) -> None:
+        """After a failure, start over with a fresh sender (and link) next time."""
+        sender, dest.sender = dest.sender, None
+        if sender is not None:
+            with contextlib.suppress(Exception):  # closing a broken link may fail too
+                sender.close()
+
+    def _send_destination(
+        self, dest: _Destination, items: list[tuple[TransportMessage, ServiceBusMessage]]
+    ) -> None:
+        with dest.lock:
+            if self._closed:
+                raise PermanentTransportError(
+                    f"cannot send message {items[0][0].message_id}: the transport is closed",
+                    message_id=items[0][0].message_id,
+                )
+            try:
+                if dest.unbatched:
+                    for item in items:
+                        self._send_chunk(dest, [item])
+                else:
+                    self._send_batched(dest, items)
+            except TransportError:
+                self._discard_sender(dest)
+                raise
+
+    def _send_batched(
+        self, dest: _Destination, items: list[tuple[TransportMessage, ServiceBusMessage]]
+    ) -> None:
+        """Fill SDK batches in order; send each when full (and the last one at the end)."""
+        size_error = self._errors.MessageSizeExceededError
+        chunk: list[tuple[TransportMessage, ServiceBusMessage]] = []
+        sdk_batch = self._new_batch(dest, items[0][0])
+        for item in items:
+            try:
+                sdk_batch.add_message(item[1])
+            except size_error:
+                # Full. Try the message in a fresh batch *before* sending the full one, so a message
+                # too large on its own fails without sending the messages queued in front of it.
+                fresh = self._new_batch(dest, item[0])
+                try:
+                    fresh.add_message(item[1])
+                except size_error as e:
+                    raise self._too_large(item[0], dest, fresh, e) from e
+                if chunk:
+                    self._send_chunk(dest, chunk, sdk_batch)
+                chunk, sdk_batch = [], fresh
+            chunk.append(item)
+        self._send_chunk(dest, chunk, sdk_batch)
+
+    def _new_batch(self, dest: _Destination, first: TransportMessage) -> ServiceBusMessageBatch:
+        try:
+            return self._sender(dest).create_message_batch(self.max_batch_bytes)
+        except Exception as e:  # creating the batch opens the link: the entity may be missing
+            raise self._translate(e, dest, [first]) from e
+
+    def _send_chunk(
+        self,
+        dest: _Destination,
+        chunk: list[tuple[TransportMessage, ServiceBusMessage]],
+        sdk_batch: ServiceBusMessageBatch | None = None,
+    ) -> None:
+        if sdk_batch is None:
+            sdk_batch = self._new_batch(dest, chunk[0][0])
+            try:
+                sdk_batch.add_message(chunk[0][1])
+            except self._errors.MessageSizeExceededError as e:
+                raise self._too_large(chunk[0][0], dest, sdk_batch, e) from e
+        try:
+            self._sender(dest).send_messages(sdk_batch, timeout=self.send_timeout)
+        except Exception as e:
+            if (
+                len(chunk) > 1
+                and isinstance(e, self._errors.ServiceBusError)
+                and _NO_BATCHING_MARKER in str(e)
+            ):
+                # Partitioned entity with duplicate detection: nothing of this batch was stored.
+                dest.unbatched = True
+                for item in chunk:
+                    self._send_chunk(dest, [item])
+                return
+            raise self._translate(e, dest, [m for m, _ in chunk]) from e
+
+    # --- errors -------------------------------------------------------------------------------
+
+    def _too_large(
+        self, m: TransportMessage, dest: _Destination, sdk_batch: Any, e: Exception
+    ) -> PermanentTransportError:
+        limit = getattr(sdk_batch, "max_size_in_bytes", None)
+        return PermanentTransportError(
+            f"message {m.message_id} ({len(m.body)} byte body) is too large for Service Bus "
+            f"entity {dest.name!r}"
+            + (f" (limit {limit} bytes per batch)" if limit else "")
+            + f": {e}",
+            message_id=m.message_id,
+            hint="keep messages under the tier's limit (256 KB Standard, up to 100 MB Premium) "
+            "and settings.max_message_bytes below it",
+        )
+
+    def _translate(
+        self, e: Exception, dest: _Destination, msgs: list[TransportMessage]
+    ) -> TransportError:
+        """An SDK error as ours, classified as in AZURE_NOTES, naming the first unsent message."""
+        errors = self._errors
+        first = msgs[0].message_id
+        what = f"message {first}" + (f" (and {len(msgs) - 1} more)" if len(msgs) > 1 else "")
+        where = f"Service Bus {'topic' if dest.name in self.topics else 'queue'} {dest.name!r}"
+        detail = f"{type(e).__name__}: {e}"
+        if isinstance(e, errors.MessagingEntityNotFoundError):
+            return UnknownDestinationError(
+                f"{what}: {where} does not exist ({detail})",
+                message_id=first,
+                hint="create it with duplicate detection enabled, or fix the destination "
+                f"(a topic must be listed in {ENV_TOPICS})",
+            )
+        if isinstance(e, errors.MessageSizeExceededError):
+            return PermanentTransportError(
+                f"{what}: too large for {where} ({detail})", message_id=first
+            )
+        if isinstance(e, errors.ServiceBusQuotaExceededError):
+            return PermanentTransportError(
+                f"{what}: {where} is over its quota ({detail})",
+                message_id=first,
+                hint="drain it or raise its max size; the outbox keeps the message pending",
+            )
+        permanent = (
+            errors.MessageLockLostError,
+            errors.SessionLockLostError,
+            errors.MessageNotFoundError,
+        )
+        if isinstance(e, permanent):  # receive-side errors; listed for completeness
+            return PermanentTransportError(
+                f"{what}: {where} refused it ({detail})", message_id=first
+            )
+        if isinstance(
+            e, errors.ServiceBusAuthorizationError | errors.ServiceBusAuthenticationError
+        ):
+            return RetryableTransportError(
+                f"{what}: {where} refused our credentials ({detail})",
+                message_id=first,
+                hint=f"check {ENV_CONNECTION_STRING}: the policy needs the Send right; messages "
+                "stay pending until it works",
+            )
+        # Retryable per AZURE_NOTES: connection, timeout, busy, communication, entity disabled,
+        # session cannot be locked. Any other SDK (or azure-core) error is treated as retryable too:
+        # nothing is lost by retrying, while a wrong "permanent" would give up on a message.
+        return RetryableTransportError(
+            f"{what}: {where} did not accept it ({detail})", message_id=first
+        )
+
+    # --- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Close every cached sender, and the client when this transport owns it. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            destinations = list(self._destinations.values())
+        for dest in destinations:
+            with dest.lock:  # waits for an in-flight send on that destination
+                self._discard_sender(dest)
+        with self._lock:
+            client, self._client = self._client, None
+        if client is not None and self._owns_client:
+            client.close()
