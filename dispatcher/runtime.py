@@ -63,7 +63,7 @@ def build_transport(settings: Settings, queue_factory: Any) -> Transport:
         return InMemoryTransport()
     if settings.transport == "servicebus":
         try:
-            from dispatcher.transports import servicebus  # type: ignore[attr-defined]
+            from dispatcher.transports import servicebus  # type: ignore[attr-defined,unused-ignore]
         except ImportError as e:
             raise MissingDependencyError(
                 "transport 'servicebus' is not available: the Azure Service Bus adapter or its "

@@ -18,34 +18,36 @@ queue: the session lock keeps each document with one of them at a time.
 
 On SIGTERM/SIGINT the worker stops receiving, finishes the batch in hand (sends are bounded),
 settles it, and returns; the CLI then exits 0. Messages it holds but has not started are abandoned
-at once, so their locks are released instead of waiting for expiry.
+at once, so their locks are released instead of waiting for expiry. A second signal is handled the
+default way.
+
+Errors: a retryable one (the queue database briefly unreachable) is logged and the loop tries again
+after ``poll_interval``; anything else stops every thread, and ``run()`` raises it (the CLI prints
+one line and exits non-zero), so a worker never keeps running with dead threads.
 """
 
 from __future__ import annotations
 
 import logging
-import random
-import signal
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
-from types import FrameType
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.commands import ProcessDocument
+from dispatcher.queue.consumer import ExponentialBackoff
 from dispatcher.queue.lock_renewer import LockRenewer
+from dispatcher.queue.signals import stop_on_signals
+from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON
 from outbox.clock import SystemClock
-from outbox.errors import LockLostError, OutboxError
+from outbox.errors import LockLostError, OutboxError, ValidationError
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import ReceivedMessage
     from dispatcher.runtime import DispatcherRuntime
 
 log = logging.getLogger("outbox.worker")
-
-MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 
 
 @dataclass
@@ -77,6 +79,26 @@ class WorkerStats:
         return asdict(self)
 
 
+class _Held:
+    """The messages of one batch not settled yet: what that batch's lock renewer keeps alive."""
+
+    def __init__(self, received: Sequence[ReceivedMessage]) -> None:
+        self._lock = threading.Lock()
+        self._messages = {m.sequence_number: m for m in received}
+
+    def __call__(self) -> list[ReceivedMessage]:
+        with self._lock:
+            return list(self._messages.values())
+
+    def pop(self, msg: ReceivedMessage) -> None:
+        with self._lock:
+            self._messages.pop(msg.sequence_number, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._messages.clear()
+
+
 class DispatcherWorker:
     """Receives ``ProcessDocument`` commands and dispatches their documents."""
 
@@ -93,7 +115,11 @@ class DispatcherWorker:
         renew_check_interval: float = 1.0,
     ) -> None:
         if concurrency < 1 or batch_size < 1:
-            raise ValueError("concurrency and batch_size must be at least 1")
+            raise ValidationError(
+                f"concurrency ({concurrency!r}) and batch_size ({batch_size!r}) must be at least 1"
+            )
+        if poll_interval < 0:
+            raise ValidationError(f"poll_interval {poll_interval!r} must not be negative")
         self.runtime = runtime
         self.store = runtime.store
         self.queue = runtime.queue
@@ -102,19 +128,18 @@ class DispatcherWorker:
         self.crash_points = runtime.crash_points
         self.clock = runtime.clock
         self.command_queue = runtime.settings.command_queue
-        self.max_delivery_count = runtime.settings.max_delivery_count
+        # The queue dead-letters at its own limit; deciding with the same number keeps the two
+        # from disagreeing when a queue is shared with other settings.
+        self.max_delivery_count = self.queue.max_delivery_count
         self.concurrency = concurrency
         self.batch_size = batch_size
         self.poll_interval = poll_interval
-        self.backoff_base = backoff_base
-        self.backoff_max = backoff_max
-        self._rng = random.Random(seed)
+        self.backoff = ExponentialBackoff(base=backoff_base, cap=backoff_max, jitter=0.1, seed=seed)
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self.stats = WorkerStats()
         self.renew_check_interval = renew_check_interval
-        self._holding: dict[int, ReceivedMessage] = {}
-        self._holding_lock = threading.Lock()
+        self._failure: BaseException | None = None
 
     # --- control ----------------------------------------------------------------------------
 
@@ -126,11 +151,6 @@ class DispatcherWorker:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def backoff(self, delivery_count: int) -> float:
-        """Exponential backoff for the ``delivery_count``-th failed delivery, with 0-10% jitter."""
-        base = min(self.backoff_max, self.backoff_base * 2 ** max(0, delivery_count - 1))
-        return float(base * (1 + 0.1 * self._rng.random()))
-
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self, *, once: bool = False, until_idle: bool = False) -> WorkerStats:
@@ -138,8 +158,15 @@ class DispatcherWorker:
 
         ``once``: drain what is deliverable now, then return. ``until_idle``: keep going (waiting
         for scheduled and backed-off commands) until the command queue holds nothing at all.
+
+        Raises the first non-retryable error any thread met (after every thread has stopped).
         """
-        with self._signals():
+        with stop_on_signals(self.stop) as signals:
+            log.info(
+                "worker ready: receiving from %r with %d thread(s)",
+                self.command_queue,
+                self.concurrency,
+            )
             if self.concurrency == 1:
                 self._loop(once=once, until_idle=until_idle)
             else:
@@ -157,26 +184,48 @@ class DispatcherWorker:
                 for t in threads:
                     while t.is_alive():  # join in slices so the main thread still sees signals
                         t.join(0.2)
-        self.stats.stopped_by_signal = self._stop.is_set() and self._signalled
+        self.stats.stopped_by_signal = signals.received is not None
+        if self._failure is not None:
+            raise self._failure
         return self.stats
 
-    _signalled = False
-
     def _loop(self, *, once: bool, until_idle: bool) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    if self._poll(once=once, until_idle=until_idle):
+                        return
+                except OutboxError as e:
+                    if not e.retryable:
+                        raise
+                    self.metrics.inc("worker_queue_errors")
+                    log.warning(
+                        "the command queue is unavailable (%s); retrying in %.1fs",
+                        e,
+                        self.poll_interval,
+                    )
+                self._sleep(self.poll_interval)
+        except BaseException as e:  # recorded for run() to raise; the other threads stop too
+            if self._failure is None:
+                self._failure = e
+            if isinstance(e, Exception):
+                log.error("worker stopping: %s", e)
+            self.stop()
+
+    def _poll(self, *, once: bool, until_idle: bool) -> bool:
+        """One receive; True when the loop is done."""
         while not self._stop.is_set():
             received = self.queue.receive(self.command_queue, self.batch_size)
-            if received and self._stop.is_set():
+            if not received:
+                return once or (until_idle and self._idle())
+            if self._stop.is_set():
                 self._release(received)  # stopped while receiving: give the locks back now
-                return
-            if received:
-                self.handle_batch(received)
-                continue
-            if once or (until_idle and self._idle()):
-                return
-            self._sleep(self.poll_interval)
+                return True
+            self.handle_batch(received)
+        return True
 
     def _idle(self) -> bool:
-        stats = self.queue.stats().get(self.command_queue)
+        stats = self.queue.stats(self.command_queue).get(self.command_queue)
         return stats is None or stats.total == 0
 
     def _sleep(self, seconds: float) -> None:
@@ -187,37 +236,12 @@ class DispatcherWorker:
         else:
             self.clock.sleep(seconds)
 
-    @contextmanager
-    def _signals(self) -> Iterator[None]:
-        if threading.current_thread() is not threading.main_thread():
-            yield
-            return
-
-        def handler(signum: int, _frame: FrameType | None) -> None:
-            log.info(
-                "received %s: finishing the batch in hand, then stopping",
-                signal.Signals(signum).name,
-            )
-            self._signalled = True
-            self.stop()
-
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
-            yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
     def _release(self, received: Sequence[ReceivedMessage]) -> None:
         for msg in received:
             try:
                 self.queue.abandon(msg, 0)
             except Exception as e:  # the lock expires on its own
                 log.info("command %s: release failed (%s)", msg.message_id, e)
-
-    def _in_hand(self) -> list[ReceivedMessage]:
-        with self._holding_lock:
-            return list(self._holding.values())
 
     # --- one batch --------------------------------------------------------------------------
 
@@ -226,34 +250,11 @@ class DispatcherWorker:
         ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
         t0 = time.perf_counter()
         batch = WorkerStats(batches=1, commands=len(received))
-        with self._holding_lock:
-            self._holding.update((m.sequence_number, m) for m in received)
-        commands: list[tuple[ReceivedMessage, ProcessDocument]] = []
-        for msg in received:
-            try:
-                cmd = ProcessDocument.from_json(msg.body)
-            except OutboxError as e:
-                self._settle(batch, msg, "dead_letter", "MalformedCommand", str(e))
-                continue
-            if cmd.table != self.store.table_id:
-                self._settle(
-                    batch,
-                    msg,
-                    "dead_letter",
-                    "WrongTable",
-                    f"command for table {cmd.table} ({cmd.table_uri or 'no uri'}); this worker "
-                    f"serves table {self.store.table_id} at {self.store.uri}. Run a worker "
-                    "with that table's workspace, or requeue it there",
-                )
-                continue
-            commands.append((msg, cmd))
-        if commands:
-            # A slow broker or a big batch can outlive the lock: keep the locks of the commands
-            # still in hand alive until each is settled.
-            with LockRenewer(
-                self.queue, self._in_hand, self.clock, check_interval=self.renew_check_interval
-            ):
-                self._handle_commands(batch, commands)
+        held = _Held(received)  # this batch's own: another thread's renewer never sees it
+        try:
+            self._handle_batch(batch, held, received)
+        finally:
+            held.clear()  # settled or not, the renewer must not keep these locks any longer
         log.info(
             "batch: %d command(s), %d message(s) sent; completed %d, abandoned %d, "
             "dead-lettered %d (%.1f ms)",
@@ -268,8 +269,46 @@ class DispatcherWorker:
             self.stats.add(batch)
         return batch
 
+    def _handle_batch(
+        self, batch: WorkerStats, held: _Held, received: Sequence[ReceivedMessage]
+    ) -> None:
+        commands: list[tuple[ReceivedMessage, ProcessDocument]] = []
+        for msg in received:
+            try:
+                cmd = ProcessDocument.from_json(msg.body)
+            except OutboxError as e:
+                self._settle(batch, held, msg, "dead_letter", "MalformedCommand", str(e))
+                continue
+            if cmd.table != self.store.table_id:
+                self._settle(
+                    batch,
+                    held,
+                    msg,
+                    "dead_letter",
+                    "WrongTable",
+                    f"command for table {cmd.table} ({cmd.table_uri or 'no uri'}); this worker "
+                    f"serves table {self.store.table_id} at {self.store.uri}. Run a worker "
+                    "with that table's workspace, or requeue it there",
+                )
+                continue
+            commands.append((msg, cmd))
+        if not commands:
+            return
+        # A slow broker or a big batch can outlive the lock: keep the locks of the commands
+        # still in hand alive until each is settled.
+        with LockRenewer(self.queue, held, self.clock, check_interval=self.renew_check_interval):
+            try:
+                self._handle_commands(batch, held, commands)
+            except Exception as e:  # a bug or an unexpected failure: retry what is unsettled
+                log.exception("batch failed unexpectedly; abandoning its unsettled commands")
+                for msg in held():
+                    self._retry(batch, held, msg, f"unexpected error: {e!r}")
+
     def _handle_commands(
-        self, batch: WorkerStats, commands: list[tuple[ReceivedMessage, ProcessDocument]]
+        self,
+        batch: WorkerStats,
+        held: _Held,
+        commands: list[tuple[ReceivedMessage, ProcessDocument]],
     ) -> None:
         ids = list(dict.fromkeys(cmd.id for _, cmd in commands))
         try:
@@ -279,7 +318,7 @@ class DispatcherWorker:
                 "reading %d document(s) failed (%s); abandoning their commands", len(ids), e
             )
             for msg, _ in commands:
-                self._retry(batch, msg, f"reading the document failed: {e}")
+                self._retry(batch, held, msg, f"reading the document failed: {e}")
             return
         self.crash_points.hit("worker_holding")
         report = self.dispatcher.dispatch([r for r in rows.values() if r.has_pending])
@@ -289,6 +328,7 @@ class DispatcherWorker:
             if row is None:
                 self._retry(
                     batch,
+                    held,
                     msg,
                     f"document {cmd.id!r} is not in {self.store.uri} (yet); if another writer "
                     "enqueued the command before its commit, it will appear",
@@ -298,42 +338,55 @@ class DispatcherWorker:
             outcome = report.outcomes.get(cmd.id)
             if outcome is not None and outcome.permanent:
                 self._settle(
-                    batch, msg, "dead_letter", "PermanentTransportError", str(outcome.error)
+                    batch,
+                    held,
+                    msg,
+                    "dead_letter",
+                    "PermanentTransportError",
+                    str(outcome.error),
                 )
             elif outcome is not None and not outcome.complete:
-                self._retry(batch, msg, f"send failed: {outcome.error}")
+                self._retry(batch, held, msg, f"send failed: {outcome.error}")
             elif outcome is not None and outcome.progressed and report.watermark_error:
-                self._retry(batch, msg, f"watermark not written: {report.watermark_error}")
+                self._retry(batch, held, msg, f"watermark not written: {report.watermark_error}")
             elif row.last_seq < cmd.up_to_seq:
                 self._retry(
                     batch,
+                    held,
                     msg,
                     f"document {cmd.id!r} has last_seq {row.last_seq} < {cmd.up_to_seq}; the "
                     "commit the command names is not visible yet",
                     reason="DocumentNotFound",
                 )
             else:
-                self._settle(batch, msg, "complete")
+                self._settle(batch, held, msg, "complete")
 
     # --- settling ---------------------------------------------------------------------------
 
     def _retry(
-        self, batch: WorkerStats, msg: ReceivedMessage, why: str, reason: str = MAX_DELIVERY_REASON
+        self,
+        batch: WorkerStats,
+        held: _Held,
+        msg: ReceivedMessage,
+        why: str,
+        reason: str = MAX_DELIVERY_REASON,
     ) -> None:
         if msg.delivery_count >= self.max_delivery_count:
             self._settle(
                 batch,
+                held,
                 msg,
                 "dead_letter",
                 reason,
                 f"gave up after {msg.delivery_count} deliveries; last error: {why}",
             )
             return
-        self._settle(batch, msg, "abandon", delay=self.backoff(msg.delivery_count), why=why)
+        self._settle(batch, held, msg, "abandon", delay=self.backoff(msg.delivery_count), why=why)
 
     def _settle(
         self,
         batch: WorkerStats,
+        held: _Held,
         msg: ReceivedMessage,
         how: str,
         reason: str = "",
@@ -342,8 +395,7 @@ class DispatcherWorker:
         delay: float = 0.0,
         why: str = "",
     ) -> None:
-        with self._holding_lock:
-            self._holding.pop(msg.sequence_number, None)
+        held.pop(msg)
         action: Callable[[], None]
         if how == "complete":
             action = lambda: self.queue.complete(msg)  # noqa: E731

@@ -15,12 +15,11 @@ from __future__ import annotations
 
 import inspect
 import logging
-import signal
+import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from types import FrameType
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, exists, select
@@ -29,10 +28,11 @@ from sqlalchemy.exc import IntegrityError
 from dispatcher.queue import validation
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
+from dispatcher.queue.signals import stop_on_signals
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import inbox, queue_messages
 from outbox.clock import Clock
-from outbox.errors import LockLostError, OutboxError
+from outbox.errors import LockLostError, OutboxError, ValidationError
 
 log = logging.getLogger("outbox.queue.consumer")
 
@@ -45,14 +45,30 @@ class PermanentError(Exception):
 
 @dataclass(frozen=True, slots=True)
 class ExponentialBackoff:
-    """Delay before redelivery: ``base * factor**(delivery_count-1)``, capped at ``cap``."""
+    """Delay before redelivery: ``base * factor**(delivery_count-1)``, capped at ``cap``, plus a
+    random 0..``jitter`` fraction of it (so retries of many messages failed together spread out).
+    ``seed`` makes the jitter replayable."""
 
     base: float = 1.0
     factor: float = 2.0
     cap: float = 300.0
+    jitter: float = 0.0
+    seed: int | None = None
+    _rng: random.Random = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        if self.base < 0 or self.factor < 1 or self.cap < 0 or self.jitter < 0:
+            raise ValidationError(
+                f"invalid backoff {self!r}",
+                hint="base, cap and jitter must not be negative; factor must be at least 1",
+            )
+        object.__setattr__(self, "_rng", random.Random(self.seed))
 
     def __call__(self, delivery_count: int) -> float:
-        return float(min(self.cap, self.base * self.factor ** max(0, delivery_count - 1)))
+        delay = min(self.cap, self.base * self.factor ** max(0, delivery_count - 1))
+        if self.jitter:
+            delay *= 1 + self.jitter * self._rng.random()
+        return float(delay)
 
 
 def _takes_connection(handler: Callable[..., Any]) -> bool:
@@ -126,33 +142,29 @@ class Consumer:
             return list(self._in_flight.values())
 
     def run_forever(self) -> None:
-        """Poll until ``stop()`` or SIGTERM; an idle poll waits ``poll_interval`` seconds."""
-        previous = None
-        if threading.current_thread() is threading.main_thread():
-            previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+        """Poll until ``stop()``, SIGTERM or SIGINT; an idle poll waits ``poll_interval`` seconds.
+
+        A second signal is handled the default way (see ``stop_on_signals``)."""
         try:
-            while not self._stopping.is_set():
-                try:
-                    received = self.run_once()
-                except OutboxError as e:
-                    if not e.retryable:
-                        raise
-                    log.warning("queue unavailable, retrying in %.1fs: %s", self.poll_interval, e)
-                    received = 0
-                if not received:
-                    self._stopping.wait(self.poll_interval)
+            with stop_on_signals(self.stop):
+                while not self._stopping.is_set():
+                    try:
+                        received = self.run_once()
+                    except OutboxError as e:
+                        if not e.retryable:
+                            raise
+                        log.warning(
+                            "queue unavailable, retrying in %.1fs: %s", self.poll_interval, e
+                        )
+                        received = 0
+                    if not received:
+                        self._stopping.wait(self.poll_interval)
         finally:
-            if previous is not None:
-                signal.signal(signal.SIGTERM, previous)
             self._pool.shutdown(wait=True)
 
     def stop(self) -> None:
         """Stop receiving; running handlers finish, messages not yet started are abandoned."""
         self._stopping.set()
-
-    def _on_sigterm(self, _signum: int, _frame: FrameType | None) -> None:
-        log.info("SIGTERM: finishing in-flight messages, then stopping")
-        self.stop()
 
     # --- one message -------------------------------------------------------------------------
 

@@ -448,34 +448,37 @@ class SqlQueue:
                 )
         return out
 
-    def stats(self) -> dict[str, QueueStats]:
-        """Depth per queue: active, scheduled, locked and dead-lettered."""
+    def stats(self, queue: str | None = None) -> dict[str, QueueStats]:
+        """Depth per queue (or of ``queue`` only): active, scheduled, locked and dead-lettered.
+
+        Queues that hold nothing (no messages, no dead letters) are not listed."""
+        if queue is not None:
+            validation.queue_name(queue)
         now = self._now()
         is_locked = and_(M.c.locked_until.is_not(None), M.c.locked_until > now)
+        live_stmt = select(
+            M.c.queue,
+            func.count().label("total"),
+            func.sum(case((is_locked, 1), else_=0)).label("locked"),
+            func.sum(case((and_(~is_locked, M.c.not_before > now), 1), else_=0)).label("scheduled"),
+        ).group_by(M.c.queue)
+        dead_stmt = select(dead_letters.c.queue, func.count()).group_by(dead_letters.c.queue)
+        if queue is not None:
+            live_stmt = live_stmt.where(M.c.queue == queue)
+            dead_stmt = dead_stmt.where(dead_letters.c.queue == queue)
         with self._db.read("read queue stats") as conn:
-            live = conn.execute(
-                select(
-                    M.c.queue,
-                    func.count().label("total"),
-                    func.sum(case((is_locked, 1), else_=0)).label("locked"),
-                    func.sum(case((and_(~is_locked, M.c.not_before > now), 1), else_=0)).label(
-                        "scheduled"
-                    ),
-                ).group_by(M.c.queue)
-            ).all()
-            dead = conn.execute(
-                select(dead_letters.c.queue, func.count()).group_by(dead_letters.c.queue)
-            ).all()
+            live = conn.execute(live_stmt).all()
+            dead = conn.execute(dead_stmt).all()
         out: dict[str, QueueStats] = {}
-        for queue, total, locked_raw, scheduled_raw in live:
+        for name, total, locked_raw, scheduled_raw in live:
             locked, scheduled = int(locked_raw or 0), int(scheduled_raw or 0)
-            out[queue] = QueueStats(
-                queue, active=int(total) - locked - scheduled, scheduled=scheduled, locked=locked
+            out[name] = QueueStats(
+                name, active=int(total) - locked - scheduled, scheduled=scheduled, locked=locked
             )
-        for queue, count in dead:
-            base = out.get(queue, QueueStats(queue))
-            out[queue] = QueueStats(
-                queue, base.active, base.scheduled, base.locked, dead_lettered=int(count)
+        for name, count in dead:
+            base = out.get(name, QueueStats(name))
+            out[name] = QueueStats(
+                name, base.active, base.scheduled, base.locked, dead_lettered=int(count)
             )
         return dict(sorted(out.items()))
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -227,3 +228,134 @@ def test_worker_keeps_its_command_locked_while_a_slow_send_runs(
         assert (stats.completed, stats.lock_lost) == (1, 0)
         assert len(slow.messages()) == 1
         assert queue.stats().get("outbox-commands") is None
+
+
+# --- errors in the loop (review item 1) and per-batch lock renewal (item 5) -------------------
+
+
+def test_a_queue_blip_is_retried_not_fatal(workspace: Path, clock: ManualClock) -> None:
+    from outbox.errors import QueueUnavailableError
+
+    ob, faulty = deferred(workspace, clock)
+    with ob:
+        committed: dict[str, list[OutboxMessage]] = {}
+        write_docs(ob, committed, 2, 1)
+        queue = ob.runtime.queue
+        real_receive, real_stats = queue.receive, queue.stats
+        blips = {"receive": 2, "stats": 1}
+
+        def flaky(name: str, real: Any) -> Any:
+            def call(*a: Any, **kw: Any) -> Any:
+                if blips[name]:
+                    blips[name] -= 1
+                    raise QueueUnavailableError("database is locked")
+                return real(*a, **kw)
+
+            return call
+
+        queue.receive = flaky("receive", real_receive)  # type: ignore[method-assign]
+        queue.stats = flaky("stats", real_stats)  # type: ignore[method-assign]
+        stats = ob.runtime.worker(concurrency=2).run(until_idle=True)
+        assert blips == {"receive": 0, "stats": 0}
+        assert stats.completed == 2
+        assert verify_deliveries(committed, faulty.inner.deliveries).ok  # type: ignore[attr-defined]
+
+
+def test_a_non_retryable_error_stops_every_thread_and_is_raised(
+    workspace: Path, clock: ManualClock
+) -> None:
+    from outbox.errors import QueueError
+
+    ob, _ = deferred(workspace, clock)
+    with ob:
+        queue = ob.runtime.queue
+
+        def broken(*_a: Any, **_kw: Any) -> Any:
+            raise QueueError("permission denied for table outbox_queue_messages")
+
+        queue.receive = broken  # type: ignore[method-assign]
+        worker = ob.runtime.worker(concurrency=3)
+        with pytest.raises(QueueError, match="permission denied"):
+            worker.run()  # without --once: only the error ends it
+        assert worker.stopping
+
+
+def test_cli_exits_non_zero_with_one_line_when_the_worker_fails(workspace: Path) -> None:
+    with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
+        write_docs(ob, {}, 1, 1)
+    db = workspace / "outbox.db"
+    assert db.exists()
+    import sqlite3
+
+    with sqlite3.connect(db) as conn:  # the table is gone: not retryable, needs an operator
+        conn.execute("DROP TABLE outbox_queue_messages")
+    out = subprocess.run(
+        [OUTBOX, "-w", str(workspace), "run-dispatcher", "--concurrency", "2"],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode != 0
+    assert "Traceback" not in out.stderr
+    assert "no queue tables" in out.stderr
+
+
+def test_an_unexpected_error_abandons_the_whole_batch(workspace: Path, clock: ManualClock) -> None:
+    ob, _ = deferred(workspace, clock)
+    with ob:
+        write_docs(ob, {}, 3, 1)
+
+        def boom(*_a: Any, **_kw: Any) -> Any:
+            raise RuntimeError("a bug in the dispatcher")
+
+        ob.runtime.dispatcher.dispatch = boom  # type: ignore[method-assign]
+        stats = ob.runtime.worker(batch_size=10).run(once=True)
+        assert (stats.commands, stats.abandoned) == (3, 3)
+        assert {p.delivery_count for p in ob.runtime.queue.peek("outbox-commands")} == {1}
+
+
+def test_a_crashed_batch_leaves_nothing_for_the_next_batchs_renewer(
+    workspace: Path, clock: ManualClock
+) -> None:
+    """Each batch's renewer keeps only that batch's unsettled commands."""
+    import threading
+    from collections.abc import Sequence
+
+    from dispatcher.crash_points import InjectedCrash
+    from dispatcher.transports.base import TransportMessage
+
+    ob, _ = deferred(workspace, clock)
+    queue = ob.runtime.queue
+    renewed: list[str] = []
+    second_renewed = threading.Event()
+    original = queue.renew_lock
+
+    def spy(m: Any) -> Any:
+        out = original(m)
+        renewed.append(m.message_id)
+        if m.message_id == second[0].message_id:
+            second_renewed.set()
+        return out
+
+    queue.renew_lock = spy  # type: ignore[method-assign]
+
+    class SlowTransport(InMemoryTransport):
+        def send(self, batch: Sequence[TransportMessage]) -> None:
+            clock.advance(20)
+            assert second_renewed.wait(10), "the second batch's lock was not renewed"
+            super().send(batch)
+
+    with ob:
+        write_docs(ob, {}, 2, 1)
+        worker = ob.runtime.worker(renew_check_interval=0.01)
+        first = queue.receive("outbox-commands", 1)
+        ob.runtime.crash_points.arm("worker_holding")
+        with pytest.raises(InjectedCrash):
+            worker.handle_batch(first)
+        second = queue.receive("outbox-commands", 1)
+        assert len(second) == 1
+        assert second[0].session_id != first[0].session_id
+        ob.runtime.dispatcher.transport = SlowTransport()
+        assert worker.handle_batch(second).completed == 1
+        assert first[0].message_id not in renewed
