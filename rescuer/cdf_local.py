@@ -20,7 +20,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.errors import EngineError, FeedUnavailableError
-from rescuer.planner import FEED_COLUMNS, FeedWindow, PendingDocument, Plan, pending_from_rows
+from rescuer.planner import (
+    FEED_COLUMNS,
+    FeedWindow,
+    PendingDocument,
+    Plan,
+    driver_errors,
+    first_line,
+    pending_from_rows,
+)
 
 #: Message fragments delta-rs uses when the history a window needs is gone.
 _GONE = (
@@ -56,6 +64,12 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
         table = pa.RecordBatchReader.from_stream(reader).read_all()
     except (pa.ArrowInvalid, FileNotFoundError) as e:
         raise _feed_error(uri, window, e) from e
+    except OSError as e:  # the network or the disk, not vacuumed history: retry, don't sweep
+        raise EngineError(
+            f"reading the change feed of {uri} failed: {type(e).__name__}: {first_line(e)}",
+            hint="check that the table's storage is reachable; the next pass retries the same "
+            "window",
+        ) from e
     except DeltaError as e:
         if any(s in str(e).lower() for s in _GONE):
             raise _feed_error(uri, window, e) from e
@@ -202,12 +216,14 @@ class LocalEngine:
         """One handle per table, refreshed incrementally (0.2 ms when nothing changed)."""
         from deltalake import DeltaTable
 
-        dt = self._tables.get(uri)
+        dt: Any = self._tables.get(uri)
         if dt is None:
-            dt = DeltaTable(uri, storage_options=self._storage_options)
+            with driver_errors(f"opening the table at {uri}"):
+                dt = DeltaTable(uri, storage_options=self._storage_options)
             self._tables[uri] = dt
         else:
-            dt.update_incremental()
+            with driver_errors(f"refreshing the table at {uri}"):
+                dt.update_incremental()
         return dt
 
     def plan_feed(self, table_uri: str, window: FeedWindow) -> Plan:
@@ -231,7 +247,12 @@ class LocalEngine:
         dt = self._table(table_uri)
         moved = int(dt.version()) != version
         if moved:  # the table moved since the pass started: sweep the pass's snapshot
-            dt.load_as_version(version)
+            try:
+                with driver_errors(f"loading version {version} of {table_uri}"):
+                    dt.load_as_version(version)
+            except Exception:
+                self._tables.pop(table_uri, None)  # the handle may be half-moved; reopen it
+                raise
         try:
             rows = dt.to_pyarrow_table(
                 columns=["id", "last_seq", "dispatched_seq"],

@@ -23,9 +23,12 @@ How a feed plan is computed (both engines do exactly this):
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
+
+from outbox.errors import EngineError, OutboxError
 
 Mode = Literal["feed", "sweep"]
 
@@ -94,3 +97,37 @@ def pending_from_rows(rows: Iterable[Sequence[Any]]) -> tuple[PendingDocument, .
     """Sorted, de-duplicated ``PendingDocument``s from (id, last_seq, dispatched_seq) rows."""
     docs = {str(r[0]): PendingDocument(str(r[0]), int(r[1]), int(r[2])) for r in rows}
     return tuple(docs[k] for k in sorted(docs))
+
+
+def first_line(e: BaseException, limit: int = 300) -> str:
+    """The first line of an error's message (its type name when it has none), for one-line CLIs."""
+    text = str(e).strip()
+    return text.splitlines()[0][:limit] if text else type(e).__name__
+
+
+def is_driver_error(e: BaseException) -> bool:
+    """An error from the storage drivers under an engine: an ``OSError`` (network, disk,
+    permissions), deltalake's ``DeltaError`` family, or pyarrow's ``ArrowException``."""
+    import pyarrow as pa
+    from deltalake.exceptions import DeltaError
+
+    return isinstance(e, OSError | DeltaError | pa.ArrowException)
+
+
+@contextmanager
+def driver_errors(what: str) -> Iterator[None]:
+    """Translate a driver error raised inside the block into ``EngineError`` ("<what> failed:
+    ..."), so callers (the scheduler, the CLI) only ever see our error tree. Our own errors and
+    anything that is not a driver error (a bug) pass through unchanged."""
+    try:
+        yield
+    except OutboxError:
+        raise
+    except Exception as e:
+        if not is_driver_error(e):
+            raise
+        raise EngineError(
+            f"{what} failed: {type(e).__name__}: {first_line(e)}",
+            hint="check that the table's storage is reachable; the next pass retries the same "
+            "window",
+        ) from e

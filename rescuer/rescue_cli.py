@@ -125,7 +125,10 @@ def rescue(
             every=every_s,
             clock=clock,
             on_report=lambda r: _show(r, as_json=as_json, looping=True),
-            on_error=lambda e: click.echo(f"error: {e}", err=True),
+            on_error=lambda e: click.echo(
+                f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}",
+                err=True,
+            ),
         )
         with stop_on_sigterm(scheduler):
             scheduler.run(full_first=full)

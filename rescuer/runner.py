@@ -29,7 +29,7 @@ from outbox.errors import (
 )
 from outbox.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
 from rescuer.checkpoint import Checkpoint, CheckpointStore
-from rescuer.planner import Engine, FeedWindow, Mode, Plan
+from rescuer.planner import Engine, FeedWindow, Mode, Plan, driver_errors
 from rescuer.sink import CommandSink
 from rescuer.window import WindowEnd, find_window_end
 
@@ -138,7 +138,8 @@ class RescuePass:
         warnings: list[str] = []
         cp = self._read_checkpoint(full, warnings)
         before = cp.version if cp is not None else None
-        latest = self.store.refresh()
+        with driver_errors(f"refreshing the table at {self.table_uri}"):
+            latest = self.store.refresh()
         if before is not None and before > latest:
             if not full:
                 raise CheckpointError(

@@ -34,7 +34,7 @@ class Scheduler:
         every: float,
         clock: Clock,
         on_report: Callable[[PassReport], None] | None = None,
-        on_error: Callable[[OutboxError], None] | None = None,
+        on_error: Callable[[Exception], None] | None = None,
     ) -> None:
         if every <= 0:
             raise ValueError("every must be positive")
@@ -46,6 +46,8 @@ class Scheduler:
         self.stop_event = threading.Event()
         self.passes = 0
         self.failures = 0
+        #: Failures that were not ``OutboxError``s (a driver error nobody translated, a bug).
+        self.unexpected = 0
 
     def stop(self) -> None:
         self.stop_event.set()
@@ -54,7 +56,11 @@ class Scheduler:
         """Run until ``stop()`` (or ``max_passes``); returns the number of passes run.
 
         A pass that fails with an ``OutboxError`` (queue down, feed error) is reported and
-        retried on the next tick: the checkpoint did not move, so nothing is lost.
+        retried on the next tick: the checkpoint did not move, so nothing is lost. Any other
+        ``Exception`` (a driver error that escaped translation, a bug) is the last resort: it is
+        logged with its type, counted in ``unexpected`` and retried the same way, because one
+        bad pass must not stop the loop that bounds rescue time (I5). ``KeyboardInterrupt`` and
+        ``SystemExit`` are not ``Exception``s and still stop it.
         """
         full = full_first
         while not self.stop_event.is_set():
@@ -67,6 +73,17 @@ class Scheduler:
             except OutboxError as e:
                 self.failures += 1
                 log.error("rescue pass failed; retrying next tick: %s", e)
+                if self.on_error is not None:
+                    self.on_error(e)
+            except Exception as e:
+                self.failures += 1
+                self.unexpected += 1
+                log.error(
+                    "rescue pass failed with an unexpected %s; retrying next tick: %s",
+                    type(e).__name__,
+                    e,
+                )
+                log.debug("unexpected rescue pass failure", exc_info=True)
                 if self.on_error is not None:
                     self.on_error(e)
             self.passes += 1

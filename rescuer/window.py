@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from outbox.errors import RescuerError
+from rescuer.planner import driver_errors
 
 FIRST_BATCH = 32
 MAX_BATCH = 4096
@@ -74,7 +75,8 @@ def find_window_end(
     ``floor`` (the checkpoint) bounds the walk: versions at or below it are already covered, so
     when nothing above it is old enough the walk stops there and ``end`` is None.
     """
-    latest = int(delta_table.version())
+    with driver_errors("reading the table version"):
+        latest = int(delta_table.version())
     cutoff = now - timedelta(seconds=delay)
     stop = -1 if floor is None else floor
     limit = FIRST_BATCH
@@ -82,7 +84,9 @@ def find_window_end(
         wanted = min(limit, latest - stop)
         if wanted <= 0:
             return WindowEnd(latest, cutoff, None, ())
-        commits = _commits(list(delta_table.history(wanted)), latest)
+        with driver_errors(f"reading the newest {wanted} commits of the table history"):
+            entries = list(delta_table.history(wanted))
+        commits = _commits(entries, latest)
         for c in commits:
             if c.version <= stop:
                 break
