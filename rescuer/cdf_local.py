@@ -8,6 +8,8 @@ won at 1M rows, far beyond a pass's feed. pyarrow is already a hard dependency.
 Feed failures are translated at this edge: delta-rs reports a vacuumed ``_change_data`` file as
 pyarrow ``ArrowInvalid`` *while streaming*, and an expired log as ``DeltaError("Invalid table
 version")``; both become ``FeedUnavailableError``, which makes the runner fall back to a sweep.
+Every other driver error (network, permissions) becomes ``EngineError``: the pass fails and the
+next one retries the same window.
 """
 
 from __future__ import annotations
@@ -30,15 +32,24 @@ from rescuer.planner import (
     pending_from_rows,
 )
 
-#: Message fragments delta-rs uses when the history a window needs is gone.
-_GONE = (
-    "invalid table version",
-    "not found",
-    "no such file",
-    "change data",
-    "cdc",
-    "version",
-)
+#: The signatures of "the history this window needs is gone", as delta-rs 1.6.6 reports them
+#: (checked against a real table in tests/rescuer/test_errors.py): an expired or cleaned-up log
+#: (``DeltaError: Invalid table version: N``), and a vacuumed ``_change_data`` file, which surfaces
+#: while streaming as ``ArrowInvalid: ... Object at location <file> not found: No such file or
+#: directory (os error 2)``. Nothing broader: a network or permission error is not missing
+#: history, and a full sweep with a "FEED UNAVAILABLE" warning would hide it.
+_GONE_LOG = "invalid table version"
+_GONE_FILE = ("no such file or directory", "(os error 2)")
+
+
+def history_gone(e: BaseException) -> bool:
+    """True when ``e`` says the change feed's history is gone (vacuumed or expired)."""
+    if isinstance(e, FileNotFoundError):
+        return True
+    text = str(e).lower()
+    if _GONE_LOG in text or any(s in text for s in _GONE_FILE):
+        return True
+    return "object at location" in text and "not found" in text  # object stores' NotFound
 
 
 def _feed_error(uri: str, window: FeedWindow, e: BaseException) -> FeedUnavailableError:
@@ -62,18 +73,16 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
             columns=FEED_COLUMNS,
         )
         table = pa.RecordBatchReader.from_stream(reader).read_all()
-    except (pa.ArrowInvalid, FileNotFoundError) as e:
-        raise _feed_error(uri, window, e) from e
-    except OSError as e:  # the network or the disk, not vacuumed history: retry, don't sweep
+    except (OSError, DeltaError, pa.ArrowException) as e:
+        if history_gone(e):
+            raise _feed_error(uri, window, e) from e
+        # The network, the disk, permissions, a bug in the reader: not vacuumed history. The
+        # pass fails and the next one retries the same window; a sweep would not help.
         raise EngineError(
             f"reading the change feed of {uri} failed: {type(e).__name__}: {first_line(e)}",
             hint="check that the table's storage is reachable; the next pass retries the same "
             "window",
         ) from e
-    except DeltaError as e:
-        if any(s in str(e).lower() for s in _GONE):
-            raise _feed_error(uri, window, e) from e
-        raise EngineError(f"reading the change feed of {uri} failed: {e}") from e
     return normalize(table)
 
 

@@ -6,6 +6,7 @@ import errno
 import logging
 from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from outbox.clock import ManualClock
@@ -148,3 +149,82 @@ def test_network_and_permission_errors_on_the_feed_are_engine_errors(error: Exce
 def test_a_vacuumed_file_on_the_feed_is_feed_unavailable() -> None:
     with pytest.raises(FeedUnavailableError, match=r"versions 2\.\.4"):
         read_feed(_Feed(FileNotFoundError(errno.ENOENT, "No such file")), "t", WINDOW)
+
+
+# --- what counts as "the history is gone" (item: no sweep on a mere network error) -------------
+
+
+def _delta_error(message: str) -> Exception:
+    from deltalake.exceptions import DeltaError
+
+    return DeltaError(message)
+
+
+@pytest.mark.parametrize(
+    ("error", "gone"),
+    [
+        # gone: an expired log, a vacuumed change-data file (as delta-rs 1.6.6 words them)
+        (lambda: _delta_error("External error: Invalid table version: 6"), True),
+        (
+            lambda: pa.ArrowInvalid(
+                "C Data interface error: External error: Parquet error: Failed to fetch metadata "
+                "for file _change_data/bucket=3/part-0.snappy.parquet: Object Store error: Object "
+                "at location /t/_change_data/bucket=3/part-0.snappy.parquet not found: No such "
+                "file or directory (os error 2)"
+            ),
+            True,
+        ),
+        (lambda: FileNotFoundError(errno.ENOENT, "No such file or directory"), True),
+        # not gone: these mention "version" or "not found" but are not missing history
+        (lambda: _delta_error("Generic error: the table version could not be parsed"), False),
+        (lambda: _delta_error("Schema error: field last_seq not found"), False),
+        (lambda: _delta_error("Failed to read delta log object: Generic error: timeout"), False),
+        (
+            lambda: pa.ArrowInvalid(
+                "External error: Object Store error: Generic MicrosoftAzure error: error sending "
+                "request: connection reset by peer"
+            ),
+            False,
+        ),
+        (lambda: ConnectionResetError(errno.ECONNRESET, "Connection reset by peer"), False),
+    ],
+)
+def test_only_missing_history_falls_back_to_a_sweep(error: Any, gone: bool) -> None:
+    expected = FeedUnavailableError if gone else EngineError
+    with pytest.raises(expected) as caught:
+        read_feed(_Feed(error()), "t", WINDOW)
+    assert isinstance(caught.value, FeedUnavailableError) is gone
+
+
+def test_a_window_past_the_log_is_feed_unavailable_on_a_real_table(table: Table) -> None:
+    v = table.put(("a", 1))
+    with pytest.raises(FeedUnavailableError, match="Invalid table version"):
+        read_feed(table.store.delta_table, table.uri, FeedWindow(v + 2, v + 3, v + 4))
+
+
+def test_a_runner_does_not_sweep_on_a_network_error(
+    table: Table, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    clock = ManualClock()
+    sink = InMemorySink()
+    rescue = RescuePass(
+        table.store, LocalEngine(), InMemoryCheckpointStore(), sink, clock=clock, delay=DELAY
+    )
+    v = table.put(("a", 1))
+    clock.set(table.at(v, DELAY + 1))
+    assert rescue.run().mode == "sweep"
+    v2 = table.put(("b", 1))
+    clock.set(table.at(v2, DELAY + 1))
+    from deltalake import DeltaTable
+
+    def reset(*_a: Any, **_k: Any) -> Any:
+        raise _delta_error("Generic error: version 3 request failed: connection reset")
+
+    monkeypatch.setattr(DeltaTable, "load_cdf", reset)
+    with pytest.raises(EngineError, match="connection reset"):
+        rescue.run()
+    assert [c.id for c in sink.commands] == ["a"]  # no sweep behind a misleading warning
+    monkeypatch.undo()
+    after = rescue.run()
+    assert (after.mode, after.window_start, after.window_end) == ("feed", v, v2)
+    assert [c.id for c in sink.commands] == ["a", "b"]
