@@ -217,6 +217,9 @@ class DispatcherWorker:
         while not self._stop.is_set():
             received = self.queue.receive(self.command_queue, self.batch_size)
             if not received:
+                # Idle: a good moment for the queue's housekeeping (bounded, at most every half
+                # duplicate-detection window, never raises).
+                self.queue.maybe_forget_expired_duplicates()
                 return once or (until_idle and self._idle())
             if self._stop.is_set():
                 self._release(received)  # stopped while receiving: give the locks back now

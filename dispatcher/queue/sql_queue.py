@@ -17,6 +17,8 @@ Every time comes from the injected clock and is stored as UTC.
 
 from __future__ import annotations
 
+import logging
+import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
@@ -32,6 +34,7 @@ from sqlalchemy import (
     func,
     or_,
     select,
+    tuple_,
     update,
 )
 from sqlalchemy.dialects import postgresql, sqlite
@@ -49,11 +52,14 @@ from dispatcher.queue.messages import (
 from dispatcher.queue.rows import lock_sessions, move_to_dead_letters, received
 from migrations.sql.tables import dead_letters, duplicate_ids, queue_messages
 from outbox.clock import Clock, SystemClock, utc
-from outbox.errors import LockLostError, QueueError, ValidationError
+from outbox.errors import LockLostError, OutboxError, QueueError, ValidationError
+
+log = logging.getLogger("outbox.queue")
 
 M = queue_messages
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
-_DEDUP_CLEANUP_EVERY = 256
+#: At most this many expired duplicate-detection ids are deleted per cleanup (a short write).
+DEDUP_CLEANUP_LIMIT = 5000
 _MAX_RECEIVE = 1000
 
 Settleable = ReceivedMessage | str
@@ -92,7 +98,8 @@ class SqlQueue:
         self.max_delivery_count = max_delivery_count
         self.duplicate_detection_window = timedelta(seconds=duplicate_detection_window)
         self.max_body_bytes = max_body_bytes
-        self._sends = 0
+        self._last_clean: datetime | None = None  # None: clean at the first chance
+        self._clean_guard = threading.Lock()
         if check_schema:
             self._check_schema()
 
@@ -171,9 +178,7 @@ class SqlQueue:
             accepted = [row for key, row in unique.items() if key in fresh]
             if accepted:
                 conn.execute(M.insert(), accepted)
-        self._sends += 1
-        if self._sends % _DEDUP_CLEANUP_EVERY == 0:
-            self.forget_expired_duplicates()
+        self.maybe_forget_expired_duplicates()  # never raises: the batch is already committed
         return [row["message_id"] for row in accepted]
 
     def validate(self, queue: str, msg: QueueMessage) -> None:
@@ -206,12 +211,48 @@ class SqlQueue:
             "delivery_count": 0,
         }
 
-    def forget_expired_duplicates(self) -> int:
-        """Delete duplicate-detection ids older than the window (runs every few hundred sends)."""
-        cutoff = self._now() - self.duplicate_detection_window
+    def forget_expired_duplicates(self, limit: int | None = DEDUP_CLEANUP_LIMIT) -> int:
+        """Delete up to ``limit`` (None: all) duplicate-detection ids older than the window;
+        returns how many. Sends call it through ``maybe_forget_expired_duplicates`` at most every
+        half window; ``outbox maintain`` or an idle worker may call either."""
         with self._db.write("clean duplicate-detection ids") as conn:
-            result = conn.execute(delete(duplicate_ids).where(duplicate_ids.c.seen_at <= cutoff))
+            cutoff = self._now() - self.duplicate_detection_window
+            expired = duplicate_ids.c.seen_at <= cutoff
+            if limit is None:
+                stmt = delete(duplicate_ids).where(expired)
+            else:
+                validation.positive("limit", limit)
+                oldest = (
+                    select(duplicate_ids.c.queue, duplicate_ids.c.message_id)
+                    .where(expired)
+                    .order_by(duplicate_ids.c.seen_at)
+                    .limit(limit)
+                )
+                stmt = delete(duplicate_ids).where(
+                    tuple_(duplicate_ids.c.queue, duplicate_ids.c.message_id).in_(oldest)
+                )
+            result = conn.execute(stmt)
         return int(result.rowcount)
+
+    def maybe_forget_expired_duplicates(self) -> int:
+        """``forget_expired_duplicates()`` when half a window has passed since the last cleanup
+        by this instance (or it never ran). Never raises: a failed cleanup is logged and tried
+        again next time. Returns how many ids were deleted."""
+        now = self._now()
+        due = (
+            self._last_clean is None or now - self._last_clean > self.duplicate_detection_window / 2
+        )
+        if not due or not self._clean_guard.acquire(blocking=False):
+            return 0
+        try:
+            deleted = self.forget_expired_duplicates()
+        except OutboxError as e:
+            log.warning("cleaning expired duplicate-detection ids failed (retried later): %s", e)
+            return 0
+        finally:
+            self._clean_guard.release()
+        self._last_clean = now
+        return deleted
 
     # --- receiving -------------------------------------------------------------------------
 

@@ -359,3 +359,19 @@ def test_a_crashed_batch_leaves_nothing_for_the_next_batchs_renewer(
         ob.runtime.dispatcher.transport = SlowTransport()
         assert worker.handle_batch(second).completed == 1
         assert first[0].message_id not in renewed
+
+
+def test_an_idle_worker_cleans_expired_duplicate_ids(workspace: Path, clock: ManualClock) -> None:
+    ob, _ = deferred(workspace, clock)
+    with ob:
+        queue = ob.runtime.queue
+        calls: list[int] = []
+        original = queue.maybe_forget_expired_duplicates
+
+        def spy() -> int:
+            calls.append(1)
+            return original()
+
+        queue.maybe_forget_expired_duplicates = spy  # type: ignore[method-assign]
+        ob.runtime.worker().run(once=True)
+        assert calls == [1]
