@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping
+from typing import Any
 
 import pyarrow as pa
 
 from outbox.delta import schema as S
 from outbox.delta.store import DeltaDocumentStore
 from outbox.errors import SchemaMismatchError, StoreError
+from outbox.model import bucket_of
 
 
 def ensure_table(
@@ -39,17 +41,47 @@ def ensure_table(
             hint="point table_uri at a new location; migrate never rewrites a foreign table",
         )
     meta = dt.metadata()
-    if (meta.configuration or {}).get(S.CDF_PROPERTY, "").lower() != "true":
-        dt.alter.set_table_properties({S.CDF_PROPERTY: "true"})
-        done.append(f"enabled the change data feed on {uri}")
-    outbox_meta = S.parse_description(meta.description)
-    if not outbox_meta or int(outbox_meta.get(S.SCHEMA_VERSION_KEY, 0)) < S.SCHEMA_VERSION:
-        dt.alter.set_table_description(
-            S.describe_table(
-                S.SCHEMA_VERSION,
-                int(outbox_meta.get(S.BUCKETS_KEY, buckets)),
-                str(outbox_meta.get(S.TABLE_ID_KEY) or uuid.uuid4()),
-            )
+    if list(meta.partition_columns) != ["bucket"]:
+        raise SchemaMismatchError(
+            f"the table at {uri} is partitioned by {list(meta.partition_columns)}, expected "
+            "['bucket']",
+            hint="migrate a new location; repartitioning an existing table is not supported",
         )
-        done.append(f"recorded outbox schema version {S.SCHEMA_VERSION} on {uri}")
+    try:
+        if (meta.configuration or {}).get(S.CDF_PROPERTY, "").lower() != "true":
+            dt.alter.set_table_properties({S.CDF_PROPERTY: "true"})
+            done.append(f"enabled the change data feed on {uri}")
+        outbox_meta = S.parse_description(meta.description)
+        if not outbox_meta or int(outbox_meta.get(S.SCHEMA_VERSION_KEY, 0)) < S.SCHEMA_VERSION:
+            n = int(outbox_meta.get(S.BUCKETS_KEY, buckets))
+            _check_buckets(dt, uri, n)
+            dt.alter.set_table_description(
+                S.describe_table(
+                    S.SCHEMA_VERSION, n, str(outbox_meta.get(S.TABLE_ID_KEY) or uuid.uuid4())
+                )
+            )
+            done.append(f"recorded outbox schema version {S.SCHEMA_VERSION} on {uri}")
+    except (DeltaError, OSError, ValueError) as e:
+        raise StoreError(f"upgrading the Delta table at {uri} failed: {e}") from e
     return done
+
+
+def _check_buckets(dt: Any, uri: str, buckets: int) -> None:
+    """Refuse to record N unless every existing row sits in ``crc32(id) % N``.
+
+    A wrong N would be silent and harmful: every MERGE carries a literal bucket filter, so rows
+    in other buckets are invisible to it, and a "new" document would be inserted a second time.
+    """
+    from deltalake import QueryBuilder
+
+    reader = QueryBuilder().register("t", dt).execute("SELECT id, bucket FROM t")
+    table = pa.RecordBatchReader.from_stream(reader).read_all()
+    ids, got = table.column("id").to_pylist(), table.column("bucket").to_pylist()
+    wrong = [(i, b) for i, b in zip(ids, got, strict=True) if bucket_of(str(i), buckets) != b]
+    if wrong:
+        doc_id, b = wrong[0]
+        raise SchemaMismatchError(
+            f"the table at {uri} holds {len(wrong)} row(s) whose bucket is not crc32(id) % "
+            f"{buckets} (e.g. id {doc_id!r} in bucket {b})",
+            hint="set `buckets` to the N the table was written with, then migrate again",
+        )

@@ -50,4 +50,5 @@ def format_duration(seconds: float) -> str:
         return f"{s}s"
     if s < 3600:
         return f"{s // 60}m{s % 60:02d}s"
-    return f"{s // 3600}h{(s % 3600) // 60:02d}m"
+    h, m, sec = s // 3600, (s % 3600) // 60, s % 60
+    return f"{h}h{m:02d}m{sec:02d}s" if sec else f"{h}h{m:02d}m"

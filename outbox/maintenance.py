@@ -12,12 +12,14 @@ margin) is refused with an error that says what to do instead.
 from __future__ import annotations
 
 import logging
+import math
+import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from outbox.clock import Clock, utc
+from outbox.clock import Clock
 from outbox.delta.store import DeltaDocumentStore
 from outbox.durations import format_duration
 from outbox.errors import StoreError, VacuumRefusedError
@@ -47,12 +49,14 @@ def compact(store: DeltaDocumentStore) -> dict[str, Any]:
     from deltalake.exceptions import CommitFailedError
 
     with store._lock:
-        store.delta_table.update_incremental()
         try:
+            store.delta_table.update_incremental()
             metrics: dict[str, Any] = store.delta_table.optimize.compact()
         except CommitFailedError as e:
             log.info("compaction skipped: a writer committed meanwhile (%s)", e)
             return {"skipped": "conflict"}
+        except Exception as e:
+            raise _failed("compacting", store, e) from e
     return {
         k: metrics.get(k)
         for k in ("numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles")
@@ -62,36 +66,46 @@ def compact(store: DeltaDocumentStore) -> dict[str, Any]:
 def checkpoint(store: DeltaDocumentStore) -> None:
     """Write a Delta checkpoint so opening the table does not replay the whole log."""
     with store._lock:
-        store.delta_table.update_incremental()
-        store.delta_table.create_checkpoint()
+        try:
+            store.delta_table.update_incremental()
+            store.delta_table.create_checkpoint()
+        except Exception as e:
+            raise _failed("writing a checkpoint of", store, e) from e
+
+
+def _failed(what: str, store: DeltaDocumentStore, e: Exception) -> StoreError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return StoreError(f"{what} {store.uri} failed: {first}")
 
 
 def oldest_needed_version(sql_url: str, table_uri: str) -> int | None:
-    """The oldest table version any rescuer of ``table_uri`` still has to read, or None."""
-    from sqlalchemy import text
-    from sqlalchemy.exc import SQLAlchemyError
+    """The oldest table version any rescuer of ``table_uri`` still has to read, or None.
 
-    from outbox.sql import make_engine
+    Fails closed: when the checkpoints cannot be read, the vacuum is refused rather than run
+    blind, since it could delete the history a rescuer is about to read.
+    """
+    from outbox.errors import OutboxError
+    from rescuer.checkpoint import SqlCheckpointStore
 
-    engine = make_engine(sql_url)
     try:
-        with engine.connect() as c:
-            v = c.execute(
-                text("SELECT min(version) FROM outbox_checkpoints WHERE table_uri = :u"),
-                {"u": table_uri},
-            ).scalar()
-    except SQLAlchemyError:
-        return None
-    finally:
-        engine.dispose()
-    return None if v is None else int(v) + 1
+        store = SqlCheckpointStore(sql_url)
+        try:
+            versions = [cp.version for cp in store.list(table_uri) if cp.version is not None]
+        finally:
+            store.close()
+    except OutboxError as e:
+        raise VacuumRefusedError(
+            f"cannot tell which history the rescuer still needs: {e}",
+            hint="fix sql_url (or run `outbox migrate`) so the rescuer checkpoints can be read",
+        ) from e
+    return min(versions) + 1 if versions else None
 
 
 def commit_time(store: DeltaDocumentStore, version: int) -> datetime | None:
-    """Commit timestamp of ``version`` (None when the log no longer has it)."""
+    """Commit timestamp of ``version`` in UTC (None when the log no longer has it)."""
     for entry in store.delta_table.history(limit=max(1, store.version() - version + 1)):
         if int(entry.get("version", -1)) == version and "timestamp" in entry:
-            return utc(datetime.fromtimestamp(int(entry["timestamp"]) / 1000))
+            return datetime.fromtimestamp(int(entry["timestamp"]) / 1000, tz=UTC)
     return None
 
 
@@ -146,7 +160,9 @@ def maintain(
         checkpoint(store)
         report.checkpoint_written = True
     if vacuum_retention_seconds is not None:
-        retention = timedelta(seconds=vacuum_retention_seconds)
+        # delta-rs takes whole hours: round *up*, and check the retention actually used.
+        hours = max(1, math.ceil(vacuum_retention_seconds / 3600))
+        retention = timedelta(hours=hours)
         check_vacuum(
             store,
             retention=retention,
@@ -154,7 +170,6 @@ def maintain(
             needed_version=oldest_needed_version(sql_url, store.uri),
             clock=clock,
         )
-        hours = max(1, int(retention.total_seconds() // 3600))
         try:
             removed = store.delta_table.vacuum(
                 retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
@@ -169,17 +184,26 @@ def maintain(
 
 
 class AutoCompactor:
-    """A commit listener that compacts every ``every`` commits (0 turns it off)."""
+    """A commit listener that compacts every ``every`` commits (0 turns it off).
+
+    It counts table versions, so with several writer processes each compacts at most once per
+    ``every`` versions; a compaction that conflicts with a writer is skipped. With many writer
+    processes, prefer ``compact_every = 0`` and a scheduled ``outbox maintain``.
+    """
 
     def __init__(self, store: DeltaDocumentStore, every: int) -> None:
         self._store = store
         self._every = every
-        self._last = store.version()
+        self._next = (store.version() // every + 1) * every if every > 0 else 0
+        self._lock = threading.Lock()
         self.runs = 0
 
     def __call__(self, _rows: Any, version: int) -> None:
-        if self._every <= 0 or version - self._last < self._every:
+        if self._every <= 0:
             return
-        self._last = version
+        with self._lock:
+            if version < self._next:
+                return
+            self._next = (version // self._every + 1) * self._every
         compact(self._store)
         self.runs += 1

@@ -51,7 +51,6 @@ class Settings:
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
-    vacuum_retention: float = 7 * 24 * 3600.0
     compact_every: int = 100  # commits between automatic compactions; 0 turns it off
     group_commit: bool = True  # concurrent units of work in one process share a Delta commit
 
@@ -88,8 +87,6 @@ class Settings:
             raise bad("lock_duration", f"{self.lock_duration:g}s; must be in (0s, 5m]")
         if self.duplicate_detection_window < 20:
             raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
-        if self.vacuum_retention < 0:
-            raise bad("vacuum_retention", "must not be negative")
         if self.compact_every < 0:
             raise bad("compact_every", "must be 0 (off) or more")
         if not self.command_queue:
@@ -181,7 +178,6 @@ _DURATIONS = {
     "rescue_interval",
     "lock_duration",
     "duplicate_detection_window",
-    "vacuum_retention",
 }
 _INTS = {
     "buckets",

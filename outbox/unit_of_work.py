@@ -110,6 +110,14 @@ class Document:
         key = validate_id(ordering_key, "ordering key") if ordering_key is not None else self.id
         if correlation_id is not None:
             validate_id(correlation_id, "correlation id")
+        if deliver_at is not None and (
+            not isinstance(deliver_at, datetime) or deliver_at.tzinfo is None
+        ):
+            raise ValidationError(
+                f"message {type!r}: deliver_at must be a timezone-aware datetime, "
+                f"got {deliver_at!r}",
+                hint="use datetime.now(UTC) + timedelta(...); a naive time is ambiguous",
+            )
         seq = self.last_seq + 1
         msg = OutboxMessage(
             seq=seq,

@@ -112,7 +112,8 @@ def test_concurrent_increments_lose_nothing(seeded: str) -> None:
     for p in procs:
         p.join(240)
         assert p.exitcode == 0
-    reports = [results.get(timeout=5) for _ in procs]
+    for _ in procs:
+        results.get(timeout=5)
     ob = _open(seeded)
     _, rows = ob.store.read(["a", "b"])
     assert rows["a"].state["n"] == 16
@@ -121,4 +122,3 @@ def test_concurrent_increments_lose_nothing(seeded: str) -> None:
     assert sorted(int(m.body.split(":")[1].rstrip("}")) for m in rows["a"].outbox) == list(
         range(1, 17)
     )
-    assert sum(r[1] for r in reports if r[0] == "a") >= 0  # conflicts are allowed, losses are not

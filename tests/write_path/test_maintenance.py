@@ -110,3 +110,59 @@ def test_vacuum_refuses_history_the_rescuer_has_not_read(workspace: Path) -> Non
         needed_version=needed,
         clock=clock,
     )
+
+
+def test_vacuum_guard_reads_commit_times_in_utc_whatever_the_local_zone(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Regression: the commit time was read as local wall time and labelled UTC."""
+    import time as _time
+    from datetime import UTC, datetime
+
+    monkeypatch.setenv("TZ", "Asia/Tokyo")
+    _time.tzset()
+    try:
+        ob = bare_outbox(workspace)
+        _write(ob, 2)
+        [entry] = [e for e in ob.store.delta_table.history() if e["version"] == 1]
+        committed = datetime.fromtimestamp(entry["timestamp"] / 1000, tz=UTC)
+        assert commit_time(ob.store, 1) == committed
+        clock = ManualClock(committed + timedelta(hours=10))  # the rescuer is 10 h behind
+        with pytest.raises(VacuumRefusedError, match="not read yet"):
+            check_vacuum(
+                ob.store,
+                retention=timedelta(hours=8),
+                rescue_delay=timedelta(seconds=15),
+                needed_version=1,
+                clock=clock,
+            )
+    finally:
+        monkeypatch.delenv("TZ")
+        _time.tzset()
+
+
+def test_vacuum_fails_closed_when_checkpoints_cannot_be_read(workspace: Path) -> None:
+    ob = bare_outbox(workspace)
+    with pytest.raises(VacuumRefusedError, match="cannot tell which history"):
+        maintain(
+            ob.store,
+            clock=SystemClock(),
+            sql_url=f"sqlite:///{workspace / 'missing.db'}",
+            rescue_delay_seconds=15,
+            vacuum_retention_seconds=7 * 24 * 3600,
+        )
+
+
+def test_vacuum_retention_is_rounded_up_to_whole_hours(workspace: Path) -> None:
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    ob = bare_outbox(workspace)
+    report = maintain(
+        ob.store,
+        clock=SystemClock(),
+        sql_url=settings.sql_url,
+        rescue_delay_seconds=1800,
+        vacuum_retention_seconds=6300,  # 1h45m: passes the 1h30m floor; must not vacuum at 1h
+        dry_run=True,
+    )
+    assert report.vacuum_retention_hours == 2

@@ -105,3 +105,26 @@ def test_closed_store_is_refused(tmp_path: Path) -> None:
     store.close()
     with pytest.raises(ClosedError, match="document store is closed"):
         store.read(["a"])
+
+
+def test_migrate_refuses_to_record_a_bucket_count_the_rows_do_not_follow(tmp_path: Path) -> None:
+    """A table written by another tool with crc32(id) % 8, migrated with the default 16."""
+    from outbox.model import bucket_of
+
+    uri = str(tmp_path / "t")
+    DeltaTable.create(uri, schema=S.DOCUMENT_SCHEMA, partition_by=["bucket"])
+    ids = [f"doc-{i}" for i in range(20)]
+    rows = {f.name: [] for f in S.DOCUMENT_SCHEMA}  # type: dict[str, list[object]]
+    for i in ids:
+        for name, value in (
+            ("id", i), ("type", "T"), ("version", 1), ("state", "{}"), ("last_seq", 0),
+            ("dispatched_seq", 0), ("outbox", []), ("updated_at", None),
+            ("bucket", bucket_of(i, 8)),
+        ):  # fmt: skip
+            rows[name].append(value)
+    write_deltalake(uri, pa.table(rows, schema=S.DOCUMENT_SCHEMA), mode="append")
+    with pytest.raises(SchemaMismatchError, match=r"not crc32\(id\) % 16"):
+        ensure_table(uri, buckets=16)
+    done = ensure_table(uri, buckets=8)
+    assert any("recorded outbox schema version" in d for d in done)
+    assert DeltaDocumentStore(uri).buckets == 8

@@ -219,6 +219,13 @@ def test_message_fields_and_deterministic_ids(ob: Outbox) -> None:
             "message type",
         ),
         (
+            lambda u: u.create("a", type="T").send(
+                "E", {}, destination="q", deliver_at=__import__("datetime").datetime(2030, 1, 1)
+            ),
+            ValidationError,
+            "deliver_at must be a timezone-aware datetime",
+        ),
+        (
             lambda u: u.create("a", type="T", state={"x": {1, 2}}),
             SerializationError,
             "state of document 'a'",
