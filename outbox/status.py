@@ -16,9 +16,6 @@ from outbox.clock import Clock, utc
 from outbox.errors import OutboxError
 from outbox.settings import Settings
 
-#: How far back the checkpoint lag is timed; beyond that the lag in seconds is a lower bound.
-HISTORY_LIMIT = 2000
-
 
 @dataclass
 class CheckpointStatus:
@@ -149,22 +146,19 @@ def _queues(report: StatusReport, settings: Settings, clock: Clock, now: datetim
 
 
 def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> CheckpointStatus:
+    from rescuer.window import lag_seconds
+
     covered = cp.version if cp.version is not None else -1
     lag_versions = max(0, latest - covered)
-    lag_seconds = 0.0
-    if lag_versions:
-        # The oldest commit the checkpoint does not cover yet: its age is how far behind we are.
-        entries = list(delta_table.history(min(lag_versions, HISTORY_LIMIT)))
-        stamps = [int(e["timestamp"]) for e in entries if e.get("timestamp") is not None]
-        if stamps:
-            oldest = datetime.fromtimestamp(min(stamps) / 1000, tz=now.tzinfo)
-            lag_seconds = round(max(0.0, (now - oldest).total_seconds()), 1)
+    # The age of the oldest commit the checkpoint does not cover yet: how far behind it is.
+    # Timed at most HISTORY_LIMIT commits back; beyond that the lag in seconds is a lower bound.
+    lag = lag_seconds(delta_table, cp.version, latest, now)
     last = cp.last_pass_at
     return CheckpointStatus(
         rescuer=cp.rescuer_name,
         version=cp.version,
         lag_versions=lag_versions,
-        lag_seconds=lag_seconds,
+        lag_seconds=round(lag, 1),
         last_pass_at=last,
         last_pass_age_seconds=round(max(0.0, (now - last).total_seconds()), 1) if last else None,
         last_mode=cp.details.get("mode"),

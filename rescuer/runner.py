@@ -31,7 +31,7 @@ from outbox.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
 from rescuer.checkpoint import Checkpoint, CheckpointStore
 from rescuer.planner import Engine, FeedWindow, Mode, Plan, driver_errors
 from rescuer.sink import CommandSink
-from rescuer.window import WindowEnd, find_window_end
+from rescuer.window import WindowEnd, find_window_end, lag_seconds
 
 log = logging.getLogger("outbox.rescuer")
 
@@ -116,6 +116,10 @@ class RescuePass:
         self.clock = clock or SystemClock()
         self.delay = check_delay(delay)
         self.name = name
+        #: version -> commit time, kept across passes (commits never change), so each pass
+        #: reads only the commits made since the previous one (see ``find_window_end``).
+        self._commit_times: dict[int, datetime] = {}
+        self._commit_times_of: str | None = None  # the table id they belong to
 
     @property
     def table_uri(self) -> str:
@@ -151,8 +155,15 @@ class RescuePass:
             before = None
         sweep = full or before is None
         now = utc(self.clock.now())
+        if self._commit_times_of != self.store.table_id:  # a recreated table: others' commits
+            self._commit_times.clear()
+            self._commit_times_of = self.store.table_id
         end = find_window_end(
-            self.store.delta_table, now=now, delay=self.delay, floor=None if sweep else before
+            self.store.delta_table,
+            now=now,
+            delay=self.delay,
+            floor=None if sweep else before,
+            known=self._commit_times,
         )
         plan: Plan | None = None
         if end.end is not None:
@@ -198,7 +209,9 @@ class RescuePass:
             commands_enqueued=enqueued,
             duplicates_dropped=len(pending) - enqueued,
             lag_versions=latest - (after if after is not None else -1),
-            lag_seconds=_lag_seconds(end, after, latest, now),
+            lag_seconds=lag_seconds(
+                self.store.delta_table, after, latest, now, known=self._commit_times
+            ),
             warnings=warnings,
             pending_ids=[p.id for p in pending[:REPORT_IDS]],
             timings=timings,
@@ -287,17 +300,6 @@ def _scanned(plan: Plan | None, before: int | None, end: WindowEnd) -> int:
     if plan.mode == "feed" and before is not None:
         return end.end - before
     return end.end + 1  # a sweep covers every version up to v1
-
-
-def _lag_seconds(end: WindowEnd, after: int | None, latest: int, now: datetime) -> float:
-    """Age of the oldest commit the checkpoint does not cover yet (0 when fully caught up)."""
-    if after is not None and after >= latest:
-        return 0.0
-    first = 0 if after is None else after + 1
-    ts = end.timestamp_of(first)
-    if ts is None:
-        ts = end.commits[-1].timestamp if end.commits else None
-    return max(0.0, (now - ts).total_seconds()) if ts is not None else 0.0
 
 
 def run_pass(

@@ -12,6 +12,7 @@ timestamps instead of sleeping.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -20,7 +21,8 @@ from outbox.errors import RescuerError
 from rescuer.planner import driver_errors
 
 FIRST_BATCH = 32
-MAX_BATCH = 4096
+#: How far back a lag is timed when the cache does not know the commit (``outbox status``).
+HISTORY_LIMIT = 2000
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +46,6 @@ class WindowEnd:
     end: int | None
     commits: tuple[Commit, ...]
 
-    def timestamp_of(self, version: int) -> datetime | None:
-        for c in self.commits:
-            if c.version == version:
-                return c.timestamp
-        return None
-
 
 def _commits(entries: list[dict[str, Any]], latest: int) -> list[Commit]:
     out: list[Commit] = []
@@ -67,33 +63,101 @@ def _commits(entries: list[dict[str, Any]], latest: int) -> list[Commit]:
     return out
 
 
+def _latest(delta_table: Any) -> int:
+    with driver_errors("reading the table version"):
+        return int(delta_table.version())
+
+
+def commit_times(delta_table: Any, newest_n: int, *, latest: int | None = None) -> list[Commit]:
+    """The newest ``newest_n`` commits of the table, newest first, each with its commit time
+    (``commitInfo.timestamp``, milliseconds since the epoch) as an aware UTC datetime.
+
+    The one place that turns Delta commit timestamps into datetimes: the window walk, the pass
+    report's lag and ``outbox status`` all use it. ``latest`` (the handle's version) saves a call
+    when the caller already has it.
+    """
+    if newest_n <= 0:
+        return []
+    latest = _latest(delta_table) if latest is None else latest
+    with driver_errors(f"reading the newest {newest_n} commits of the table history"):
+        entries = list(delta_table.history(newest_n))
+    return _commits(entries, latest)
+
+
+def lag_seconds(
+    delta_table: Any,
+    covered: int | None,
+    latest: int,
+    now: datetime,
+    *,
+    known: Mapping[int, datetime] | None = None,
+    limit: int = HISTORY_LIMIT,
+) -> float:
+    """Age of the oldest commit a checkpoint at ``covered`` does not cover yet (0 when it covers
+    ``latest``). ``known`` commit times are used first; otherwise at most ``limit`` commits are
+    read, and when the checkpoint is further behind than that the answer is a lower bound (the
+    age of the oldest commit read)."""
+    first = 0 if covered is None else covered + 1
+    if first > latest:
+        return 0.0
+    ts = known.get(first) if known is not None else None
+    if ts is None:
+        commits = commit_times(delta_table, min(latest - first + 1, limit), latest=latest)
+        ts = commits[-1].timestamp if commits else None
+    return max(0.0, (now - ts).total_seconds()) if ts is not None else 0.0
+
+
 def find_window_end(
-    delta_table: Any, *, now: datetime, delay: float, floor: int | None = None
+    delta_table: Any,
+    *,
+    now: datetime,
+    delay: float,
+    floor: int | None = None,
+    known: dict[int, datetime] | None = None,
 ) -> WindowEnd:
     """Walk the log backwards from the latest version until a commit is at least ``delay`` old.
 
     ``floor`` (the checkpoint) bounds the walk: versions at or below it are already covered, so
     when nothing above it is old enough the walk stops there and ``end`` is None.
+
+    ``known`` is a version -> commit time cache the caller keeps across passes (``RescuePass``
+    does): commits never change, so a pass reads only the versions committed since the last one
+    (``history(latest - newest known)``), not the whole stretch younger than the delay again.
+    It is updated in place; versions at or below ``floor`` are dropped from it (never needed
+    again), and it is cleared when it holds versions past ``latest`` (the table was recreated).
+    When the walk must go further back than the cache, it re-reads from the head (delta-rs can
+    only read the newest N commits) with a batch that grows 4x per step, so a walk over n
+    versions reads O(n) commits in total.
     """
-    with driver_errors("reading the table version"):
-        latest = int(delta_table.version())
+    latest = _latest(delta_table)
     cutoff = now - timedelta(seconds=delay)
     stop = -1 if floor is None else floor
-    limit = FIRST_BATCH
-    while True:
-        wanted = min(limit, latest - stop)
-        if wanted <= 0:
-            return WindowEnd(latest, cutoff, None, ())
-        with driver_errors(f"reading the newest {wanted} commits of the table history"):
-            entries = list(delta_table.history(wanted))
-        commits = _commits(entries, latest)
-        for c in commits:
-            if c.version <= stop:
+    cache: dict[int, datetime] = {} if known is None else known
+    if cache and max(cache) > latest:
+        cache.clear()
+    for old in [v for v in cache if v <= stop]:
+        del cache[old]
+    batch = FIRST_BATCH
+    v = latest
+    while v > stop:
+        ts = cache.get(v)
+        if ts is None:
+            newest = max(cache, default=None)
+            if newest is not None and v > newest:
+                wanted = latest - newest  # only what was committed since the last read
+            else:
+                wanted = min(latest - stop, max(latest - v + 1, batch))
+                batch *= 4
+            for c in commit_times(delta_table, wanted, latest=latest):
+                cache[c.version] = c.timestamp
+            ts = cache.get(v)
+            if ts is None:  # the log no longer has this version: nothing older can be timed
                 break
-            if c.timestamp <= cutoff:
-                walked = tuple(x for x in commits if x.version >= c.version)
-                return WindowEnd(latest, cutoff, c.version, walked)
-        oldest = commits[-1].version if commits else stop
-        if oldest <= stop + 1 or len(commits) < wanted:
-            return WindowEnd(latest, cutoff, None, tuple(x for x in commits if x.version > stop))
-        limit = min(limit * 4, MAX_BATCH) if limit < MAX_BATCH else limit + MAX_BATCH
+        if ts <= cutoff:
+            return WindowEnd(latest, cutoff, v, _walked(cache, latest, v))
+        v -= 1
+    return WindowEnd(latest, cutoff, None, _walked(cache, latest, v + 1))
+
+
+def _walked(cache: Mapping[int, datetime], latest: int, low: int) -> tuple[Commit, ...]:
+    return tuple(Commit(x, cache[x]) for x in range(latest, low - 1, -1) if x in cache)
