@@ -7,6 +7,12 @@
 * Inbox (optional): a message_id already handled is completed without running the handler again.
   When the handler takes a ``Connection`` argument, its SQL work, the inbox row and the completion
   commit in ONE transaction: either all happen or none do (exactly-once effect in this database).
+  That transaction is the queue's write transaction (on SQLite: the process's single writer, under
+  BEGIN IMMEDIATE), so inside such a handler send through the given connection,
+  ``queue.send(name, message, conn=conn)``; the messages then commit or roll back with the
+  handler's work. A queue call that opens its own write transaction (``send`` without ``conn``,
+  ``complete``, ``abandon``...) from inside the handler raises ``QueueError`` instead of
+  deadlocking.
 * ``stop()`` (or SIGTERM under ``run_forever``) stops receiving, lets running handlers finish and
   abandons messages it received but did not start, so their locks are released at once.
 """

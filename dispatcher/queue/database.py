@@ -81,6 +81,17 @@ def _sqlite_writer(engine: Engine) -> threading.Lock:
         return _writers.setdefault(key, threading.Lock())
 
 
+_local = threading.local()
+
+
+def _open_writes() -> set[str]:
+    """The databases this thread has a write transaction open on."""
+    held: set[str] | None = getattr(_local, "writes", None)
+    if held is None:
+        held = _local.writes = set()
+    return held
+
+
 class Database:
     """An engine plus the two kinds of transaction the queue uses, with errors translated."""
 
@@ -93,24 +104,48 @@ class Database:
         # (the busy handler). Threads of this process queue on a mutex instead, which hands the
         # write lock over at once; other processes still meet the busy handler.
         self._writer = _sqlite_writer(engine) if not self.postgres else None
+        self._key = describe(engine)
 
     def _check_open(self) -> None:
         if self.closed:
             raise ClosedError("the queue was closed", hint="create a new SqlQueue")
 
     @contextmanager
-    def write(self, action: str) -> Iterator[Connection]:
-        """A write transaction (BEGIN IMMEDIATE on SQLite), committed on exit."""
+    def write(self, action: str, conn: Connection | None = None) -> Iterator[Connection]:
+        """A write transaction (BEGIN IMMEDIATE on SQLite), committed on exit.
+
+        With ``conn``, the work joins that connection's transaction instead (the caller commits).
+        A second write transaction opened by a thread already inside one on the same database is
+        refused: on SQLite it would wait forever for the write lock its own thread holds.
+        """
         self._check_open()
+        if conn is not None:
+            try:
+                yield conn
+            except DBAPIError as e:
+                raise translate(e, self.engine, action) from e
+            return
+        held = _open_writes()
+        if self._key in held:
+            raise QueueError(
+                f"cannot {action}: this thread is already inside a write transaction on "
+                f"{describe(self.engine)} (a Consumer handler that takes a Connection runs in "
+                "one); a second transaction would wait for the first forever",
+                hint="pass the handler's connection, e.g. queue.send(name, message, conn=conn), "
+                "so the work joins its transaction",
+            )
+        held.add(self._key)
         try:
             if self._writer is None:
-                with self.engine.begin() as conn:
-                    yield conn
+                with self.engine.begin() as c:
+                    yield c
             else:
-                with self._writer, self.engine.begin() as conn:
-                    yield conn
+                with self._writer, self.engine.begin() as c:
+                    yield c
         except DBAPIError as e:
             raise translate(e, self.engine, action) from e
+        finally:
+            held.discard(self._key)
 
     @contextmanager
     def read(self, action: str) -> Iterator[Connection]:

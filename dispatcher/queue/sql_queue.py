@@ -26,6 +26,7 @@ from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
+    Connection,
     Engine,
     and_,
     case,
@@ -141,16 +142,27 @@ class SqlQueue:
 
     # --- sending ---------------------------------------------------------------------------
 
-    def send(self, queue: str, messages: QueueMessage | Sequence[QueueMessage]) -> list[str]:
+    def send(
+        self,
+        queue: str,
+        messages: QueueMessage | Sequence[QueueMessage],
+        *,
+        conn: Connection | None = None,
+    ) -> list[str]:
         """Store one message or an atomic batch; returns once committed.
 
         Returns the message ids actually enqueued: an id already seen on this queue within the
         duplicate-detection window is accepted and dropped (as Service Bus does).
+
+        ``conn``: send inside that open transaction instead (a ``Consumer`` handler's connection):
+        the messages commit or roll back with the handler's work.
         """
         batch = [messages] if isinstance(messages, QueueMessage) else list(messages)
-        return self.send_batch([(queue, m) for m in batch])
+        return self.send_batch([(queue, m) for m in batch], conn=conn)
 
-    def send_batch(self, entries: Sequence[tuple[str, QueueMessage]]) -> list[str]:
+    def send_batch(
+        self, entries: Sequence[tuple[str, QueueMessage]], *, conn: Connection | None = None
+    ) -> list[str]:
         """Like ``send`` but each message names its queue; the whole batch is one transaction."""
         now = self._now()
         rows = [self._row(queue, msg, now) for queue, msg in entries]
@@ -160,9 +172,9 @@ class SqlQueue:
         if not unique:
             return []
         cutoff = now - self.duplicate_detection_window
-        with self._db.write("send messages") as conn:
+        with self._db.write("send messages", conn) as tx:
             if self._db.postgres:
-                lock_sessions(conn, ((r["queue"], r["session_id"]) for r in unique.values()))
+                lock_sessions(tx, ((r["queue"], r["session_id"]) for r in unique.values()))
             dialect_insert = postgresql.insert if self._db.postgres else sqlite.insert
             stmt = dialect_insert(duplicate_ids)
             upsert = stmt.on_conflict_do_update(
@@ -174,11 +186,12 @@ class SqlQueue:
             # executemany (SQLAlchemy batches it as "insertmanyvalues") keeps one cached compiled
             # statement; a literal multi-row VALUES would be recompiled for every batch.
             params = [{"queue": q, "message_id": mid, "seen_at": now} for q, mid in unique]
-            fresh = {(r.queue, r.message_id) for r in conn.execute(upsert, params)}
+            fresh = {(r.queue, r.message_id) for r in tx.execute(upsert, params)}
             accepted = [row for key, row in unique.items() if key in fresh]
             if accepted:
-                conn.execute(M.insert(), accepted)
-        self.maybe_forget_expired_duplicates()  # never raises: the batch is already committed
+                tx.execute(M.insert(), accepted)
+        if conn is None:  # never raises: the batch is already committed
+            self.maybe_forget_expired_duplicates()
         return [row["message_id"] for row in accepted]
 
     def validate(self, queue: str, msg: QueueMessage) -> None:

@@ -207,3 +207,51 @@ def test_bad_concurrency(queue: SqlQueue, concurrency: int) -> None:
 
     with pytest.raises(ValidationError):
         Consumer(queue, "q", print, concurrency=concurrency)
+
+
+# --- queue calls from a handler that takes a Connection (review item 3) ----------------------
+
+
+def _run_in_thread(consumer: Consumer) -> None:
+    t = threading.Thread(target=consumer.run_once, daemon=True)
+    t.start()
+    t.join(20)
+    assert not t.is_alive(), "the handler deadlocked on the queue's write lock"
+
+
+def test_a_nested_queue_write_from_a_connection_handler_is_refused(queue: SqlQueue) -> None:
+    from outbox.errors import QueueError
+
+    errors: list[Exception] = []
+
+    def handler(m: ReceivedMessage, conn: Connection) -> None:
+        try:
+            queue.send("out", QueueMessage(b"reply", message_id=f"r-{m.message_id}"))
+        except QueueError as e:
+            errors.append(e)
+            raise
+
+    send(queue, "a")
+    _run_in_thread(Consumer(queue, "q", handler, backoff=lambda _n: 0))
+    [error] = errors
+    assert "conn=conn" in str(error)
+    assert queue.peek("out") == []
+    assert [p.delivery_count for p in queue.peek("q")] == [1]  # abandoned, to retry
+
+
+def test_send_with_the_handlers_connection_joins_its_transaction(queue: SqlQueue) -> None:
+    fail = [True]
+
+    def handler(m: ReceivedMessage, conn: Connection) -> None:
+        queue.send("out", QueueMessage(b"reply", message_id=f"r-{m.message_id}"), conn=conn)
+        if fail[0]:
+            fail[0] = False
+            raise RuntimeError("after the send")
+
+    send(queue, "a")
+    consumer = Consumer(queue, "q", handler, backoff=lambda _n: 0)
+    _run_in_thread(consumer)
+    assert queue.peek("out") == []  # rolled back with the handler
+    _run_in_thread(consumer)
+    assert [p.message_id for p in queue.peek("out")] == ["r-a"]
+    assert queue.peek("q") == []
