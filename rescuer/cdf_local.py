@@ -86,6 +86,30 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
     return normalize(table)
 
 
+#: The sweep: the same DataFusion query as ``DeltaDocumentStore.scan_pending``.
+SWEEP_SQL = "SELECT id, last_seq, dispatched_seq FROM t WHERE last_seq > dispatched_seq"
+
+
+def sweep_rows(delta_table: Any) -> pa.Table:
+    """(id, last_seq, dispatched_seq) of every pending row in the handle's snapshot.
+
+    Read through DataFusion (``QueryBuilder``), like the store, not ``to_pyarrow_table(filters=)``:
+    in deltalake 1.6.6 that path does not prune partitions, and once a Delta checkpoint exists its
+    string statistics come back as ``string_view`` and filters break (docs/delta.md).
+    """
+    from deltalake import QueryBuilder
+
+    reader = QueryBuilder().register("t", delta_table).execute(SWEEP_SQL)
+    table = pa.RecordBatchReader.from_stream(reader).read_all()
+    return pa.table(
+        {
+            "id": pc.cast(table["id"], pa.string()),
+            "last_seq": pc.cast(table["last_seq"], pa.int64()),
+            "dispatched_seq": pc.cast(table["dispatched_seq"], pa.int64()),
+        }
+    )
+
+
 def normalize(table: pa.Table) -> pa.Table:
     """delta-rs returns ``string_view`` and ``uint64``; some kernels refuse them, so cast."""
     return pa.table(
@@ -263,12 +287,8 @@ class LocalEngine:
                 self._tables.pop(table_uri, None)  # the handle may be half-moved; reopen it
                 raise
         try:
-            rows = dt.to_pyarrow_table(
-                columns=["id", "last_seq", "dispatched_seq"],
-                filters=pc.field("last_seq") > pc.field("dispatched_seq"),
-            )
-        except (OSError, pa.ArrowException) as e:
-            raise EngineError(f"sweeping {table_uri} at version {version} failed: {e}") from e
+            with driver_errors(f"sweeping {table_uri} at version {version}"):
+                rows = sweep_rows(dt)
         finally:
             if moved:  # the cached handle is behind now; reopen it next time
                 self._tables.pop(table_uri, None)
