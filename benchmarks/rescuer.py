@@ -29,9 +29,9 @@ from outbox.clock import ManualClock
 from outbox.delta import schema as S
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 from outbox.model import DocumentRow, bucket_of
-from rescuer.cdf_local import LocalEngine, normalize, plan_arrow, plan_polars
+from rescuer.cdf_local import LocalEngine, normalize, plan_arrow
 from rescuer.checkpoint import InMemoryCheckpointStore
-from rescuer.planner import Engine, FeedWindow
+from rescuer.planner import Engine, FeedWindow, PendingDocument, pending_from_rows
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from rescuer.window import find_window_end
@@ -40,6 +40,48 @@ RESULTS = Path(__file__).parent / "results" / "rescuer.json"
 BUCKETS = 16
 CHANGED = 100
 DELAY = 15.0
+
+
+def plan_polars(
+    feed: pa.Table, window: FeedWindow
+) -> tuple[int, int, int, tuple[PendingDocument, ...]]:
+    """``cdf_local.plan_arrow`` in polars: the measured alternative (see docs/rescuer.md).
+
+    Only this benchmark uses it; it asserts both give the same plan.
+    """
+    import polars as pl
+
+    df = pl.from_arrow(feed)
+    assert isinstance(df, pl.DataFrame)
+    in_window = pl.col("_commit_version") <= window.end
+    stats = df.select(
+        in_window.sum().alias("rows"),
+        pl.col("id").filter(in_window).n_unique().alias("docs"),
+    ).row(0)
+    change_rows = int(stats[0] or 0)
+    documents = int(stats[1] or 0) if change_rows else 0
+    images = df.filter(pl.col("_change_type") != "update_preimage").with_columns(
+        (pl.col("_change_type") == "delete").alias("deleted"),
+        (
+            pl.col("_commit_version") * 2
+            + pl.when(pl.col("_change_type") == "delete").then(0).otherwise(1)
+        ).alias("_key"),
+    )
+
+    def latest(frame: pl.DataFrame) -> pl.DataFrame:
+        return (
+            frame.sort("_key")
+            .group_by("id")
+            .agg(
+                pl.col("last_seq").last(), pl.col("dispatched_seq").last(), pl.col("deleted").last()
+            )
+        )
+
+    pending = ~pl.col("deleted") & (pl.col("last_seq") > pl.col("dispatched_seq"))
+    candidates = latest(images.filter(in_window)).filter(pending)
+    current = latest(images.filter(pl.col("id").is_in(candidates["id"].implode()))).filter(pending)
+    rows = current.select("id", "last_seq", "dispatched_seq").rows()
+    return change_rows, documents, feed.num_rows - change_rows, pending_from_rows(rows)
 
 
 def _median(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:

@@ -2,8 +2,8 @@
 
 Why pyarrow and not polars for the planning: measured in ``benchmarks/rescuer.py`` (see
 docs/rescuer.md), pyarrow won at 1k change rows (22 vs 38 ms) and tied at 100k; polars only
-won at 1M rows, far beyond a pass's feed. pyarrow is already a hard dependency.
-``plan_polars`` stays as the measured alternative; both must agree.
+won at 1M rows, far beyond a pass's feed. pyarrow is already a hard dependency. The polars
+version lives in ``benchmarks/rescuer.py`` (``plan_polars``), which asserts both agree.
 
 Feed failures are translated at this edge: delta-rs reports a vacuumed ``_change_data`` file as
 pyarrow ``ArrowInvalid`` *while streaming*, and an expired log as ``DeltaError("Invalid table
@@ -21,13 +21,14 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from outbox.errors import EngineError, FeedUnavailableError
+from outbox.errors import EngineError
 from rescuer.planner import (
     FEED_COLUMNS,
     FeedWindow,
     PendingDocument,
     Plan,
     driver_errors,
+    feed_unavailable,
     first_line,
     pending_from_rows,
 )
@@ -52,16 +53,6 @@ def history_gone(e: BaseException) -> bool:
     return "object at location" in text and "not found" in text  # object stores' NotFound
 
 
-def _feed_error(uri: str, window: FeedWindow, e: BaseException) -> FeedUnavailableError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return FeedUnavailableError(
-        f"the change data feed of {uri} cannot be read for versions {window.start + 1}.."
-        f"{window.latest}: {first[:300]}",
-        hint="keep vacuum retention and delta.logRetentionDuration above the rescuer's lag; "
-        "this pass falls back to a full sweep",
-    )
-
-
 def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
     """The feed rows over ``(window.start, window.latest]`` with the planning columns only."""
     from deltalake.exceptions import DeltaError
@@ -75,7 +66,7 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
         table = pa.RecordBatchReader.from_stream(reader).read_all()
     except (OSError, DeltaError, pa.ArrowException) as e:
         if history_gone(e):
-            raise _feed_error(uri, window, e) from e
+            raise feed_unavailable(uri, window, e) from e
         # The network, the disk, permissions, a bug in the reader: not vacuumed history. The
         # pass fails and the next one retries the same window; a sweep would not help.
         raise EngineError(
@@ -191,58 +182,13 @@ def plan_arrow(
     return change_rows, documents, tail_rows, pending_from_rows(rows)
 
 
-def plan_polars(
-    feed: pa.Table, window: FeedWindow
-) -> tuple[int, int, int, tuple[PendingDocument, ...]]:
-    """The same plan with polars (measured against ``plan_arrow``; see docs/rescuer.md)."""
-    import polars as pl
-
-    df = pl.from_arrow(feed)
-    assert isinstance(df, pl.DataFrame)
-    in_window = pl.col("_commit_version") <= window.end
-    stats = df.select(
-        in_window.sum().alias("rows"),
-        pl.col("id").filter(in_window).n_unique().alias("docs"),
-    ).row(0)
-    change_rows = int(stats[0] or 0)
-    documents = int(stats[1] or 0) if change_rows else 0
-    images = df.filter(pl.col("_change_type") != "update_preimage").with_columns(
-        (pl.col("_change_type") == "delete").alias("deleted"),
-        (
-            pl.col("_commit_version") * 2
-            + pl.when(pl.col("_change_type") == "delete").then(0).otherwise(1)
-        ).alias("_key"),
-    )
-
-    def latest(frame: pl.DataFrame) -> pl.DataFrame:
-        return (
-            frame.sort("_key")
-            .group_by("id")
-            .agg(
-                pl.col("last_seq").last(), pl.col("dispatched_seq").last(), pl.col("deleted").last()
-            )
-        )
-
-    pending = ~pl.col("deleted") & (pl.col("last_seq") > pl.col("dispatched_seq"))
-    candidates = latest(images.filter(in_window)).filter(pending)
-    current = latest(images.filter(pl.col("id").is_in(candidates["id"].implode()))).filter(pending)
-    rows = current.select("id", "last_seq", "dispatched_seq").rows()
-    return change_rows, documents, feed.num_rows - change_rows, pending_from_rows(rows)
-
-
 class LocalEngine:
     """delta-rs reads the feed and the table; planning runs in this process on Arrow."""
 
     name = "local"
 
-    def __init__(
-        self,
-        *,
-        storage_options: Mapping[str, str] | None = None,
-        planner: str = "arrow",
-    ) -> None:
+    def __init__(self, *, storage_options: Mapping[str, str] | None = None) -> None:
         self._storage_options = dict(storage_options or {}) or None
-        self._plan = plan_polars if planner == "polars" else plan_arrow
         self._tables: dict[str, Any] = {}
 
     def _table(self, uri: str) -> Any:
@@ -263,7 +209,7 @@ class LocalEngine:
         t0 = time.perf_counter()
         feed = read_feed(self._table(table_uri), table_uri, window)
         t1 = time.perf_counter()
-        change_rows, documents, tail_rows, pending = self._plan(feed, window)
+        change_rows, documents, tail_rows, pending = plan_arrow(feed, window)
         t2 = time.perf_counter()
         return Plan(
             "feed",

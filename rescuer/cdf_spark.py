@@ -20,8 +20,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from outbox.errors import EngineError, FeedUnavailableError, MissingDependencyError
-from rescuer.planner import FEED_COLUMNS, FeedWindow, Plan, pending_from_rows
+from outbox.errors import EngineError, MissingDependencyError
+from rescuer.planner import (
+    FEED_COLUMNS,
+    FeedWindow,
+    Plan,
+    feed_unavailable,
+    first_line,
+    pending_from_rows,
+)
 
 JARS_ENV = "OUTBOX_DELTA_JARS"
 REPO_ROOT = Path(__file__).resolve().parents[1]
@@ -151,16 +158,11 @@ def get_spark(
 
 def _translate(uri: str, what: str, e: Exception, window: FeedWindow | None) -> Exception:
     text = str(e)
-    first = text.strip().splitlines()[0][:300] if text.strip() else type(e).__name__
+    first = first_line(e)
     if "DATA_SOURCE_NOT_FOUND" in text:
         return EngineError(f"Spark cannot read Delta tables: {first}", hint=_HOW_TO_GET_JARS)
     if window is not None and any(s in text for s in _GONE):
-        return FeedUnavailableError(
-            f"the change data feed of {uri} cannot be read for versions {window.start + 1}.."
-            f"{window.latest}: {first}",
-            hint="keep vacuum retention and delta.logRetentionDuration above the rescuer's lag; "
-            "this pass falls back to a full sweep",
-        )
+        return feed_unavailable(uri, window, e)
     return EngineError(f"Spark failed {what} {uri}: {first}")
 
 

@@ -28,12 +28,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from outbox.errors import EngineError, OutboxError
+from outbox.errors import EngineError, FeedUnavailableError, OutboxError
 
 Mode = Literal["feed", "sweep"]
 
-#: Change types that carry a row image we care about (pre-images never do).
-IMAGE_TYPES = ("insert", "update_postimage", "delete")
 #: Columns the planning needs from the feed (never the large ``state`` or ``outbox``).
 FEED_COLUMNS = ["id", "last_seq", "dispatched_seq", "_change_type", "_commit_version"]
 
@@ -54,10 +52,6 @@ class FeedWindow:
     start: int  # exclusive: the checkpoint
     end: int  # inclusive: the newest version older than the delay
     latest: int  # inclusive: the table version when the pass started
-
-    @property
-    def versions(self) -> int:
-        return max(0, self.end - self.start)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +97,16 @@ def first_line(e: BaseException, limit: int = 300) -> str:
     """The first line of an error's message (its type name when it has none), for one-line CLIs."""
     text = str(e).strip()
     return text.splitlines()[0][:limit] if text else type(e).__name__
+
+
+def feed_unavailable(uri: str, window: FeedWindow, e: BaseException) -> FeedUnavailableError:
+    """The one message for "the feed is gone for this window", whichever engine found out."""
+    return FeedUnavailableError(
+        f"the change data feed of {uri} cannot be read for versions {window.start + 1}.."
+        f"{window.latest}: {first_line(e)}",
+        hint="keep vacuum retention and delta.logRetentionDuration above the rescuer's lag; "
+        "this pass falls back to a full sweep",
+    )
 
 
 def is_driver_error(e: BaseException) -> bool:

@@ -228,3 +228,19 @@ def test_a_runner_does_not_sweep_on_a_network_error(
     after = rescue.run()
     assert (after.mode, after.window_start, after.window_end) == ("feed", v, v2)
     assert [c.id for c in sink.commands] == ["a", "b"]
+
+
+def test_both_engines_word_feed_unavailable_the_same_way() -> None:
+    """One helper (``planner.feed_unavailable``) builds the message for both engines."""
+    from rescuer.cdf_spark import _translate
+    from rescuer.planner import feed_unavailable
+
+    cause = "DELTA_CHANGE_DATA_FILE_NOT_FOUND: part-0.parquet"
+    spark = _translate("t", "reading the change feed of", RuntimeError(cause), WINDOW)
+    with pytest.raises(FeedUnavailableError) as local:
+        read_feed(_Feed(FileNotFoundError(cause)), "t", WINDOW)
+    assert isinstance(spark, FeedUnavailableError)
+    assert str(spark) == str(local.value) == str(feed_unavailable("t", WINDOW, RuntimeError(cause)))
+    assert str(spark).startswith(
+        f"the change data feed of t cannot be read for versions 2..4: {cause}"
+    )
