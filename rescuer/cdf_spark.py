@@ -13,6 +13,7 @@ Without any of them the engine fails with ``EngineError`` saying exactly that.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -56,6 +57,54 @@ _HOW_TO_GET_JARS = (
 )
 
 _session_lock = threading.Lock()
+
+log = logging.getLogger("outbox.rescuer")
+
+#: delta-rs (object_store) credential keys -> the Hadoop options Spark's file systems read.
+#: A DataFrame reader option whose name starts with ``fs.`` is applied by Delta to the Hadoop
+#: configuration of that read, so credentials need no session-wide (``spark.hadoop.*``) setting.
+_S3A = {
+    "aws_access_key_id": "fs.s3a.access.key",
+    "aws_secret_access_key": "fs.s3a.secret.key",
+    "aws_session_token": "fs.s3a.session.token",
+    "aws_endpoint_url": "fs.s3a.endpoint",
+    "aws_endpoint": "fs.s3a.endpoint",
+    "aws_region": "fs.s3a.endpoint.region",
+}
+_AZURE_ACCOUNT = ("azure_storage_account_name", "account_name")
+_AZURE_KEY = ("azure_storage_account_key", "azure_storage_access_key", "account_key")
+
+
+def hadoop_options(storage_options: Mapping[str, str] | None) -> dict[str, str]:
+    """The Spark reader options for the settings' ``storage_options``.
+
+    Keys already in Hadoop form (``fs.*``) pass through; the common delta-rs keys are translated
+    (S3 access key, secret, session token, endpoint, region; an Azure account name plus key
+    becomes ``fs.azure.account.key.<account>.dfs.core.windows.net``). Anything else (a SAS token,
+    a service principal, ``allow_http``...) has no one-to-one Hadoop option: it is left out and
+    its *name* is logged; configure it on the cluster (a Databricks runtime usually has the
+    credentials already). Values are never logged.
+    """
+    out: dict[str, str] = {}
+    skipped: list[str] = []
+    lowered = {k.lower(): (k, v) for k, v in (storage_options or {}).items()}
+    account = next((lowered[k][1] for k in _AZURE_ACCOUNT if k in lowered), None)
+    for low, (key, value) in lowered.items():
+        if key.startswith("fs."):
+            out[key] = value
+        elif low in _S3A:
+            out[_S3A[low]] = value
+        elif low in _AZURE_KEY and account:
+            out[f"fs.azure.account.key.{account}.dfs.core.windows.net"] = value
+        elif low not in _AZURE_ACCOUNT:
+            skipped.append(key)
+    if skipped:
+        log.warning(
+            "the Spark engine has no Hadoop equivalent for storage option(s) %s; configure "
+            "them on the Spark cluster",
+            ", ".join(sorted(skipped)),
+        )
+    return out
 
 
 def find_jars(env: Mapping[str, str] | None = None, roots: list[Path] | None = None) -> list[str]:
@@ -171,12 +220,19 @@ class SparkEngine:
 
     name = "spark"
 
-    def __init__(self, spark: Any | None = None) -> None:
+    def __init__(
+        self, spark: Any | None = None, *, storage_options: Mapping[str, str] | None = None
+    ) -> None:
+        self.options = hadoop_options(storage_options)
         self.spark = spark if spark is not None else get_spark()
+
+    def _reader(self) -> Any:
+        """A Delta reader carrying the table's credentials (as Hadoop ``fs.*`` options)."""
+        return self.spark.read.format("delta").options(**self.options)
 
     def feed_frame(self, table_uri: str, window: FeedWindow) -> Any:
         return (
-            self.spark.read.format("delta")
+            self._reader()
             .option("readChangeFeed", "true")
             .option("startingVersion", window.start + 1)
             .option("endingVersion", window.latest)
@@ -254,7 +310,7 @@ class SparkEngine:
         t0 = time.perf_counter()
         try:
             rows = (
-                self.spark.read.format("delta")
+                self._reader()
                 .option("versionAsOf", version)
                 .load(table_uri)
                 .filter(F.col("last_seq") > F.col("dispatched_seq"))

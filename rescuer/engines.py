@@ -19,5 +19,5 @@ def make_engine(name: str, *, storage_options: Mapping[str, str] | None = None) 
     if name == "spark":
         from rescuer.cdf_spark import SparkEngine
 
-        return SparkEngine()
+        return SparkEngine(storage_options=storage_options)
     raise ValidationError(f"unknown rescuer engine {name!r}", hint="use --engine local or spark")
