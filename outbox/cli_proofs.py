@@ -193,6 +193,7 @@ def check(
                 "I4",
                 "kills",
                 "crashes",
+                "rescue retried/errors",
                 "rescued p95/max",
                 "time",
             ],
@@ -209,6 +210,8 @@ def check(
                     len(r.saves_failed) + len(r.watermark_regressions),
                     r.sigkills_sent,
                     sum(r.crashes.values()),
+                    f"{r.rescue_passes_failed + r.rescue_passes_interrupted}/"
+                    f"{len(r.rescue_errors)}",
                     f"{r.latency_rescued['p95']:.2f}/{r.latency_rescued['max']:.2f}s",
                     f"{r.duration_s:.0f}s",
                 )

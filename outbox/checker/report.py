@@ -47,7 +47,10 @@ class CheckReport:
     sigkills_sent: int = 0
     outages: int = 0
     rescue_passes: int = 0
-    rescue_passes_interrupted: int = 0
+    rescue_passes_interrupted: int = 0  # the checker's own injected interruption
+    rescue_passes_failed: int = 0  # an OutboxError (queue down, feed gone...): retried next pass
+    #: Anything else a pass raised (a raw driver error, a rescuer bug): the seed fails.
+    rescue_errors: list[str] = field(default_factory=list)
     rescue_commands: int = 0
     dead_lettered: int = 0
     drained: bool = False
@@ -59,7 +62,7 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return all(self.invariants.values()) and self.drained
+        return all(self.invariants.values()) and self.drained and not self.rescue_errors
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -76,6 +79,12 @@ class CheckReport:
             f"committed {self.committed} msgs in {self.documents} docs, delivered "
             f"{self.deliveries} ({self.duplicates} duplicates), lost {len(self.lost)}, "
             f"out of order {len(self.out_of_order)}, phantoms {len(self.phantoms)}; {held}"
+            + (
+                f"; {len(self.rescue_errors)} unexpected rescue error(s), first: "
+                f"{self.rescue_errors[0]}"
+                if self.rescue_errors
+                else ""
+            )
         )
 
 
@@ -94,13 +103,14 @@ def aggregate(reports: list[CheckReport]) -> dict[str, Any]:
         "outages",
         "rescue_passes",
         "rescue_passes_interrupted",
+        "rescue_passes_failed",
         "rescue_commands",
         "dead_lettered",
     )
     total: dict[str, Any] = {k: sum(int(getattr(r, k)) for r in reports) for k in keys}
     total["seeds"] = len(reports)
     total["failed_seeds"] = [r.seed for r in reports if not r.ok]
-    for name in ("lost", "out_of_order", "phantoms", "mismatched", "saves_failed"):
+    for name in ("lost", "out_of_order", "phantoms", "mismatched", "saves_failed", "rescue_errors"):
         total[name] = sum(len(getattr(r, name)) for r in reports)
     total["watermark_regressions"] = sum(len(r.watermark_regressions) for r in reports)
     crashes: dict[str, int] = {}

@@ -26,6 +26,7 @@ from typing import Any
 from outbox.checker.report import CheckReport, percentiles
 from outbox.checker.scenario import Scenario
 from outbox.clock import SystemClock
+from outbox.errors import OutboxError
 
 log = logging.getLogger("outbox.checker")
 
@@ -65,6 +66,28 @@ class FlakySink:
         n = int(self.inner.enqueue(commands))
         self.enqueued += n
         return n
+
+
+def run_rescue_pass(rescuer: Any, report: CheckReport) -> None:
+    """One rescue pass, accounted for in ``report``.
+
+    Only failures the product promises to survive are retried by the next pass (as cron or
+    ``--every`` would): the checker's own injected interruption and an ``OutboxError`` (the queue
+    is down, the feed is gone). Anything else (a raw driver error that escaped translation, a bug
+    in the rescuer) is recorded in ``rescue_errors`` and fails the seed, so it cannot hide behind
+    the retries.
+    """
+    report.rescue_passes += 1
+    try:
+        rescuer.run()
+    except InterruptedPass:
+        report.rescue_passes_interrupted += 1
+    except OutboxError as e:
+        report.rescue_passes_failed += 1
+        log.warning("rescue pass failed (retried next pass): %s", e)
+    except Exception as e:
+        report.rescue_errors.append(f"{type(e).__name__}: {e}"[:500])
+        log.error("rescue pass raised an unexpected %s: %s", type(e).__name__, e, exc_info=True)
 
 
 @dataclass
@@ -180,14 +203,7 @@ def run_check(
         crashes[what] = crashes.get(what, 0) + 1
 
     def rescue_pass() -> None:
-        report.rescue_passes += 1
-        try:
-            rescuer.run()
-        except InterruptedPass:
-            report.rescue_passes_interrupted += 1
-        except Exception as e:  # a pass that fails is retried by the next one, as with cron
-            report.rescue_passes_interrupted += 1
-            log.warning("rescue pass failed: %s", e)
+        run_rescue_pass(rescuer, report)
 
     def reap(children: list[_Child], restart_writers: bool) -> None:
         for c in children:

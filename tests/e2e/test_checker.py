@@ -106,3 +106,36 @@ def test_status_health_checks(tmp_path: Path) -> None:
     data = json.loads(dead.stdout)
     assert data["oldest_dead_letter"]["reason"] == "PoisonMessage"
     assert {q["queue"]: q["dead_lettered"] for q in data["queues"]} == {"outbox-commands": 2}
+
+
+def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
+    """Injected interruptions and ``OutboxError``s are retried by the next pass; anything else
+    (a raw driver error, a rescuer bug) is recorded and fails the seed, whatever the invariants
+    say."""
+    from outbox.checker.report import CheckReport, aggregate
+    from outbox.checker.run import InterruptedPass, run_rescue_pass
+    from outbox.errors import QueueUnavailableError
+
+    class Pass:
+        def __init__(self, error: Exception | None) -> None:
+            self.error = error
+
+        def run(self) -> None:
+            if self.error is not None:
+                raise self.error
+
+    report = CheckReport(seed=7, scenario="unit", drained=True, invariants={"I1 no loss": True})
+    run_rescue_pass(Pass(None), report)
+    run_rescue_pass(Pass(InterruptedPass("half")), report)
+    run_rescue_pass(Pass(QueueUnavailableError("queue down")), report)
+    assert report.ok
+    assert (report.rescue_passes, report.rescue_passes_interrupted) == (3, 1)
+    assert report.rescue_passes_failed == 1
+    run_rescue_pass(Pass(OSError(5, "Input/output error")), report)
+    run_rescue_pass(Pass(KeyError("last_seq")), report)
+    assert report.rescue_errors == ["OSError: [Errno 5] Input/output error", "KeyError: 'last_seq'"]
+    assert not report.ok
+    assert "2 unexpected rescue error(s), first: OSError" in report.summary()
+    total = aggregate([report])
+    assert total["failed_seeds"] == [7]
+    assert total["rescue_errors"] == 2
