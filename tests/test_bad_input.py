@@ -13,7 +13,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -154,17 +153,6 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "(see `main run-dispatcher --help`)",
     ),
     (
-        "unreachable database",
-        ["-w", "{ws}", "status"],
-        {"OUTBOX_SQL_URL": "postgresql+psycopg://nobody@127.0.0.1:1/outbox"},
-        None,
-        1,
-        "error: listing rescuer checkpoints: the database "
-        "postgresql+psycopg://nobody@127.0.0.1:1/outbox failed: connection failed: connection "
-        'to server at "127.0.0.1", port 1 failed: Connection refused (fix: check that the '
-        "database is reachable, then retry the pass)",
-    ),
-    (
         "sql_url is a path",
         ["-w", "{ws}", "status"],
         {"OUTBOX_SQL_URL": "outbox.db"},
@@ -183,6 +171,24 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "unreadable details "
         "(Expecting property name enclosed in double quotes: line 1 column 2 (char 1)) (fix: run "
         "`outbox rescue --full` to sweep the table and store a fresh checkpoint)",
+    ),
+    (
+        "rescue with an unknown engine",
+        ["-w", "{ws}", "rescue", "--engine", "flink"],
+        {},
+        None,
+        2,
+        "error: Invalid value for '--engine': 'flink' is not one of 'local', 'spark'. "
+        "(see `main rescue --help`)",
+    ),
+    (
+        "rescue --delay too short",
+        ["-w", "{ws}", "rescue", "--delay", "5s"],
+        {},
+        None,
+        1,
+        "error: rescue delay 5s is outside 15s..1h (fix: pass --delay between 15s and 1h (for "
+        "example --delay 30s))",
     ),
     (
         "rescue delay too short",
@@ -467,7 +473,9 @@ def test_second_migrate_while_a_worker_runs(ws: Path) -> None:
         text=True,
     )
     try:
-        time.sleep(1.5)  # let it start polling (a real process: no clock to inject)
+        assert worker.stderr is not None
+        line = worker.stderr.readline()  # the start-up line: the worker is running
+        assert "run-dispatcher" in line, line
         again = _run("-w", str(ws), "migrate")
         assert again.returncode == 0, again.stderr
         assert again.stdout.strip() == (
@@ -497,3 +505,82 @@ def test_status_still_shows_the_queues_when_a_checkpoint_is_corrupt(ws: Path) ->
     assert [p.split(":")[0] for p in report["problems"]] == ["rescuer checkpoints"]
     [depth] = report["queues"]
     assert (depth["queue"], depth["active"]) == ("shipments", 1)
+
+
+_BLOCK_IN_A_PASS = """
+import signal, sys
+from datetime import timedelta
+
+import rescuer.rescue_cli as rescue_cli
+from outbox.clock import SystemClock
+from rescuer.cdf_local import LocalEngine
+
+
+class Later(SystemClock):  # every commit is old enough for the delay
+    def now(self):
+        return super().now() + timedelta(minutes=5)
+
+
+def blocked(self, uri, version):
+    sys.stderr.write("sweeping\\n")
+    sys.stderr.flush()
+    signal.pause()  # the test's SIGINT raises KeyboardInterrupt here, mid-pass
+    raise AssertionError("not interrupted")
+
+
+rescue_cli.SystemClock = Later
+LocalEngine.plan_sweep = blocked
+from cli import main
+
+main(["-w", sys.argv[1], "rescue"], prog_name="outbox")
+"""
+
+
+@pytest.mark.slow
+def test_real_sigint_during_a_rescue_pass(ws: Path) -> None:
+    """Ctrl-C in a terminal, in the middle of a pass: one line, exit 130, checkpoint untouched."""
+    from rescuer.checkpoint import SqlCheckpointStore
+
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _BLOCK_IN_A_PASS, str(ws)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline() == "sweeping\n"  # inside the pass, before any checkpoint
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == [
+        "interrupted: the pass stopped before storing its checkpoint; the next pass repeats the "
+        "same window and the queue drops the commands already enqueued"
+    ]
+    assert out == ""
+    checkpoints = SqlCheckpointStore(f"sqlite:///{ws.absolute()}/outbox.db")
+    try:
+        assert checkpoints.list() == []
+    finally:
+        checkpoints.close()
+    _still_there(ws)
+
+
+def test_unreachable_database_names_each_unreadable_part(ws: Path) -> None:
+    """``status`` reports every part it could not read, one line each, and still exits 1.
+    (The queue's own wording belongs to the queue; only the part names are pinned here.)"""
+    url = "postgresql+psycopg://nobody@127.0.0.1:1/outbox"
+    result = CliRunner().invoke(main, ["-w", str(ws), "status"], env={"OUTBOX_SQL_URL": url})
+    assert result.exit_code == 1, result.output
+    lines = [ln for ln in result.stderr.splitlines() if not ln[:4].isdigit()]
+    assert [ln.split(":")[1].strip() for ln in lines] == ["rescuer checkpoints", "queues"]
+    assert all(ln.startswith("error: ") and url in ln for ln in lines)
+    assert lines[0] == (
+        f"error: rescuer checkpoints: listing rescuer checkpoints: the database {url} failed: "
+        'connection failed: connection to server at "127.0.0.1", port 1 failed: Connection '
+        "refused (fix: check that the database is reachable, then retry the pass)"
+    )
+    assert "Traceback" not in result.output
