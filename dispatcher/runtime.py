@@ -125,8 +125,15 @@ class DispatcherRuntime:
             if self._queue is None:
                 from dispatcher.queue.sql_queue import SqlQueue
 
-                self._queue = SqlQueue.from_settings(self.settings, clock=self.clock)
+                self._queue = SqlQueue.from_settings(
+                    self.settings, clock=self.clock, pool_size=self.pool_size()
+                )
             return self._queue
+
+    def pool_size(self, worker_threads: int = 0) -> int:
+        """Connections the queue needs: one per concurrent send, two per worker thread (its
+        receive/settle and its lock renewer), and a few for everything else."""
+        return self.settings.max_in_flight + 2 * worker_threads + 2
 
     # --- the commit hook --------------------------------------------------------------------
 
@@ -189,7 +196,9 @@ class DispatcherRuntime:
         """A command worker sharing this runtime's transport, queue and dispatcher."""
         from dispatcher.worker import DispatcherWorker
 
-        return DispatcherWorker(self, **options)
+        worker = DispatcherWorker(self, **options)
+        self.queue.ensure_pool_size(self.pool_size(worker.concurrency))
+        return worker
 
     def close(self) -> None:
         if self._closed:

@@ -206,10 +206,12 @@ class DispatcherWorker:
                     )
                 self._sleep(self.poll_interval)
         except BaseException as e:  # recorded for run() to raise; the other threads stop too
-            if self._failure is None:
-                self._failure = e
-            if isinstance(e, Exception):
-                log.error("worker stopping: %s", e)
+            with self._stats_lock:
+                first = self._failure is None
+                if first:
+                    self._failure = e
+            if not first and isinstance(e, Exception):  # the first one is raised by run()
+                log.warning("worker thread also failed: %s", e)
             self.stop()
 
     def _poll(self, *, once: bool, until_idle: bool) -> bool:

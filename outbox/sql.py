@@ -11,11 +11,33 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import URL, make_url
-from sqlalchemy.exc import ArgumentError, NoSuchModuleError
+from sqlalchemy.exc import (
+    ArgumentError,
+    DBAPIError,
+    DisconnectionError,
+    InterfaceError,
+    NoSuchModuleError,
+    OperationalError,
+    SQLAlchemyError,
+)
+from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from outbox.errors import ConfigurationError, MissingDependencyError
+from outbox.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    OutboxError,
+    QueueError,
+    QueueUnavailableError,
+)
 
 SQLITE_BUSY_TIMEOUT_MS = 30_000
+#: Seconds a PostgreSQL connection attempt may take before it fails (retryably) instead of hanging.
+PG_CONNECT_TIMEOUT_S = 10
+MIGRATE_HINT = "run `outbox migrate` to create the tables"
+_MISSING_TABLE_CODES = {"42P01"}  # PostgreSQL undefined_table
+# insufficient_privilege, and class 28: invalid authorization (wrong password, no such role)
+_DENIED_CODES = {"42501"}
+_SQLITE_DENIED = ("readonly database", "permission denied", "access permission denied")
 
 
 def parse_url(url: str) -> URL:
@@ -29,9 +51,18 @@ def parse_url(url: str) -> URL:
         ) from e
 
 
-def make_engine(url: str, **kwargs: Any) -> Engine:
-    """An engine for ``url`` (``sqlite:///...`` or ``postgresql+psycopg://...``)."""
+def make_engine(url: str, *, pool_size: int | None = None, **kwargs: Any) -> Engine:
+    """An engine for ``url`` (``sqlite:///...`` or ``postgresql+psycopg://...``).
+
+    ``pool_size``: connections kept open; size it to the threads that use the engine at once
+    (a worker's receivers and lock renewers plus the dispatcher's concurrent sends), or they wait
+    for a connection and finally fail with ``QueueUnavailableError``.
+    """
     parsed = parse_url(url)
+    if pool_size is not None:
+        if pool_size < 1:
+            raise ConfigurationError(f"pool_size {pool_size!r} must be at least 1")
+        kwargs.setdefault("pool_size", pool_size)
     backend = parsed.get_backend_name()
     if backend == "sqlite":
         db = parsed.database
@@ -42,9 +73,8 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
                     f"the folder {parent} for the SQLite database does not exist",
                     hint="run `outbox migrate` to create the workspace, or fix sql_url",
                 )
-        engine = create_engine(
-            parsed, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000}, **kwargs
-        )
+        connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_MS / 1000, **kwargs.pop("connect_args", {})}
+        engine = create_engine(parsed, connect_args=connect_args, **kwargs)
         event.listen(engine, "connect", _sqlite_pragmas)
         event.listen(engine, "begin", _sqlite_begin_immediate)
         return engine
@@ -52,7 +82,11 @@ def make_engine(url: str, **kwargs: Any) -> Engine:
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
         try:
-            return create_engine(parsed, pool_pre_ping=True, **kwargs)
+            connect_args = {
+                "connect_timeout": PG_CONNECT_TIMEOUT_S,
+                **kwargs.pop("connect_args", {}),
+            }
+            return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args, **kwargs)
         except (NoSuchModuleError, ModuleNotFoundError) as e:
             raise MissingDependencyError(
                 "PostgreSQL support is not installed",
@@ -92,3 +126,55 @@ def _sqlite_begin_immediate(conn: Any) -> None:
 
 def is_sqlite(engine: Engine) -> bool:
     return engine.dialect.name == "sqlite"
+
+
+def describe(engine: Engine) -> str:
+    return engine.url.render_as_string(hide_password=True)
+
+
+def _first_line(e: BaseException) -> str:
+    orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
+    text = str(orig).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
+def _sqlstate(e: DBAPIError) -> str:
+    return str(getattr(e.orig, "sqlstate", None) or "")
+
+
+def translate(
+    e: SQLAlchemyError, engine: Engine, action: str, *, what: str = "SQL database"
+) -> OutboxError:
+    """Our error for a SQLAlchemy error raised while doing ``action`` on ``engine``.
+
+    Only a database that cannot be reached *right now* (connection refused or dropped, busy,
+    the pool exhausted) is ``QueueUnavailableError``, the retryable one. Missing tables, denied
+    permissions and anything else are ``QueueError``: retrying will not help, an operator must.
+    """
+    where = describe(engine)
+    if isinstance(e, DBAPIError):
+        code, text = _sqlstate(e), _first_line(e)
+        if code in _MISSING_TABLE_CODES or "no such table" in text:
+            return QueueError(
+                f"cannot {action}: the {what} {where} has no outbox tables ({text})",
+                hint=MIGRATE_HINT,
+            )
+        if (
+            code in _DENIED_CODES
+            or code.startswith("28")
+            or any(d in text.lower() for d in _SQLITE_DENIED)
+        ):
+            return QueueError(
+                f"cannot {action}: the {what} {where} refused access ({text})",
+                hint="check the user's privileges (or the file's permissions) and the password",
+            )
+        if not (isinstance(e, OperationalError | InterfaceError) or e.connection_invalidated):
+            return QueueError(f"cannot {action} on the {what} {where}: {text}")
+    elif not isinstance(e, PoolTimeoutError | DisconnectionError):
+        return QueueError(f"cannot {action} on the {what} {where}: {type(e).__name__}: {e}")
+    return QueueUnavailableError(
+        f"cannot {action}: the {what} {where} is unreachable or busy ({_first_line(e)}); the "
+        "operation did not complete and nothing was lost",
+        hint="check the database is up (and the connection pool is big enough), then retry; "
+        "sends are deduplicated by message_id",
+    )

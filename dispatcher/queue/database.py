@@ -10,22 +10,19 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from sqlalchemy import Connection, Engine
-from sqlalchemy.exc import DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 
+from outbox import sql
 from outbox.errors import (
     ClosedError,
     ConfigurationError,
     OutboxError,
     QueueError,
-    QueueUnavailableError,
 )
-from outbox.sql import READ_ONLY, make_engine, parse_url
-
-MIGRATE_HINT = "run `outbox migrate` to create the queue tables"
-_MISSING_TABLE_CODES = {"42P01"}  # PostgreSQL undefined_table
+from outbox.sql import MIGRATE_HINT, READ_ONLY, describe, make_engine, parse_url
 
 
-def open_engine(url: str) -> Engine:
+def open_engine(url: str, *, pool_size: int | None = None) -> Engine:
     """An engine for ``url``; a SQLite file that does not exist yet is an error, not a new file
     (creating an empty database silently would hide a wrong path)."""
     parsed = parse_url(url)
@@ -38,37 +35,12 @@ def open_engine(url: str) -> Engine:
             )
         if not Path(db).exists():
             raise QueueError(f"the queue database {db} does not exist", hint=MIGRATE_HINT)
-    return make_engine(url)
+    return make_engine(url, pool_size=pool_size)
 
 
-def describe(engine: Engine) -> str:
-    return engine.url.render_as_string(hide_password=True)
-
-
-def _first_line(e: DBAPIError) -> str:
-    text = str(e.orig if e.orig is not None else e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
-
-
-def _missing_table(e: DBAPIError) -> bool:
-    code = getattr(e.orig, "sqlstate", None)
-    return code in _MISSING_TABLE_CODES or "no such table" in str(e.orig)
-
-
-def translate(e: DBAPIError, engine: Engine, action: str) -> OutboxError:
-    """Our error for a driver error raised while doing ``action``."""
-    where = describe(engine)
-    if _missing_table(e):
-        return QueueError(
-            f"cannot {action}: the database {where} has no queue tables", hint=MIGRATE_HINT
-        )
-    if isinstance(e, OperationalError | InterfaceError) or e.connection_invalidated:
-        return QueueUnavailableError(
-            f"cannot {action}: the queue database {where} is unreachable or busy "
-            f"({_first_line(e)}); the operation did not complete and nothing was lost",
-            hint="check the database is up, then retry (sends are deduplicated by message_id)",
-        )
-    return QueueError(f"cannot {action} on {where}: {_first_line(e)}")
+def translate(e: SQLAlchemyError, engine: Engine, action: str) -> OutboxError:
+    """Our error for a driver or pool error raised while doing ``action`` on the queue."""
+    return sql.translate(e, engine, action, what="queue database")
 
 
 _writers: dict[str, threading.Lock] = {}
@@ -122,7 +94,7 @@ class Database:
         if conn is not None:
             try:
                 yield conn
-            except DBAPIError as e:
+            except SQLAlchemyError as e:
                 raise translate(e, self.engine, action) from e
             return
         held = _open_writes()
@@ -142,7 +114,7 @@ class Database:
             else:
                 with self._writer, self.engine.begin() as c:
                     yield c
-        except DBAPIError as e:
+        except SQLAlchemyError as e:
             raise translate(e, self.engine, action) from e
         finally:
             held.discard(self._key)
@@ -156,7 +128,7 @@ class Database:
                 conn.execution_options(**READ_ONLY)
                 with conn.begin():
                     yield conn
-        except DBAPIError as e:
+        except SQLAlchemyError as e:
             raise translate(e, self.engine, action) from e
 
     def close(self) -> None:

@@ -83,6 +83,7 @@ class SqlQueue:
         duplicate_detection_window: float = 600.0,
         max_body_bytes: int = 256 * 1024,
         check_schema: bool = True,
+        pool_size: int | None = None,
     ) -> None:
         if not 0 < lock_duration <= 300:
             raise ValidationError(f"lock_duration {lock_duration!r}s must be in (0, 300]")
@@ -91,7 +92,7 @@ class SqlQueue:
         if duplicate_detection_window < 0:
             raise ValidationError("duplicate_detection_window must not be negative")
         if isinstance(url_or_engine, str):
-            self._db = Database(open_engine(url_or_engine), owned=True)
+            self._db = Database(open_engine(url_or_engine, pool_size=pool_size), owned=True)
         else:
             self._db = Database(url_or_engine, owned=False)
         self.clock: Clock = clock or SystemClock()
@@ -105,7 +106,9 @@ class SqlQueue:
             self._check_schema()
 
     @classmethod
-    def from_settings(cls, settings: Any, *, clock: Clock | None = None) -> SqlQueue:
+    def from_settings(
+        cls, settings: Any, *, clock: Clock | None = None, pool_size: int | None = None
+    ) -> SqlQueue:
         """A queue configured from ``outbox.settings.Settings``."""
         return cls(
             settings.sql_url,
@@ -114,7 +117,20 @@ class SqlQueue:
             max_delivery_count=settings.max_delivery_count,
             duplicate_detection_window=settings.duplicate_detection_window,
             max_body_bytes=settings.max_message_bytes,
+            pool_size=pool_size,
         )
+
+    def ensure_pool_size(self, size: int) -> None:
+        """Grow the connection pool to at least ``size`` (for a queue built from a URL; an engine
+        passed in is the caller's). Calls in progress finish on their connections."""
+        if not self._db.owned:
+            return
+        current = getattr(self._db.engine.pool, "size", None)
+        if not callable(current) or current() >= size:
+            return
+        old = self._db.engine
+        self._db.engine = open_engine(old.url.render_as_string(hide_password=False), pool_size=size)
+        old.dispose()
 
     @property
     def engine(self) -> Engine:

@@ -14,9 +14,9 @@ from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
-from sqlalchemy.exc import DBAPIError
+from sqlalchemy.exc import SQLAlchemyError
 
-from outbox.errors import QueueUnavailableError
+from outbox.sql import READ_ONLY, translate
 
 HERE = Path(__file__).resolve().parent
 VERSION_TABLE = "outbox_sql_version"
@@ -47,13 +47,15 @@ def current_revision(engine_or_url: Engine | str) -> str | None:
     """The revision the database is at, or None when it was never migrated."""
     engine, owned = _engine(engine_or_url)
     try:
-        with engine.connect() as conn:
+        # Read-only: on SQLite a deferred BEGIN, so opening a queue (which checks the revision)
+        # never waits for, or holds up, the single writer.
+        with engine.connect().execution_options(**READ_ONLY) as conn:
             if not inspect(conn).has_table(VERSION_TABLE):
                 return None
             ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             return ctx.get_current_revision()
-    except DBAPIError as e:
-        raise _unreachable(engine, e) from e
+    except SQLAlchemyError as e:
+        raise translate(e, engine, "read the schema revision") from e
     finally:
         if owned:
             engine.dispose()
@@ -82,16 +84,8 @@ def upgrade(engine_or_url: Engine | str) -> list[str]:
             for rev in reversed(list(script.iterate_revisions(after, before)))
         ]
         return applied
-    except DBAPIError as e:
-        raise _unreachable(engine, e) from e
+    except SQLAlchemyError as e:
+        raise translate(e, engine, "migrate the schema") from e
     finally:
         if owned:
             engine.dispose()
-
-
-def _unreachable(engine: Engine, e: DBAPIError) -> QueueUnavailableError:
-    return QueueUnavailableError(
-        f"the SQL database {engine.url.render_as_string(hide_password=True)} is unreachable: "
-        f"{str(e.orig).strip().splitlines()[0] if e.orig else e}",
-        hint="check that the database server is running and the URL is right, then retry",
-    )

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from alembic import context
 
+from migrations.sql import VERSION_TABLE
 from migrations.sql.tables import metadata
-
-VERSION_TABLE = "outbox_sql_version"
 
 config = context.config
 connection = config.attributes.get("connection")

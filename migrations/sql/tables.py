@@ -108,5 +108,3 @@ inbox = Table(
     Column("handled_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("consumer", "message_id", name="pk_outbox_inbox"),
 )
-
-ALL_TABLES = tuple(metadata.tables)

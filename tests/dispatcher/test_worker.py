@@ -298,7 +298,8 @@ def test_cli_exits_non_zero_with_one_line_when_the_worker_fails(workspace: Path)
     )
     assert out.returncode != 0
     assert "Traceback" not in out.stderr
-    assert "no queue tables" in out.stderr
+    assert "has no outbox tables" in out.stderr
+    assert out.stderr.strip().splitlines()[-1].startswith("error: ")
 
 
 def test_an_unexpected_error_abandons_the_whole_batch(workspace: Path, clock: ManualClock) -> None:
@@ -375,3 +376,11 @@ def test_an_idle_worker_cleans_expired_duplicate_ids(workspace: Path, clock: Man
         queue.maybe_forget_expired_duplicates = spy  # type: ignore[method-assign]
         ob.runtime.worker().run(once=True)
         assert calls == [1]
+
+
+def test_the_queue_pool_is_sized_for_the_worker(workspace: Path, clock: ManualClock) -> None:
+    ob, _ = deferred(workspace, clock)
+    with ob:
+        ob.runtime.worker(concurrency=12)
+        needed = 2 * 12 + ob.settings.max_in_flight
+        assert ob.runtime.queue.engine.pool.size() >= needed  # type: ignore[attr-defined]
