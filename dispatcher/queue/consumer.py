@@ -45,6 +45,15 @@ log = logging.getLogger("outbox.queue.consumer")
 Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connection], Any]
 
 
+class _HandlerFailed(Exception):
+    """Carries a handler's exception out of the queue's transaction untranslated: the queue only
+    translates its own driver errors, so a handler's ``IntegrityError`` stays one."""
+
+    def __init__(self, error: Exception) -> None:
+        super().__init__(str(error))
+        self.error = error
+
+
 class PermanentError(Exception):
     """Raise from a handler when retrying cannot help: the message is dead-lettered at once."""
 
@@ -218,14 +227,21 @@ class Consumer:
                     raise LockLostError(f"message {msg.message_id}: lock lost before handling")
                 if self.inbox_name and not self._record(conn, msg):
                     return  # already handled: the delete above completes it
-                self.handler(msg, conn)  # type: ignore[call-arg]
+                try:
+                    self.handler(msg, conn)  # type: ignore[call-arg]
+                except Exception as e:  # the handler's own: kept apart from the queue's errors
+                    raise _HandlerFailed(e) from e
+        except _HandlerFailed as failed:
+            error = failed.error
+            if isinstance(error, self.permanent_errors):
+                self._dead_letter(msg, error)
+            else:
+                self._abandon(msg, error)
+            return
         except LockLostError as e:
             log.warning("%s; it will be redelivered", e)
             return
-        except self.permanent_errors as e:
-            self._dead_letter(msg, e)
-            return
-        except Exception as e:
+        except Exception as e:  # the queue's own statements or the commit failed
             self._abandon(msg, e)
             return
         self.processed += 1

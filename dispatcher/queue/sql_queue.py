@@ -333,11 +333,11 @@ class SqlQueue:
         validation.positive("max_messages", max_messages)
         validation.identifier("session_id", session_id, optional=True)
         max_messages = min(max_messages, _MAX_RECEIVE)
-        now = self._now()
         out: list[ReceivedMessage] = []
-        if not self._db.postgres and not self._anything_deliverable(queue, now, session_id):
+        if not self._db.postgres and not self._anything_deliverable(queue, self._now(), session_id):
             return out  # an idle poll never takes SQLite's write lock
         with self._db.write("receive messages") as conn:
+            now = self._now()  # after waiting for the write lock: lock expiries start from here
             for _ in range(10):  # each round may dead-letter exhausted heads and uncover more
                 stmt = (
                     select(M)
@@ -412,9 +412,8 @@ class SqlQueue:
 
     def complete(self, target: Settleable) -> None:
         """Remove a locked message: it was handled."""
-        now = self._now()
-        where, label = self._locked_by(target, now)
         with self._db.write("complete a message") as conn:
+            where, label = self._locked_by(target, self._now())
             if conn.execute(delete(M).where(where)).rowcount != 1:
                 raise self._lost(label)
 
@@ -424,9 +423,9 @@ class SqlQueue:
         A message already delivered ``max_delivery_count`` times goes to dead letters instead.
         """
         delay = validation.delay(delay)
-        now = self._now()
-        where, label = self._locked_by(target, now)
         with self._db.write("abandon a message") as conn:
+            now = self._now()
+            where, label = self._locked_by(target, now)
             row = self._select_locked(conn, where)
             if row is None:
                 raise self._lost(label)
@@ -452,9 +451,9 @@ class SqlQueue:
         """Move a locked message to dead letters with a reason (a poison message)."""
         if not isinstance(reason, str) or not reason or len(reason) > 256:
             raise ValidationError(f"invalid dead-letter reason {reason!r}", hint="1-256 chars")
-        now = self._now()
-        where, label = self._locked_by(target, now)
         with self._db.write("dead-letter a message") as conn:
+            now = self._now()
+            where, label = self._locked_by(target, now)
             row = self._select_locked(conn, where)
             if row is None:
                 raise self._lost(label)
@@ -464,10 +463,10 @@ class SqlQueue:
 
     def renew_lock(self, target: Settleable) -> datetime:
         """Extend the lock by ``lock_duration`` from now; returns the new expiry."""
-        now = self._now()
-        where, label = self._locked_by(target, now)
-        until = now + self.lock_duration
         with self._db.write("renew a lock") as conn:
+            now = self._now()  # read once the write lock is ours: waiting for it takes time
+            where, label = self._locked_by(target, now)
+            until = now + self.lock_duration
             if conn.execute(update(M).where(where).values(locked_until=until)).rowcount != 1:
                 raise self._lost(label)
         return until

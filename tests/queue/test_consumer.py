@@ -255,3 +255,21 @@ def test_send_with_the_handlers_connection_joins_its_transaction(queue: SqlQueue
     _run_in_thread(consumer)
     assert [p.message_id for p in queue.peek("out")] == ["r-a"]
     assert queue.peek("q") == []
+
+
+def test_a_handlers_driver_error_reaches_permanent_errors_untranslated(queue: SqlQueue) -> None:
+    """permanent_errors=(IntegrityError,) matches the handler's own IntegrityError (item 7)."""
+    from sqlalchemy.exc import IntegrityError
+
+    _make_ledger(queue)
+    with queue.engine.begin() as conn:
+        conn.execute(text("INSERT INTO ledger VALUES ('taken')"))
+
+    def handler(_m: ReceivedMessage, conn: Connection) -> None:
+        conn.execute(text("INSERT INTO ledger VALUES ('taken')"))  # a duplicate key
+
+    send(queue, "a")
+    Consumer(queue, "q", handler, permanent_errors=(IntegrityError,)).run_once()
+    [dl] = queue.list_dead_letters()
+    assert dl.reason == "IntegrityError"
+    assert queue.peek("q") == []

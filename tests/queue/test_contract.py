@@ -383,3 +383,38 @@ def test_closed_queue_refuses(queue: SqlQueue) -> None:
         queue.send("q", msg("a"))
     with pytest.raises(ClosedError):
         queue.receive("q")
+
+
+# --- times are read once the write lock is held (review item 6) ------------------------------
+
+
+class _SlowWriterLock:
+    """Stands for the in-process SQLite writer mutex, taking ``seconds`` of clock time to get."""
+
+    def __init__(self, inner: object, clock: ManualClock, seconds: float) -> None:
+        self.inner, self.clock, self.seconds = inner, clock, seconds
+
+    def __enter__(self) -> None:
+        self.clock.advance(self.seconds)
+        self.inner.__enter__()  # type: ignore[attr-defined]
+
+    def __exit__(self, *exc: object) -> None:
+        self.inner.__exit__(*exc)  # type: ignore[attr-defined]
+
+
+def test_settling_after_a_long_wait_for_the_write_lock_sees_the_expired_lock(
+    queue: SqlQueue, clock: ManualClock
+) -> None:
+    if queue.database.postgres:
+        pytest.skip("the in-process writer mutex is SQLite's")
+    queue.send("q", [msg("a"), msg("b")])
+    a, b = queue.receive("q", 2)
+    real = queue.database._writer
+    queue.database._writer = _SlowWriterLock(real, clock, 31)  # type: ignore[assignment]
+    with pytest.raises(LockLostError):
+        queue.renew_lock(a)  # the 30 s lock expired while waiting: renewing it would be wrong
+    with pytest.raises(LockLostError):
+        queue.complete(b)
+    [again] = queue.receive("q")  # locked from when the lock was actually taken
+    queue.database._writer = real
+    assert again.locked_until == clock.now() + timedelta(seconds=30)
