@@ -33,6 +33,8 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from outbox.errors import ConfigurationError, ValidationError
+
 POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark", "worker_holding")
 ENV_VAR = "OUTBOX_CRASH_AT"
 
@@ -77,17 +79,22 @@ class _Armed:
 class CrashPoints:
     """A registry of armed points. Thread-safe; a point fires once, on its ``at_hit``-th hit."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, from_env: bool = False) -> None:
         self._lock = threading.Lock()
         self._armed: dict[str, _Armed] = {}
         self.fired: list[str] = []
+        # Read OUTBOX_CRASH_AT at the first hit, not at import: a malformed value then fails the
+        # run that uses crash points with a ConfigurationError, not every command at start-up.
+        self._env_pending = from_env
 
     def arm(self, point: str, action: Action | None = None, *, at_hit: int = 1) -> None:
         """Make ``point`` fire on its ``at_hit``-th hit from now (default: raise InjectedCrash)."""
         if point not in POINTS:
-            raise ValueError(f"unknown crash point {point!r}; known points: {', '.join(POINTS)}")
+            raise ValidationError(
+                f"unknown crash point {point!r}", hint=f"known points: {', '.join(POINTS)}"
+            )
         if at_hit < 1:
-            raise ValueError("at_hit counts from 1")
+            raise ValidationError(f"at_hit {at_hit!r} must be at least 1 (it counts from 1)")
         with self._lock:
             self._armed[point] = _Armed(action or raise_crash, at_hit)
 
@@ -97,11 +104,14 @@ class CrashPoints:
             if point is None:
                 self._armed.clear()
                 self.fired.clear()
+                self._env_pending = False
             else:
                 self._armed.pop(point, None)
 
     def hit(self, point: str) -> None:
         """Called by the dispatcher at ``point``; fires the armed action on the chosen hit."""
+        if self._env_pending:  # the process-wide registry reads OUTBOX_CRASH_AT on first use
+            self._arm_from_env_once()
         if not self._armed:  # the hot path: nothing armed
             return
         with self._lock:
@@ -121,11 +131,29 @@ class CrashPoints:
         The default action is ``kill`` (SIGKILL): the variable exists for real child processes.
         Several specs may be separated by commas.
         """
+        self._env_pending = False  # armed explicitly: the first hit must not arm again
         spec = (os.environ if env is None else env).get(ENV_VAR, "").strip()
-        for part in filter(None, (p.strip() for p in spec.split(","))):
-            name, _, how = part.partition("=")
-            name, _, nth = name.partition("@")
-            self.arm(name, parse_action(how or "kill"), at_hit=int(nth or 1))
+        try:
+            for part in filter(None, (p.strip() for p in spec.split(","))):
+                name, _, how = part.partition("=")
+                name, _, nth = name.partition("@")
+                try:
+                    at_hit = int(nth or 1)
+                except ValueError as e:
+                    raise ValidationError(f"{nth!r} is not a hit number") from e
+                self.arm(name, parse_action(how or "kill"), at_hit=at_hit)
+        except ValidationError as e:
+            raise ConfigurationError(
+                f"{ENV_VAR}={spec!r} is malformed: {e}",
+                hint="write point[@n][=raise|kill|kill_soon:SECONDS], comma-separated, "
+                f"or unset {ENV_VAR}",
+            ) from e
+
+    def _arm_from_env_once(self) -> None:
+        with self._lock:
+            if not self._env_pending:
+                return
+        self.arm_from_env()
 
 
 def parse_action(text: str) -> Action:
@@ -134,10 +162,16 @@ def parse_action(text: str) -> Action:
     if text == "kill":
         return kill_now
     if text.startswith("kill_soon:"):
-        return kill_soon(float(text.split(":", 1)[1]))
-    raise ValueError(f"unknown crash action {text!r}; use raise, kill or kill_soon:SECONDS")
+        try:
+            return kill_soon(float(text.split(":", 1)[1]))
+        except ValueError as e:
+            raise ValidationError(
+                f"crash action {text!r}: not a number of seconds", hint="kill_soon:0.05"
+            ) from e
+    raise ValidationError(
+        f"unknown crash action {text!r}", hint="use raise, kill or kill_soon:SECONDS"
+    )
 
 
 #: The process-wide registry the dispatcher and the worker use unless given their own.
-crash_points = CrashPoints()
-crash_points.arm_from_env()
+crash_points = CrashPoints(from_env=True)

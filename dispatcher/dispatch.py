@@ -40,7 +40,7 @@ from dispatcher.crash_points import CrashPoints
 from dispatcher.crash_points import crash_points as default_crash_points
 from dispatcher.metrics import DispatchMetrics
 from dispatcher.transports.base import Transport, TransportMessage
-from outbox.errors import PermanentTransportError
+from outbox.errors import PermanentTransportError, ValidationError
 from outbox.model import DocumentRow, OutboxMessage
 
 log = logging.getLogger("outbox.dispatcher")
@@ -146,7 +146,10 @@ class Dispatcher:
         crash_points: CrashPoints | None = None,
     ) -> None:
         if max_in_flight < 1 or max_batch_messages < 1:
-            raise ValueError("max_in_flight and max_batch_messages must be at least 1")
+            raise ValidationError(
+                f"max_in_flight ({max_in_flight!r}) and max_batch_messages "
+                f"({max_batch_messages!r}) must be at least 1"
+            )
         self.store = store
         self.transport = transport
         self.max_in_flight = max_in_flight
