@@ -36,12 +36,14 @@ class SqlQueueTransport:
         if not entries:
             return
         try:
-            self.queue.send_batch(entries)
-        except ValidationError as e:  # caught above per message; kept for safety
-            raise PermanentTransportError(str(e), message_id=batch[0].message_id) from e
-        except ClosedError as e:
-            raise PermanentTransportError(
-                f"cannot send message {batch[0].message_id}: {e}", message_id=batch[0].message_id
+            self.queue.send_batch(entries)  # validates every message, once
+        except ValidationError as e:
+            culprit = self._culprit(entries) or batch[0].message_id
+            raise PermanentTransportError(f"message {culprit}: {e}", message_id=culprit) from e
+        except ClosedError as e:  # shutting down: the message waits for a command or the rescuer
+            raise RetryableTransportError(
+                f"cannot send message {batch[0].message_id}: {e}",
+                message_id=batch[0].message_id,
             ) from e
         except OutboxError as e:
             ids = ", ".join(m.message_id for m in batch[:3]) + ("..." if len(batch) > 3 else "")
@@ -49,6 +51,15 @@ class SqlQueueTransport:
                 f"the SQL queue did not take the batch ({ids}): {e}",
                 message_id=batch[0].message_id,
             ) from e
+
+    def _culprit(self, entries: Sequence[tuple[str, QueueMessage]]) -> str | None:
+        """The first message the queue refuses (only looked for once a batch was refused)."""
+        for queue, qm in entries:
+            try:
+                self.queue.validate(queue, qm)
+            except ValidationError:
+                return qm.message_id
+        return None
 
     def _destination(self, m: TransportMessage) -> str:
         try:
@@ -58,8 +69,9 @@ class SqlQueueTransport:
                 f"message {m.message_id}: {e}", message_id=m.message_id
             ) from e
 
-    def _convert(self, m: TransportMessage) -> QueueMessage:
-        qm = QueueMessage(
+    @staticmethod
+    def _convert(m: TransportMessage) -> QueueMessage:
+        return QueueMessage(
             body=m.body,
             message_id=m.message_id,
             session_id=m.session_id,
@@ -69,13 +81,6 @@ class SqlQueueTransport:
             correlation_id=m.correlation_id,
             headers=dict(m.headers),
         )
-        try:
-            self.queue.validate(m.destination, qm)
-        except ValidationError as e:
-            raise PermanentTransportError(
-                f"message {m.message_id}: {e}", message_id=m.message_id
-            ) from e
-        return qm
 
     def close(self) -> None:
         """The queue belongs to whoever built it (the runtime shares it with the command worker)."""

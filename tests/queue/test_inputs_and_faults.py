@@ -240,3 +240,30 @@ def test_sqlite_file_removed_mid_run(tmp_path: Path, clock: ManualClock) -> None
         (tmp_path / "moved").rename(folder)
     assert [p.message_id for p in queue.peek("q")] == ["m1"]
     queue.close()
+
+
+def test_transport_validates_each_message_once_and_a_closed_queue_is_retryable(
+    queue: SqlQueue, migrated_url: str
+) -> None:
+    """Review item 11: one validation per message on the happy path; ClosedError is retryable."""
+    calls: list[str] = []
+    original = queue._row
+
+    def counting(q: str, m: QueueMessage, now: Any) -> Any:
+        calls.append(m.message_id)
+        return original(q, m, now)
+
+    queue._row = counting  # type: ignore[method-assign]
+    transport = SqlQueueTransport(queue)
+    transport.send(
+        [TransportMessage(message_id=f"m{i}", destination="q", body=b"x") for i in range(3)]
+    )
+    assert sorted(calls) == ["m0", "m1", "m2"]
+    closed = SqlQueue(migrated_url)
+    closed.close()
+    with pytest.raises(RetryableTransportError) as e:
+        SqlQueueTransport(closed).send(
+            [TransportMessage(message_id="late", destination="q", body=b"x")]
+        )
+    assert e.value.message_id == "late"
+    assert e.value.retryable
