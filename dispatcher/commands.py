@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outbox.errors import ValidationError
@@ -61,13 +62,15 @@ class ProcessDocument:
                 hint="commands must be JSON with table, id and up_to_seq",
             ) from e
 
-    def to_queue_message(self) -> QueueMessage:
+    def to_queue_message(self, not_before: datetime | None = None) -> QueueMessage:
+        """The queue message; ``not_before`` schedules it (a retry after a failed dispatch)."""
         from dispatcher.queue.messages import QueueMessage
 
         return QueueMessage(
             body=self.to_json(),
             message_id=self.command_id,
             session_id=self.id,
+            not_before=not_before,
             subject=COMMAND_SUBJECT,
             content_type=COMMAND_CONTENT_TYPE,
         )

@@ -27,7 +27,7 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from dispatcher.commands import ProcessDocument
+from dispatcher.commands import commands_for
 from dispatcher.crash_points import CrashPoints
 from dispatcher.crash_points import crash_points as default_crash_points
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
@@ -164,18 +164,11 @@ class DispatcherRuntime:
 
         A failure is logged and counted, not raised: the rescuer will find these documents.
         """
-        commands = [
-            ProcessDocument(self.store.table_id, doc_id, seq, self.settings.table_uri)
-            for doc_id, seq in docs
-        ]
+        commands = commands_for(self.store.table_id, self.settings.table_uri, docs)
         if not commands:
             return 0
         not_before = self.clock.now() + timedelta(seconds=delay) if delay > 0 else None
-        messages = [c.to_queue_message() for c in commands]
-        if not_before is not None:
-            from dataclasses import replace
-
-            messages = [replace(m, not_before=not_before) for m in messages]
+        messages = [c.to_queue_message(not_before=not_before) for c in commands]
         try:
             self.queue.send(self.settings.command_queue, messages)
         except Exception as e:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Sequence
 from datetime import datetime
-from typing import Any
 
 from sqlalchemy import Connection, DateTime, RowMapping, String, Text, delete, func, insert, literal
 from sqlalchemy import select as sa_select
@@ -83,7 +82,6 @@ def move_to_dead_letters(
     reason: str,
     description: str,
     now: datetime,
-    extra_delivery: int = 0,
 ) -> int:
     """Copy messages into dead letters and delete them, in the caller's transaction."""
     if not sequence_numbers:
@@ -91,7 +89,7 @@ def move_to_dead_letters(
     source = sa_select(
         *(M.c[name] for name in _COPIED),
         M.c.sequence_number,
-        (M.c.delivery_count + extra_delivery).label("delivery_count"),
+        M.c.delivery_count,
         literal(reason, String()).label("reason"),
         literal(description, Text()).label("description"),
         literal(now, DateTime(timezone=True)).label("dead_lettered_at"),
@@ -125,7 +123,3 @@ def lock_sessions(conn: Connection, keys: Iterable[tuple[str, str | None]]) -> N
         conn.execute(
             sa_select(func.pg_advisory_xact_lock(func.hashtextextended(f"{queue}:{session}", 0)))
         )
-
-
-def message_values(row: dict[str, Any]) -> dict[str, Any]:
-    return {k: row[k] for k in row if k in M.c}

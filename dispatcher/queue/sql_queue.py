@@ -29,6 +29,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     and_,
+    bindparam,
     case,
     delete,
     exists,
@@ -305,6 +306,9 @@ class SqlQueue:
             conditions += [M.c.session_id == session_id, head_of_session]
         return conditions
 
+    def _exhausted_description(self) -> str:
+        return f"delivered {self.max_delivery_count} times without completion"
+
     def _anything_deliverable(self, queue: str, now: datetime, session_id: str | None) -> bool:
         with self._db.read("receive messages") as conn:
             probe = select(M.c.sequence_number).where(*self._deliverable(queue, now, session_id))
@@ -357,24 +361,31 @@ class SqlQueue:
                     conn,
                     exhausted,
                     reason=MAX_DELIVERY_REASON,
-                    description=f"delivered {self.max_delivery_count} times without completion",
+                    description=self._exhausted_description(),
                     now=now,
                 )
                 live = [r for r in rows if r["delivery_count"] < self.max_delivery_count]
                 if lock:
                     until = now + self.lock_duration
                     tokens = [str(uuid.uuid4()) for _ in live]
-                    for row, token in zip(live, tokens, strict=True):
+                    if live:  # one executemany, one cached statement, for the whole batch
                         conn.execute(
                             update(M)
-                            .where(M.c.sequence_number == row["sequence_number"])
+                            .where(M.c.sequence_number == bindparam("b_seq"))
                             .values(
-                                lock_token=token,
+                                lock_token=bindparam("b_token"),
                                 locked_until=until,
                                 delivery_count=M.c.delivery_count + 1,
-                            )
+                            ),
+                            [
+                                {"b_seq": row["sequence_number"], "b_token": token}
+                                for row, token in zip(live, tokens, strict=True)
+                            ],
                         )
-                        out.append(received(row, lock_token=token, locked_until=until))
+                    out += [
+                        received(row, lock_token=token, locked_until=until)
+                        for row, token in zip(live, tokens, strict=True)
+                    ]
                 elif live:
                     seqs = [r["sequence_number"] for r in live]
                     conn.execute(delete(M).where(M.c.sequence_number.in_(seqs)))
@@ -435,7 +446,7 @@ class SqlQueue:
                     conn,
                     [seq],
                     reason=MAX_DELIVERY_REASON,
-                    description=f"delivered {self.max_delivery_count} times without completion",
+                    description=self._exhausted_description(),
                     now=now,
                 )
                 return

@@ -418,3 +418,30 @@ def test_settling_after_a_long_wait_for_the_write_lock_sees_the_expired_lock(
     [again] = queue.receive("q")  # locked from when the lock was actually taken
     queue.database._writer = real
     assert again.locked_until == clock.now() + timedelta(seconds=30)
+
+
+def test_receive_locks_a_batch_with_one_update_statement(queue: SqlQueue) -> None:
+    """Review item 12: one executemany for the locked rows, not one UPDATE per row."""
+    from sqlalchemy import event
+
+    queue.send("q", [msg(f"m{i}") for i in range(5)])
+    updates: list[bool] = []
+
+    def seen(_c: object, _cur: object, stmt: str, _p: object, _ctx: object, many: bool) -> None:
+        if stmt.lstrip().upper().startswith("UPDATE"):
+            updates.append(many)
+
+    event.listen(queue.engine, "before_cursor_execute", seen)
+    try:
+        assert len(queue.receive("q", 5)) == 5
+    finally:
+        event.remove(queue.engine, "before_cursor_execute", seen)
+    assert updates == [True]
+
+
+def test_stats_of_one_queue(queue: SqlQueue) -> None:
+    queue.send("a", msg("1"))
+    queue.send("b", [msg("2"), msg("3")])
+    assert list(queue.stats("b")) == ["b"]
+    assert queue.stats("b")["b"].active == 2
+    assert queue.stats("empty") == {}

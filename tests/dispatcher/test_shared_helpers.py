@@ -1,0 +1,46 @@
+"""The helpers the worker and the consumer share (review item 13)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+
+from dispatcher.commands import ProcessDocument
+from dispatcher.queue.consumer import ExponentialBackoff
+from dispatcher.queue.signals import stop_on_signals
+from outbox.clock import ManualClock
+
+
+def test_backoff_has_replayable_jitter() -> None:
+    plain = ExponentialBackoff(base=1, cap=10)
+    assert [plain(n) for n in (1, 2, 3, 9)] == [1.0, 2.0, 4.0, 10.0]
+    a, b = (ExponentialBackoff(base=1, jitter=0.1, seed=7) for _ in range(2))
+    delays = [a(n) for n in (1, 2, 3)]
+    assert delays == [b(n) for n in (1, 2, 3)]
+    assert all(
+        2 ** (n - 1) <= d < 2 ** (n - 1) * 1.1 for n, d in zip((1, 2, 3), delays, strict=True)
+    )
+
+
+def test_a_second_signal_gets_the_default_handling() -> None:
+    assert threading.current_thread() is threading.main_thread()
+    stopped = threading.Event()
+    interrupted = False
+    with stop_on_signals(stopped.set) as state:
+        os.kill(os.getpid(), signal.SIGTERM)  # handled synchronously in the main thread
+        assert stopped.is_set()
+        assert state.received == "SIGTERM"
+        try:
+            os.kill(os.getpid(), signal.SIGINT)  # the second: Python's own KeyboardInterrupt
+        except KeyboardInterrupt:
+            interrupted = True
+    assert interrupted
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL
+
+
+def test_a_scheduled_command_message() -> None:
+    when = ManualClock().now()
+    m = ProcessDocument("t", "doc", 3).to_queue_message(not_before=when)
+    assert (m.not_before, m.session_id) == (when, "doc")
+    assert ProcessDocument("t", "doc", 3).to_queue_message().not_before is None
