@@ -30,6 +30,7 @@ Nothing here raises ``Exception`` to the caller: failures are logged, counted an
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
@@ -158,6 +159,7 @@ class Dispatcher:
         self.metrics = metrics or DispatchMetrics()
         self.crash_points = crash_points or default_crash_points
         self._pool: ThreadPoolExecutor | None = None
+        self._pool_lock = threading.Lock()
 
     # --- the whole job ----------------------------------------------------------------------
 
@@ -247,10 +249,14 @@ class Dispatcher:
     def _run_concurrently(
         self, chunks: list[list[Plan]], started: float
     ) -> list[list[DocumentOutcome]]:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self.max_in_flight, thread_name_prefix="outbox-send")
+        with self._pool_lock:  # application threads and worker threads share one dispatcher
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self.max_in_flight, thread_name_prefix="outbox-send"
+                )
+            pool = self._pool
         futures: list[Future[list[DocumentOutcome]]] = [
-            self._pool.submit(self._run_chunk, c, started) for c in chunks
+            pool.submit(self._run_chunk, c, started) for c in chunks
         ]
         # On a crash, cancel what has not started and wait for every send already running, so
         # nothing is still in flight when the crash reaches the caller.
@@ -266,8 +272,8 @@ class Dispatcher:
 
     def _run_chunk(self, chunk: list[Plan], started: float) -> list[DocumentOutcome]:
         if len(chunk) > 1:
-            batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
             try:
+                batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
                 self._send(batch, started)
             except Exception as e:
                 self.metrics.inc("coalesced_fallbacks")
@@ -311,9 +317,10 @@ class Dispatcher:
         self.crash_points.hit("mid_batch")
 
     def close(self) -> None:
-        if self._pool is not None:
-            self._pool.shutdown(wait=True)
-            self._pool = None
+        with self._pool_lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _count_sent(outcome: DocumentOutcome, row: DocumentRow) -> int:

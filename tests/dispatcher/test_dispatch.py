@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
@@ -126,15 +125,19 @@ def test_sends_are_concurrent_across_documents_but_bounded(workspace: Path) -> N
         atomic_batches = False
 
         def __init__(self) -> None:
-            self.now = self.peak = 0
+            self.now = self.peak = self.calls = 0
             self.lock = threading.Lock()
             self.inner = InMemoryTransport()
+            self.together = threading.Barrier(2, timeout=10)
 
         def send(self, batch: Sequence[TransportMessage]) -> None:
             with self.lock:
                 self.now += 1
                 self.peak = max(self.peak, self.now)
-            time.sleep(0.01)
+                self.calls += 1
+                first_two = self.calls <= 2
+            if first_two:  # serial sends would never meet here (the barrier breaks)
+                self.together.wait()
             self.inner.send(batch)
             with self.lock:
                 self.now -= 1

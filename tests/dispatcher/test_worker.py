@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -152,7 +151,9 @@ def test_sigterm_stops_the_worker_cleanly_with_exit_0(workspace: Path) -> None:
         assert proc.stderr is not None
         line = proc.stderr.readline()  # the start-up line: the worker is running
         assert "run-dispatcher" in line
-        time.sleep(0.3)
+        while "worker ready" not in line:  # the signal handlers are installed from here on
+            line = proc.stderr.readline()
+            assert line, "the worker exited before it was ready"
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=20)
     finally:

@@ -241,8 +241,10 @@ def test_foreign_lock_is_lost_and_changes_nothing(
     [old] = queue.receive("q")
     clock.advance(31)
     [new] = queue.receive("q")  # someone else holds it now
+    before = (queue.peek("q"), queue.stats(), queue.list_dead_letters())
     with pytest.raises(LockLostError):
         _settle(queue, old, action)
+    assert (queue.peek("q"), queue.stats(), queue.list_dead_letters()) == before
     queue.complete(new)  # the real holder still can
 
 
