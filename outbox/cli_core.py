@@ -8,6 +8,7 @@ from outbox.cli_support import CliContext, emit_json, json_option, pass_cli, pri
 from outbox.clock import SystemClock
 from outbox.durations import parse_duration
 from outbox.errors import ValidationError
+from outbox.settings import Settings
 
 
 @click.command()
@@ -78,10 +79,24 @@ def maintain(
         vacuum_retention_seconds=retention,
         dry_run=dry_run,
     )
+    result = report.to_dict()
+    result["expired_duplicate_ids_deleted"] = _forget_duplicates(settings)
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(result)
     else:
-        print_kv("maintenance", report.to_dict().items())
+        print_kv("maintenance", result.items())
+
+
+def _forget_duplicates(settings: Settings) -> int | None:
+    """Prune the queue's expired duplicate-detection ids (None: no queue database to prune)."""
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.errors import QueueError
+
+    try:
+        with SqlQueue.from_settings(settings) as queue:
+            return queue.forget_expired_duplicates(limit=None)
+    except QueueError:
+        return None
 
 
 def register(group: click.Group) -> None:
