@@ -216,7 +216,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "compact_every, default_destination, dispatch, duplicate_detection_window, group_commit, "
         "lock_duration, max_commit_retries, max_delivery_count, max_in_flight, max_message_bytes, "
         "rescue_delay, rescue_interval, rescuer_name, sql_url, storage_options, table_uri, "
-        "transport, vacuum_retention, workspace)",
+        "transport, workspace)",
     ),
     (
         "broken outbox.toml",
