@@ -530,6 +530,8 @@ def blocked(self, uri, version):
 
 rescue_cli.SystemClock = Later
 LocalEngine.plan_sweep = blocked
+# Ctrl-C as in a terminal: a process started under pytest-xdist inherits SIGINT ignored.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 from cli import main
 
 main(["-w", sys.argv[1], "rescue"], prog_name="outbox")
