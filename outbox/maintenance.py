@@ -16,7 +16,7 @@ import math
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from outbox.clock import Clock
@@ -103,9 +103,12 @@ def oldest_needed_version(sql_url: str, table_uri: str) -> int | None:
 
 def commit_time(store: DeltaDocumentStore, version: int) -> datetime | None:
     """Commit timestamp of ``version`` in UTC (None when the log no longer has it)."""
-    for entry in store.delta_table.history(limit=max(1, store.version() - version + 1)):
-        if int(entry.get("version", -1)) == version and "timestamp" in entry:
-            return datetime.fromtimestamp(int(entry["timestamp"]) / 1000, tz=UTC)
+    from rescuer.window import commit_times
+
+    latest = store.version()
+    for commit in commit_times(store.delta_table, max(1, latest - version + 1), latest=latest):
+        if commit.version == version:
+            return commit.timestamp
     return None
 
 
