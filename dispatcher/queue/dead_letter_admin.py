@@ -25,7 +25,7 @@ from sqlalchemy import (
 from dispatcher.queue import validation
 from dispatcher.queue.database import Database
 from dispatcher.queue.messages import DeadLetter
-from dispatcher.queue.rows import dead_letter, lock_sessions
+from dispatcher.queue.rows import COPIED_COLUMNS, dead_letter, lock_sessions
 from migrations.sql.tables import dead_letters, queue_messages
 from outbox.errors import MessageNotFoundError, ValidationError
 
@@ -137,17 +137,7 @@ def requeue(
         if db.postgres:
             keys = conn.execute(select(D.c.queue, D.c.session_id).where(D.c.id.in_(chunk)))
             lock_sessions(conn, [(q, s) for q, s in keys])
-        names = [
-            "queue",
-            "message_id",
-            "session_id",
-            "body",
-            "subject",
-            "content_type",
-            "correlation_id",
-            "headers",
-            "enqueued_at",
-        ]
+        names = list(COPIED_COLUMNS)
         source = (
             select(*(D.c[n] for n in names))
             .add_columns(_const(now).label("not_before"), _zero().label("delivery_count"))

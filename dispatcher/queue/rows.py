@@ -16,7 +16,8 @@ from migrations.sql.tables import dead_letters, queue_messages
 M = queue_messages
 D = dead_letters
 
-_COPIED = (
+#: The columns a message keeps when it moves to dead letters and back.
+COPIED_COLUMNS = (
     "queue",
     "message_id",
     "session_id",
@@ -87,7 +88,7 @@ def move_to_dead_letters(
     if not sequence_numbers:
         return 0
     source = sa_select(
-        *(M.c[name] for name in _COPIED),
+        *(M.c[name] for name in COPIED_COLUMNS),
         M.c.sequence_number,
         M.c.delivery_count,
         literal(reason, String()).label("reason"),
@@ -97,7 +98,7 @@ def move_to_dead_letters(
     conn.execute(
         insert(D).from_select(
             [
-                *_COPIED,
+                *COPIED_COLUMNS,
                 "sequence_number",
                 "delivery_count",
                 "reason",
