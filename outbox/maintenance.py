@@ -50,7 +50,7 @@ def compact(store: DeltaDocumentStore) -> dict[str, Any]:
 
     with store._lock:
         try:
-            store.delta_table.update_incremental()
+            store.refresh()
             metrics: dict[str, Any] = store.delta_table.optimize.compact()
         except CommitFailedError as e:
             log.info("compaction skipped: a writer committed meanwhile (%s)", e)
@@ -67,7 +67,7 @@ def checkpoint(store: DeltaDocumentStore) -> None:
     """Write a Delta checkpoint so opening the table does not replay the whole log."""
     with store._lock:
         try:
-            store.delta_table.update_incremental()
+            store.refresh()
             store.delta_table.create_checkpoint()
         except Exception as e:
             raise _failed("writing a checkpoint of", store, e) from e
