@@ -36,8 +36,9 @@ def test_competing_receivers(migrated_url: str, tmp_path: Path) -> None:
     ] + [QueueMessage(b"x", message_id=f"n-{i}") for i in range(loose)]
     queue.send("work", batch)
     (tmp_path / "markers").mkdir()
+    start = ctx.Barrier(receivers)
     procs = [
-        ctx.Process(target=workers.compete, args=(migrated_url, str(tmp_path), w))
+        ctx.Process(target=workers.compete, args=(migrated_url, str(tmp_path), w, start))
         for w in range(receivers)
     ]
     for p in procs:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import time
 from pathlib import Path
+from typing import Any
 
 from dispatcher.queue import Consumer, SqlQueue
 from dispatcher.queue.messages import ReceivedMessage
@@ -20,12 +21,15 @@ def _claim(markers: Path, key: str, violations: Path) -> Path:
     return path
 
 
-def compete(url: str, workdir: str, worker: int) -> None:
-    """Receive and complete until the queue is empty, proving exclusivity with O_EXCL markers."""
+def compete(url: str, workdir: str, worker: int, start: Any = None) -> None:
+    """Receive and complete until the queue is empty, proving exclusivity with O_EXCL markers
+    that are held until the message is settled."""
     root = Path(workdir)
     markers, violations = root / "markers", root / "violations.txt"
     queue = SqlQueue(url, lock_duration=120)
     abandoned: set[str] = set()
+    if start is not None:
+        start.wait()  # every receiver starts at once, so they really compete
     while True:
         batch = queue.receive("work", 3)
         if not batch:
@@ -42,13 +46,19 @@ def compete(url: str, workdir: str, worker: int) -> None:
             if m.session_id and not again:
                 with (root / f"session-{m.session_id}.log").open("a") as f:
                     f.write(f"{m.message_id}\n")
-            for path in held:
+            # Markers are held for the whole lock period and released at the last moment each
+            # can be: the session's (and an abandoned message's) just before the settlement
+            # that lets another receiver take them, a completed message's after (it is gone).
+            message_marker, session_markers = held[0], held[1:]
+            for path in session_markers:
                 path.unlink()
             if again:
                 abandoned.add(m.message_id)
+                message_marker.unlink()
                 queue.abandon(m)
                 continue
             queue.complete(m)
+            message_marker.unlink()
             with (root / f"done-{worker}.log").open("a") as f:
                 f.write(f"{m.message_id}\n")
     queue.close()
