@@ -31,6 +31,7 @@ from rescuer.planner import (
     feed_unavailable,
     first_line,
     pending_from_rows,
+    sweep_plan,
 )
 
 #: The signatures of "the history this window needs is gone", as delta-rs 1.6.6 reports them
@@ -238,23 +239,13 @@ class LocalEngine:
         finally:
             if moved:  # the cached handle is behind now; reopen it next time
                 self._tables.pop(table_uri, None)
-        pending = pending_from_rows(
-            zip(
-                rows["id"].to_pylist(),
-                rows["last_seq"].to_pylist(),
-                rows["dispatched_seq"].to_pylist(),
-                strict=True,
-            )
+        triples = zip(
+            rows["id"].to_pylist(),
+            rows["last_seq"].to_pylist(),
+            rows["dispatched_seq"].to_pylist(),
+            strict=True,
         )
-        return Plan(
-            "sweep",
-            self.name,
-            0,
-            len(pending),
-            pending,
-            0,
-            {"read_s": time.perf_counter() - t0, "plan_s": 0.0},
-        )
+        return sweep_plan(self.name, triples, time.perf_counter() - t0)
 
     def close(self) -> None:
         self._tables.clear()

@@ -29,6 +29,7 @@ from rescuer.planner import (
     feed_unavailable,
     first_line,
     pending_from_rows,
+    sweep_plan,
 )
 
 JARS_ENV = "OUTBOX_DELTA_JARS"
@@ -319,16 +320,8 @@ class SparkEngine:
             )
         except Exception as e:
             raise _translate(table_uri, "sweeping", e, None) from e
-        pending = pending_from_rows((r["id"], r["last_seq"], r["dispatched_seq"]) for r in rows)
-        return Plan(
-            "sweep",
-            self.name,
-            0,
-            len(pending),
-            pending,
-            0,
-            {"read_s": time.perf_counter() - t0, "plan_s": 0.0},
-        )
+        triples = ((r["id"], r["last_seq"], r["dispatched_seq"]) for r in rows)
+        return sweep_plan(self.name, triples, time.perf_counter() - t0)
 
     def close(self) -> None:
         """The session is shared per process; it is not stopped here."""

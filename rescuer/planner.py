@@ -93,6 +93,13 @@ def pending_from_rows(rows: Iterable[Sequence[Any]]) -> tuple[PendingDocument, .
     return tuple(docs[k] for k in sorted(docs))
 
 
+def sweep_plan(engine: str, rows: Iterable[Sequence[Any]], read_s: float) -> Plan:
+    """The plan of a full sweep from (id, last_seq, dispatched_seq) rows, whichever engine read
+    them: no feed rows, one document per pending row."""
+    pending = pending_from_rows(rows)
+    return Plan("sweep", engine, 0, len(pending), pending, 0, {"read_s": read_s, "plan_s": 0.0})
+
+
 def first_line(e: BaseException, limit: int = 300) -> str:
     """The first line of an error's message (its type name when it has none), for one-line CLIs."""
     text = str(e).strip()
