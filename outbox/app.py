@@ -81,9 +81,19 @@ class Outbox:
         ob = cls(settings, store, clock=clock)
         ob._wire_dispatch(transport)
         if settings.compact_every:
-            from outbox.maintenance import AutoCompactor
+            from outbox.maintenance import AutoCompactor, AutoLogTrimmer
 
             ob.add_commit_listener(AutoCompactor(store, settings.compact_every))
+            ob.add_commit_listener(
+                AutoLogTrimmer(
+                    store,
+                    settings.compact_every,
+                    sql_url=settings.sql_url,
+                    retention_seconds=settings.log_retention,
+                    clock=clock,
+                    storage_options=settings.storage_options,
+                )
+            )
         return ob
 
     def _wire_dispatch(self, transport: Any) -> None:

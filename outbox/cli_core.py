@@ -49,7 +49,13 @@ def migrate(
     help="Also vacuum files older than RETENTION (e.g. 168h). Refused when the rescuer still "
     "needs that history.",
 )
-@click.option("--dry-run", is_flag=True, help="With --vacuum: list what would be deleted.")
+@click.option(
+    "--no-trim-log",
+    is_flag=True,
+    help="Skip trimming the Delta log (commit files older than log_retention, never past the "
+    "oldest rescuer checkpoint).",
+)
+@click.option("--dry-run", is_flag=True, help="Report what vacuum and the log trim would delete.")
 @json_option
 @pass_cli
 def maintain(
@@ -57,10 +63,12 @@ def maintain(
     no_compact: bool,
     no_checkpoint: bool,
     vacuum: str | None,
+    no_trim_log: bool,
     dry_run: bool,
     as_json: bool,
 ) -> None:
-    """Compact small files, write a checkpoint and (optionally) vacuum safely."""
+    """Compact small files, write a checkpoint, trim the Delta log and (optionally) vacuum,
+    never deleting history the rescuer still needs."""
     from outbox.delta.store import DeltaDocumentStore
     from outbox.maintenance import maintain as run
 
@@ -78,6 +86,8 @@ def maintain(
         do_checkpoint=not no_checkpoint,
         vacuum_retention_seconds=retention,
         dry_run=dry_run,
+        log_retention_seconds=None if no_trim_log else settings.log_retention,
+        storage_options=settings.storage_options,
     )
     result = report.to_dict()
     result["expired_duplicate_ids_deleted"] = _forget_duplicates(settings)

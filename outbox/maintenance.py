@@ -7,6 +7,9 @@ no change rows (``dataChange=false``), so the rescuer never sees it.
 A vacuum deletes files of old versions. The rescuer reads the change data feed from its checkpoint
 onward, so a vacuum whose retention would reach into that window (or into ``rescue_delay`` plus a
 margin) is refused with an error that says what to do instead.
+
+Log trimming (``outbox.delta.log``) keeps the ``_delta_log`` directory short, because deltalake
+lists all of it after every commit; it stops at the oldest version a rescuer still has to read.
 """
 
 from __future__ import annotations
@@ -15,14 +18,16 @@ import logging
 import math
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 from outbox.clock import Clock
+from outbox.delta.log import trim_log
 from outbox.delta.store import DeltaDocumentStore
 from outbox.durations import format_duration
-from outbox.errors import StoreError, VacuumRefusedError
+from outbox.errors import OutboxError, StoreError, VacuumRefusedError
 
 log = logging.getLogger("outbox.maintain")
 
@@ -38,6 +43,7 @@ class MaintenanceReport:
     checkpoint_written: bool = False
     vacuumed_files: int | None = None
     vacuum_retention_hours: float | None = None
+    log_trim: dict[str, Any] | None = None
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -154,7 +160,12 @@ def maintain(
     do_checkpoint: bool = True,
     vacuum_retention_seconds: float | None = None,
     dry_run: bool = False,
+    log_retention_seconds: float | None = None,
+    storage_options: Mapping[str, str] | None = None,
 ) -> MaintenanceReport:
+    """Compaction, a checkpoint, then (with ``log_retention_seconds``) a log trim and (with
+    ``vacuum_retention_seconds``) a guarded vacuum. The checkpoint comes before the trim so the
+    trim has a fresh checkpoint to keep."""
     start = time.perf_counter()
     report = MaintenanceReport(version_before=store.refresh())
     if do_compact:
@@ -181,6 +192,15 @@ def maintain(
             raise StoreError(f"vacuum of {store.uri} failed: {e}") from e
         report.vacuumed_files = len(removed)
         report.vacuum_retention_hours = hours
+    if log_retention_seconds is not None:
+        report.log_trim = trim_log_safely(
+            store,
+            clock=clock,
+            sql_url=sql_url,
+            retention_seconds=log_retention_seconds,
+            storage_options=storage_options,
+            dry_run=dry_run,
+        )
     report.version_after = store.refresh()
     report.seconds = round(time.perf_counter() - start, 3)
     return report
@@ -209,4 +229,81 @@ class AutoCompactor:
                 return
             self._next = (version // self._every + 1) * self._every
         compact(self._store)
+        self.runs += 1
+
+
+def trim_log_safely(
+    store: DeltaDocumentStore,
+    *,
+    clock: Clock,
+    sql_url: str,
+    retention_seconds: float,
+    storage_options: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+) -> dict[str, Any]:
+    """Trim the Delta log behind the rescuer; skipped (reported, never raised) when the rescuer
+    checkpoints cannot be read, because trimming blind could cut the rescuer's feed."""
+    try:
+        needed = oldest_needed_version(sql_url, store.uri)
+    except VacuumRefusedError as e:
+        log.warning("log trim skipped: %s", e)
+        return {"skipped": str(e)}
+    report = trim_log(
+        store.uri,
+        now=clock.now(),
+        retention=timedelta(seconds=retention_seconds),
+        needed=needed,
+        storage_options=storage_options,
+        dry_run=dry_run,
+    )
+    return report.to_dict()
+
+
+class AutoLogTrimmer:
+    """A commit listener that trims the Delta log every ``every`` versions (0 turns it off).
+
+    Why in the writer: deltalake lists the whole log after each commit, so an untrimmed log makes
+    every commit slower (docs/delta.md). A failure is logged and the next run tries again; the
+    commit that triggered it has already happened.
+    """
+
+    def __init__(
+        self,
+        store: DeltaDocumentStore,
+        every: int,
+        *,
+        sql_url: str,
+        retention_seconds: float,
+        clock: Clock,
+        storage_options: Mapping[str, str] | None = None,
+    ) -> None:
+        self._store = store
+        self._every = every
+        self._sql_url = sql_url
+        self._retention = retention_seconds
+        self._clock = clock
+        self._options = storage_options
+        self._next = (store.version() // every + 1) * every if every > 0 else 0
+        self._lock = threading.Lock()
+        self.runs = 0
+        self.last: dict[str, Any] | None = None
+
+    def __call__(self, _rows: Any, version: int) -> None:
+        if self._every <= 0:
+            return
+        with self._lock:
+            if version < self._next:
+                return
+            self._next = (version // self._every + 1) * self._every
+        try:
+            self.last = trim_log_safely(
+                self._store,
+                clock=self._clock,
+                sql_url=self._sql_url,
+                retention_seconds=self._retention,
+                storage_options=self._options,
+            )
+        except OutboxError as e:
+            log.warning("log trim failed (the next one will retry): %s", e)
+            self.last = {"failed": str(e)}
         self.runs += 1

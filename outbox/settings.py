@@ -51,7 +51,8 @@ class Settings:
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
-    compact_every: int = 100  # commits between automatic compactions; 0 turns it off
+    compact_every: int = 100  # commits between automatic upkeep (compaction, log trim); 0: off
+    log_retention: float = 3600.0  # commit files younger than this are never trimmed
     group_commit: bool = True  # concurrent units of work in one process share a Delta commit
 
     def __post_init__(self) -> None:
@@ -89,6 +90,12 @@ class Settings:
             raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
         if self.compact_every < 0:
             raise bad("compact_every", "must be 0 (off) or more")
+        if self.log_retention < self.rescue_delay:
+            raise bad(
+                "log_retention",
+                f"{self.log_retention:g}s is shorter than rescue_delay ({self.rescue_delay:g}s); "
+                "the rescuer times its window from the commits in the log",
+            )
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
         if "://" not in self.sql_url:
@@ -178,6 +185,7 @@ _DURATIONS = {
     "rescue_interval",
     "lock_duration",
     "duplicate_detection_window",
+    "log_retention",
 }
 _INTS = {
     "buckets",

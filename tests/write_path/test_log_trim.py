@@ -1,0 +1,292 @@
+"""Log trimming: the Delta log stays short, and never loses what the rescuer still has to read."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from cli import main as cli_main
+from migrations.runner import migrate
+from outbox.app import Outbox
+from outbox.clock import ManualClock
+from outbox.delta.log import LogFile, list_log, plan_trim, trim_log
+from outbox.delta.store import DeltaDocumentStore
+from outbox.errors import ConfigurationError, StoreError
+from outbox.maintenance import AutoLogTrimmer, trim_log_safely
+from outbox.settings import Settings
+from rescuer.cdf_local import LocalEngine
+from rescuer.checkpoint import SqlCheckpointStore
+from rescuer.runner import run_pass
+from rescuer.sink import InMemorySink
+from tests.write_path.conftest import bare_outbox
+
+T0 = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def _files(commits: int, checkpoints: list[int], old_until: int) -> list[LogFile]:
+    """A synthetic log: commits 0..commits-1, the first ``old_until`` past the retention."""
+    out = [
+        LogFile(f"_delta_log/{v:020d}.json", v, T0 + timedelta(seconds=v), True, False)
+        for v in range(commits)
+    ]
+    out += [
+        LogFile(f"_delta_log/{v:020d}.checkpoint.parquet", v, T0, False, True) for v in checkpoints
+    ]
+    return out
+
+
+def _cutoff(old_until: int) -> datetime:
+    return T0 + timedelta(seconds=old_until - 1)
+
+
+def test_plan_keeps_the_newest_two_checkpoints_when_nothing_else_holds() -> None:
+    plan = plan_trim(_files(350, [100, 200, 300], 350), cutoff=_cutoff(350), needed=None)
+    assert (plan.keep_from, plan.held_by) == (200, "checkpoints")
+    assert {f.version for f in plan.doomed} == set(range(200)) | {100}
+    assert all(f.version < 200 for f in plan.doomed)
+
+
+def test_plan_never_deletes_commits_younger_than_the_retention() -> None:
+    plan = plan_trim(_files(350, [100, 200, 300], 150), cutoff=_cutoff(150), needed=None)
+    assert (plan.keep_from, plan.held_by) == (100, "retention")
+    assert max(f.version for f in plan.doomed) == 99
+
+
+def test_plan_never_passes_the_oldest_version_a_rescuer_needs() -> None:
+    plan = plan_trim(_files(350, [100, 200, 300], 350), cutoff=_cutoff(350), needed=150)
+    assert (plan.keep_from, plan.held_by) == (100, "rescuer")
+    plan = plan_trim(_files(350, [100, 200, 300], 350), cutoff=_cutoff(350), needed=50)
+    assert plan.keep_from is None
+    assert plan.doomed == ()
+
+
+def test_plan_needs_two_checkpoints() -> None:
+    plan = plan_trim(_files(150, [100], 150), cutoff=_cutoff(150), needed=None)
+    assert plan.keep_from is None
+    assert plan.doomed == ()
+
+
+def _write(ob: Outbox, n: int, prefix: str) -> int:
+    version = 0
+    for i in range(n):
+        with ob.unit_of_work() as uow:
+            uow.create(f"{prefix}{i}", type="T").send("E", {"i": i}, destination="q")
+        version = ob.store.version()
+    return version
+
+
+def _checkpoint(ob: Outbox) -> int:
+    ob.store.refresh()
+    ob.store.delta_table.create_checkpoint()
+    return ob.store.version()
+
+
+def _later() -> ManualClock:
+    """A clock two hours ahead: every commit file on disk is past a one-hour retention."""
+    return ManualClock(datetime.now(UTC) + timedelta(hours=2))
+
+
+def test_trimmed_table_opens_reads_writes_and_keeps_its_feed(workspace: Path) -> None:
+    ob = bare_outbox(workspace)
+    _write(ob, 6, "a")
+    c1 = _checkpoint(ob)
+    _write(ob, 6, "b")
+    c2 = _checkpoint(ob)
+    _write(ob, 3, "c")
+    before = {f.version for f in list_log(ob.store.uri)}
+    report = trim_log(ob.store.uri, now=_later().now(), retention=timedelta(hours=1), needed=None)
+    assert (report.keep_from, report.held_by) == (c1, "checkpoints")
+    after = {f.version for f in list_log(ob.store.uri)}
+    assert min(after) == c1
+    assert report.deleted > 0
+    assert before - after == set(range(c1))
+    assert c2 in after
+
+    fresh = DeltaDocumentStore(ob.store.uri)  # a new process opening the trimmed table
+    _, rows = fresh.read([f"a{i}" for i in range(6)] + ["c2"])
+    assert len(rows) == 7
+    import pyarrow as pa
+
+    feed = pa.RecordBatchReader.from_stream(
+        fresh.delta_table.load_cdf(starting_version=c1 + 1)
+    ).read_all()
+    assert feed.num_rows == 9  # the b and c inserts are all still in the feed
+    _write(ob, 1, "d")  # and the writer goes on
+    assert DeltaDocumentStore(ob.store.uri).read(["d0"])[1]
+
+
+def test_dry_run_deletes_nothing(workspace: Path) -> None:
+    ob = bare_outbox(workspace)
+    for prefix in "abc":
+        _write(ob, 3, prefix)
+        _checkpoint(ob)
+    before = list_log(ob.store.uri)
+    report = trim_log(
+        ob.store.uri, now=_later().now(), retention=timedelta(hours=1), needed=None, dry_run=True
+    )
+    assert report.deleted > 0
+    assert report.dry_run
+    assert list_log(ob.store.uri) == before
+
+
+def test_trim_stops_at_the_rescuer_checkpoint_and_the_next_pass_reads_the_feed(
+    workspace: Path,
+) -> None:
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    ob = bare_outbox(workspace)
+    _write(ob, 4, "a")
+    c0 = _checkpoint(ob)
+    checkpoints = SqlCheckpointStore(settings.sql_url)
+    sink = InMemorySink()
+    clock = _later()
+    first = run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
+    assert first.mode == "sweep"
+    assert first.checkpoint_after is not None
+    rescued_at = first.checkpoint_after
+    for prefix in "bcd":  # more pending documents and checkpoints after the rescuer's position
+        _write(ob, 4, prefix)
+        _checkpoint(ob)
+
+    report = trim_log_safely(
+        ob.store, clock=clock, sql_url=settings.sql_url, retention_seconds=3600
+    )
+    assert report["held_by"] == "rescuer"
+    assert rescued_at >= c0
+    assert report["keep_from_version"] == c0
+    assert report["deleted_files"] > 0
+    assert min(f.version for f in list_log(ob.store.uri)) == c0
+
+    clock.set(clock.now() + timedelta(minutes=1))
+    second = run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
+    assert second.mode == "feed"
+    assert not second.warnings
+    assert {f"{p}{i}" for p in "bcd" for i in range(4)} <= set(second.pending_ids)
+    checkpoints.close()
+
+
+def test_a_trim_past_the_rescuer_makes_it_sweep_and_lose_nothing(workspace: Path) -> None:
+    """Someone trims by hand (or Delta's own 30-day cleanup runs) past the rescuer: the feed is
+    gone, the pass says so and sweeps, and every pending document is still rescued."""
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    ob = bare_outbox(workspace)
+    _write(ob, 2, "a")
+    checkpoints = SqlCheckpointStore(settings.sql_url)
+    sink = InMemorySink()
+    clock = _later()
+    run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
+    for prefix in "bcd":
+        _write(ob, 3, prefix)
+        _checkpoint(ob)
+    trim_log(ob.store.uri, now=clock.now(), retention=timedelta(hours=1), needed=None)
+    clock.set(clock.now() + timedelta(minutes=1))
+    report = run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
+    assert report.mode == "sweep"
+    assert any("FEED UNAVAILABLE" in w.upper() for w in report.warnings)
+    assert {f"{p}{i}" for p in "bcd" for i in range(3)} <= set(report.pending_ids)
+    checkpoints.close()
+
+
+def test_trim_is_skipped_when_the_rescuer_checkpoints_cannot_be_read(workspace: Path) -> None:
+    ob = bare_outbox(workspace)
+    for prefix in "abc":
+        _write(ob, 3, prefix)
+        _checkpoint(ob)
+    before = list_log(ob.store.uri)
+    report = trim_log_safely(
+        ob.store,
+        clock=_later(),
+        sql_url=f"sqlite:///{workspace / 'missing.db'}",
+        retention_seconds=3600,
+    )
+    assert "cannot tell which history" in report["skipped"]
+    assert list_log(ob.store.uri) == before
+
+
+def test_writers_trim_the_log_as_they_commit(workspace: Path) -> None:
+    """With upkeep on, the log stays bounded however many commits are made."""
+    settings = Settings(workspace=workspace, compact_every=10, log_retention=15)
+    migrate(settings)
+    DeltaDocumentStore(settings.table_uri).delta_table.alter.set_table_properties(
+        {"delta.checkpointInterval": "10"}
+    )
+    ob = Outbox.open(settings=settings, create=False, transport="memory", clock=_later())
+    trimmers = [x for x in ob._listeners if isinstance(x, AutoLogTrimmer)]
+    assert len(trimmers) == 1
+    _write(ob, 80, "w")
+    log_files = list_log(settings.table_uri)
+    assert trimmers[0].runs >= 7
+    assert len(log_files) < 45, len(log_files)  # ~80 commits + 8 checkpoints untrimmed
+    assert min(f.version for f in log_files) > 40
+    ob.close()
+
+
+def test_maintain_cli_reports_the_trim_and_can_skip_it(workspace: Path) -> None:
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    ob = bare_outbox(workspace)
+    for prefix in "ab":
+        _write(ob, 3, prefix)
+        _checkpoint(ob)
+    ob.close()
+    runner = CliRunner()
+    args = ["--workspace", str(workspace), "maintain", "--json"]
+    out = runner.invoke(cli_main, [*args, "--no-trim-log"])
+    assert out.exit_code == 0, out.output
+    assert json.loads(out.output)["log_trim"] is None
+    out = runner.invoke(cli_main, args)
+    assert out.exit_code == 0, out.output
+    trim = json.loads(out.output)["log_trim"]
+    # the commits are seconds old: the one-hour retention holds everything back
+    assert trim["held_by"] == "retention"
+    assert trim["deleted_files"] == 0
+
+
+def test_log_retention_shorter_than_the_rescue_delay_is_refused(workspace: Path) -> None:
+    with pytest.raises(ConfigurationError, match=r"'log_retention'.*shorter than rescue_delay"):
+        Settings(workspace=workspace, rescue_delay=60, log_retention=30)
+    assert Settings.load(workspace, env={"OUTBOX_LOG_RETENTION": "2h"}).log_retention == 7200
+
+
+def test_a_failed_trim_names_the_file_and_never_fails_the_commit(
+    workspace: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import outbox.delta.log as log_mod
+
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    ob = bare_outbox(workspace)
+    for prefix in "abc":
+        _write(ob, 3, prefix)
+        _checkpoint(ob)
+    real = log_mod._filesystem
+
+    class ReadOnly:
+        def __init__(self, fs: object) -> None:
+            self._fs = fs
+
+        def __getattr__(self, name: str) -> object:
+            return getattr(self._fs, name)
+
+        def delete_file(self, path: str) -> None:
+            raise PermissionError(13, "Permission denied", path)
+
+    monkeypatch.setattr(log_mod, "_filesystem", lambda uri, opts: ReadOnly(real(uri, opts)))
+    with pytest.raises(
+        StoreError, match=r"trimming the Delta log .* failed at _delta_log/0+\.json"
+    ):
+        trim_log(ob.store.uri, now=_later().now(), retention=timedelta(hours=1), needed=None)
+
+    trimmer = AutoLogTrimmer(
+        ob.store, 1, sql_url=settings.sql_url, retention_seconds=3600, clock=_later()
+    )
+    ob.add_commit_listener(trimmer)
+    _write(ob, 1, "after")  # the commit stands; the trim's failure is reported, not raised
+    assert DeltaDocumentStore(ob.store.uri).read(["after0"])[1]
+    assert trimmer.last is not None
+    assert "Permission denied" in trimmer.last["failed"]
