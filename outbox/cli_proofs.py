@@ -297,6 +297,12 @@ def _print_status(report: Any) -> None:
                 if report.oldest_pending_document
                 else "-",
             ),
+            (
+                "delta log",
+                f"{report.log_files} files from version {report.oldest_log_version}"
+                if report.log_files is not None
+                else "-",
+            ),
         ],
     )
     print_table(

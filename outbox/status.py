@@ -57,6 +57,10 @@ class StatusReport:
     pending_messages: int
     oldest_pending_age_seconds: float | None
     oldest_pending_document: str | None
+    #: Files in ``_delta_log`` and the oldest version they still hold: every commit lists them
+    #: all (docs/delta.md), so a growing count is the first thing to check when commits slow.
+    log_files: int | None = None
+    oldest_log_version: int | None = None
     checkpoints: list[CheckpointStatus] = field(default_factory=list)
     queues: list[QueueDepth] = field(default_factory=list)
     oldest_dead_letter: DeadLetterInfo | None = None
@@ -76,6 +80,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     or queue database is recorded in ``problems`` and the rest is still reported.
     """
     from migrations.runner import _redact
+    from outbox.delta.log import list_log
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import SqlCheckpointStore
 
@@ -105,6 +110,12 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             ),
             oldest_pending_document=oldest[1] if oldest else None,
         )
+        try:
+            files = list_log(settings.table_uri, settings.storage_options)
+            report.log_files = len(files)
+            report.oldest_log_version = min((f.version for f in files), default=None)
+        except OutboxError as e:
+            report.problems.append(f"delta log: {e}")
         try:
             checkpoints = SqlCheckpointStore(settings.sql_url)
             try:

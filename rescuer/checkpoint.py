@@ -20,7 +20,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
 
-from sqlalchemy import Engine, and_, insert, select, update
+from sqlalchemy import Engine, and_, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from outbox.clock import utc
@@ -80,6 +80,12 @@ class CheckpointStore(Protocol):
 
     def list(self, table_uri: str | None = None) -> list[Checkpoint]:
         """Every checkpoint (for ``outbox status``), optionally for one table."""
+        ...
+
+    def forget(self, table_uri: str, rescuer_name: str) -> bool:
+        """Delete the checkpoint; True when there was one. Why: the oldest checkpoint pins the
+        Delta log and vacuum history (like a replication slot), so a rescuer that no longer
+        runs must be forgotten. Were it to run again, its first pass is a full sweep."""
         ...
 
 
@@ -147,6 +153,10 @@ class InMemoryCheckpointStore:
             (r for r in rows if table_uri is None or r.table_uri == table_uri),
             key=lambda r: (r.table_uri, r.rescuer_name),
         )
+
+    def forget(self, table_uri: str, rescuer_name: str) -> bool:
+        with self._lock:
+            return self._rows.pop((table_uri, rescuer_name), None) is not None
 
     def corrupt(self, table_uri: str, rescuer_name: str, **changes: Any) -> None:
         """Test hook: overwrite fields without the CAS (simulates a damaged row)."""
@@ -317,3 +327,16 @@ class SqlCheckpointStore:
         except DBAPIError as e:
             raise self._db_error("listing rescuer checkpoints", e) from e
         return [self._row(r) for r in rows]
+
+    def forget(self, table_uri: str, rescuer_name: str) -> bool:
+        t = self._table
+        try:
+            with self._engine.begin() as conn:
+                result = conn.execute(
+                    delete(t).where(
+                        and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
+                    )
+                )
+        except DBAPIError as e:
+            raise self._db_error("deleting the rescuer checkpoint", e) from e
+        return bool(result.rowcount)

@@ -74,6 +74,12 @@ def _show(report: PassReport, *, as_json: bool, looping: bool) -> None:
 )
 @click.option("--full", is_flag=True, help="Sweep every current row instead of the change feed.")
 @click.option("--name", help="Rescuer name: its checkpoint is kept per table and name.")
+@click.option(
+    "--forget",
+    is_flag=True,
+    help="Delete this rescuer's checkpoint and exit. Do it for a rescuer you no longer run: the "
+    "oldest checkpoint holds back log trimming and vacuum.",
+)
 @json_option
 @pass_cli
 def rescue(
@@ -83,9 +89,13 @@ def rescue(
     engine: str,
     full: bool,
     name: str | None,
+    forget: bool,
     as_json: bool,
 ) -> None:
     """Send a ProcessDocument command for every document left pending longer than the delay."""
+    if forget:
+        _forget(cli, name, as_json=as_json)
+        return
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import SqlCheckpointStore
     from rescuer.engines import make_engine
@@ -140,6 +150,24 @@ def rescue(
         for c in closers:
             with contextlib.suppress(OutboxError):  # best effort on shutdown
                 c.close()
+
+
+def _forget(cli: CliContext, name: str | None, *, as_json: bool) -> None:
+    from rescuer.checkpoint import SqlCheckpointStore
+
+    settings = cli.settings()
+    rescuer_name = name or settings.rescuer_name
+    checkpoints = SqlCheckpointStore(settings.sql_url)
+    try:
+        found = checkpoints.forget(settings.table_uri, rescuer_name)
+    finally:
+        checkpoints.close()
+    if as_json:
+        emit_json({"rescuer_name": rescuer_name, "table_uri": settings.table_uri, "forgot": found})
+    elif found:
+        click.echo(f"forgot rescuer {rescuer_name!r} of {settings.table_uri}")
+    else:
+        click.echo(f"rescuer {rescuer_name!r} has no checkpoint for {settings.table_uri}")
 
 
 def register(group: click.Group) -> None:

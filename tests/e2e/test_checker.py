@@ -106,6 +106,10 @@ def test_status_health_checks(tmp_path: Path) -> None:
     data = json.loads(dead.stdout)
     assert data["oldest_dead_letter"]["reason"] == "PoisonMessage"
     assert {q["queue"]: q["dead_lettered"] for q in data["queues"]} == {"outbox-commands": 2}
+    # the table's log: its creation (0), the unit of work, and the commits since; nothing trimmed
+    assert data["oldest_log_version"] == 0
+    assert data["log_files"] == data["table_version"] + 1
+    assert "delta log\t" in ok.stdout
 
 
 def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:

@@ -58,6 +58,17 @@ def test_compare_and_set(store: CheckpointStore) -> None:
     assert store.read("t", "other") is None
 
 
+def test_forget_deletes_one_checkpoint_and_a_new_one_can_start(store: CheckpointStore) -> None:
+    store.write("t", "r", expected_generation=None, version=3, at=NOW, details={})
+    store.write("t", "keep", expected_generation=None, version=1, at=NOW, details={})
+    assert store.forget("t", "r") is True
+    assert store.forget("t", "r") is False
+    assert store.read("t", "r") is None
+    assert [c.rescuer_name for c in store.list("t")] == ["keep"]
+    fresh = store.write("t", "r", expected_generation=None, version=7, at=NOW, details={})
+    assert (fresh.version, fresh.generation) == (7, 1)
+
+
 def test_racing_writers_neither_lose_nor_double_advance(store: CheckpointStore) -> None:
     """8 threads each add 1 to the version 10 times through read + CAS: exactly 80 advances."""
     store.write("t", "r", expected_generation=None, version=0, at=NOW, details={})

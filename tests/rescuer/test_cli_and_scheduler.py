@@ -71,6 +71,18 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
     assert len(peeked) == 1
     assert json.loads(peeked[0].body)["id"] == "d1"
 
+    # a rescuer that is retired is forgotten: it no longer holds back log trimming and vacuum
+    from outbox.maintenance import oldest_needed_version
+
+    sql_url = f"sqlite:///{(workspace / 'outbox.db').absolute()}"
+    assert oldest_needed_version(sql_url, store.uri) == v + 1
+    forget = ["-w", str(workspace), "rescue", "--forget", "--json"]
+    gone = runner.invoke(main, forget)
+    assert gone.exit_code == 0, gone.output
+    assert json.loads(gone.output)["forgot"] is True
+    assert oldest_needed_version(sql_url, store.uri) is None
+    assert json.loads(runner.invoke(main, forget).output)["forgot"] is False
+
 
 def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
     assert find_jars(env={}, roots=[tmp_path]) == []
