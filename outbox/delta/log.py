@@ -15,18 +15,24 @@ The rule: pick C, the newest checkpoint that is
 then delete the log files of versions before C. C's checkpoint and every commit from C on stay,
 so the table, the change feed from C and time travel back to C are intact.
 
+The change-data files those commits wrote (``_change_data/``) go with them: nothing can read them
+once their commits are gone, and deltalake's vacuum never deletes them (they are never
+tombstoned), so without this they would pile up forever.
+
 It goes through deltalake's own object-store layer (``DeltaStorageHandler``), so the same code
 trims a local table and one on ADLS or S3 with the table's storage options.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import unquote
 
 from outbox.errors import StoreError
 
@@ -67,12 +73,14 @@ class TrimReport:
     deleted: int
     remaining: int
     dry_run: bool
+    change_files_deleted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "keep_from_version": self.keep_from,
             "held_by": self.held_by,
             "deleted_files": self.deleted,
+            "change_data_files_deleted": self.change_files_deleted,
             "log_files": self.remaining,
             "dry_run": self.dry_run,
         }
@@ -139,6 +147,22 @@ def plan_trim(files: list[LogFile], *, cutoff: datetime, needed: int | None) -> 
     return TrimPlan(keep_from, held_by, doomed, len(files))
 
 
+def change_files(uri: str, commit: LogFile, fs: Any = None) -> list[str]:
+    """The ``_change_data`` files a commit wrote (its ``cdc`` actions), relative to the table."""
+    fs = fs or _filesystem(uri, {})
+    with fs.open_input_stream(commit.path) as stream:
+        text = stream.read().decode("utf-8")
+    out: list[str] = []
+    for line in text.splitlines():
+        if '"cdc"' not in line:
+            continue
+        action = json.loads(line).get("cdc")
+        path = unquote(str(action.get("path", ""))) if isinstance(action, dict) else ""
+        if path and "://" not in path and not path.startswith("/") and ".." not in path:
+            out.append(path)  # never anything outside the table
+    return out
+
+
 def trim_log(
     uri: str,
     *,
@@ -148,27 +172,51 @@ def trim_log(
     storage_options: Mapping[str, str] | None = None,
     dry_run: bool = False,
 ) -> TrimReport:
-    """Delete the log files of versions before C. Commit files go first, oldest first, then
-    checkpoints, so a trim cut short (a crash, a failed delete) never leaves a commit without
-    the checkpoint that precedes it."""
-    plan = plan_trim(list_log(uri, storage_options), cutoff=now - retention, needed=needed)
-    if dry_run or not plan.doomed:
-        return TrimReport(plan.keep_from, plan.held_by, len(plan.doomed), plan.files, dry_run)
+    """Delete the log files of versions before C, each commit's change-data files just before
+    the commit itself, oldest first, and the old checkpoints last. A trim cut short (a crash, a
+    failed delete) so never leaves a commit without the checkpoint before it, nor a change-data
+    file that no commit names any more."""
     fs = _filesystem(uri, storage_options or {})
-    deleted = 0
-    for f in sorted(plan.doomed, key=lambda f: (f.checkpoint, f.version)):
+    plan = plan_trim(list_log(uri, storage_options), cutoff=now - retention, needed=needed)
+    doomed = sorted(plan.doomed, key=lambda f: (f.checkpoint, f.version))
+    if dry_run or not doomed:
+        return TrimReport(plan.keep_from, plan.held_by, len(doomed), plan.files, dry_run)
+
+    def delete(path: str) -> None:
         try:
-            fs.delete_file(f.path)
+            fs.delete_file(path)
         except FileNotFoundError:
             pass  # another trimmer got there first
         except OSError as e:
             raise StoreError(
-                f"trimming the Delta log of {uri} failed at {f.path}: {e}",
+                f"trimming the Delta log of {uri} failed at {path}: {e}",
                 hint="the table is intact (only files older than a kept checkpoint are "
                 "deleted); fix access to the log and run `outbox maintain` again",
             ) from e
+
+    deleted = changes = 0
+    for f in doomed:
+        if f.commit:
+            try:
+                paths = change_files(uri, f, fs)
+            except FileNotFoundError:
+                paths = []
+            except (OSError, ValueError) as e:
+                raise StoreError(
+                    f"trimming the Delta log of {uri} failed reading {f.path}: {e}",
+                    hint="the table is intact; fix access to the log and run `outbox maintain` "
+                    "again",
+                ) from e
+            for path in paths:
+                delete(path)
+                changes += 1
+        delete(f.path)
         deleted += 1
     log.info(
-        "trimmed %d log files before version %d (held by %s)", deleted, plan.keep_from, plan.held_by
+        "trimmed %d log files and %d change-data files before version %d (held by %s)",
+        deleted,
+        changes,
+        plan.keep_from,
+        plan.held_by,
     )
-    return TrimReport(plan.keep_from, plan.held_by, deleted, plan.files - deleted, dry_run)
+    return TrimReport(plan.keep_from, plan.held_by, deleted, plan.files - deleted, dry_run, changes)

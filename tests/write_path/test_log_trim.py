@@ -13,7 +13,7 @@ from cli import main as cli_main
 from migrations.runner import migrate
 from outbox.app import Outbox
 from outbox.clock import ManualClock
-from outbox.delta.log import LogFile, list_log, plan_trim, trim_log
+from outbox.delta.log import LogFile, change_files, list_log, plan_trim, trim_log
 from outbox.delta.store import DeltaDocumentStore
 from outbox.errors import ConfigurationError, StoreError
 from outbox.maintenance import AutoLogTrimmer, trim_log_safely
@@ -290,3 +290,47 @@ def test_a_failed_trim_names_the_file_and_never_fails_the_commit(
     assert DeltaDocumentStore(ob.store.uri).read(["after0"])[1]
     assert trimmer.last is not None
     assert "Permission denied" in trimmer.last["failed"]
+
+
+def _update(ob: Outbox, doc_id: str, n: int) -> None:
+    for i in range(n):
+        with ob.unit_of_work() as uow:
+            doc = uow.get(doc_id)
+            assert doc is not None
+            doc.state["n"] = i
+            doc.send("Changed", {"n": i}, destination="q")
+
+
+def test_trim_deletes_the_change_data_files_of_the_commits_it_deletes(workspace: Path) -> None:
+    """deltalake's vacuum never deletes ``_change_data`` files (they are never tombstoned); the
+    trim takes those of the commits it removes, and leaves every other one."""
+    ob = bare_outbox(workspace)
+    _write(ob, 2, "a")
+    _update(ob, "a0", 4)
+    c1 = _checkpoint(ob)
+    _update(ob, "a1", 4)
+    _checkpoint(ob)
+    _update(ob, "a0", 2)
+    uri = ob.store.uri
+    by_commit = {f.version: change_files(uri, f) for f in list_log(uri) if f.commit}
+    doomed = {p for v, paths in by_commit.items() if v < c1 for p in paths}
+    kept = {p for v, paths in by_commit.items() if v >= c1 for p in paths}
+    assert doomed
+    assert kept
+    on_disk = {str(p.relative_to(uri)) for p in Path(uri, "_change_data").rglob("*.parquet")}
+    assert doomed | kept == on_disk
+
+    report = trim_log(uri, now=_later().now(), retention=timedelta(hours=1), needed=None)
+    assert report.keep_from == c1
+    assert report.change_files_deleted == len(doomed)
+    left = {str(p.relative_to(uri)) for p in Path(uri, "_change_data").rglob("*.parquet")}
+    assert left == kept
+    import pyarrow as pa
+
+    feed = pa.RecordBatchReader.from_stream(
+        DeltaDocumentStore(uri).delta_table.load_cdf(starting_version=c1 + 1)
+    ).read_all()
+    assert sorted(set(feed.column("_change_type").to_pylist())) == [
+        "update_postimage",
+        "update_preimage",
+    ]
