@@ -52,7 +52,7 @@ class Settings:
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
     compact_every: int = 100  # commits between automatic upkeep (compaction, log trim); 0: off
-    log_retention: float = 3600.0  # commit files younger than this are never trimmed
+    log_retention: float = 900.0  # commit files younger than this are never trimmed
     group_commit: bool = True  # concurrent units of work in one process share a Delta commit
 
     def __post_init__(self) -> None:

@@ -132,6 +132,8 @@ def run_check(
         "default_destination": procs.DESTINATION,
         "lock_duration": LOCK_DURATION,
         "compact_every": 20,
+        # the truth is read from the whole change feed (version 0 on): nothing may be trimmed
+        "log_retention": 30 * 24 * 3600,
     }
     setup = Outbox.open(ws, transport="memory", buckets=sc.buckets, **overrides)
     settings = setup.settings
