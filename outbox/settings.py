@@ -90,12 +90,12 @@ class Settings:
             raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
         if self.compact_every < 0:
             raise bad("compact_every", "must be 0 (off) or more")
+        if self.log_retention <= 0:
+            raise bad("log_retention", "must be positive, e.g. 15m")
         if self.log_retention < self.rescue_delay:
-            raise bad(
-                "log_retention",
-                f"{self.log_retention:g}s is shorter than rescue_delay ({self.rescue_delay:g}s); "
-                "the rescuer times its window from the commits in the log",
-            )
+            # The rescuer times its window from the commits in the log, so the log always keeps
+            # at least one rescue delay. Keeping more is the safe direction: no error for it.
+            object.__setattr__(self, "log_retention", self.rescue_delay)
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
         if "://" not in self.sql_url:

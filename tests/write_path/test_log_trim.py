@@ -247,10 +247,14 @@ def test_maintain_cli_reports_the_trim_and_can_skip_it(workspace: Path) -> None:
     assert trim["deleted_files"] == 0
 
 
-def test_log_retention_shorter_than_the_rescue_delay_is_refused(workspace: Path) -> None:
-    with pytest.raises(ConfigurationError, match=r"'log_retention'.*shorter than rescue_delay"):
-        Settings(workspace=workspace, rescue_delay=60, log_retention=30)
+def test_log_retention_is_never_shorter_than_the_rescue_delay(workspace: Path) -> None:
+    """The rescuer finds its window end among the commits in the log, so the log keeps at least
+    one rescue delay; a shorter setting is raised to it (the safe direction), not refused."""
+    assert Settings(workspace=workspace, rescue_delay=3600).log_retention == 3600
+    assert Settings(workspace=workspace, rescue_delay=60, log_retention=30).log_retention == 60
     assert Settings.load(workspace, env={"OUTBOX_LOG_RETENTION": "2h"}).log_retention == 7200
+    with pytest.raises(ConfigurationError, match=r"'log_retention' is invalid: must be positive"):
+        Settings(workspace=workspace, log_retention=0)
 
 
 def test_a_failed_trim_names_the_file_and_never_fails_the_commit(
