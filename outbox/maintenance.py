@@ -27,7 +27,7 @@ from outbox.clock import Clock
 from outbox.delta.log import trim_log
 from outbox.delta.store import DeltaDocumentStore
 from outbox.durations import format_duration
-from outbox.errors import OutboxError, StoreError, VacuumRefusedError
+from outbox.errors import StoreError, VacuumRefusedError
 
 log = logging.getLogger("outbox.maintain")
 
@@ -84,26 +84,35 @@ def _failed(what: str, store: DeltaDocumentStore, e: Exception) -> StoreError:
     return StoreError(f"{what} {store.uri} failed: {first}")
 
 
-def oldest_needed_version(sql_url: str, table_uri: str) -> int | None:
-    """The oldest table version any rescuer of ``table_uri`` still has to read, or None.
+def oldest_needed_version(sql_url: str, table_uri: str, table_id: str | None = None) -> int | None:
+    """The oldest table version any rescuer of the table still has to read, or None.
+
+    A checkpoint counts when its table URI is ``table_uri`` or, with ``table_id``, when it was
+    written for that table id: the same table reached through another spelling of its URI (a
+    trailing slash, ``file://``, a symlink, ``az://`` vs ``abfss://``) must hold history too.
 
     Fails closed: when the checkpoints cannot be read, the vacuum is refused rather than run
     blind, since it could delete the history a rescuer is about to read.
     """
-    from outbox.errors import OutboxError
     from rescuer.checkpoint import SqlCheckpointStore
 
     try:
         store = SqlCheckpointStore(sql_url)
         try:
-            versions = [cp.version for cp in store.list(table_uri) if cp.version is not None]
+            rows = store.list(None if table_id is not None else table_uri)
         finally:
             store.close()
-    except OutboxError as e:
+    except Exception as e:  # any failure to read them: refuse, never guess
         raise VacuumRefusedError(
             f"cannot tell which history the rescuer still needs: {e}",
             hint="fix sql_url (or run `outbox migrate`) so the rescuer checkpoints can be read",
         ) from e
+    versions = [
+        cp.version
+        for cp in rows
+        if cp.version is not None
+        and (cp.table_uri == table_uri or (table_id is not None and cp.table_id == table_id))
+    ]
     return min(versions) + 1 if versions else None
 
 
@@ -181,7 +190,7 @@ def maintain(
             store,
             retention=retention,
             rescue_delay=timedelta(seconds=rescue_delay_seconds),
-            needed_version=oldest_needed_version(sql_url, store.uri),
+            needed_version=oldest_needed_version(sql_url, store.uri, store.table_id),
             clock=clock,
         )
         try:
@@ -244,7 +253,7 @@ def trim_log_safely(
     """Trim the Delta log behind the rescuer; skipped (reported, never raised) when the rescuer
     checkpoints cannot be read, because trimming blind could cut the rescuer's feed."""
     try:
-        needed = oldest_needed_version(sql_url, store.uri)
+        needed = oldest_needed_version(sql_url, store.uri, store.table_id)
     except VacuumRefusedError as e:
         log.warning("log trim skipped: %s", e)
         return {"skipped": str(e)}
@@ -303,7 +312,7 @@ class AutoLogTrimmer:
                 retention_seconds=self._retention,
                 storage_options=self._options,
             )
-        except OutboxError as e:
+        except Exception as e:  # after the commit: report, never raise into the writer
             log.warning("log trim failed (the next one will retry): %s", e)
             self.last = {"failed": str(e)}
         self.runs += 1

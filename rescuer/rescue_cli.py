@@ -21,7 +21,7 @@ from outbox.cli_support import (
 )
 from outbox.clock import SystemClock
 from outbox.durations import format_duration, parse_duration
-from outbox.errors import OutboxError
+from outbox.errors import ConfigurationError, OutboxError
 from rescuer.engines import ENGINES
 from rescuer.runner import PassReport, check_delay
 
@@ -107,6 +107,15 @@ def rescue(
     delay_s = check_delay(
         parse_duration(delay, name="--delay") if delay is not None else settings.rescue_delay
     )
+    if delay_s > settings.log_retention:
+        # The window end is found among the commits in the log; the trim keeps log_retention.
+        raise ConfigurationError(
+            f"--delay {format_duration(delay_s)} is longer than log_retention "
+            f"({format_duration(settings.log_retention)}): the trimmed log would not hold a "
+            "commit that old, so no pass could find its window",
+            hint=f"set log_retention (OUTBOX_LOG_RETENTION) to at least {format_duration(delay_s)}"
+            ", or set rescue_delay instead of --delay",
+        )
     every_s = parse_duration(every, name="--every") if every is not None else None
     if every_s is not None and every_s <= 0:
         raise click.BadParameter("must be a positive duration like 30s", param_hint="--every")

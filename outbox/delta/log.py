@@ -42,7 +42,7 @@ LOG_DIR = "_delta_log"
 #: ``<20-digit version>.json``, ``.checkpoint.parquet``, multi-part checkpoints, ``.crc``,
 #: ``<v>.<v>.compacted.json``: every log file starts with the version it belongs to.
 _VERSIONED = re.compile(r"^(\d{20})\.")
-_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
+_CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(?:\.(\d+)\.(\d+))?\.parquet$")
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 
 
@@ -53,6 +53,8 @@ class LogFile:
     mtime: datetime | None
     commit: bool
     checkpoint: bool
+    #: A multi-part checkpoint's (part, parts); None for a single-file checkpoint.
+    part: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +112,30 @@ def list_log(uri: str, storage_options: Mapping[str, str] | None = None) -> list
         m = _VERSIONED.match(name)
         if m is None:
             continue
+        cp = _CHECKPOINT.match(name)
         out.append(
             LogFile(
                 path=info.path,
                 version=int(m.group(1)),
                 mtime=info.mtime,
                 commit=bool(_COMMIT.match(name)),
-                checkpoint=bool(_CHECKPOINT.match(name)),
+                checkpoint=cp is not None,
+                part=(int(cp.group(2)), int(cp.group(3))) if cp and cp.group(2) else None,
             )
         )
     return out
+
+
+def complete_checkpoints(files: list[LogFile]) -> list[int]:
+    """Versions with a whole checkpoint: a single file, or every part of a multi-part one (a
+    writer that died half-way leaves parts that no reader can use)."""
+    single = {f.version for f in files if f.checkpoint and f.part is None}
+    parts: dict[tuple[int, int], set[int]] = {}
+    for f in files:
+        if f.checkpoint and f.part is not None:
+            parts.setdefault((f.version, f.part[1]), set()).add(f.part[0])
+    multi = {v for (v, n), seen in parts.items() if seen == set(range(1, n + 1))}
+    return sorted(single | multi)
 
 
 def plan_trim(files: list[LogFile], *, cutoff: datetime, needed: int | None) -> TrimPlan:
@@ -129,7 +145,7 @@ def plan_trim(files: list[LogFile], *, cutoff: datetime, needed: int | None) -> 
     file's modification time, as Delta's own log cleanup uses (writing the file is the commit).
     ``needed``: the oldest version a rescuer still has to read (None: no rescuer checkpoint).
     """
-    checkpoints = sorted({f.version for f in files if f.checkpoint})
+    checkpoints = complete_checkpoints(files)
     if len(checkpoints) < 2:
         return TrimPlan(None, "checkpoints", (), len(files))
     bound, held_by = checkpoints[-2], "checkpoints"
@@ -147,16 +163,22 @@ def plan_trim(files: list[LogFile], *, cutoff: datetime, needed: int | None) -> 
     return TrimPlan(keep_from, held_by, doomed, len(files))
 
 
-def change_files(uri: str, commit: LogFile, fs: Any = None) -> list[str]:
+def change_files(
+    uri: str,
+    commit: LogFile,
+    fs: Any = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[str]:
     """The ``_change_data`` files a commit wrote (its ``cdc`` actions), relative to the table."""
-    fs = fs or _filesystem(uri, {})
+    fs = fs or _filesystem(uri, storage_options or {})
     with fs.open_input_stream(commit.path) as stream:
         text = stream.read().decode("utf-8")
     out: list[str] = []
     for line in text.splitlines():
         if '"cdc"' not in line:
             continue
-        action = json.loads(line).get("cdc")
+        parsed = json.loads(line)
+        action = parsed.get("cdc") if isinstance(parsed, dict) else None
         path = unquote(str(action.get("path", ""))) if isinstance(action, dict) else ""
         if path and "://" not in path and not path.startswith("/") and ".." not in path:
             out.append(path)  # never anything outside the table

@@ -289,15 +289,23 @@ class DeltaDocumentStore:
         pile up in the checkpoints. A commit is an atomic put of ``<version + 1>.json``; when that
         file does not exist the handle is current, and a local stat answers in microseconds.
         """
+        version = int(self._dt.version())
         if self._log_dir is not None:
-            following = self._log_dir / f"{int(self._dt.version()) + 1:020d}.json"
-            if not following.exists():
+            following = self._log_dir / f"{version + 1:020d}.json"
+            # Both stats: the log trim (outbox.delta.log) may have deleted the commits after an
+            # idle handle's version, and then the absence of the next one proves nothing.
+            if not following.exists() and (self._log_dir / f"{version:020d}.json").exists():
                 return
         dl = _deltalake()
         try:
             self._dt.update_incremental()
         except (OSError, dl.exceptions.DeltaError) as e:
-            raise _store_error(f"refreshing {self.uri} failed", e) from e
+            if "invalid table version" not in str(e).lower():
+                raise _store_error(f"refreshing {self.uri} failed", e) from e
+            # The log was trimmed past this handle's version: open the table afresh (it loads
+            # from the newest checkpoint, which the trim always keeps).
+            log.info("the handle's version %d was trimmed from the log; reopening", version)
+            self._dt = self._open()
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         buckets = _in_list(self.bucket(i) for i in ids)

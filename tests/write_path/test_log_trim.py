@@ -338,3 +338,92 @@ def test_trim_deletes_the_change_data_files_of_the_commits_it_deletes(workspace:
         "update_postimage",
         "update_preimage",
     ]
+
+
+def test_an_idle_writer_recovers_after_the_log_was_trimmed_past_it(workspace: Path) -> None:
+    """Regression: the store skipped refreshing when ``<version+1>.json`` was absent, which a
+    trim makes true for ever for a handle it left behind; saves then failed and reads were
+    stale."""
+    idle = bare_outbox(workspace)
+    busy = Outbox(idle.settings, DeltaDocumentStore(idle.store.uri), clock=idle.clock)
+    _write(idle, 1, "idle")
+    for prefix in "abc":
+        _write(busy, 3, prefix)
+        _checkpoint(busy)
+    _write(busy, 1, "last")
+    report = trim_log(idle.store.uri, now=_later().now(), retention=timedelta(hours=1), needed=None)
+    assert report.keep_from is not None
+    assert report.keep_from > idle.store.delta_table.version() + 1
+    assert idle.store.read(["a0"])[1]  # reads see the busy writer's documents
+    _write(idle, 1, "after")  # and saves succeed
+    assert busy.store.read(["after0"])[1]
+
+
+def test_plan_boundaries_needed_on_a_checkpoint_and_retention_exactly_at_a_commit() -> None:
+    files = _files(350, [100, 200, 300], 350)
+    assert plan_trim(files, cutoff=_cutoff(350), needed=200).keep_from == 200
+    assert plan_trim(files, cutoff=_cutoff(350), needed=199).keep_from == 100
+    # commit 200 is exactly at the cutoff: old enough
+    assert plan_trim(files, cutoff=T0 + timedelta(seconds=200), needed=None).keep_from == 200
+    assert plan_trim(files, cutoff=T0 + timedelta(seconds=199.5), needed=None).keep_from == 100
+
+
+def test_a_multi_part_checkpoint_counts_only_when_every_part_is_there() -> None:
+    files = _files(350, [100, 300], 350)
+    files += [
+        LogFile(
+            f"_delta_log/{200:020d}.checkpoint.{i:010d}.{3:010d}.parquet",
+            200,
+            T0,
+            False,
+            True,
+            (i, 3),
+        )
+        for i in (1, 2)  # part 3 of 3 is missing: a writer died half-way
+    ]
+    assert plan_trim(files, cutoff=_cutoff(350), needed=None).keep_from == 100
+    files.append(
+        LogFile(
+            f"_delta_log/{200:020d}.checkpoint.{3:010d}.{3:010d}.parquet",
+            200,
+            T0,
+            False,
+            True,
+            (3, 3),
+        )
+    )
+    assert plan_trim(files, cutoff=_cutoff(350), needed=None).keep_from == 200
+
+
+def test_a_rescuer_checkpoint_holds_the_log_whatever_spelling_of_the_uri_it_used(
+    workspace: Path,
+) -> None:
+    """The rescuer may reach the table as ``file:///…/documents/``; its checkpoint names the
+    table id as well, and that is what holds the log."""
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    ob = bare_outbox(workspace)
+    _write(ob, 2, "a")
+    c0 = _checkpoint(ob)
+    checkpoints = SqlCheckpointStore(settings.sql_url)
+    other = DeltaDocumentStore(f"file://{ob.store.uri}/")
+    run_pass(other, LocalEngine(), checkpoints, InMemorySink(), clock=_later())
+    checkpoints.close()
+    for prefix in "bcd":
+        _write(ob, 3, prefix)
+        _checkpoint(ob)
+    report = trim_log_safely(
+        ob.store, clock=_later(), sql_url=settings.sql_url, retention_seconds=3600
+    )
+    assert report["held_by"] == "rescuer"
+    assert report["keep_from_version"] == c0
+
+
+def test_rescue_delay_longer_than_log_retention_is_one_clear_line(workspace: Path) -> None:
+    settings = Settings(workspace=workspace)
+    migrate(settings)
+    out = CliRunner().invoke(cli_main, ["-w", str(workspace), "rescue", "--delay", "30m"])
+    assert out.exit_code == 1
+    assert out.output.startswith("error: --delay 30m")
+    assert "longer than log_retention (15m00s)" in out.output
+    assert "Traceback" not in out.output
