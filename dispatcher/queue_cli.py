@@ -8,12 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from dispatcher.queue.messages import DeadLetter
-from dispatcher.queue.sql_queue import SqlQueue
 from outbox.cli_support import (
     CliContext,
     emit_json,
@@ -25,11 +23,17 @@ from outbox.cli_support import (
 )
 from outbox.errors import ValidationError
 
+if TYPE_CHECKING:  # the queue pulls in SQLAlchemy: import it when a command runs, not for --help
+    from dispatcher.queue.messages import DeadLetter
+    from dispatcher.queue.sql_queue import SqlQueue
+
 _BODY_PREVIEW = 60
 
 
 @contextmanager
 def _open(cli: CliContext) -> Iterator[SqlQueue]:
+    from dispatcher.queue.sql_queue import SqlQueue
+
     queue = SqlQueue.from_settings(cli.settings())
     try:
         yield queue

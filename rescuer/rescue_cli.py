@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -23,7 +23,9 @@ from outbox.clock import SystemClock
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigurationError, OutboxError
 from rescuer.engines import ENGINES
-from rescuer.runner import PassReport, check_delay
+
+if TYPE_CHECKING:  # the runner pulls in SQLAlchemy and deltalake: import it when a pass runs
+    from rescuer.runner import PassReport
 
 INTERRUPTED = (
     "interrupted: the pass stopped before storing its checkpoint; the next pass repeats the "
@@ -99,7 +101,7 @@ def rescue(
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import SqlCheckpointStore
     from rescuer.engines import make_engine
-    from rescuer.runner import RescuePass
+    from rescuer.runner import RescuePass, check_delay
     from rescuer.scheduler import Scheduler, stop_on_sigterm
     from rescuer.sink import QueueSink
 
