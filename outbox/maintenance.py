@@ -215,6 +215,26 @@ def maintain(
     return report
 
 
+class _EveryVersions:
+    """The gate the upkeep listeners share: True once per ``every`` table versions (never when
+    ``every`` is 0). It counts versions, not this process's commits, so several writer
+    processes each run the upkeep at most once per ``every`` versions."""
+
+    def __init__(self, store: DeltaDocumentStore, every: int) -> None:
+        self._every = every
+        self._next = (store.version() // every + 1) * every if every > 0 else 0
+        self._lock = threading.Lock()
+
+    def due(self, version: int) -> bool:
+        if self._every <= 0:
+            return False
+        with self._lock:
+            if version < self._next:
+                return False
+            self._next = (version // self._every + 1) * self._every
+        return True
+
+
 class AutoCompactor:
     """A commit listener that compacts every ``every`` commits (0 turns it off).
 
@@ -225,18 +245,12 @@ class AutoCompactor:
 
     def __init__(self, store: DeltaDocumentStore, every: int) -> None:
         self._store = store
-        self._every = every
-        self._next = (store.version() // every + 1) * every if every > 0 else 0
-        self._lock = threading.Lock()
+        self._gate = _EveryVersions(store, every)
         self.runs = 0
 
     def __call__(self, _rows: Any, version: int) -> None:
-        if self._every <= 0:
+        if not self._gate.due(version):
             return
-        with self._lock:
-            if version < self._next:
-                return
-            self._next = (version // self._every + 1) * self._every
         compact(self._store)
         self.runs += 1
 
@@ -287,23 +301,17 @@ class AutoLogTrimmer:
         storage_options: Mapping[str, str] | None = None,
     ) -> None:
         self._store = store
-        self._every = every
+        self._gate = _EveryVersions(store, every)
         self._sql_url = sql_url
         self._retention = retention_seconds
         self._clock = clock
         self._options = storage_options
-        self._next = (store.version() // every + 1) * every if every > 0 else 0
-        self._lock = threading.Lock()
         self.runs = 0
         self.last: dict[str, Any] | None = None
 
     def __call__(self, _rows: Any, version: int) -> None:
-        if self._every <= 0:
+        if not self._gate.due(version):
             return
-        with self._lock:
-            if version < self._next:
-                return
-            self._next = (version // self._every + 1) * self._every
         try:
             self.last = trim_log_safely(
                 self._store,

@@ -200,6 +200,11 @@ class SqlCheckpointStore:
         if self._owned:
             self._engine.dispose()
 
+    def _key(self, table_uri: str, rescuer_name: str) -> Any:
+        """The row of one rescuer of one table (the primary key)."""
+        t = self._table
+        return and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
+
     def _row(self, row: Any) -> Checkpoint:
         t_uri, name = row.table_uri, row.rescuer_name
         try:
@@ -240,11 +245,7 @@ class SqlCheckpointStore:
         t = self._table
         try:
             with self._engine.connect() as conn:
-                row = conn.execute(
-                    select(t).where(
-                        and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
-                    )
-                ).first()
+                row = conn.execute(select(t).where(self._key(table_uri, rescuer_name))).first()
         except DBAPIError as e:
             raise self._db_error("reading the rescuer checkpoint", e) from e
         return self._row(row) if row is not None else None
@@ -278,19 +279,14 @@ class SqlCheckpointStore:
                     result = conn.execute(
                         update(t)
                         .where(
-                            and_(
-                                t.c.table_uri == table_uri,
-                                t.c.rescuer_name == rescuer_name,
-                                t.c.generation == expected_generation,
-                            )
+                            self._key(table_uri, rescuer_name),
+                            t.c.generation == expected_generation,
                         )
                         .values(**values)
                     )
                     if result.rowcount != 1:
                         found = conn.execute(
-                            select(t.c.generation).where(
-                                and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
-                            )
+                            select(t.c.generation).where(self._key(table_uri, rescuer_name))
                         ).scalar()
                         raise _conflict(table_uri, rescuer_name, expected_generation, found)
         except IntegrityError as e:
@@ -308,9 +304,7 @@ class SqlCheckpointStore:
         try:
             with self._engine.connect() as conn:
                 value = conn.execute(
-                    select(t.c.generation).where(
-                        and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
-                    )
+                    select(t.c.generation).where(self._key(table_uri, rescuer_name))
                 ).scalar()
         except DBAPIError as e:
             raise self._db_error("reading the rescuer checkpoint", e) from e
@@ -332,11 +326,7 @@ class SqlCheckpointStore:
         t = self._table
         try:
             with self._engine.begin() as conn:
-                result = conn.execute(
-                    delete(t).where(
-                        and_(t.c.table_uri == table_uri, t.c.rescuer_name == rescuer_name)
-                    )
-                )
+                result = conn.execute(delete(t).where(self._key(table_uri, rescuer_name)))
         except DBAPIError as e:
             raise self._db_error("deleting the rescuer checkpoint", e) from e
         return bool(result.rowcount)

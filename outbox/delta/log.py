@@ -95,11 +95,13 @@ def _filesystem(uri: str, storage_options: Mapping[str, str]) -> Any:
     return pfs.PyFileSystem(DeltaStorageHandler(uri, dict(storage_options) or None))
 
 
-def list_log(uri: str, storage_options: Mapping[str, str] | None = None) -> list[LogFile]:
+def list_log(
+    uri: str, storage_options: Mapping[str, str] | None = None, fs: Any = None
+) -> list[LogFile]:
     """Every versioned file in the table's ``_delta_log`` (unknown names are left alone)."""
     import pyarrow.fs as pfs
 
-    fs = _filesystem(uri, storage_options or {})
+    fs = fs or _filesystem(uri, storage_options or {})
     try:
         infos = fs.get_file_info(pfs.FileSelector(LOG_DIR, allow_not_found=True))
     except OSError as e:
@@ -199,7 +201,7 @@ def trim_log(
     failed delete) so never leaves a commit without the checkpoint before it, nor a change-data
     file that no commit names any more."""
     fs = _filesystem(uri, storage_options or {})
-    plan = plan_trim(list_log(uri, storage_options), cutoff=now - retention, needed=needed)
+    plan = plan_trim(list_log(uri, fs=fs), cutoff=now - retention, needed=needed)
     doomed = sorted(plan.doomed, key=lambda f: (f.checkpoint, f.version))
     if dry_run or not doomed:
         return TrimReport(plan.keep_from, plan.held_by, len(doomed), plan.files, dry_run)

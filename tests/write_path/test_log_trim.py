@@ -85,6 +85,13 @@ def _checkpoint(ob: Outbox) -> int:
     return ob.store.version()
 
 
+def _write_and_checkpoint(ob: Outbox, prefixes: str, n: int = 3) -> None:
+    """For each prefix: ``n`` commits, then a Delta checkpoint."""
+    for prefix in prefixes:
+        _write(ob, n, prefix)
+        _checkpoint(ob)
+
+
 def _later() -> ManualClock:
     """A clock two hours ahead: every commit file on disk is past a one-hour retention."""
     return ManualClock(datetime.now(UTC) + timedelta(hours=2))
@@ -121,9 +128,7 @@ def test_trimmed_table_opens_reads_writes_and_keeps_its_feed(workspace: Path) ->
 
 def test_dry_run_deletes_nothing(workspace: Path) -> None:
     ob = bare_outbox(workspace)
-    for prefix in "abc":
-        _write(ob, 3, prefix)
-        _checkpoint(ob)
+    _write_and_checkpoint(ob, "abc")
     before = list_log(ob.store.uri)
     report = trim_log(
         ob.store.uri, now=_later().now(), retention=timedelta(hours=1), needed=None, dry_run=True
@@ -148,9 +153,8 @@ def test_trim_stops_at_the_rescuer_checkpoint_and_the_next_pass_reads_the_feed(
     assert first.mode == "sweep"
     assert first.checkpoint_after is not None
     rescued_at = first.checkpoint_after
-    for prefix in "bcd":  # more pending documents and checkpoints after the rescuer's position
-        _write(ob, 4, prefix)
-        _checkpoint(ob)
+    # more pending documents and checkpoints after the rescuer's position
+    _write_and_checkpoint(ob, "bcd", 4)
 
     report = trim_log_safely(
         ob.store, clock=clock, sql_url=settings.sql_url, retention_seconds=3600
@@ -180,9 +184,7 @@ def test_a_trim_past_the_rescuer_makes_it_sweep_and_lose_nothing(workspace: Path
     sink = InMemorySink()
     clock = _later()
     run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
-    for prefix in "bcd":
-        _write(ob, 3, prefix)
-        _checkpoint(ob)
+    _write_and_checkpoint(ob, "bcd")
     trim_log(ob.store.uri, now=clock.now(), retention=timedelta(hours=1), needed=None)
     clock.set(clock.now() + timedelta(minutes=1))
     report = run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
@@ -194,9 +196,7 @@ def test_a_trim_past_the_rescuer_makes_it_sweep_and_lose_nothing(workspace: Path
 
 def test_trim_is_skipped_when_the_rescuer_checkpoints_cannot_be_read(workspace: Path) -> None:
     ob = bare_outbox(workspace)
-    for prefix in "abc":
-        _write(ob, 3, prefix)
-        _checkpoint(ob)
+    _write_and_checkpoint(ob, "abc")
     before = list_log(ob.store.uri)
     report = trim_log_safely(
         ob.store,
@@ -230,9 +230,7 @@ def test_maintain_cli_reports_the_trim_and_can_skip_it(workspace: Path) -> None:
     settings = Settings(workspace=workspace)
     migrate(settings)
     ob = bare_outbox(workspace)
-    for prefix in "ab":
-        _write(ob, 3, prefix)
-        _checkpoint(ob)
+    _write_and_checkpoint(ob, "ab")
     ob.close()
     runner = CliRunner()
     args = ["--workspace", str(workspace), "maintain", "--json"]
@@ -265,9 +263,7 @@ def test_a_failed_trim_names_the_file_and_never_fails_the_commit(
     settings = Settings(workspace=workspace)
     migrate(settings)
     ob = bare_outbox(workspace)
-    for prefix in "abc":
-        _write(ob, 3, prefix)
-        _checkpoint(ob)
+    _write_and_checkpoint(ob, "abc")
     real = log_mod._filesystem
 
     class ReadOnly:
@@ -347,9 +343,7 @@ def test_an_idle_writer_recovers_after_the_log_was_trimmed_past_it(workspace: Pa
     idle = bare_outbox(workspace)
     busy = Outbox(idle.settings, DeltaDocumentStore(idle.store.uri), clock=idle.clock)
     _write(idle, 1, "idle")
-    for prefix in "abc":
-        _write(busy, 3, prefix)
-        _checkpoint(busy)
+    _write_and_checkpoint(busy, "abc")
     _write(busy, 1, "last")
     report = trim_log(idle.store.uri, now=_later().now(), retention=timedelta(hours=1), needed=None)
     assert report.keep_from is not None
@@ -409,9 +403,7 @@ def test_a_rescuer_checkpoint_holds_the_log_whatever_spelling_of_the_uri_it_used
     other = DeltaDocumentStore(f"file://{ob.store.uri}/")
     run_pass(other, LocalEngine(), checkpoints, InMemorySink(), clock=_later())
     checkpoints.close()
-    for prefix in "bcd":
-        _write(ob, 3, prefix)
-        _checkpoint(ob)
+    _write_and_checkpoint(ob, "bcd")
     report = trim_log_safely(
         ob.store, clock=_later(), sql_url=settings.sql_url, retention_seconds=3600
     )
