@@ -25,10 +25,10 @@ from typing import Any
 
 import pyarrow as pa
 
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
+from outbox.core.model import DocumentRow, bucket_of
 from outbox.delta import schema as S
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
-from outbox.model import DocumentRow, bucket_of
 from rescuer.cdf_local import LocalEngine, normalize, plan_arrow
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.planner import Engine, FeedWindow, PendingDocument, pending_from_rows

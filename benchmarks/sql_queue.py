@@ -24,7 +24,7 @@ from sqlalchemy import Engine, text
 from benchmarks.common import percentile, write_results
 from dispatcher.queue import QueueMessage, SqlQueue
 from migrations.sql import upgrade
-from outbox.sql import make_engine
+from outbox.core.sql import make_engine
 
 BODY = b'{"kind":"ShipmentStatusChanged","shipment":"S-000123","status":"delivered"}'
 

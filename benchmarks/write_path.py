@@ -25,13 +25,13 @@ import pyarrow as pa
 from benchmarks.common import RESULTS, summarize_ms, write_results
 from migrations.runner import migrate
 from outbox.app import Outbox
-from outbox.clock import SystemClock
+from outbox.core.clock import SystemClock
+from outbox.core.model import DocumentRow, OutboxMessage, message_id_for
+from outbox.core.settings import Settings
 from outbox.delta import schema as S
 from outbox.delta.log import list_log
 from outbox.delta.store import DeltaDocumentStore
 from outbox.maintenance import AutoCompactor, AutoLogTrimmer, compact
-from outbox.model import DocumentRow, OutboxMessage, message_id_for
-from outbox.settings import Settings
 
 log = logging.getLogger("benchmarks.write_path")
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
-from outbox.errors import ValidationError
-from outbox.model import command_id_for
+from outbox.core.errors import ValidationError
+from outbox.core.model import command_id_for
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import QueueMessage
@@ -26,7 +26,7 @@ COMMAND_CONTENT_TYPE = "application/json"
 
 @dataclass(frozen=True, slots=True)
 class ProcessDocument:
-    table: str  # the table id (stable across URIs), see outbox.model.message_id_for
+    table: str  # the table id (stable across URIs), see outbox.core.model.message_id_for
     id: str
     up_to_seq: int
     table_uri: str = ""

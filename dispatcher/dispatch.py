@@ -37,12 +37,12 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from dispatcher.crash_points import CrashPoints
-from dispatcher.crash_points import crash_points as default_crash_points
+from dispatcher import hooks
+from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
 from dispatcher.transports.base import Transport, TransportMessage
-from outbox.errors import PermanentTransportError, ValidationError
-from outbox.model import DocumentRow, OutboxMessage
+from outbox.core.errors import PermanentTransportError, ValidationError
+from outbox.core.model import DocumentRow, OutboxMessage
 
 log = logging.getLogger("outbox.dispatcher")
 
@@ -144,7 +144,7 @@ class Dispatcher:
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         coalesce: bool | None = None,
         metrics: DispatchMetrics | None = None,
-        crash_points: CrashPoints | None = None,
+        crash_points: StepHook | None = None,
     ) -> None:
         if max_in_flight < 1 or max_batch_messages < 1:
             raise ValidationError(
@@ -157,7 +157,7 @@ class Dispatcher:
         self.max_batch_messages = max_batch_messages
         self.coalesce = atomic_batches(transport) if coalesce is None else coalesce
         self.metrics = metrics or DispatchMetrics()
-        self.crash_points = crash_points or default_crash_points
+        self.crash_points = crash_points or hooks.installed()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dispatcher.transports.base import TransportMessage
-from outbox.model import OutboxMessage
+from outbox.core.model import OutboxMessage
 
 
 @dataclass

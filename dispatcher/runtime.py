@@ -27,22 +27,22 @@ from collections.abc import Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
+from dispatcher import hooks
 from dispatcher.commands import commands_for
-from dispatcher.crash_points import CrashPoints
-from dispatcher.crash_points import crash_points as default_crash_points
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
+from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
 from dispatcher.transports.base import Transport
-from outbox.clock import Clock, SystemClock
-from outbox.errors import ConfigurationError, MissingDependencyError
-from outbox.model import DocumentRow
+from outbox.core.clock import Clock, SystemClock
+from outbox.core.errors import ConfigurationError, MissingDependencyError
+from outbox.core.model import DocumentRow
 
 if TYPE_CHECKING:
     from dispatcher.queue.sql_queue import SqlQueue
     from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
+    from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
-    from outbox.settings import Settings
 
 log = logging.getLogger("outbox.dispatcher")
 
@@ -91,7 +91,7 @@ class DispatcherRuntime:
         clock: Clock | None = None,
         queue: SqlQueue | None = None,
         metrics: DispatchMetrics | None = None,
-        crash_points: CrashPoints | None = None,
+        crash_points: StepHook | None = None,
         retry_delay: float = DEFAULT_RETRY_DELAY,
         max_batch_messages: int | None = None,
     ) -> None:
@@ -99,7 +99,7 @@ class DispatcherRuntime:
         self.settings = settings
         self.clock = clock or SystemClock()
         self.metrics = metrics or DispatchMetrics()
-        self.crash_points = crash_points or default_crash_points
+        self.crash_points = crash_points or hooks.installed()
         self.retry_delay = retry_delay
         self.mode = settings.dispatch
         self._queue = queue

@@ -40,8 +40,8 @@ from dispatcher.queue.consumer import ExponentialBackoff
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.signals import stop_on_signals
 from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON
-from outbox.clock import SystemClock
-from outbox.errors import LockLostError, OutboxError, ValidationError
+from outbox.core.clock import SystemClock
+from outbox.core.errors import LockLostError, OutboxError, ValidationError
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import ReceivedMessage

@@ -13,10 +13,10 @@ from typing import Any
 
 import pyarrow as pa
 
+from outbox.core.errors import SchemaMismatchError, StoreError
+from outbox.core.model import bucket_of
 from outbox.delta import schema as S
 from outbox.delta.store import DeltaDocumentStore
-from outbox.errors import SchemaMismatchError, StoreError
-from outbox.model import bucket_of
 
 
 def ensure_table(

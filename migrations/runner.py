@@ -7,8 +7,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from outbox.errors import WorkspaceError
-from outbox.settings import Settings
+from outbox.core.errors import WorkspaceError
+from outbox.core.settings import Settings
 
 log = logging.getLogger("outbox.migrate")
 

@@ -5,8 +5,8 @@
 """
 
 from outbox.app import Outbox
-from outbox.clock import Clock, ManualClock, SystemClock
-from outbox.errors import (
+from outbox.core.clock import Clock, ManualClock, SystemClock
+from outbox.core.errors import (
     ChangeDataFeedDisabledError,
     ClosedError,
     CommitConflictError,
@@ -19,8 +19,8 @@ from outbox.errors import (
     SerializationError,
     ValidationError,
 )
-from outbox.model import DocumentRow, OutboxMessage, bucket_of, message_id_for
-from outbox.settings import Settings
+from outbox.core.model import DocumentRow, OutboxMessage, bucket_of, message_id_for
+from outbox.core.settings import Settings
 from outbox.unit_of_work import Document, UnitOfWork
 
 __all__ = [

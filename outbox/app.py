@@ -12,11 +12,11 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from outbox.clock import Clock, SystemClock
+from outbox.core.clock import Clock, SystemClock
+from outbox.core.errors import ClosedError
+from outbox.core.model import DocumentRow
+from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore
-from outbox.errors import ClosedError
-from outbox.model import DocumentRow
-from outbox.settings import Settings
 from outbox.unit_of_work import UnitOfWork
 
 log = logging.getLogger("outbox")

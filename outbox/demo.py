@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from outbox.clock import SystemClock
+from outbox.core.clock import SystemClock
 
 STATUSES = ("left Seattle", "reached Des Moines", "arrived Charlotte")
 DESTINATION = "shipments"
@@ -87,10 +87,11 @@ def hub_scanner(workspace: str, packages: int, crash: str) -> None:
     """The child process: save every "arrived Charlotte" in one commit; die while dispatching."""
     import logging
 
-    from dispatcher.crash_points import ENV_VAR, crash_points
     from outbox.app import Outbox
+    from outbox.testing.crash_points import ENV_VAR, crash_points, install
 
     logging.basicConfig(level=logging.ERROR)
+    install()
     crash_points.arm_from_env({ENV_VAR: crash})
     with Outbox.open(workspace, create=False) as ob:
         ob.runtime.dispatcher.max_batch_messages = SEND_BATCH

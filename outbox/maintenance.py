@@ -23,11 +23,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox.clock import Clock
+from outbox.core.clock import Clock
+from outbox.core.durations import format_duration
+from outbox.core.errors import StoreError, VacuumRefusedError
 from outbox.delta.log import trim_log
 from outbox.delta.store import DeltaDocumentStore
-from outbox.durations import format_duration
-from outbox.errors import StoreError, VacuumRefusedError
 
 log = logging.getLogger("outbox.maintain")
 

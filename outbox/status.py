@@ -12,9 +12,9 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox.clock import Clock, utc
-from outbox.errors import OutboxError
-from outbox.settings import Settings
+from outbox.core.clock import Clock, utc
+from outbox.core.errors import OutboxError
+from outbox.core.settings import Settings
 
 
 @dataclass

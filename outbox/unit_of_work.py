@@ -14,10 +14,9 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-from outbox.clock import Clock, utc
-from outbox.delta.store import DeltaDocumentStore, DocumentWrite
-from outbox.errors import ClosedError, ConcurrencyError, SerializationError, ValidationError
-from outbox.model import (
+from outbox.core.clock import Clock, utc
+from outbox.core.errors import ClosedError, ConcurrencyError, SerializationError, ValidationError
+from outbox.core.model import (
     DocumentRow,
     OutboxMessage,
     check_size,
@@ -26,9 +25,10 @@ from outbox.model import (
     validate_destination,
     validate_id,
 )
+from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 
 if TYPE_CHECKING:
-    from outbox.settings import Settings
+    from outbox.core.settings import Settings
 
 
 class Document:

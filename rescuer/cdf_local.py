@@ -21,7 +21,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from outbox.errors import EngineError
+from outbox.core.errors import EngineError
 from rescuer.planner import (
     FEED_COLUMNS,
     FeedWindow,

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from outbox.errors import EngineError, MissingDependencyError
+from outbox.core.errors import EngineError, MissingDependencyError
 from rescuer.planner import (
     FEED_COLUMNS,
     FeedWindow,

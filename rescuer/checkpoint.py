@@ -23,8 +23,8 @@ from typing import Any, Protocol
 from sqlalchemy import Engine, and_, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
-from outbox.clock import utc
-from outbox.errors import CheckpointConflictError, CheckpointError
+from outbox.core.clock import utc
+from outbox.core.errors import CheckpointConflictError, CheckpointError
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,7 +192,7 @@ class SqlCheckpointStore:
         if isinstance(url_or_engine, Engine):
             self._engine, self._owned = url_or_engine, False
         else:
-            from outbox.sql import make_engine
+            from outbox.core.sql import make_engine
 
             self._engine, self._owned = make_engine(url_or_engine), True
 

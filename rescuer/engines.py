@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from outbox.errors import ValidationError
+from outbox.core.errors import ValidationError
 from rescuer.planner import Engine
 
 ENGINES = ("local", "spark")

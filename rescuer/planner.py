@@ -28,7 +28,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
-from outbox.errors import EngineError, FeedUnavailableError, OutboxError
+from outbox.core.errors import EngineError, FeedUnavailableError, OutboxError
 
 Mode = Literal["feed", "sweep"]
 

@@ -19,15 +19,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.commands import commands_for
-from outbox.clock import Clock, SystemClock, utc
-from outbox.delta.store import DeltaDocumentStore
-from outbox.errors import (
+from outbox.core.clock import Clock, SystemClock, utc
+from outbox.core.errors import (
     CheckpointConflictError,
     CheckpointError,
     FeedUnavailableError,
     ValidationError,
 )
-from outbox.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
+from outbox.core.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
+from outbox.delta.store import DeltaDocumentStore
 from rescuer.checkpoint import Checkpoint, CheckpointStore
 from rescuer.planner import Engine, FeedWindow, Mode, Plan, driver_errors
 from rescuer.sink import CommandSink

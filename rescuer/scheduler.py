@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from outbox.clock import Clock
-from outbox.errors import OutboxError
+from outbox.core.clock import Clock
+from outbox.core.errors import OutboxError
 from rescuer.runner import PassReport, RescuePass
 
 log = logging.getLogger("outbox.rescuer")

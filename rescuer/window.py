@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from outbox.errors import RescuerError
+from outbox.core.errors import RescuerError
 from rescuer.planner import driver_errors
 
 FIRST_BATCH = 32

@@ -9,10 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
+from outbox.testing import crash_points as _crash_points
 from tests.pg import PostgresServer
 
 _db_counter = itertools.count()
+
+# Every dispatcher and worker our tests build reports its steps to the kit's crash points, so a
+# test can arm one; production code runs with dispatcher.hooks.NO_HOOK.
+_crash_points.install()
 
 
 @pytest.fixture

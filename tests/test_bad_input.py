@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cli import main
 from outbox import Outbox
-from outbox.errors import OutboxError
+from outbox.cli import main
+from outbox.core.errors import OutboxError
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 
@@ -398,7 +398,7 @@ def test_ctrl_c_during_a_rescue_pass_keeps_the_checkpoint(ws: Path) -> None:
     and the queue's duplicate detection drops what was already enqueued."""
     from datetime import timedelta
 
-    from outbox.clock import SystemClock
+    from outbox.core.clock import SystemClock
     from rescuer.checkpoint import InMemoryCheckpointStore
     from rescuer.engines import make_engine
     from rescuer.runner import RescuePass
@@ -512,8 +512,8 @@ _BLOCK_IN_A_PASS = """
 import signal, sys
 from datetime import timedelta
 
-import rescuer.rescue_cli as rescue_cli
-from outbox.clock import SystemClock
+import outbox.cli.rescue as rescue_cli
+from outbox.core.clock import SystemClock
 from rescuer.cdf_local import LocalEngine
 
 
@@ -533,7 +533,7 @@ rescue_cli.SystemClock = Later
 LocalEngine.plan_sweep = blocked
 # Ctrl-C as in a terminal: a process started under pytest-xdist inherits SIGINT ignored.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from cli import main
+from outbox.cli import main
 
 main(["-w", sys.argv[1], "rescue"], prog_name="outbox")
 """

@@ -1,6 +1,6 @@
 """The durable SQL queue (Service Bus semantics on SQLite or PostgreSQL) and its consumer."""
 
-from dispatcher.queue.consumer import Consumer, ExponentialBackoff, PermanentError
+from dispatcher.queue.consumer import Consumer, ExponentialBackoff
 from dispatcher.queue.messages import (
     DeadLetter,
     PeekedMessage,
@@ -9,6 +9,7 @@ from dispatcher.queue.messages import (
     ReceivedMessage,
 )
 from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON, SqlQueue
+from outbox.core.errors import UnprocessableMessageError
 
 __all__ = [
     "MAX_DELIVERY_REASON",
@@ -16,9 +17,9 @@ __all__ = [
     "DeadLetter",
     "ExponentialBackoff",
     "PeekedMessage",
-    "PermanentError",
     "QueueMessage",
     "QueueStats",
     "ReceivedMessage",
     "SqlQueue",
+    "UnprocessableMessageError",
 ]

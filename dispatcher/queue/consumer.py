@@ -37,8 +37,13 @@ from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.queue.signals import stop_on_signals
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import inbox, queue_messages
-from outbox.clock import Clock
-from outbox.errors import LockLostError, OutboxError, ValidationError
+from outbox.core.clock import Clock
+from outbox.core.errors import (
+    LockLostError,
+    OutboxError,
+    UnprocessableMessageError,
+    ValidationError,
+)
 
 log = logging.getLogger("outbox.queue.consumer")
 
@@ -52,10 +57,6 @@ class _HandlerFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-class PermanentError(Exception):
-    """Raise from a handler when retrying cannot help: the message is dead-lettered at once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,7 +107,7 @@ class Consumer:
         *,
         clock: Clock | None = None,
         inbox: bool | str = False,
-        permanent_errors: tuple[type[BaseException], ...] = (PermanentError,),
+        permanent_errors: tuple[type[BaseException], ...] = (UnprocessableMessageError,),
         backoff: Callable[[int], float] = ExponentialBackoff(),
         concurrency: int = 1,
         poll_interval: float = 1.0,

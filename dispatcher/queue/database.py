@@ -12,14 +12,14 @@ from pathlib import Path
 from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
-from outbox import sql
-from outbox.errors import (
+from outbox.core import sql
+from outbox.core.errors import (
     ClosedError,
     ConfigurationError,
     OutboxError,
     QueueError,
 )
-from outbox.sql import MIGRATE_HINT, READ_ONLY, describe, make_engine, parse_url
+from outbox.core.sql import MIGRATE_HINT, READ_ONLY, describe, make_engine, parse_url
 
 
 def open_engine(url: str, *, pool_size: int | None = None) -> Engine:

@@ -27,7 +27,7 @@ from dispatcher.queue.database import Database
 from dispatcher.queue.messages import DeadLetter
 from dispatcher.queue.rows import COPIED_COLUMNS, dead_letter, lock_sessions
 from migrations.sql.tables import dead_letters, queue_messages
-from outbox.errors import MessageNotFoundError, ValidationError
+from outbox.core.errors import MessageNotFoundError, ValidationError
 
 D = dead_letters
 CHUNK = 500

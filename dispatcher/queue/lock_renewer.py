@@ -15,8 +15,8 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from outbox.clock import Clock
-from outbox.errors import OutboxError
+from outbox.core.clock import Clock
+from outbox.core.errors import OutboxError
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import ReceivedMessage

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox.clock import utc
+from outbox.core.clock import utc
 
 
 @dataclass(frozen=True, slots=True)

@@ -53,8 +53,8 @@ from dispatcher.queue.messages import (
 )
 from dispatcher.queue.rows import lock_sessions, move_to_dead_letters, received
 from migrations.sql.tables import dead_letters, duplicate_ids, queue_messages
-from outbox.clock import Clock, SystemClock, utc
-from outbox.errors import LockLostError, OutboxError, QueueError, ValidationError
+from outbox.core.clock import Clock, SystemClock, utc
+from outbox.core.errors import LockLostError, OutboxError, QueueError, ValidationError
 
 log = logging.getLogger("outbox.queue")
 
@@ -110,7 +110,7 @@ class SqlQueue:
     def from_settings(
         cls, settings: Any, *, clock: Clock | None = None, pool_size: int | None = None
     ) -> SqlQueue:
-        """A queue configured from ``outbox.settings.Settings``."""
+        """A queue configured from ``outbox.core.settings.Settings``."""
         return cls(
             settings.sql_url,
             clock=clock,

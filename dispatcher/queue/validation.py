@@ -8,7 +8,7 @@ import uuid
 from datetime import datetime
 from typing import Any
 
-from outbox.errors import MessageTooLargeError, ValidationError
+from outbox.core.errors import MessageTooLargeError, ValidationError
 
 # Service Bus entity names: letters, digits, '.', '-', '_', '/'; start and end with a letter or
 # digit; at most 260 characters.

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 
 from dispatcher.transports.base import TransportMessage
-from outbox.errors import ClosedError, UnknownDestinationError, ValidationError
+from outbox.core.errors import ClosedError, UnknownDestinationError, ValidationError
 
 
 class InMemoryTransport:

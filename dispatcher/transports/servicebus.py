@@ -39,7 +39,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from dispatcher.transports.base import TransportMessage
-from outbox.errors import (
+from outbox.core.errors import (
     ConfigurationError,
     MissingDependencyError,
     PermanentTransportError,
@@ -51,7 +51,7 @@ from outbox.errors import (
 if TYPE_CHECKING:
     from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 
-    from outbox.settings import Settings
+    from outbox.core.settings import Settings
 
 #: Environment variables read by ``from_settings`` (not ``Settings`` fields: secrets stay in env).
 ENV_CONNECTION_STRING = "OUTBOX_SERVICEBUS_CONNECTION_STRING"

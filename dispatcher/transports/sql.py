@@ -13,7 +13,7 @@ from dispatcher.queue import validation
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from dispatcher.transports.base import TransportMessage
-from outbox.errors import (
+from outbox.core.errors import (
     ClosedError,
     OutboxError,
     PermanentTransportError,

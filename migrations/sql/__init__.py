@@ -16,7 +16,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import Engine, inspect
 from sqlalchemy.exc import SQLAlchemyError
 
-from outbox.sql import READ_ONLY, translate
+from outbox.core.sql import READ_ONLY, translate
 
 HERE = Path(__file__).resolve().parent
 VERSION_TABLE = "outbox_sql_version"
@@ -38,7 +38,7 @@ def head_revision() -> str:
 def _engine(engine_or_url: Engine | str) -> tuple[Engine, bool]:
     if isinstance(engine_or_url, Engine):
         return engine_or_url, False
-    from outbox.sql import make_engine
+    from outbox.core.sql import make_engine
 
     return make_engine(engine_or_url), True
 

@@ -23,7 +23,7 @@ from datetime import datetime
 from pathlib import Path
 
 from dispatcher.transports.base import TransportMessage
-from outbox.errors import RetryableTransportError
+from outbox.core.errors import RetryableTransportError
 
 
 @dataclass(frozen=True, slots=True)

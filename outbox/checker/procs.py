@@ -35,8 +35,8 @@ def _log_to(path: str) -> None:
 
 
 def _transport(cfg: dict[str, Any], role: str, seed: int) -> Any:
-    from dispatcher.transports.faulty import FaultyTransport
     from outbox.checker.broker import LogTransport
+    from outbox.testing.faulty import FaultyTransport
 
     faulty = FaultyTransport(
         LogTransport(cfg["log"], role=role, outage_flag=cfg["outage_flag"]), seed=seed
@@ -49,12 +49,13 @@ def _transport(cfg: dict[str, Any], role: str, seed: int) -> Any:
 
 def writer_main(cfg: dict[str, Any]) -> None:
     """Run rounds ``cfg['start']..cfg['rounds']``: one unit of work each, journaled."""
-    from dispatcher.crash_points import ENV_VAR, InjectedCrash, crash_points
     from outbox.app import Outbox
-    from outbox.errors import ConcurrencyError, OutboxError
+    from outbox.core.errors import ConcurrencyError, OutboxError
+    from outbox.testing.crash_points import ENV_VAR, InjectedCrash, crash_points, install
 
     _log_to(cfg["stderr"])
     crash_points.disarm()
+    install()
     crash_points.arm_from_env({ENV_VAR: cfg["crash"]})
     rng = random.Random(cfg["seed"])
     journal = _journal(cfg["journal"])
@@ -119,11 +120,12 @@ def writer_main(cfg: dict[str, Any]) -> None:
 
 def worker_main(cfg: dict[str, Any]) -> None:
     """``outbox run-dispatcher`` on the checker's broker, until SIGTERM (or a crash point)."""
-    from dispatcher.crash_points import ENV_VAR, crash_points
     from outbox.app import Outbox
+    from outbox.testing.crash_points import ENV_VAR, crash_points, install
 
     _log_to(cfg["stderr"])
     crash_points.disarm()
+    install()
     crash_points.arm_from_env({ENV_VAR: cfg["crash"]})
     with Outbox.open(
         cfg["workspace"],

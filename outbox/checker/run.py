@@ -25,8 +25,8 @@ from typing import Any
 
 from outbox.checker.report import CheckReport, percentiles
 from outbox.checker.scenario import Scenario
-from outbox.clock import SystemClock
-from outbox.errors import OutboxError
+from outbox.core.clock import SystemClock
+from outbox.core.errors import OutboxError
 
 log = logging.getLogger("outbox.checker")
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from outbox.model import OutboxMessage
+from outbox.core.model import OutboxMessage
 
 FEED_COLUMNS = [
     "id",

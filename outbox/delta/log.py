@@ -34,7 +34,7 @@ from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import unquote
 
-from outbox.errors import StoreError
+from outbox.core.errors import StoreError
 
 log = logging.getLogger("outbox.maintain")
 

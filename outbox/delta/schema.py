@@ -18,7 +18,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from outbox.model import DocumentRow, OutboxMessage
+from outbox.core.model import DocumentRow, OutboxMessage
 
 SCHEMA_VERSION = 1
 CDF_PROPERTY = "delta.enableChangeDataFeed"

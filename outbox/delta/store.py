@@ -27,9 +27,8 @@ from typing import Any
 
 import pyarrow as pa
 
-from outbox.clock import Clock, SystemClock
-from outbox.delta import schema as S
-from outbox.errors import (
+from outbox.core.clock import Clock, SystemClock
+from outbox.core.errors import (
     ChangeDataFeedDisabledError,
     ClosedError,
     CommitConflictError,
@@ -38,7 +37,8 @@ from outbox.errors import (
     StoreError,
     TableNotFoundError,
 )
-from outbox.model import DocumentRow, bucket_of
+from outbox.core.model import DocumentRow, bucket_of
+from outbox.delta import schema as S
 
 log = logging.getLogger("outbox.store")
 

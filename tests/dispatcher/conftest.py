@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.crash_points import crash_points
 from dispatcher.transports.memory import InMemoryTransport
 from outbox.app import Outbox
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
+from outbox.testing.crash_points import crash_points
 
 
 @pytest.fixture(autouse=True)

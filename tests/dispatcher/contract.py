@@ -13,8 +13,8 @@ from datetime import UTC, datetime
 import pytest
 
 from dispatcher.transports.base import Transport, TransportMessage
-from dispatcher.transports.faulty import FaultyTransport
-from outbox.errors import PermanentTransportError, RetryableTransportError
+from outbox.core.errors import PermanentTransportError, RetryableTransportError
+from outbox.testing.faulty import FaultyTransport
 
 DEST = "contract-dest"
 BAD_DEST = "no such destination!"

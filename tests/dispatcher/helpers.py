@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from outbox.app import Outbox
-from outbox.model import OutboxMessage
+from outbox.core.model import OutboxMessage
 
 
 def write_docs(

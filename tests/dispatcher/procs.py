@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import logging
 
-from dispatcher.crash_points import ENV_VAR, crash_points
 from outbox.app import Outbox
+from outbox.testing.crash_points import ENV_VAR, crash_points, install
 from tests.dispatcher.helpers import write_docs
 
 
 def writer(workspace: str, n_docs: int, n_msgs: int, crash: str, max_batch: int) -> None:
+    install()
     crash_points.arm_from_env({ENV_VAR: crash})
     with Outbox.open(workspace, default_destination="shipments", create=False) as ob:
         ob.runtime.dispatcher.max_batch_messages = max_batch
@@ -22,6 +23,7 @@ def writer(workspace: str, n_docs: int, n_msgs: int, crash: str, max_batch: int)
 
 def worker(workspace: str, crash: str, until_idle: bool = True, batch_size: int = 4) -> None:
     logging.basicConfig(level=logging.WARNING)
+    install()
     crash_points.arm_from_env({ENV_VAR: crash})
     with Outbox.open(workspace, create=False) as ob:
         ob.runtime.worker(batch_size=batch_size, poll_interval=0.05).run(until_idle=until_idle)

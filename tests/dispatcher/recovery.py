@@ -8,8 +8,8 @@ from pathlib import Path
 from dispatcher.invariants import InvariantReport, verify_deliveries
 from dispatcher.transports.base import TransportMessage
 from outbox.app import Outbox
-from outbox.clock import ManualClock
-from outbox.model import OutboxMessage
+from outbox.core.clock import ManualClock
+from outbox.core.model import OutboxMessage
 
 
 def committed_messages(ob: Outbox) -> dict[str, list[OutboxMessage]]:

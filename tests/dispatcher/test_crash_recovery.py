@@ -16,13 +16,13 @@ from typing import Any
 
 import pytest
 
-from dispatcher.crash_points import InjectedCrash, crash_points
 from dispatcher.invariants import verify_deliveries
-from dispatcher.transports.faulty import FaultyTransport
 from dispatcher.transports.memory import InMemoryTransport
 from outbox.app import Outbox
-from outbox.clock import ManualClock
-from outbox.model import OutboxMessage
+from outbox.core.clock import ManualClock
+from outbox.core.model import OutboxMessage
+from outbox.testing.crash_points import InjectedCrash, crash_points
+from outbox.testing.faulty import FaultyTransport
 from tests.dispatcher import procs
 from tests.dispatcher.helpers import write_docs
 from tests.dispatcher.recovery import recover, recover_and_verify

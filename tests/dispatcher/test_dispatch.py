@@ -13,12 +13,12 @@ from deltalake import write_deltalake
 
 from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.base import TransportMessage
-from dispatcher.transports.faulty import FaultyTransport
 from dispatcher.transports.memory import InMemoryTransport
 from outbox.app import Outbox
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
+from outbox.core.model import OutboxMessage, bucket_of, message_id_for
 from outbox.delta import schema as S
-from outbox.model import OutboxMessage, bucket_of, message_id_for
+from outbox.testing.faulty import FaultyTransport
 from tests.dispatcher.helpers import write_docs
 
 
@@ -254,7 +254,7 @@ def test_transport_by_name(workspace: Path, transport_name: str) -> None:
         with Outbox.open(workspace, transport="memory") as ob:
             assert isinstance(ob.runtime.transport, InMemoryTransport)
         return
-    from outbox.errors import OutboxError
+    from outbox.core.errors import OutboxError
 
     with pytest.raises(OutboxError, match="servicebus"):
         Outbox.open(workspace, transport="servicebus")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.crash_points import ENV_VAR, CrashPoints
 from dispatcher.dispatch import Dispatcher
 from dispatcher.transports.memory import InMemoryTransport
 from outbox.app import Outbox
-from outbox.clock import ManualClock
-from outbox.errors import ConfigurationError, ValidationError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import ConfigurationError, ValidationError
+from outbox.testing.crash_points import ENV_VAR, CrashPoints
 
 
 def test_bad_worker_arguments_are_validation_errors(workspace: Path, clock: ManualClock) -> None:
@@ -40,7 +40,7 @@ def test_a_malformed_crash_spec_is_a_configuration_error_at_first_use(spec: str)
 
 def test_the_process_registry_reads_the_variable_only_when_used() -> None:
     code = (
-        "import dispatcher.crash_points as c\n"  # importing must not fail
+        "import outbox.testing.crash_points as c\n"  # importing must not fail
         "try:\n"
         "    c.crash_points.hit('after_send')\n"
         "except c.ConfigurationError as e:\n"

@@ -42,7 +42,7 @@ from dispatcher.transports.servicebus import (
     ENV_TOPICS,
     ServiceBusTransport,
 )
-from outbox.errors import (
+from outbox.core.errors import (
     ConfigurationError,
     MissingDependencyError,
     PermanentTransportError,
@@ -776,7 +776,7 @@ def test_the_runtime_builds_it_from_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
     from dispatcher.runtime import build_transport
-    from outbox.settings import Settings
+    from outbox.core.settings import Settings
 
     monkeypatch.setenv(ENV_CONNECTION_STRING, FAKE_CONN)
     t = build_transport(Settings(workspace=tmp_path, transport="servicebus"), lambda: None)

@@ -9,7 +9,7 @@ import threading
 from dispatcher.commands import ProcessDocument
 from dispatcher.queue.consumer import ExponentialBackoff
 from dispatcher.queue.signals import stop_on_signals
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
 
 
 def test_backoff_has_replayable_jitter() -> None:

@@ -13,7 +13,7 @@ from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.transports.sql import SqlQueueTransport
 from migrations.sql import upgrade
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
 from tests.dispatcher.contract import DEST, TransportContract
 
 

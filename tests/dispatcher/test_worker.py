@@ -17,11 +17,11 @@ import pytest
 from dispatcher.commands import ProcessDocument
 from dispatcher.invariants import verify_deliveries
 from dispatcher.queue.messages import QueueMessage
-from dispatcher.transports.faulty import FaultyTransport
 from dispatcher.transports.memory import InMemoryTransport
 from outbox.app import Outbox
-from outbox.clock import ManualClock
-from outbox.model import OutboxMessage
+from outbox.core.clock import ManualClock
+from outbox.core.model import OutboxMessage
+from outbox.testing.faulty import FaultyTransport
 from tests.dispatcher import procs
 from tests.dispatcher.helpers import write_docs
 from tests.dispatcher.recovery import committed_messages, sql_deliveries
@@ -235,7 +235,7 @@ def test_worker_keeps_its_command_locked_while_a_slow_send_runs(
 
 
 def test_a_queue_blip_is_retried_not_fatal(workspace: Path, clock: ManualClock) -> None:
-    from outbox.errors import QueueUnavailableError
+    from outbox.core.errors import QueueUnavailableError
 
     ob, faulty = deferred(workspace, clock)
     with ob:
@@ -265,7 +265,7 @@ def test_a_queue_blip_is_retried_not_fatal(workspace: Path, clock: ManualClock) 
 def test_a_non_retryable_error_stops_every_thread_and_is_raised(
     workspace: Path, clock: ManualClock
 ) -> None:
-    from outbox.errors import QueueError
+    from outbox.core.errors import QueueError
 
     ob, _ = deferred(workspace, clock)
     with ob:
@@ -324,8 +324,8 @@ def test_a_crashed_batch_leaves_nothing_for_the_next_batchs_renewer(
     import threading
     from collections.abc import Sequence
 
-    from dispatcher.crash_points import InjectedCrash
     from dispatcher.transports.base import TransportMessage
+    from outbox.testing.crash_points import InjectedCrash
 
     ob, _ = deferred(workspace, clock)
     queue = ob.runtime.queue

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import main
 from outbox.checker.run import run_check
+from outbox.cli import main
 
 SEEDS = [1, 2, 3, 4, 5]
 
@@ -72,10 +72,10 @@ def test_demo_tells_the_story_and_every_invariant_holds(tmp_path: Path) -> None:
 def test_status_health_checks(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
-    from dispatcher.transports.faulty import FaultyTransport
     from dispatcher.transports.memory import InMemoryTransport
     from outbox.app import Outbox
-    from outbox.clock import ManualClock
+    from outbox.core.clock import ManualClock
+    from outbox.testing.faulty import FaultyTransport
 
     ws = tmp_path / "ws"
     clock = ManualClock(datetime.now(UTC) - timedelta(minutes=10))
@@ -118,7 +118,7 @@ def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
     say."""
     from outbox.checker.report import CheckReport, aggregate
     from outbox.checker.run import InterruptedPass, run_rescue_pass
-    from outbox.errors import QueueUnavailableError
+    from outbox.core.errors import QueueUnavailableError
 
     class Pass:
         def __init__(self, error: Exception | None) -> None:

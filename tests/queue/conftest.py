@@ -8,7 +8,7 @@ import pytest
 
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql import upgrade
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
 
 
 @pytest.fixture

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from cli import main
 from dispatcher.queue import QueueMessage, SqlQueue
 from migrations.sql import upgrade
+from outbox.cli import main
 
 
 @pytest.fixture

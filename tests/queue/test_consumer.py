@@ -8,9 +8,15 @@ from typing import Any
 import pytest
 from sqlalchemy import Connection, text
 
-from dispatcher.queue import Consumer, ExponentialBackoff, PermanentError, QueueMessage, SqlQueue
+from dispatcher.queue import (
+    Consumer,
+    ExponentialBackoff,
+    QueueMessage,
+    SqlQueue,
+    UnprocessableMessageError,
+)
 from dispatcher.queue.messages import ReceivedMessage
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
 
 
 def send(queue: SqlQueue, *mids: str, session: str | None = None) -> None:
@@ -57,15 +63,15 @@ def test_permanent_error_dead_letters(queue: SqlQueue) -> None:
 
     def handler(m: ReceivedMessage) -> None:
         if m.message_id == "a":
-            raise PermanentError("schema v0 is not supported")
+            raise UnprocessableMessageError("schema v0 is not supported")
         raise Poison("bad")
 
     Consumer(
-        queue, "q", handler, permanent_errors=(PermanentError, Poison), concurrency=2
+        queue, "q", handler, permanent_errors=(UnprocessableMessageError, Poison), concurrency=2
     ).run_once()
     reasons = {d.message_id: (d.reason, d.description) for d in queue.list_dead_letters()}
     assert reasons == {
-        "a": ("PermanentError", "schema v0 is not supported"),
+        "a": ("UnprocessableMessageError", "schema v0 is not supported"),
         "b": ("Poison", "bad"),
     }
 
@@ -203,7 +209,7 @@ def test_run_forever_stops(queue: SqlQueue) -> None:
 
 @pytest.mark.parametrize("concurrency", [0, -1])
 def test_bad_concurrency(queue: SqlQueue, concurrency: int) -> None:
-    from outbox.errors import ValidationError
+    from outbox.core.errors import ValidationError
 
     with pytest.raises(ValidationError):
         Consumer(queue, "q", print, concurrency=concurrency)
@@ -220,7 +226,7 @@ def _run_in_thread(consumer: Consumer) -> None:
 
 
 def test_a_nested_queue_write_from_a_connection_handler_is_refused(queue: SqlQueue) -> None:
-    from outbox.errors import QueueError
+    from outbox.core.errors import QueueError
 
     errors: list[Exception] = []
 

@@ -11,8 +11,8 @@ import pytest
 
 from dispatcher.queue.messages import QueueMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
-from outbox.clock import ManualClock
-from outbox.errors import ClosedError, LockLostError, MessageNotFoundError, ValidationError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import ClosedError, LockLostError, MessageNotFoundError, ValidationError
 
 
 def msg(mid: str, session: str | None = None, **kw: object) -> QueueMessage:

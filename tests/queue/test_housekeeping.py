@@ -9,8 +9,8 @@ from sqlalchemy import func, select
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import duplicate_ids
-from outbox.clock import ManualClock
-from outbox.errors import QueueUnavailableError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import QueueUnavailableError
 
 
 def remembered(queue: SqlQueue) -> int:

@@ -14,8 +14,8 @@ from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.sql import SqlQueueTransport
 from migrations.sql import current_revision, head_revision, upgrade
-from outbox.clock import ManualClock
-from outbox.errors import (
+from outbox.core.clock import ManualClock
+from outbox.core.errors import (
     ConfigurationError,
     MessageTooLargeError,
     PermanentTransportError,
@@ -127,7 +127,7 @@ def test_schema_matches_the_tables_module(migrated_url: str) -> None:
     from alembic.runtime.migration import MigrationContext
 
     from migrations.sql.tables import metadata
-    from outbox.sql import make_engine
+    from outbox.core.sql import make_engine
 
     engine = make_engine(migrated_url)
     with engine.connect() as conn:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue import QueueMessage, SqlQueue
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
 from tests.queue import workers
 
 pytestmark = pytest.mark.slow

@@ -14,9 +14,9 @@ from sqlalchemy.exc import ProgrammingError
 import migrations.sql as migrations_sql
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql import current_revision, upgrade
-from outbox import sql
-from outbox.errors import QueueError, QueueUnavailableError
-from outbox.sql import make_engine, translate
+from outbox.core import sql
+from outbox.core.errors import QueueError, QueueUnavailableError
+from outbox.core.sql import make_engine, translate
 
 
 class _Orig(Exception):

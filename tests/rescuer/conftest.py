@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
+from outbox.core.model import DocumentRow
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
-from outbox.model import DocumentRow
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.planner import Engine
@@ -30,7 +30,7 @@ JARS_DIR = Path("/tmp/dj")
 def spark_session() -> Iterator[Any]:
     """ONE local SparkSession for the whole test session (it takes ~6-8 s to start)."""
     pytest.importorskip("pyspark")
-    from outbox.errors import EngineError
+    from outbox.core.errors import EngineError
     from rescuer.cdf_spark import find_jars, get_spark
 
     jars = find_jars()

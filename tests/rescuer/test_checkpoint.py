@@ -11,8 +11,8 @@ from sqlalchemy import update
 
 from migrations.sql import upgrade
 from migrations.sql.tables import checkpoints as checkpoints_table
-from outbox.clock import ManualClock
-from outbox.errors import CheckpointConflictError, CheckpointError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import CheckpointConflictError, CheckpointError
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import (
     CheckpointStore,
@@ -107,7 +107,7 @@ def test_corrupt_rows_are_clear_errors(sql_url: str) -> None:
     upgrade(sql_url)
     s = SqlCheckpointStore(sql_url)
     s.write("t", "r", expected_generation=None, version=1, at=NOW, details={})
-    from outbox.sql import make_engine
+    from outbox.core.sql import make_engine
 
     engine = make_engine(sql_url)
     with engine.begin() as conn:

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from cli import main
-from outbox.clock import ManualClock
+from outbox.cli import main
+from outbox.core.clock import ManualClock
+from outbox.core.errors import EngineError
+from outbox.core.model import DocumentRow
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
-from outbox.errors import EngineError
-from outbox.model import DocumentRow
 from rescuer.cdf_spark import find_jars
 from rescuer.scheduler import Scheduler, stop_on_sigterm
 
@@ -47,7 +47,7 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
     from datetime import UTC, datetime
 
     later = datetime.fromtimestamp(ts / 1000, tz=UTC) + timedelta(seconds=31)
-    monkeypatch.setattr("rescuer.rescue_cli.SystemClock", lambda: ManualClock(later))
+    monkeypatch.setattr("outbox.cli.rescue.SystemClock", lambda: ManualClock(later))
     result = runner.invoke(main, ["-w", str(workspace), "rescue", "--json", "--delay", "30s"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output[result.output.index("{") :])
@@ -91,7 +91,7 @@ def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
     # The CLI, in a fresh process (no SparkSession yet): one line that says what to do.
     env = {**os.environ, "OUTBOX_DELTA_JARS": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "cli", "-w", str(tmp_path / "ws"), "migrate"],
+        [sys.executable, "-m", "outbox.cli", "-w", str(tmp_path / "ws"), "migrate"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -101,7 +101,16 @@ def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, proc.stderr
     proc = subprocess.run(
-        [sys.executable, "-m", "cli", "-w", str(tmp_path / "ws"), "rescue", "--engine", "spark"],
+        [
+            sys.executable,
+            "-m",
+            "outbox.cli",
+            "-w",
+            str(tmp_path / "ws"),
+            "rescue",
+            "--engine",
+            "spark",
+        ],
         cwd=REPO,
         env=env,
         capture_output=True,

@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
-from outbox.clock import ManualClock
-from outbox.errors import CheckpointError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import CheckpointError
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.planner import Engine, PendingDocument
 from rescuer.runner import RescuePass

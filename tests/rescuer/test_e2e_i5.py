@@ -9,12 +9,12 @@ from typing import Any
 
 import pytest
 
-from dispatcher.crash_points import InjectedCrash, crash_points
 from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.memory import InMemoryTransport
 from outbox.app import Outbox
-from outbox.clock import ManualClock
-from outbox.model import OutboxMessage
+from outbox.core.clock import ManualClock
+from outbox.core.model import OutboxMessage
+from outbox.testing.crash_points import InjectedCrash, crash_points
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import SqlCheckpointStore
 from rescuer.runner import PassReport, RescuePass

@@ -9,8 +9,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from outbox.clock import ManualClock
-from outbox.errors import EngineError, FeedUnavailableError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import EngineError, FeedUnavailableError
 from rescuer.cdf_local import LocalEngine, read_feed
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.planner import FeedWindow, Plan

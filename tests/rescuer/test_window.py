@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink

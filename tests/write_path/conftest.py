@@ -6,9 +6,9 @@ from pathlib import Path
 import pytest
 
 from outbox.app import Outbox
-from outbox.clock import ManualClock
+from outbox.core.clock import ManualClock
+from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore
-from outbox.settings import Settings
 
 
 def bare_outbox(ws: Path, clock: ManualClock | None = None, **overrides: object) -> Outbox:

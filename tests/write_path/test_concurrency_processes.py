@@ -8,22 +8,22 @@ from typing import Any
 
 import pytest
 
-from outbox.errors import ConcurrencyError
+from outbox.core.errors import ConcurrencyError
 
 pytestmark = pytest.mark.slow
 
 
 def _open(ws: str) -> Any:
     from outbox.app import Outbox
+    from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
-    from outbox.settings import Settings
 
     settings = Settings(workspace=Path(ws))
     return Outbox(settings, DeltaDocumentStore(settings.table_uri), clock=_clock())
 
 
 def _clock() -> Any:
-    from outbox.clock import SystemClock
+    from outbox.core.clock import SystemClock
 
     return SystemClock()
 

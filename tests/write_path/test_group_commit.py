@@ -170,7 +170,7 @@ def test_queued_watermarks_share_one_merge_and_never_go_down(ob: Outbox) -> None
 
 def test_a_failure_outside_the_merge_reaches_every_queued_unit_of_work(ob: Outbox) -> None:
     """Regression: a read error during the re-check left followers waiting forever."""
-    from outbox.errors import StoreError
+    from outbox.core.errors import StoreError
 
     with ob.unit_of_work() as uow:
         uow.create("x", type="T")

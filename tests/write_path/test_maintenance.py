@@ -10,8 +10,10 @@ from sqlalchemy import text
 
 from migrations.runner import migrate
 from outbox.app import Outbox
-from outbox.clock import ManualClock, SystemClock
-from outbox.errors import VacuumRefusedError
+from outbox.core.clock import ManualClock, SystemClock
+from outbox.core.errors import VacuumRefusedError
+from outbox.core.settings import Settings
+from outbox.core.sql import make_engine
 from outbox.maintenance import (
     AutoCompactor,
     check_vacuum,
@@ -19,8 +21,6 @@ from outbox.maintenance import (
     maintain,
     oldest_needed_version,
 )
-from outbox.settings import Settings
-from outbox.sql import make_engine
 from tests.write_path.conftest import bare_outbox
 
 

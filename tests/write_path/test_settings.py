@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox.errors import ConfigurationError
-from outbox.settings import Settings
+from outbox.core.errors import ConfigurationError
+from outbox.core.settings import Settings
 
 
 def test_defaults_live_in_the_workspace(tmp_path: Path) -> None:

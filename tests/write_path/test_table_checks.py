@@ -9,13 +9,13 @@ import pytest
 from deltalake import DeltaTable, write_deltalake
 
 from migrations.delta import ensure_table
-from outbox.delta import schema as S
-from outbox.delta.store import DeltaDocumentStore
-from outbox.errors import (
+from outbox.core.errors import (
     ChangeDataFeedDisabledError,
     SchemaMismatchError,
     TableNotFoundError,
 )
+from outbox.delta import schema as S
+from outbox.delta.store import DeltaDocumentStore
 
 
 def _doc_table_without_cdf(path: Path) -> None:
@@ -98,7 +98,7 @@ def test_table_from_a_newer_version_is_refused(tmp_path: Path) -> None:
 
 
 def test_closed_store_is_refused(tmp_path: Path) -> None:
-    from outbox.errors import ClosedError
+    from outbox.core.errors import ClosedError
 
     DeltaDocumentStore.create(str(tmp_path / "t"))
     store = DeltaDocumentStore(str(tmp_path / "t"))
@@ -109,7 +109,7 @@ def test_closed_store_is_refused(tmp_path: Path) -> None:
 
 def test_migrate_refuses_to_record_a_bucket_count_the_rows_do_not_follow(tmp_path: Path) -> None:
     """A table written by another tool with crc32(id) % 8, migrated with the default 16."""
-    from outbox.model import bucket_of
+    from outbox.core.model import bucket_of
 
     uri = str(tmp_path / "t")
     DeltaTable.create(uri, schema=S.DOCUMENT_SCHEMA, partition_by=["bucket"])

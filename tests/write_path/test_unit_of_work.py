@@ -6,7 +6,7 @@ import pyarrow as pa
 import pytest
 
 from outbox import ClosedError, ConcurrencyError, Outbox, message_id_for
-from outbox.errors import (
+from outbox.core.errors import (
     MessageTooLargeError,
     SerializationError,
     ValidationError,
@@ -273,7 +273,7 @@ def test_default_destination_setting(workspace: object, clock: object) -> None:
 def test_save_retries_commit_conflicts_within_a_bound(ob: Outbox, monkeypatch: object) -> None:
     from deltalake.exceptions import CommitFailedError
 
-    from outbox.errors import CommitConflictError
+    from outbox.core.errors import CommitConflictError
 
     calls = {"n": 0}
     real = ob.store.delta_table.merge
@@ -299,7 +299,7 @@ def test_save_retries_commit_conflicts_within_a_bound(ob: Outbox, monkeypatch: o
 
 
 def test_bucket_partition_and_literal_filter(ob: Outbox) -> None:
-    from outbox.model import bucket_of
+    from outbox.core.model import bucket_of
 
     with ob.unit_of_work() as uow:
         for i in range(40):

@@ -22,7 +22,7 @@ from sqlalchemy.exc import (
 )
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 
-from outbox.errors import (
+from outbox.core.errors import (
     ConfigurationError,
     MissingDependencyError,
     OutboxError,

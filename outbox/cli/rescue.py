@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from outbox.cli_support import (
+from outbox.cli.support import (
     EXIT_INTERRUPTED,
     CliContext,
     emit_json,
@@ -19,9 +19,9 @@ from outbox.cli_support import (
     pass_cli,
     print_kv,
 )
-from outbox.clock import SystemClock
-from outbox.durations import format_duration, parse_duration
-from outbox.errors import ConfigurationError, OutboxError
+from outbox.core.clock import SystemClock
+from outbox.core.durations import format_duration, parse_duration
+from outbox.core.errors import ConfigurationError, OutboxError
 from rescuer.engines import ENGINES
 
 if TYPE_CHECKING:  # the runner pulls in SQLAlchemy and deltalake: import it when a pass runs

@@ -14,10 +14,10 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dispatcher.crash_points import InjectedCrash
 from dispatcher.transports.base import Transport, TransportMessage
-from outbox.clock import Clock, SystemClock
-from outbox.errors import PermanentTransportError, RetryableTransportError, TransportError
+from outbox.core.clock import Clock, SystemClock
+from outbox.core.errors import PermanentTransportError, RetryableTransportError, TransportError
+from outbox.testing.crash_points import InjectedCrash
 
 
 class FaultyTransport:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import click
 
-from outbox.cli_support import CliContext, emit_json, json_option, pass_cli, print_kv
-from outbox.clock import SystemClock
-from outbox.durations import parse_duration
-from outbox.errors import ValidationError
-from outbox.settings import Settings
+from outbox.cli.support import CliContext, emit_json, json_option, pass_cli, print_kv
+from outbox.core.clock import SystemClock
+from outbox.core.durations import parse_duration
+from outbox.core.errors import ValidationError
+from outbox.core.settings import Settings
 
 
 @click.command()
@@ -100,7 +100,7 @@ def maintain(
 def _forget_duplicates(settings: Settings) -> int | None:
     """Prune the queue's expired duplicate-detection ids (None: no queue database to prune)."""
     from dispatcher.queue.sql_queue import SqlQueue
-    from outbox.errors import QueueError
+    from outbox.core.errors import QueueError
 
     try:
         with SqlQueue.from_settings(settings) as queue:

@@ -104,6 +104,14 @@ class MessageNotFoundError(QueueError):
     """No message (or dead letter) has that id."""
 
 
+class UnprocessableMessageError(OutboxError):
+    """Raised by a message handler when retrying cannot help: the message is dead-lettered at once.
+
+    The consumer-side twin of ``PermanentTransportError`` (which a *broker* raises on a send):
+    this one is the application's verdict on a message it received.
+    """
+
+
 class TransportError(OutboxError):
     """A transport could not settle a send. ``message_id`` names the failing message."""
 

@@ -1,10 +1,11 @@
-"""Named places where the dispatcher can be made to crash, for the fault-injection proofs.
+"""Crash points: the testing kit's step hook, which raises or SIGKILLs at a chosen step.
 
 The invariants (no loss, order, no phantom, idempotence) are only worth something if they hold when
-the process dies *between* two steps. The dispatcher and the worker call ``crash_points.hit(name)``
-at each such step; normally that is a dictionary lookup and nothing happens. A test (or the
-end-to-end checker, or a real child process through ``OUTBOX_CRASH_AT``) arms a point, and the next
-hit raises ``InjectedCrash`` or kills the process with SIGKILL.
+the process dies *between* two steps. The dispatcher and the worker call ``hook.hit(name)`` at
+each such step (``dispatcher.hooks``); production runs with a hook that does nothing. Install this
+registry with ``install()`` (the fault proofs and the checker do) and the hits reach it. A test (or
+a child process through ``OUTBOX_CRASH_AT``) arms a point, and the next hit raises
+``InjectedCrash`` or kills the process with SIGKILL.
 
 Points, in the order a message passes them:
 
@@ -33,9 +34,10 @@ import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from outbox.errors import ConfigurationError, ValidationError
+from dispatcher import hooks
+from dispatcher.hooks import POINTS
+from outbox.core.errors import ConfigurationError, ValidationError
 
-POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark", "worker_holding")
 ENV_VAR = "OUTBOX_CRASH_AT"
 
 Action = Callable[[str], None]
@@ -173,5 +175,12 @@ def parse_action(text: str) -> Action:
     )
 
 
-#: The process-wide registry the dispatcher and the worker use unless given their own.
+#: The process-wide registry; ``install()`` makes it the hook new dispatchers and workers use.
 crash_points = CrashPoints(from_env=True)
+
+
+def install(points: CrashPoints | None = None) -> CrashPoints:
+    """Install ``points`` (default: the process-wide registry) as the dispatcher's step hook."""
+    chosen = points or crash_points
+    hooks.install(chosen)
+    return chosen

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from outbox.cli_support import (
+from outbox.cli.support import (
     CliContext,
     emit_json,
     json_option,
@@ -21,7 +21,7 @@ from outbox.cli_support import (
     print_table,
     progress,
 )
-from outbox.errors import ValidationError
+from outbox.core.errors import ValidationError
 
 if TYPE_CHECKING:  # the queue pulls in SQLAlchemy: import it when a command runs, not for --help
     from dispatcher.queue.messages import DeadLetter

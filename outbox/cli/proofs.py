@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from outbox.cli_support import (
+from outbox.cli.support import (
     EXIT_ERROR,
     CliContext,
     emit_json,
@@ -23,8 +23,8 @@ from outbox.cli_support import (
     print_table,
     progress,
 )
-from outbox.durations import format_duration, parse_duration
-from outbox.errors import WorkspaceError
+from outbox.core.durations import format_duration, parse_duration
+from outbox.core.errors import WorkspaceError
 
 #: ``demo`` and ``check``: an invariant broke. ``status``: see its --help.
 EXIT_BROKEN = 3
@@ -249,7 +249,7 @@ def status(
     Exit codes for health checks: 0 healthy, 1 cannot read the workspace (the error says why),
     3 a pending message is older than --fail-if-pending-older-than, 4 dead letters exist and
     --fail-if-dead-letters was given."""
-    from outbox.clock import SystemClock
+    from outbox.core.clock import SystemClock
     from outbox.status import collect_status
 
     limit = (

@@ -15,8 +15,8 @@ from typing import Any, TypeVar
 
 import click
 
-from outbox.errors import OutboxError
-from outbox.settings import Settings
+from outbox.core.errors import OutboxError
+from outbox.core.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from outbox.durations import parse_duration
-from outbox.errors import ConfigurationError, ValidationError
+from outbox.core.durations import parse_duration
+from outbox.core.errors import ConfigurationError, ValidationError
 
 SETTINGS_FILE = "outbox.toml"
 TABLE_DIR = "documents"

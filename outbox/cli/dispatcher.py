@@ -6,8 +6,8 @@ import logging
 
 import click
 
-from outbox.cli_support import CliContext, emit_json, json_option, pass_cli, print_kv
-from outbox.durations import parse_duration
+from outbox.cli.support import CliContext, emit_json, json_option, pass_cli, print_kv
+from outbox.core.durations import parse_duration
 
 log = logging.getLogger("outbox.worker")
 

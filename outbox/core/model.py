@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from outbox.errors import MessageTooLargeError, SerializationError, ValidationError
+from outbox.core.errors import MessageTooLargeError, SerializationError, ValidationError
 
 #: Service Bus caps message_id, session_id and partition_key at 128 characters; we do too.
 MAX_ID_LENGTH = 128

@@ -1,0 +1,54 @@
+"""Step hooks: the named places between the dispatcher's steps where a proof can step in.
+
+The invariants only mean something if they hold when a process dies *between* two steps, so the
+dispatcher and the worker call ``hook.hit(point)`` at each such step. Production runs with
+:data:`NO_HOOK`, a method that returns at once; nothing reads the environment or takes a lock on the
+hot path. The testing kit's ``outbox.testing.crash_points.CrashPoints`` is the hook the fault
+proofs install (``install(crash_points)``) to raise or SIGKILL at a chosen hit.
+
+Points, in the order a message passes them:
+
+``after_commit``
+    the Delta commit returned, nothing sent yet;
+``mid_batch``
+    between two send batches of one dispatch;
+``after_send``
+    every send settled, the watermark not written;
+``during_watermark``
+    right before the watermark MERGE;
+``worker_holding``
+    the worker holds locked commands and has read their documents, nothing sent.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark", "worker_holding")
+
+
+class StepHook(Protocol):
+    """Called at each named step; may raise (a ``BaseException``) or end the process."""
+
+    def hit(self, point: str) -> None: ...
+
+
+class _NoHook:
+    def hit(self, point: str) -> None:
+        return None
+
+
+#: The hook production code runs with: does nothing.
+NO_HOOK: StepHook = _NoHook()
+
+_installed: list[StepHook] = [NO_HOOK]  # one slot: the process-wide default
+
+
+def install(hook: StepHook | None) -> None:
+    """Make ``hook`` the default for dispatchers and workers created from now on (None: none)."""
+    _installed[0] = hook if hook is not None else NO_HOOK
+
+
+def installed() -> StepHook:
+    """The hook new dispatchers and workers use unless they are given one."""
+    return _installed[0]
