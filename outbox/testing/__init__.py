@@ -1,0 +1,1 @@
+"""The testing kit: contract suites, fault injection and crash points for delta-outbox backends."""
