@@ -40,7 +40,6 @@ from outbox.core.model import DocumentRow
 if TYPE_CHECKING:
     from dispatcher.queue.sql_queue import SqlQueue
     from dispatcher.worker import DispatcherWorker
-    from outbox.app import Outbox
     from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
 
@@ -202,8 +201,3 @@ class DispatcherRuntime:
             self.transport.close()
         if self._owns_queue and self._queue is not None:
             self._queue.close()
-
-
-def build_runtime(outbox: Outbox, transport: Transport | None = None) -> DispatcherRuntime:
-    """The runtime ``Outbox.open`` attaches to every commit (see ``outbox.app._wire_dispatch``)."""
-    return DispatcherRuntime(outbox.store, outbox.settings, transport=transport, clock=outbox.clock)

@@ -9,6 +9,7 @@ from typing import Any
 
 from outbox.core.errors import WorkspaceError
 from outbox.core.settings import Settings
+from outbox.core.sql import redact_url
 
 log = logging.getLogger("outbox.migrate")
 
@@ -28,19 +29,10 @@ class MigrationReport:
         return {
             "workspace": self.workspace,
             "table_uri": self.table_uri,
-            "sql_url": _redact(self.sql_url),
+            "sql_url": redact_url(self.sql_url),
             "actions": self.actions,
             "changed": self.changed,
         }
-
-
-def _redact(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except Exception:  # pragma: no cover - settings validated the URL already
-        return url
 
 
 def _is_local(uri: str) -> bool:

@@ -2,26 +2,61 @@
 
 >>> from outbox import Outbox
 >>> ob = Outbox.open(".outbox")          # doctest: +SKIP
+
+This package is both the kernel's home (``outbox.core``) and the facade's (``outbox.app``). The
+names below are resolved on first use (PEP 562), so importing ``outbox.core.errors`` from a lower
+layer never drags in the facade and, through it, the whole dispatcher: the layers stay acyclic at
+run time as well as on paper (see "Layers" in the README).
 """
 
-from outbox.app import Outbox
-from outbox.core.clock import Clock, ManualClock, SystemClock
-from outbox.core.errors import (
-    ChangeDataFeedDisabledError,
-    ClosedError,
-    CommitConflictError,
-    ConcurrencyError,
-    ConfigurationError,
-    LockLostError,
-    MessageTooLargeError,
-    OutboxError,
-    SchemaMismatchError,
-    SerializationError,
-    ValidationError,
-)
-from outbox.core.model import DocumentRow, OutboxMessage, bucket_of, message_id_for
-from outbox.core.settings import Settings
-from outbox.unit_of_work import Document, UnitOfWork
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from outbox.app import Outbox
+    from outbox.core.clock import Clock, ManualClock, SystemClock
+    from outbox.core.errors import (
+        ChangeDataFeedDisabledError,
+        ClosedError,
+        CommitConflictError,
+        ConcurrencyError,
+        ConfigurationError,
+        LockLostError,
+        MessageTooLargeError,
+        OutboxError,
+        SchemaMismatchError,
+        SerializationError,
+        UnprocessableMessageError,
+        ValidationError,
+    )
+    from outbox.core.model import OutboxMessage
+    from outbox.core.settings import Settings
+    from outbox.unit_of_work import Document, UnitOfWork
+
+_EXPORTS = {
+    "Outbox": "outbox.app",
+    "Clock": "outbox.core.clock",
+    "ManualClock": "outbox.core.clock",
+    "SystemClock": "outbox.core.clock",
+    "ChangeDataFeedDisabledError": "outbox.core.errors",
+    "ClosedError": "outbox.core.errors",
+    "CommitConflictError": "outbox.core.errors",
+    "ConcurrencyError": "outbox.core.errors",
+    "ConfigurationError": "outbox.core.errors",
+    "LockLostError": "outbox.core.errors",
+    "MessageTooLargeError": "outbox.core.errors",
+    "OutboxError": "outbox.core.errors",
+    "SchemaMismatchError": "outbox.core.errors",
+    "SerializationError": "outbox.core.errors",
+    "UnprocessableMessageError": "outbox.core.errors",
+    "ValidationError": "outbox.core.errors",
+    "OutboxMessage": "outbox.core.model",
+    "Settings": "outbox.core.settings",
+    "Document": "outbox.unit_of_work",
+    "UnitOfWork": "outbox.unit_of_work",
+}
 
 __all__ = [
     "ChangeDataFeedDisabledError",
@@ -31,7 +66,6 @@ __all__ = [
     "ConcurrencyError",
     "ConfigurationError",
     "Document",
-    "DocumentRow",
     "LockLostError",
     "ManualClock",
     "MessageTooLargeError",
@@ -43,7 +77,19 @@ __all__ = [
     "Settings",
     "SystemClock",
     "UnitOfWork",
+    "UnprocessableMessageError",
     "ValidationError",
-    "bucket_of",
-    "message_id_for",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'outbox' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

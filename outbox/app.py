@@ -10,18 +10,26 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
+from dispatcher.runtime import DispatcherRuntime
+from dispatcher.transports.base import Transport
+from migrations.runner import migrate
 from outbox.core.clock import Clock, SystemClock
-from outbox.core.errors import ClosedError
+from outbox.core.errors import ClosedError, ConfigurationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore
+from outbox.maintenance import AutoCompactor, AutoLogTrimmer
 from outbox.unit_of_work import UnitOfWork
 
 log = logging.getLogger("outbox")
 
 CommitListener = Callable[[Sequence[DocumentRow], int], None]
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
 
 
 class Outbox:
@@ -38,9 +46,9 @@ class Outbox:
         self.store = store
         self.clock = clock
         self._listeners: list[CommitListener] = []
-        self._closeables: list[Any] = []
+        self._closeables: list[_Closeable] = []
         self._closed = False
-        self.runtime: Any = None  # the dispatcher runtime (transport, queue, dispatcher)
+        self._runtime: DispatcherRuntime | None = None
 
     @classmethod
     def open(
@@ -49,7 +57,7 @@ class Outbox:
         *,
         settings: Settings | None = None,
         clock: Clock | None = None,
-        transport: Any = None,
+        transport: Transport | str | None = None,
         create: bool = True,
         **overrides: Any,
     ) -> Outbox:
@@ -68,8 +76,6 @@ class Outbox:
             settings = settings.replace(**overrides)
         clock = clock or SystemClock()
         if create:
-            from migrations.runner import migrate
-
             migrate(settings, only_if_missing=True)
         store = DeltaDocumentStore(
             settings.table_uri,
@@ -81,8 +87,6 @@ class Outbox:
         ob = cls(settings, store, clock=clock)
         ob._wire_dispatch(transport)
         if settings.compact_every:
-            from outbox.maintenance import AutoCompactor, AutoLogTrimmer
-
             ob.add_commit_listener(AutoCompactor(store, settings.compact_every))
             ob.add_commit_listener(
                 AutoLogTrimmer(
@@ -96,19 +100,27 @@ class Outbox:
             )
         return ob
 
-    def _wire_dispatch(self, transport: Any) -> None:
+    def _wire_dispatch(self, transport: Transport | None) -> None:
         """Connect the dispatcher (immediate or deferred) to every commit.
 
         The dispatcher package owns the runtime; the outbox only knows it as a commit listener.
         """
-        try:
-            from dispatcher.runtime import build_runtime
-        except ImportError:  # pragma: no cover - the dispatcher package ships with the outbox
-            return
-        runtime = build_runtime(self, transport=transport)
-        self.runtime = runtime
+        runtime = DispatcherRuntime(
+            self.store, self.settings, transport=transport, clock=self.clock
+        )
+        self._runtime = runtime
         self._listeners.append(runtime.after_commit)
         self._closeables.append(runtime)
+
+    @property
+    def runtime(self) -> DispatcherRuntime:
+        """The dispatcher runtime (transport, command queue, dispatcher) that ``open`` wired."""
+        if self._runtime is None:
+            raise ConfigurationError(
+                "this Outbox has no dispatcher: it was built directly, not with Outbox.open",
+                hint="use Outbox.open(...) to get the dispatcher wired behind every commit",
+            )
+        return self._runtime
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         self._listeners.append(listener)

@@ -79,7 +79,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     An unreadable table raises (there is nothing to report without it); an unreadable checkpoint
     or queue database is recorded in ``problems`` and the rest is still reported.
     """
-    from migrations.runner import _redact
+    from outbox.core.sql import redact_url
     from outbox.delta.log import list_log
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import SqlCheckpointStore
@@ -101,7 +101,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
                         oldest = (created, str(r["id"]))
         report = StatusReport(
             table_uri=settings.table_uri,
-            sql_url=_redact(settings.sql_url),
+            sql_url=redact_url(settings.sql_url),
             table_version=version,
             pending_documents=rows.num_rows,
             pending_messages=messages,

@@ -132,6 +132,14 @@ def describe(engine: Engine) -> str:
     return engine.url.render_as_string(hide_password=True)
 
 
+def redact_url(url: str) -> str:
+    """``url`` with its password hidden, for anything printed or logged."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # settings validated the URL already; never fail a report over it
+        return url
+
+
 def _first_line(e: BaseException) -> str:
     orig = e.orig if isinstance(e, DBAPIError) and e.orig is not None else e
     text = str(orig).strip()

@@ -5,12 +5,13 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from outbox import ClosedError, ConcurrencyError, Outbox, message_id_for
+from outbox import ClosedError, ConcurrencyError, Outbox
 from outbox.core.errors import (
     MessageTooLargeError,
     SerializationError,
     ValidationError,
 )
+from outbox.core.model import message_id_for
 from tests.write_path.conftest import bare_outbox
 
 
