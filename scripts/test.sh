@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
-# via Maven, PostgreSQL via apt), then ruff, mypy (strict) and the whole pytest suite.
+# via Maven, PostgreSQL via apt), then ruff, import-linter (the layers), mypy (strict) and the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
@@ -10,6 +10,8 @@ export OUTBOX_DELTA_JARS="$PWD/.cache/jars"
 echo "==> ruff"
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
+echo "==> import-linter (layers)"
+.venv/bin/lint-imports
 echo "==> mypy (strict)"
 .venv/bin/mypy
 echo "==> pytest"
