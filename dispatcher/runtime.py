@@ -28,7 +28,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from dispatcher import hooks
-from dispatcher.commands import commands_for
+from dispatcher.commands import DocRef, commands_for
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
@@ -143,7 +143,9 @@ class DispatcherRuntime:
         self.crash_points.hit("after_commit")
         try:
             if self.mode == "deferred":
-                self.enqueue_commands((r.id, r.last_seq) for r in rows if r.has_pending)
+                self.enqueue_commands(
+                    (r.id, r.last_seq, r.incarnation) for r in rows if r.has_pending
+                )
                 return
             report = self.dispatcher.dispatch(rows, started=started)
             self.metrics.observe_dispatch(time.perf_counter() - started)
@@ -151,15 +153,17 @@ class DispatcherRuntime:
             if report.failed:
                 by_id = {r.id: r for r in rows}
                 self.enqueue_commands(
-                    ((d, by_id[d].last_seq) for d in report.failed), delay=self.retry_delay
+                    ((d, by_id[d].last_seq, by_id[d].incarnation) for d in report.failed),
+                    delay=self.retry_delay,
                 )
         except Exception:  # never reaches the application: the commit happened (I4)
             log.exception(
                 "dispatch after commit %d failed; a command or the rescuer finishes", version
             )
 
-    def enqueue_commands(self, docs: Iterable[tuple[str, int]], *, delay: float = 0.0) -> int:
-        """Enqueue ``ProcessDocument`` for (id, last_seq) pairs; returns how many were sent.
+    def enqueue_commands(self, docs: Iterable[DocRef], *, delay: float = 0.0) -> int:
+        """Enqueue ``ProcessDocument`` for (id, last_seq[, incarnation]); returns how many were
+        sent.
 
         A failure is logged and counted, not raised: the rescuer will find these documents.
         """

@@ -1,8 +1,14 @@
 """The Delta side of ``outbox migrate``: create the document table, or bring an old one up to date.
 
-Upgrading means: turn the change data feed on, and record the outbox metadata (schema version,
-bucket count, table id) in the table description. A table whose columns are not the document
-schema is refused rather than altered: it is somebody else's table.
+Upgrading means: turn the change data feed on, add the ``incarnation`` column to a table created
+before it, and record the outbox metadata (schema version, bucket count, table id) in the table
+description. A table whose columns are not the document schema is refused rather than altered: it
+is somebody else's table.
+
+Adding the column is ``DeltaTable.alter.add_columns`` (deltalake 1.6.6): one metadata-only commit,
+no data rewritten and no protocol upgrade; the change data feed reads across it, with a null
+``incarnation`` in the images written before (tests/write_path/test_incarnation.py checks both).
+Existing rows keep a null incarnation, so their message ids keep the old formula exactly.
 """
 
 from __future__ import annotations
@@ -51,6 +57,13 @@ def ensure_table(
         if (meta.configuration or {}).get(S.CDF_PROPERTY, "").lower() != "true":
             dt.alter.set_table_properties({S.CDF_PROPERTY: "true"})
             done.append(f"enabled the change data feed on {uri}")
+        if S.is_legacy(pa.schema(dt.schema().to_arrow())):
+            _add_incarnation(dt)
+            done.append(
+                f"added the {S.INCARNATION!r} column to {uri} (existing rows keep their "
+                "message ids; documents created from now on get ids a re-created document "
+                "never repeats)"
+            )
         outbox_meta = S.parse_description(meta.description)
         if not outbox_meta or int(outbox_meta.get(S.SCHEMA_VERSION_KEY, 0)) < S.SCHEMA_VERSION:
             n = int(outbox_meta.get(S.BUCKETS_KEY, buckets))
@@ -64,6 +77,22 @@ def ensure_table(
     except (DeltaError, OSError, ValueError) as e:
         raise StoreError(f"upgrading the Delta table at {uri} failed: {e}") from e
     return done
+
+
+def _add_incarnation(dt: Any) -> None:
+    """Add the nullable ``incarnation`` column (at the end, where new tables have it too).
+
+    Two migrations racing: the loser's commit fails; if the column is there now, that is done.
+    """
+    from deltalake.exceptions import DeltaError
+    from deltalake.schema import Field, PrimitiveType
+
+    try:
+        dt.alter.add_columns([Field(S.INCARNATION, PrimitiveType("string"), nullable=True)])
+    except DeltaError:
+        dt.update_incremental()
+        if S.is_legacy(pa.schema(dt.schema().to_arrow())):
+            raise
 
 
 def _check_buckets(dt: Any, uri: str, buckets: int) -> None:

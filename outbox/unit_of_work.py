@@ -22,6 +22,7 @@ from outbox.core.model import (
     check_size,
     encode_json,
     message_id_for,
+    new_incarnation,
     validate_destination,
     validate_id,
 )
@@ -56,6 +57,11 @@ class Document:
     def version(self) -> int:
         """The version this document was read at (0 for a document created here)."""
         return 0 if self._is_new else self._row.version
+
+    @property
+    def incarnation(self) -> str | None:
+        """Which life of this id the document is (None: created before incarnations existed)."""
+        return self._row.incarnation
 
     @property
     def last_seq(self) -> int:
@@ -121,7 +127,7 @@ class Document:
         seq = self.last_seq + 1
         msg = OutboxMessage(
             seq=seq,
-            message_id=message_id_for(self._uow.table_id, self.id, seq),
+            message_id=message_id_for(self._uow.table_id, self.id, seq, self.incarnation),
             destination=dest,
             type=type,
             body=text,
@@ -156,6 +162,7 @@ class Document:
             dispatched_seq=row.dispatched_seq,
             outbox=kept + self.new_messages,
             updated_at=now,
+            incarnation=row.incarnation,
         )
         return DocumentWrite(new_row, self.version, self._read_at)
 
@@ -234,6 +241,9 @@ class UnitOfWork:
             last_seq=0,
             dispatched_seq=0,
             outbox=[],
+            # A new life for this id: a document deleted outside the library and created again
+            # restarts at seq 1, and must not repeat its predecessor's message ids.
+            incarnation=new_incarnation(),
         )
         doc = Document(self, row, is_new=True, read_at=read_at)
         self._docs[doc_id] = doc

@@ -79,11 +79,13 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
 
 
 #: The sweep: the same DataFusion query as ``DeltaDocumentStore.scan_pending``.
-SWEEP_SQL = "SELECT id, last_seq, dispatched_seq FROM t WHERE last_seq > dispatched_seq"
+SWEEP_SQL = (
+    "SELECT id, last_seq, dispatched_seq, incarnation FROM t WHERE last_seq > dispatched_seq"
+)
 
 
 def sweep_rows(delta_table: Any) -> pa.Table:
-    """(id, last_seq, dispatched_seq) of every pending row in the handle's snapshot.
+    """(id, last_seq, dispatched_seq, incarnation) of every pending row in the handle's snapshot.
 
     Read through DataFusion (``QueryBuilder``), like the store, not ``to_pyarrow_table(filters=)``:
     in deltalake 1.6.6 that path does not prune partitions, and once a Delta checkpoint exists its
@@ -98,6 +100,7 @@ def sweep_rows(delta_table: Any) -> pa.Table:
             "id": pc.cast(table["id"], pa.string()),
             "last_seq": pc.cast(table["last_seq"], pa.int64()),
             "dispatched_seq": pc.cast(table["dispatched_seq"], pa.int64()),
+            "incarnation": pc.cast(table["incarnation"], pa.string()),
         }
     )
 
@@ -109,6 +112,7 @@ def normalize(table: pa.Table) -> pa.Table:
             "id": pc.cast(table["id"], pa.string()),
             "last_seq": pc.cast(table["last_seq"], pa.int64()),
             "dispatched_seq": pc.cast(table["dispatched_seq"], pa.int64()),
+            "incarnation": pc.cast(table["incarnation"], pa.string()),
             "_change_type": pc.cast(table["_change_type"], pa.string()),
             "_commit_version": pc.cast(table["_commit_version"], pa.int64()),
         }
@@ -127,14 +131,22 @@ def _latest(images: pa.Table) -> pa.Table:
                 "id": pa.array([], pa.string()),
                 "last_seq": pa.array([], pa.int64()),
                 "dispatched_seq": pa.array([], pa.int64()),
+                "incarnation": pa.array([], pa.string()),
                 "deleted": pa.array([], pa.bool_()),
             }
         )
     ordered = images.sort_by([("_key", "ascending")])
+    # "last" skips nulls by default; a legacy row's null incarnation must win over an older one.
+    keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
     grouped = ordered.group_by("id", use_threads=False).aggregate(
-        [("last_seq", "last"), ("dispatched_seq", "last"), ("deleted", "last")]
+        [
+            ("last_seq", "last"),
+            ("dispatched_seq", "last"),
+            ("incarnation", "last", keep_nulls),
+            ("deleted", "last"),
+        ]
     )
-    return grouped.rename_columns(["id", "last_seq", "dispatched_seq", "deleted"])
+    return grouped.rename_columns(["id", "last_seq", "dispatched_seq", "incarnation", "deleted"])
 
 
 def plan_arrow(
@@ -178,6 +190,7 @@ def plan_arrow(
         current["id"].to_pylist(),
         current["last_seq"].to_pylist(),
         current["dispatched_seq"].to_pylist(),
+        current["incarnation"].to_pylist(),
         strict=True,
     )
     return change_rows, documents, tail_rows, pending_from_rows(rows)
@@ -239,13 +252,14 @@ class LocalEngine:
         finally:
             if moved:  # the cached handle is behind now; reopen it next time
                 self._tables.pop(table_uri, None)
-        triples = zip(
+        found = zip(
             rows["id"].to_pylist(),
             rows["last_seq"].to_pylist(),
             rows["dispatched_seq"].to_pylist(),
+            rows["incarnation"].to_pylist(),
             strict=True,
         )
-        return sweep_plan(self.name, triples, time.perf_counter() - t0)
+        return sweep_plan(self.name, found, time.perf_counter() - t0)
 
     def close(self) -> None:
         self._tables.clear()

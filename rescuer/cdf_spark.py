@@ -217,7 +217,8 @@ def _translate(uri: str, what: str, e: Exception, window: FeedWindow | None) -> 
 
 
 class SparkEngine:
-    """Plans with Spark DataFrames; only the pending (id, last_seq, dispatched_seq) come back."""
+    """Plans with Spark DataFrames; only the pending (id, last_seq, dispatched_seq, incarnation)
+    come back."""
 
     name = "spark"
 
@@ -263,6 +264,7 @@ class SparkEngine:
             image = F.struct(
                 F.col("last_seq").alias("last_seq"),
                 F.col("dispatched_seq").alias("dispatched_seq"),
+                F.col("incarnation").alias("incarnation"),
                 deleted.alias("deleted"),
             )
             per_id = feed.groupBy("id").agg(
@@ -287,7 +289,12 @@ class SparkEngine:
                 F.collect_list(
                     F.when(
                         rescue,
-                        F.struct(F.col("id"), F.col("c.last_seq"), F.col("c.dispatched_seq")),
+                        F.struct(
+                            F.col("id"),
+                            F.col("c.last_seq"),
+                            F.col("c.dispatched_seq"),
+                            F.col("c.incarnation"),
+                        ),
                     )
                 ).alias("pending"),
             ).first()
@@ -300,7 +307,7 @@ class SparkEngine:
             self.name,
             int(result["rows"] or 0) if result is not None else 0,
             int(result["docs"] or 0) if result is not None else 0,
-            pending_from_rows((r[0], r[1], r[2]) for r in rows),
+            pending_from_rows((r[0], r[1], r[2], r[3]) for r in rows),
             int(result["tail"] or 0) if result is not None else 0,
             {"read_s": t1 - t0, "plan_s": 0.0},
         )
@@ -315,13 +322,13 @@ class SparkEngine:
                 .option("versionAsOf", version)
                 .load(table_uri)
                 .filter(F.col("last_seq") > F.col("dispatched_seq"))
-                .select("id", "last_seq", "dispatched_seq")
+                .select("id", "last_seq", "dispatched_seq", "incarnation")
                 .collect()
             )
         except Exception as e:
             raise _translate(table_uri, "sweeping", e, None) from e
-        triples = ((r["id"], r["last_seq"], r["dispatched_seq"]) for r in rows)
-        return sweep_plan(self.name, triples, time.perf_counter() - t0)
+        found = ((r["id"], r["last_seq"], r["dispatched_seq"], r["incarnation"]) for r in rows)
+        return sweep_plan(self.name, found, time.perf_counter() - t0)
 
     def close(self) -> None:
         """The session is shared per process; it is not stopped here."""

@@ -19,6 +19,8 @@ How a feed plan is computed (both engines do exactly this):
    instead of a scan of the table, so the pass stays flat as the table grows (see
    docs/rescuer.md). A candidate dispatched (or deleted) after the window drops out; one that
    received more messages is enqueued with its current ``last_seq``.
+5. The command carries the current image's ``incarnation`` (null for a legacy row): a document
+   deleted and created again is a new incarnation, so its command id is not its predecessor's.
 """
 
 from __future__ import annotations
@@ -33,7 +35,14 @@ from outbox.core.errors import EngineError, FeedUnavailableError, OutboxError
 Mode = Literal["feed", "sweep"]
 
 #: Columns the planning needs from the feed (never the large ``state`` or ``outbox``).
-FEED_COLUMNS = ["id", "last_seq", "dispatched_seq", "_change_type", "_commit_version"]
+FEED_COLUMNS = [
+    "id",
+    "last_seq",
+    "dispatched_seq",
+    "incarnation",
+    "_change_type",
+    "_commit_version",
+]
 
 
 @dataclass(frozen=True, slots=True, order=True)
@@ -43,6 +52,11 @@ class PendingDocument:
     id: str
     last_seq: int
     dispatched_seq: int
+    incarnation: str | None = None  # None: a row written before incarnations existed
+
+    def ref(self) -> tuple[str, int, str | None]:
+        """(id, last_seq, incarnation): what a ``ProcessDocument`` command is derived from."""
+        return (self.id, self.last_seq, self.incarnation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,14 +102,22 @@ class Engine(Protocol):
 
 
 def pending_from_rows(rows: Iterable[Sequence[Any]]) -> tuple[PendingDocument, ...]:
-    """Sorted, de-duplicated ``PendingDocument``s from (id, last_seq, dispatched_seq) rows."""
-    docs = {str(r[0]): PendingDocument(str(r[0]), int(r[1]), int(r[2])) for r in rows}
+    """Sorted, de-duplicated ``PendingDocument``s from (id, last_seq, dispatched_seq,
+    incarnation) rows (a row without the fourth value has a null incarnation)."""
+    docs = {str(r[0]): _pending(r) for r in rows}
     return tuple(docs[k] for k in sorted(docs))
 
 
+def _pending(r: Sequence[Any]) -> PendingDocument:
+    incarnation = r[3] if len(r) > 3 else None
+    return PendingDocument(
+        str(r[0]), int(r[1]), int(r[2]), None if incarnation is None else str(incarnation)
+    )
+
+
 def sweep_plan(engine: str, rows: Iterable[Sequence[Any]], read_s: float) -> Plan:
-    """The plan of a full sweep from (id, last_seq, dispatched_seq) rows, whichever engine read
-    them: no feed rows, one document per pending row."""
+    """The plan of a full sweep from (id, last_seq, dispatched_seq, incarnation) rows, whichever
+    engine read them: no feed rows, one document per pending row."""
     pending = pending_from_rows(rows)
     return Plan("sweep", engine, 0, len(pending), pending, 0, {"read_s": read_s, "plan_s": 0.0})
 

@@ -182,9 +182,7 @@ class RescuePass:
         enqueued = 0
         pending = plan.pending if plan is not None else ()
         if pending:
-            commands = commands_for(
-                self.store.table_id, self.table_uri, [(p.id, p.last_seq) for p in pending]
-            )
+            commands = commands_for(self.store.table_id, self.table_uri, [p.ref() for p in pending])
             enqueued = self.sink.enqueue(commands)
         after = self._advance(cp, end, plan, started, warnings, full=full)
         timings = dict(plan.timings) if plan is not None else {}

@@ -2,7 +2,8 @@
 
 A document row carries its own pending messages, so the state change and the messages commit in
 one Delta commit. The pure functions here (message ids, the bucket of an id, what is pending) are
-documented in the README so that another writer, a Spark job say, computes the same values.
+documented in the README and docs/delta.md so that another writer, a Spark job say, computes the
+same values.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import uuid
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -33,22 +35,49 @@ def bucket_of(doc_id: str, buckets: int) -> int:
     return zlib.crc32(doc_id.encode("utf-8")) % buckets
 
 
-def message_id_for(table_id: str, doc_id: str, seq: int) -> str:
-    """Deterministic message id: every re-send of (table, document, seq) carries the same id.
+def new_incarnation() -> str:
+    """A fresh document incarnation: 32 lowercase hex characters (a uuid4 without dashes).
 
-    ``substr(sha2(concat(table_id, '|', id, '|', cast(seq as string)), 256), 1, 32)`` in Spark SQL.
+    Why: a document deleted outside the library (a retention or erasure job) and created again
+    restarts at seq 1. Without something that tells the two lives apart, its new messages would
+    carry the ids of the old ones, and every duplicate detection downstream (the SQL queue,
+    Service Bus, a consumer's inbox) would drop them: a loss. Other writers may draw it with
+    ``replace(uuid(), '-', '')`` in Spark SQL; any token without ``|`` that is longer than 19
+    characters keeps the ids unambiguous (``cast(seq as string)`` never is).
     """
-    raw = f"{table_id}|{doc_id}|{seq}".encode()
-    return hashlib.sha256(raw).hexdigest()[:32]
+    return uuid.uuid4().hex
 
 
-def command_id_for(table_id: str, doc_id: str, up_to_seq: int) -> str:
-    """Id of the ``ProcessDocument`` command for a document at ``up_to_seq``.
+def _id_source(parts: list[str], incarnation: str | None) -> bytes:
+    """``concat_ws('|', ...)``: a null incarnation is skipped, which is the pre-incarnation form."""
+    if incarnation is not None:
+        parts.append(incarnation)
+    return "|".join(parts).encode()
 
-    The same (table, id, last_seq) always yields the same command id, so the queue's duplicate
-    detection turns a repeated rescue pass into a no-op.
+
+def message_id_for(table_id: str, doc_id: str, seq: int, incarnation: str | None = None) -> str:
+    """Deterministic message id: every re-send of (table, document incarnation, seq) carries the
+    same id, and a re-created document (a new incarnation) never repeats an old one.
+
+    In Spark SQL: ``substr(sha2(concat_ws('|', table_id, id, cast(seq as string), incarnation),
+    256), 1, 32)``. ``concat_ws`` skips a null, so a row written before incarnations existed
+    (``incarnation`` null) keeps exactly its old ids: ``table_id|id|seq``.
     """
-    raw = f"process|{table_id}|{doc_id}|{up_to_seq}".encode()
+    return hashlib.sha256(_id_source([table_id, doc_id, str(seq)], incarnation)).hexdigest()[:32]
+
+
+def command_id_for(
+    table_id: str, doc_id: str, up_to_seq: int, incarnation: str | None = None
+) -> str:
+    """Id of the ``ProcessDocument`` command for a document incarnation at ``up_to_seq``.
+
+    The same (table, id, last_seq, incarnation) always yields the same command id, so the queue's
+    duplicate detection turns a repeated rescue pass into a no-op, while a re-created document's
+    command is never dropped as a repeat of its predecessor's. In Spark SQL: ``concat('pd-',
+    substr(sha2(concat_ws('|', 'process', table_id, id, cast(last_seq as string), incarnation),
+    256), 1, 32))``.
+    """
+    raw = _id_source(["process", table_id, doc_id, str(up_to_seq)], incarnation)
     return "pd-" + hashlib.sha256(raw).hexdigest()[:32]
 
 
@@ -136,6 +165,10 @@ class DocumentRow:
     dispatched_seq: int
     outbox: list[OutboxMessage]
     updated_at: datetime | None = None
+    #: Drawn when the document is created, never changed by updates; None for rows written
+    #: before incarnations existed (their message ids keep the old formula). See
+    #: ``new_incarnation``.
+    incarnation: str | None = None
 
     def pending(self) -> list[OutboxMessage]:
         """Messages not yet accepted by a transport, in seq order (``dispatched_seq < seq``)."""

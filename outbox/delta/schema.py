@@ -5,6 +5,13 @@ README. The table's *description* holds a JSON object ``{"outbox": {...}}``: ``s
 records which layout a table has, ``buckets`` fixes N in ``bucket = crc32(id) % N``, and ``tableId``
 is the stable identity that message ids derive from.
 
+The ``incarnation`` column came later: a table created before it (the *legacy* layout) is still
+an outbox table, not a foreign one, and ``outbox migrate`` upgrades it by adding the column (a
+metadata-only commit; the change data feed reads across it, older images with a null
+``incarnation``). ``schemaVersion`` stays 1 on purpose: the column's presence is the upgrade, and
+a writer of the previous release keeps working on an upgraded table (its inserts carry a null
+incarnation, i.e. the old ids).
+
 Why the description and not table properties: deltalake 1.6.6 refuses every table property it
 does not know ("Error parsing property 'outbox.buckets'"), even under a ``delta.`` prefix.
 """
@@ -25,6 +32,7 @@ CDF_PROPERTY = "delta.enableChangeDataFeed"
 SCHEMA_VERSION_KEY = "schemaVersion"
 BUCKETS_KEY = "buckets"
 TABLE_ID_KEY = "tableId"
+INCARNATION = "incarnation"
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -55,11 +63,16 @@ DOCUMENT_SCHEMA = pa.schema(
         pa.field("outbox", pa.list_(pa.field("element", MESSAGE_TYPE, nullable=True))),
         pa.field("updated_at", TS),
         pa.field("bucket", pa.int32(), nullable=False),
+        # Last, where ``ALTER TABLE ADD COLUMNS`` puts it on an upgraded table: both layouts agree.
+        pa.field(INCARNATION, pa.string()),
     ]
 )
 
+#: The columns every outbox table has, upgraded or not (all but ``incarnation``).
+LEGACY_SCHEMA = pa.schema([f for f in DOCUMENT_SCHEMA if f.name != INCARNATION])
+
 #: Columns a pending check and a watermark update need; never the (large) outbox or state.
-CONTROL_COLUMNS = ["id", "version", "last_seq", "dispatched_seq", "bucket"]
+CONTROL_COLUMNS = ["id", "version", "last_seq", "dispatched_seq", "bucket", INCARNATION]
 
 
 def describe_table(schema_version: int, buckets: int, table_id: str) -> str:
@@ -141,6 +154,7 @@ def rows_from_table(table: pa.Table) -> list[DocumentRow]:
                 dispatched_seq=int(r["dispatched_seq"]),
                 outbox=[message_from_struct(m) for m in (r.get("outbox") or [])],
                 updated_at=_ts(r.get("updated_at")),
+                incarnation=r.get(INCARNATION),
             )
         )
     return rows
@@ -161,6 +175,7 @@ def table_from_rows(
         cols["outbox"].append([message_to_struct(m) for m in row.outbox])
         cols["updated_at"].append(row.updated_at)
         cols["bucket"].append(bucket)
+        cols[INCARNATION].append(row.incarnation)
     arrays = [pa.array(cols[f.name], type=f.type) for f in DOCUMENT_SCHEMA]
     fields = list(DOCUMENT_SCHEMA)
     for name, (dtype, values) in extra.items():
@@ -170,17 +185,27 @@ def table_from_rows(
 
 
 def describe_mismatch(actual: pa.Schema) -> str | None:
-    """None when ``actual`` has the document columns with compatible types, else what differs."""
+    """None when ``actual`` has the document columns with compatible types, else what differs.
+
+    The legacy layout (no ``incarnation``) passes: it is ours, ``outbox migrate`` upgrades it;
+    ``is_legacy`` tells the two apart.
+    """
     problems: list[str] = []
     names = set(actual.names)
     for f in DOCUMENT_SCHEMA:
         if f.name not in names:
-            problems.append(f"missing column {f.name!r}")
+            if f.name != INCARNATION:
+                problems.append(f"missing column {f.name!r}")
             continue
         got = actual.field(f.name).type
         if not _compatible(got, f.type):
             problems.append(f"column {f.name!r} is {got}, expected {f.type}")
     return "; ".join(problems) or None
+
+
+def is_legacy(actual: pa.Schema) -> bool:
+    """True for a table created before incarnations (``outbox migrate`` adds the column)."""
+    return INCARNATION not in actual.names
 
 
 def _compatible(got: pa.DataType, want: pa.DataType) -> bool:

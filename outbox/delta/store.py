@@ -12,6 +12,10 @@ Why it looks the way it does (see docs/delta.md for the measurements):
   on a refreshed table (a stale handle can never succeed).
 * Saves never write ``dispatched_seq``; only ``advance_watermarks`` does, with ``greatest(...)``
   and no version check, so the dispatcher never fails an application's save (invariant I4).
+* ``incarnation`` is written by the insert branch only: updates and watermarks never touch it.
+  An update also requires the incarnation it read (``IS NOT DISTINCT FROM``, so a legacy null
+  matches a null): a document deleted and re-created since the read restarts at version 1, and
+  a version check alone would let a stale save overwrite the new document.
 """
 
 from __future__ import annotations
@@ -176,6 +180,13 @@ class DeltaDocumentStore:
                 f"the table at {self.uri} is partitioned by {list(meta.partition_columns)}, "
                 "expected ['bucket']",
                 hint="recreate it with `outbox migrate` on a new path",
+            )
+        if S.is_legacy(pa.schema(self._dt.schema().to_arrow())):
+            raise SchemaMismatchError(
+                f"the table at {self.uri} predates document incarnations (no "
+                f"{S.INCARNATION!r} column)",
+                hint="run `outbox migrate` to upgrade it: it adds the column, and existing rows "
+                "keep their message ids",
             )
         outbox_meta = S.parse_description(meta.description)
         try:
@@ -480,7 +491,8 @@ class DeltaDocumentStore:
                     "outbox": "s.outbox",
                     "updated_at": "s.updated_at",
                 },
-                predicate="t.version = s._expected",
+                predicate="t.version = s._expected "
+                f"AND t.{S.INCARNATION} IS NOT DISTINCT FROM s.{S.INCARNATION}",
             )
             .when_not_matched_insert(
                 updates={f.name: f"s.{f.name}" for f in S.DOCUMENT_SCHEMA},
@@ -504,8 +516,9 @@ class DeltaDocumentStore:
             for w in t.writes:
                 found = current.get(w.row.id)
                 have = int(found["version"]) if found else 0
-                if have != w.expected_version:
-                    t.error, t.done = _stale(w, have), True
+                reborn = found is not None and found[S.INCARNATION] != w.row.incarnation
+                if have != w.expected_version or reborn:
+                    t.error, t.done = _stale(w, have, reborn=reborn), True
                     break
                 row = w.row
                 if found and int(found["dispatched_seq"]) > row.dispatched_seq:
@@ -605,8 +618,10 @@ def _local_log_dir(uri: str) -> Path | None:
     return path / "_delta_log"
 
 
-def _stale(w: DocumentWrite, found: int | None) -> ConcurrencyError:
+def _stale(w: DocumentWrite, found: int | None, *, reborn: bool = False) -> ConcurrencyError:
     what = "already exists" if w.expected_version == 0 else "was changed"
+    if reborn and w.expected_version:
+        what = "was deleted and created again"
     seen = "" if found is None else f", found {found}"
     return ConcurrencyError(
         f"document {w.row.id!r} {what} since it was read (expected version "

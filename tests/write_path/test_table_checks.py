@@ -119,7 +119,7 @@ def test_migrate_refuses_to_record_a_bucket_count_the_rows_do_not_follow(tmp_pat
         for name, value in (
             ("id", i), ("type", "T"), ("version", 1), ("state", "{}"), ("last_seq", 0),
             ("dispatched_seq", 0), ("outbox", []), ("updated_at", None),
-            ("bucket", bucket_of(i, 8)),
+            ("bucket", bucket_of(i, 8)), ("incarnation", None),
         ):  # fmt: skip
             rows[name].append(value)
     write_deltalake(uri, pa.table(rows, schema=S.DOCUMENT_SCHEMA), mode="append")

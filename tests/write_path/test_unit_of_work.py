@@ -35,7 +35,9 @@ def test_readme_flow_creates_then_updates(ob: Outbox) -> None:
     assert row["state"] == '{"status":"left-seattle"}'
     [msg] = row["outbox"]
     assert msg["seq"] == 1
-    assert msg["message_id"] == message_id_for(ob.store.table_id, "shipment-42", 1)
+    assert msg["message_id"] == message_id_for(
+        ob.store.table_id, "shipment-42", 1, row["incarnation"]
+    )
     assert msg["ordering_key"] == "shipment-42"
     assert msg["destination"] == "shipments"
 
@@ -170,7 +172,7 @@ def test_message_fields_and_deterministic_ids(ob: Outbox) -> None:
     assert stored == m
     assert stored.deliver_at == when
     assert stored.headers == {"traceparent": "00-abc-def-01"}
-    assert m.message_id == message_id_for(ob.store.table_id, "a", 1)
+    assert m.message_id == message_id_for(ob.store.table_id, "a", 1, rows["a"].incarnation)
     assert message_id_for("t", "a", 1) == message_id_for("t", "a", 1)
     assert message_id_for("t", "a", 1) != message_id_for("t", "a", 2)
     assert message_id_for("t", "a", 1) != message_id_for("u", "a", 1)
