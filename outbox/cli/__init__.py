@@ -1,15 +1,27 @@
-"""The ``outbox`` command: one click group; each area registers its commands below."""
+"""The ``outbox`` command: one click group, one module per command (or command group).
+
+Command modules import the heavy machinery (Delta, SQLAlchemy, the runtime) inside their command
+functions, so ``outbox --help`` stays fast. Output goes through :mod:`outbox.cli.output`, exit
+codes come from :mod:`outbox.cli.exit_codes`.
+"""
 
 from __future__ import annotations
 
 import click
 
-from outbox.cli.admin import register as register_core
-from outbox.cli.dispatcher import register as register_dispatcher
-from outbox.cli.proofs import register as register_proofs
-from outbox.cli.queues import register as register_queue
-from outbox.cli.rescue import register as register_rescuer
-from outbox.cli.support import CliContext, OutboxGroup, setup_logging
+from outbox.cli import (
+    check,
+    dead_letters,
+    demo,
+    dispatcher,
+    maintain,
+    migrate,
+    queues,
+    rescue,
+    status,
+)
+from outbox.cli.output import setup_logging
+from outbox.cli.support import CliContext, OutboxGroup
 
 
 @click.group(cls=OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,15 +45,19 @@ def main(ctx: click.Context, workspace: str | None, config: str | None, verbose:
     ctx.obj = CliContext(workspace=workspace, config=config, verbose=verbose)
 
 
-# --- command registration: each area owns its commands -----------------------------------------
-for _register in (
-    register_core,
-    register_dispatcher,
-    register_queue,
-    register_rescuer,
-    register_proofs,
+# --- command registration, explicit: one module per command or command group -------------------
+for _module in (
+    migrate,
+    maintain,
+    dispatcher,
+    queues,
+    dead_letters,
+    rescue,
+    demo,
+    check,
+    status,
 ):
-    _register(main)
+    _module.register(main)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -6,7 +6,8 @@ import logging
 
 import click
 
-from outbox.cli.support import CliContext, emit_json, json_option, pass_cli, print_kv
+from outbox.cli.output import emit_json, print_kv
+from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.durations import parse_duration
 
 log = logging.getLogger("outbox.worker")

@@ -3,22 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-import json
 import sys
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from outbox.cli.support import (
-    EXIT_INTERRUPTED,
-    CliContext,
-    emit_json,
-    is_terminal,
-    json_default,
-    json_option,
-    pass_cli,
-    print_kv,
-)
+from outbox.cli import exit_codes
+from outbox.cli.output import echo, echo_err, emit_json, emit_json_line, is_terminal, print_kv
+from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 from outbox.core.durations import format_duration, parse_duration
 from outbox.core.errors import ConfigurationError, OutboxError
@@ -35,15 +27,15 @@ INTERRUPTED = (
 
 def _show(report: PassReport, *, as_json: bool, looping: bool) -> None:
     for w in report.warnings:
-        click.echo(f"WARNING: {w}", err=True)
+        echo_err(f"WARNING: {w}")
     if as_json:
         if looping:  # one object per line, so a log shipper can split them
-            click.echo(json.dumps(report.to_dict(), default=json_default, sort_keys=True))
+            emit_json_line(report.to_dict())
         else:
             emit_json(report.to_dict())
         return
     if not is_terminal():
-        click.echo(report.summary())
+        echo(report.summary())
         return
     print_kv(
         f"rescue pass ({report.engine}, {report.mode or 'nothing old enough yet'})",
@@ -146,17 +138,16 @@ def rescue(
             every=every_s,
             clock=clock,
             on_report=lambda r: _show(r, as_json=as_json, looping=True),
-            on_error=lambda e: click.echo(
-                f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}",
-                err=True,
+            on_error=lambda e: echo_err(
+                f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}"
             ),
         )
         with stop_on_sigterm(scheduler):
             scheduler.run(full_first=full)
-        click.echo(f"stopped after {scheduler.passes} pass(es)", err=True)
+        echo_err(f"stopped after {scheduler.passes} pass(es)")
     except KeyboardInterrupt:
-        click.echo(INTERRUPTED, err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        echo_err(INTERRUPTED)
+        sys.exit(exit_codes.INTERRUPTED)
     finally:
         for c in closers:
             with contextlib.suppress(OutboxError):  # best effort on shutdown
@@ -176,9 +167,9 @@ def _forget(cli: CliContext, name: str | None, *, as_json: bool) -> None:
     if as_json:
         emit_json({"rescuer_name": rescuer_name, "table_uri": settings.table_uri, "forgot": found})
     elif found:
-        click.echo(f"forgot rescuer {rescuer_name!r} of {settings.table_uri}")
+        echo(f"forgot rescuer {rescuer_name!r} of {settings.table_uri}")
     else:
-        click.echo(f"rescuer {rescuer_name!r} has no checkpoint for {settings.table_uri}")
+        echo(f"rescuer {rescuer_name!r} has no checkpoint for {settings.table_uri}")
 
 
 def register(group: click.Group) -> None:

@@ -1,42 +1,16 @@
-"""Core commands: ``migrate`` and ``maintain``."""
+"""``outbox maintain``: the table's upkeep (compaction, checkpoint, log trim, vacuum) and the
+queue's expired duplicate-detection ids."""
 
 from __future__ import annotations
 
 import click
 
-from outbox.cli.support import CliContext, emit_json, json_option, pass_cli, print_kv
+from outbox.cli.output import emit_json, print_kv
+from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 from outbox.core.durations import parse_duration
 from outbox.core.errors import ValidationError
 from outbox.core.settings import Settings
-
-
-@click.command()
-@click.option("--sql-url", help="SQL database URL (default: SQLite in the workspace).")
-@click.option("--table", "table_uri", help="Delta table location (default: <workspace>/documents).")
-@click.option("--buckets", type=int, help="Bucket partitions for a new table (default 16).")
-@json_option
-@pass_cli
-def migrate(
-    cli: CliContext,
-    sql_url: str | None,
-    table_uri: str | None,
-    buckets: int | None,
-    as_json: bool,
-) -> None:
-    """Create or upgrade the Delta table and the SQL schema. Safe to run twice."""
-    from migrations.runner import migrate as run
-
-    settings = cli.settings(sql_url=sql_url, table_uri=table_uri, buckets=buckets)
-    report = run(settings)
-    if as_json:
-        emit_json(report.to_dict())
-        return
-    if not report.actions:
-        click.echo(f"already up to date: {settings.table_uri} and {report.to_dict()['sql_url']}")
-        return
-    for action in report.actions:
-        click.echo(f"- {action}")
 
 
 @click.command()
@@ -110,5 +84,4 @@ def _forget_duplicates(settings: Settings) -> int | None:
 
 
 def register(group: click.Group) -> None:
-    group.add_command(migrate)
     group.add_command(maintain)

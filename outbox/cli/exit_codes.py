@@ -1,0 +1,50 @@
+"""Every exit code the ``outbox`` command uses, in one place, each number meaning one thing.
+
+Scripts and health checks branch on these numbers, so a code never changes meaning and two
+names never share a number.
+
+=====  ===================  ===================================================================
+code   name                 meaning
+=====  ===================  ===================================================================
+0      OK                   done; for ``status``, ``demo`` and ``check``: healthy / every
+                            invariant held
+1      ERROR                an ``OutboxError`` (bad setting, missing workspace, unreachable
+                            database, ...): one ``error: ...`` line on stderr says why and how
+                            to fix it; ``status`` also uses it when it cannot read a part of
+                            the workspace
+2      USAGE                a malformed command line (unknown option, bad option value):
+                            click's code, one ``error: ...`` line on stderr
+3      PENDING_TOO_OLD      ``status --fail-if-pending-older-than``: the oldest pending message
+                            is older than the limit
+4      DEAD_LETTERS         ``status --fail-if-dead-letters``: a queue holds dead letters
+5      INVARIANT_BROKEN     ``demo`` / ``check``: an invariant (I1-I6) broke; the report says
+                            which
+130    INTERRUPTED          Ctrl-C (SIGINT): stopped before finishing; nothing committed was
+                            lost (128 + SIGINT, as shells report it)
+=====  ===================  ===================================================================
+
+SIGTERM stops ``run-dispatcher`` and ``rescue --every`` cleanly with 0.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+OK: Final = 0
+ERROR: Final = 1
+USAGE: Final = 2
+PENDING_TOO_OLD: Final = 3
+DEAD_LETTERS: Final = 4
+INVARIANT_BROKEN: Final = 5
+INTERRUPTED: Final = 130
+
+#: name -> code, for the docs and the test that keeps the numbers distinct.
+ALL: Final[dict[str, int]] = {
+    "OK": OK,
+    "ERROR": ERROR,
+    "USAGE": USAGE,
+    "PENDING_TOO_OLD": PENDING_TOO_OLD,
+    "DEAD_LETTERS": DEAD_LETTERS,
+    "INVARIANT_BROKEN": INVARIANT_BROKEN,
+    "INTERRUPTED": INTERRUPTED,
+}

@@ -1,0 +1,40 @@
+"""``outbox migrate``: create or upgrade the Delta table and the SQL schema."""
+
+from __future__ import annotations
+
+import click
+
+from outbox.cli.output import echo, emit_json
+from outbox.cli.support import CliContext, json_option, pass_cli
+
+
+@click.command()
+@click.option("--sql-url", help="SQL database URL (default: SQLite in the workspace).")
+@click.option("--table", "table_uri", help="Delta table location (default: <workspace>/documents).")
+@click.option("--buckets", type=int, help="Bucket partitions for a new table (default 16).")
+@json_option
+@pass_cli
+def migrate(
+    cli: CliContext,
+    sql_url: str | None,
+    table_uri: str | None,
+    buckets: int | None,
+    as_json: bool,
+) -> None:
+    """Create or upgrade the Delta table and the SQL schema. Safe to run twice."""
+    from migrations.runner import migrate as run
+
+    settings = cli.settings(sql_url=sql_url, table_uri=table_uri, buckets=buckets)
+    report = run(settings)
+    if as_json:
+        emit_json(report.to_dict())
+        return
+    if not report.actions:
+        echo(f"already up to date: {settings.table_uri} and {report.to_dict()['sql_url']}")
+        return
+    for action in report.actions:
+        echo(f"- {action}")
+
+
+def register(group: click.Group) -> None:
+    group.add_command(migrate)

@@ -1,0 +1,169 @@
+"""Everything the ``outbox`` command writes goes through here, so every command behaves alike.
+
+The contract (scripts rely on it):
+
+* **stdout carries the result, stderr everything else.** Logs (``--verbose`` for debug), warnings,
+  ``error: ...`` lines and ``unhealthy: ...`` lines go to stderr; a script can pipe stdout
+  without filtering.
+* **``--json``**: stdout holds exactly one JSON document, pretty-printed with sorted keys: an
+  object for every command, except the list commands (``queue peek``, ``dead-letters list``),
+  which print an array of objects. Datetimes are ISO 8601 strings, bytes are UTF-8 text. The
+  one stream is ``rescue --every --json``: one compact object per pass, one per line (JSON
+  Lines), so a log shipper can split them.
+* **Without ``--json``**: on a terminal, rich tables and progress bars; piped or redirected,
+  plain text with aligned columns (``# title``, a header row, then one row per line; columns are
+  separated by at least two spaces) and progress as log lines on stderr.
+
+Rich is imported only when a terminal is there to draw on: ``outbox --help`` stays fast.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import click
+
+#: Loggers whose per-pass and per-batch INFO lines drown a story; ``--verbose`` keeps them.
+CHATTY_LOGGERS = ("outbox.rescuer", "outbox.worker", "outbox.dispatcher", "outbox.checker")
+_NOISY_LIBRARIES = ("py4j", "alembic", "urllib3")
+_GAP = "  "
+
+
+def setup_logging(verbose: bool) -> None:
+    """Logs go to stderr (stdout is the result's): INFO by default, DEBUG with ``--verbose``."""
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        stream=sys.stderr,
+    )
+    for noisy in _NOISY_LIBRARIES:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def quiet_chatty_loggers(verbose: bool) -> None:
+    """For the commands that tell a story (demo, check): only warnings from the busy loggers."""
+    if not verbose:
+        for name in CHATTY_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def json_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    if isinstance(value, Path):
+        return str(value)
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def emit_json(data: Any) -> None:
+    """The ``--json`` result: one JSON document on stdout (pretty, sorted keys)."""
+    click.echo(json.dumps(data, default=json_default, indent=2, sort_keys=True))
+
+
+def emit_json_line(data: Any) -> None:
+    """One compact JSON object on one stdout line: for commands that report repeatedly."""
+    click.echo(json.dumps(data, default=json_default, sort_keys=True))
+
+
+def echo(line: str) -> None:
+    """A line of the result for a person (stdout)."""
+    click.echo(line)
+
+
+def echo_err(line: str) -> None:
+    """A line about the run rather than its result (stderr): errors, warnings, health verdicts."""
+    click.echo(line, err=True)
+
+
+def _cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
+    return [[("" if v is None else str(v)) for v in r] for r in rows]
+
+
+def aligned(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Rows as lines of left-aligned columns, at least two spaces apart, no trailing blanks."""
+    table = [list(columns), *[list(r) for r in rows]]
+    widths = [max(len(r[i]) if i < len(r) else 0 for r in table) for i in range(len(columns))]
+    return [
+        _GAP.join(cell.ljust(width) for cell, width in zip(r, widths, strict=False)).rstrip()
+        for r in table
+    ]
+
+
+def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A rich table on a terminal; aligned plain text otherwise (readable in a pipe or a log)."""
+    cells = _cells(rows)
+    if is_terminal():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title=title)
+        for c in columns:
+            table.add_column(c)
+        for r in cells:
+            table.add_row(*r)
+        Console().print(table)
+        return
+    click.echo(f"# {title}")
+    for line in aligned(columns, cells):
+        click.echo(line)
+
+
+def print_kv(title: str, pairs: Iterable[tuple[str, Any]]) -> None:
+    """A record as a two-column table (field, value)."""
+    print_table(title, ["field", "value"], [(k, v) for k, v in pairs])
+
+
+def stepper(as_json: bool, logger: str) -> Callable[[str], None]:
+    """The narration of a long command: ``> step`` lines (cyan on a terminal); with ``--json``
+    they become log lines on stderr, so stdout keeps only the JSON document."""
+    if as_json:
+        return logging.getLogger(logger).info
+    if is_terminal():
+        from rich.console import Console
+
+        console = Console()
+        return lambda msg: console.print(f"[bold cyan]>[/] {msg}")
+    return lambda msg: click.echo(f"> {msg}")
+
+
+@contextmanager
+def progress(description: str, total: int | None) -> Iterator[Callable[[int], None]]:
+    """Yields ``advance(n)``: a rich progress bar on a terminal, a log line per 10% otherwise."""
+    if is_terminal():
+        from rich.progress import Progress
+
+        with Progress(transient=False) as p:
+            task = p.add_task(description, total=total)
+
+            def advance_bar(n: int = 1) -> None:
+                p.advance(task, n)
+
+            yield advance_bar
+        return
+    log = logging.getLogger("outbox")
+    done = 0
+    step = max(1, (total or 10) // 10)
+    next_at = step
+
+    def advance(n: int = 1) -> None:
+        nonlocal done, next_at
+        done += n
+        if done >= next_at:
+            log.info("%s: %d/%s", description, done, total if total is not None else "?")
+            next_at = done + step
+
+    yield advance
+    log.info("%s: done (%d)", description, done)
