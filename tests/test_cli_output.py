@@ -1,0 +1,82 @@
+"""The CLI's two contracts in one place each: exit codes (distinct, documented) and output
+(one JSON document with --json, aligned plain text when piped, nothing ad hoc in commands)."""
+
+from __future__ import annotations
+
+import ast
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from outbox.cli import exit_codes, main, output
+
+CLI = Path(output.__file__).parent
+
+
+def test_exit_codes_are_distinct_and_documented() -> None:
+    codes = exit_codes.ALL
+    assert len(set(codes.values())) == len(codes)
+    assert (codes["OK"], codes["ERROR"], codes["USAGE"], codes["INTERRUPTED"]) == (0, 1, 2, 130)
+    doc = exit_codes.__doc__ or ""
+    for name, code in codes.items():
+        assert f"\n{code:<7}{name} " in doc, f"{name} = {code} is missing from the docstring table"
+
+
+def test_aligned_columns() -> None:
+    assert output.aligned(["field", "value"], [["pending documents", "2"], ["table", "t"]]) == [
+        "field              value",
+        "pending documents  2",
+        "table              t",
+    ]
+    assert output.aligned(["a", "b", "c"], [["x", "", ""]]) == ["a  b  c", "x"]
+
+
+def test_piped_output_is_plain_text_and_json_is_one_document(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    output.print_kv("title", [("long field name", 1), ("f", None)])
+    assert capsys.readouterr().out.splitlines() == [
+        "# title",
+        "field            value",
+        "long field name  1",
+        "f",
+    ]
+    output.emit_json({"at": datetime(2024, 1, 2, tzinfo=UTC), "body": b"x", "path": Path("/p")})
+    assert json.loads(capsys.readouterr().out) == {
+        "at": "2024-01-02T00:00:00+00:00",
+        "body": "x",
+        "path": "/p",
+    }
+    output.emit_json_line({"b": 1, "a": [2]})
+    assert capsys.readouterr().out == '{"a": [2], "b": 1}\n'
+
+
+def test_commands_write_only_through_the_output_module() -> None:
+    """No command module prints or dumps JSON on its own: the output contract lives in one
+    place (outbox/cli/output.py)."""
+    offenders = []
+    for path in sorted(CLI.glob("*.py")):
+        if path.name == "output.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            f = node.func
+            name = (
+                f"{f.value.id}.{f.attr}"
+                if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name)
+                else f.id
+                if isinstance(f, ast.Name)
+                else ""
+            )
+            if name in {"print", "click.echo", "click.secho", "json.dumps", "sys.stdout.write"}:
+                offenders.append(f"{path.name}:{node.lineno} {name}")
+    assert offenders == []
+
+
+def test_usage_errors_keep_clicks_code() -> None:
+    result = CliRunner().invoke(main, ["queue", "peek", "q", "--limit", "0"])
+    assert result.exit_code == exit_codes.USAGE

@@ -1,0 +1,103 @@
+"""The wheel installs only the product's packages: ``outbox``, ``dispatcher``, ``rescuer`` and
+``migrations`` (the generic names ``cli`` or ``benchmarks`` would collide with other projects in
+site-packages), and its ``outbox`` console script points at ``outbox.cli:main``.
+
+Built offline: ``uv build --offline`` (hatchling comes from uv's cache), else ``pip wheel``.
+Installed with ``--no-deps --no-index`` into a fresh venv, so nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PACKAGES = {"outbox", "dispatcher", "rescuer", "migrations"}
+
+
+def _uv() -> str | None:
+    beside = Path(sys.executable).with_name("uv")
+    return str(beside) if beside.exists() else shutil.which("uv")
+
+
+def _run(argv: list[str]) -> None:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=120, check=False)
+    assert proc.returncode == 0, f"{' '.join(argv)} failed:\n{proc.stdout}\n{proc.stderr}"
+
+
+def _build_wheel(out: Path) -> Path:
+    uv = _uv()
+    if uv is not None:
+        _run([uv, "build", "--wheel", "--offline", "--out-dir", str(out), str(REPO)])
+    else:
+        if os.environ.get("CI") != "true":
+            pytest.skip("no uv to build the wheel offline (CI must have it)")
+        _run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(out), str(REPO)])
+    [wheel] = out.glob("delta_outbox-*.whl")
+    return wheel
+
+
+def _site_packages(venv: Path) -> Path:
+    purelib = subprocess.run(
+        [
+            str(venv / "bin" / "python"),
+            "-c",
+            "import sysconfig; print(sysconfig.get_path('purelib'))",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    return Path(purelib)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(sysconfig.get_platform().startswith("win"), reason="POSIX venv layout")
+def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path: Path) -> None:
+    wheel = _build_wheel(tmp_path / "dist")
+    venv = tmp_path / "venv"
+    _run([sys.executable, "-m", "venv", str(venv)])
+    site = _site_packages(venv)
+    before = {p.name for p in site.iterdir()}
+    _run(
+        [
+            str(venv / "bin" / "python"),
+            "-m",
+            "pip",
+            "install",
+            "--no-deps",
+            "--no-index",
+            str(wheel),
+        ]
+    )
+    added = {p.name for p in site.iterdir()} - before
+    dist_info = {n for n in added if n.endswith(".dist-info")}
+    assert [n.split("-")[0] for n in dist_info] == ["delta_outbox"], added
+    assert added - dist_info == PACKAGES  # no cli, no benchmarks, no tests, no stray module
+    assert (site / "outbox" / "cli" / "__init__.py").is_file()
+
+    [info] = dist_info
+    entry_points = (site / info / "entry_points.txt").read_text()
+    scripts = _section(entry_points, "console_scripts")
+    assert scripts == {"outbox": "outbox.cli:main"}
+    script = (venv / "bin" / "outbox").read_text()
+    assert "from outbox.cli import main" in script
+
+
+def _section(ini: str, name: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    current = None
+    for raw in ini.splitlines():
+        line = raw.strip()
+        if line.startswith("["):
+            current = line.strip("[]")
+        elif line and current == name:
+            key, _, value = line.partition("=")
+            out[key.strip()] = value.strip()
+    return out
