@@ -111,6 +111,7 @@ def build_table(path: Path, docs: int) -> tuple[DeltaDocumentStore, int]:
             "outbox": pa.array([[]] * docs, S.DOCUMENT_SCHEMA.field("outbox").type),
             "updated_at": pa.array([now] * docs, S.TS),
             "bucket": pa.array([bucket_of(i, BUCKETS) for i in ids], pa.int32()),
+            "incarnation": pa.nulls(docs, pa.string()),
         },
         schema=S.DOCUMENT_SCHEMA,
     )
