@@ -49,7 +49,7 @@ from outbox.core.errors import (
     RetryableTransportError,
     UnknownDestinationError,
 )
-from tests.dispatcher.contract import DEST, TransportContract
+from outbox.testing.contracts.transport import DEST, TransportContract
 
 LINK_MAX_BYTES = 256 * 1024  # what the Standard tier's link reports
 

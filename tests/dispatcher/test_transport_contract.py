@@ -1,5 +1,5 @@
-"""The transport contract run against the in-memory transport and the SQL queue transport
-(SQLite and a real PostgreSQL server)."""
+"""The kit's transport contract (``outbox.testing.contracts.transport``) run against the in-memory
+transport and the SQL queue transport (SQLite and a real PostgreSQL server)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.transports.sql import SqlQueueTransport
 from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
-from tests.dispatcher.contract import DEST, TransportContract
+from outbox.testing.contracts.transport import DEST, TransportContract
 
 
 class TestInMemoryTransport(TransportContract):
