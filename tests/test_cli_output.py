@@ -80,3 +80,16 @@ def test_commands_write_only_through_the_output_module() -> None:
 def test_usage_errors_keep_clicks_code() -> None:
     result = CliRunner().invoke(main, ["queue", "peek", "q", "--limit", "0"])
     assert result.exit_code == exit_codes.USAGE
+
+
+def test_help_imports_nothing_heavy() -> None:
+    """``outbox --help`` stays fast: command modules import Delta, SQL and rich lazily."""
+    import subprocess
+    import sys
+
+    heavy = ("sqlalchemy", "deltalake", "pyarrow", "rich", "alembic", "pyspark", "outbox.app")
+    code = f"import sys, outbox.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert out.strip() == "[]"
