@@ -1,4 +1,5 @@
-"""The rescuer contract: every test runs on the local engine and on Spark, on the same tables."""
+"""The kit's rescuer-engine contract (``outbox.testing.contracts.rescuer_engine``) on the local
+engine and on Spark, over the same deltalake-written tables; and the two engines' plans compared."""
 
 from __future__ import annotations
 
@@ -7,209 +8,32 @@ from typing import Any
 import pytest
 
 from outbox.core.clock import ManualClock
-from outbox.core.errors import CheckpointError
-from rescuer.checkpoint import InMemoryCheckpointStore
+from outbox.testing.contracts.rescuer_engine import RescuerEngineContract
+from rescuer.cdf_local import LocalEngine
 from rescuer.planner import Engine, PendingDocument
-from rescuer.runner import RescuePass
-from rescuer.sink import InMemorySink
-from tests.rescuer.conftest import DELAY, Table
+from tests.rescuer.conftest import Table
 
 
-def _baseline(table: Table, rescuer: RescuePass, clock: ManualClock) -> int:
-    """A first pass (a sweep) that leaves the checkpoint at the current version."""
-    v = table.put(("base", 1))
-    table.dispatch(base=1)
-    v = table.store.refresh()
-    clock.set(table.at(v, DELAY + 1))
-    report = rescuer.run()
-    assert report.mode == "sweep"
-    assert report.checkpoint_after == v
-    return v
+class TestLocalEngine(RescuerEngineContract):
+    def make_engine(self) -> Engine:
+        return LocalEngine()
 
 
-def _ids(sink: InMemorySink) -> list[tuple[str, int]]:
-    return [(c.id, c.up_to_seq) for c in sink.commands]
+@pytest.mark.spark
+class TestSparkEngine(RescuerEngineContract):
+    @pytest.fixture(autouse=True)
+    def _spark(self, spark_session: Any) -> None:
+        self.spark = spark_session
+
+    def make_engine(self) -> Engine:
+        from rescuer.cdf_spark import SparkEngine
+
+        return SparkEngine(self.spark)
 
 
-def test_first_pass_sweeps_then_follows_the_feed(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    v1 = table.put(("a", 1), ("b", 2))
-    clock.set(table.at(v1, DELAY + 1))
-    first = rescuer.run()
-    assert first.mode == "sweep"
-    assert first.checkpoint_before is None
-    assert first.checkpoint_after == v1
-    assert sorted(_ids(sink)) == [("a", 1), ("b", 2)]
-    v2 = table.put(("c", 1))
-    clock.set(table.at(v2, DELAY + 1))
-    second = rescuer.run()
-    assert second.mode == "feed"
-    assert (second.window_start, second.window_end) == (v1, v2)
-    assert second.versions_scanned == 1
-    assert second.commands_enqueued == 1
-    assert _ids(sink)[-1] == ("c", 1)
-    assert second.lag_versions == 0
-    assert second.lag_seconds == 0
-
-
-def test_change_younger_than_the_delay_is_not_rescued_until_it_is_older(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    base = _baseline(table, rescuer, clock)
-    v = table.put(("young", 1))
-    clock.set(table.at(v, DELAY - 1))
-    early = rescuer.run()
-    assert early.commands_enqueued == 0
-    assert early.checkpoint_after == base
-    assert early.lag_versions == 1
-    assert 0 < early.lag_seconds <= DELAY
-    clock.set(table.at(v, DELAY))
-    late = rescuer.run()
-    assert late.mode == "feed"
-    assert _ids(sink) == [("young", 1)]
-    assert late.checkpoint_after == v
-
-
-def test_only_the_latest_post_image_counts(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    _baseline(table, rescuer, clock)
-    table.put(("sent", 1), ("twice", 1), ("gone", 1))
-    table.dispatch(sent=1)  # dispatched inside the window: its latest image is not pending
-    table.put(("twice", 3))
-    v = table.delete("gone")
-    clock.set(table.at(v, DELAY + 1))
-    report = rescuer.run()
-    assert report.mode == "feed"
-    assert _ids(sink) == [("twice", 3)]
-    assert report.documents_examined == 3
-    assert report.versions_scanned == 4
-
-
-def test_a_document_dispatched_in_a_later_version_is_not_rescued(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    _baseline(table, rescuer, clock)
-    v = table.put(("done", 1), ("more", 1))
-    table.dispatch(done=1)  # younger than the delay: after the window, but current
-    table.put(("more", 2))  # still pending, with a newer message: enqueued at its current seq
-    clock.set(table.at(v, DELAY + 0.0005))
-    report = rescuer.run()
-    assert report.window_end == v
-    assert report.change_rows > 0
-    assert _ids(sink) == [("more", 2)]
-    # The re-check through the feed tail equals a read of the current rows.
-    _, rows = table.store.read(["done", "more"])
-    assert not rows["done"].has_pending
-    assert rows["more"].last_seq == 2
-
-
-def test_crash_after_enqueue_before_checkpoint_enqueues_nothing_new(
-    table: Table,
-    engine: Engine,
-    checkpoints: InMemoryCheckpointStore,
-    sink: InMemorySink,
-    clock: ManualClock,
-    rescuer: RescuePass,
-) -> None:
-    base = _baseline(table, rescuer, clock)
-    v = table.put(("x", 1), ("y", 1))
-    clock.set(table.at(v, DELAY + 1))
-
-    class Crash(InMemoryCheckpointStore):
-        def write(self, *args: Any, **kwargs: Any) -> Any:
-            raise KeyboardInterrupt  # the process dies between the enqueue and the checkpoint
-
-    crashing = Crash()
-    crashing._rows = checkpoints._rows
-    with pytest.raises(KeyboardInterrupt):
-        RescuePass(table.store, engine, crashing, sink, clock=clock, delay=DELAY).run()
-    assert len(sink.commands) == 2
-    assert checkpoints.read(table.uri, "default").version == base  # type: ignore[union-attr]
-    again = rescuer.run()
-    assert again.pending_documents == 2
-    assert again.commands_enqueued == 0
-    assert again.duplicates_dropped == 2
-    assert again.checkpoint_after == v
-    assert len(sink.commands) == 2
-
-
-def test_a_failed_enqueue_leaves_the_checkpoint(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    base = _baseline(table, rescuer, clock)
-    v = table.put(("x", 1))
-    clock.set(table.at(v, DELAY + 1))
-    sink.fail_next = RuntimeError("queue down")
-    with pytest.raises(RuntimeError):
-        rescuer.run()
-    assert rescuer.checkpoint().version == base  # type: ignore[union-attr]
-    assert rescuer.run().commands_enqueued == 1
-
-
-def test_vacuumed_history_falls_back_to_a_full_sweep(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    base = _baseline(table, rescuer, clock)
-    table.put(("p", 1), ("q", 1))
-    table.put(("p", 2))
-    table.dispatch(q=1)
-    table.store.delta_table.vacuum(
-        retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
-    )
-    v = table.store.refresh()  # vacuum commits too (VACUUM START/END)
-    clock.set(table.at(v, DELAY + 1))
-    report = rescuer.run()
-    assert report.checkpoint_before == base
-    assert report.mode == "sweep"
-    assert any("FEED UNAVAILABLE" in w for w in report.warnings)
-    assert _ids(sink) == [("p", 2)]
-    assert report.checkpoint_after == v
-    # The next pass follows the feed again from there.
-    v2 = table.put(("r", 1))
-    clock.set(table.at(v2, DELAY + 1))
-    nxt = rescuer.run()
-    assert nxt.mode == "feed"
-    assert _ids(sink)[-1] == ("r", 1)
-
-
-def test_full_forces_a_sweep_and_repeats_enqueue_nothing_new(
-    table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
-) -> None:
-    _baseline(table, rescuer, clock)
-    v = table.put(("s", 1))
-    clock.set(table.at(v, DELAY + 1))
-    assert rescuer.run().commands_enqueued == 1
-    forced = rescuer.run(full=True)
-    assert forced.mode == "sweep"
-    assert forced.pending_documents == 1
-    assert forced.commands_enqueued == 0
-
-
-def test_foreign_checkpoint_is_a_clear_error_and_full_repairs_it(
-    table: Table,
-    rescuer: RescuePass,
-    checkpoints: InMemoryCheckpointStore,
-    clock: ManualClock,
-) -> None:
-    _baseline(table, rescuer, clock)
-    checkpoints.corrupt(table.uri, "default", version=10_000)
-    with pytest.raises(CheckpointError, match="only reaches version"):
-        rescuer.run()
-    checkpoints.corrupt(table.uri, "default", details={"table_id": "someone-else"})
-    with pytest.raises(CheckpointError, match="belongs to table id"):
-        rescuer.run()
-    repaired = rescuer.run(full=True)
-    assert repaired.mode == "sweep"
-    assert repaired.checkpoint_after == table.store.version()
-    assert rescuer.checkpoint() is not None
-
-
+@pytest.mark.spark
 def test_engines_agree_on_plans(table: Table, spark_session: Any, clock: ManualClock) -> None:
     """The same table, window and tail: the local and Spark plans are identical."""
-    pytest.importorskip("pyspark")
-    from rescuer.cdf_local import LocalEngine
     from rescuer.cdf_spark import SparkEngine
     from rescuer.planner import FeedWindow
 
