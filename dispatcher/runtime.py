@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -49,7 +49,7 @@ log = logging.getLogger("outbox.dispatcher")
 DEFAULT_RETRY_DELAY = 2.0
 
 
-def build_transport(settings: Settings, queue_factory: Any) -> Transport:
+def build_transport(settings: Settings, queue_factory: Callable[[], SqlQueue]) -> Transport:
     """The transport named by ``settings.transport``; ``queue_factory()`` gives the SQL queue."""
     if settings.transport == "sql":
         from dispatcher.transports.sql import SqlQueueTransport

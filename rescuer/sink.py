@@ -10,9 +10,14 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from dispatcher.commands import ProcessDocument
+
+if TYPE_CHECKING:
+    from dispatcher.queue.ports import QueueSender
+    from outbox.core.clock import Clock
+    from outbox.core.settings import Settings
 
 #: Commands per queue transaction: big enough to amortize the commit, small enough to keep
 #: SQLite's write lock short.
@@ -52,12 +57,12 @@ class InMemorySink:
 class QueueSink:
     """``ProcessDocument`` commands into the SQL queue (``settings.command_queue``)."""
 
-    def __init__(self, queue: Any, queue_name: str) -> None:
-        self.queue = queue  # dispatcher.queue.SqlQueue
+    def __init__(self, queue: QueueSender, queue_name: str) -> None:
+        self.queue = queue  # a SqlQueue, or its .sender
         self.queue_name = queue_name
 
     @classmethod
-    def from_settings(cls, settings: Any, *, clock: Any = None) -> QueueSink:
+    def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> QueueSink:
         from dispatcher.queue.sql_queue import SqlQueue
 
         return cls(SqlQueue.from_settings(settings, clock=clock), settings.command_queue)

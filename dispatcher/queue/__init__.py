@@ -1,15 +1,45 @@
-"""The durable SQL queue (Service Bus semantics on SQLite or PostgreSQL) and its consumer."""
+"""The durable SQL queue (Service Bus semantics on SQLite or PostgreSQL), its consumer, and its
+ports: ``QueueSender``, ``QueueReceiver`` and ``QueueAdministration`` (``typing.Protocol``s).
 
-from dispatcher.queue.consumer import Consumer, ExponentialBackoff
-from dispatcher.queue.messages import (
-    DeadLetter,
-    PeekedMessage,
-    QueueMessage,
-    QueueStats,
-    ReceivedMessage,
-)
-from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON, SqlQueue
-from outbox.core.errors import UnprocessableMessageError
+The names below are resolved on first use (PEP 562), as in ``outbox``: importing a light module
+of this package (``validation``, ``messages``, ``ports``) does not load the queue, its consumer
+and SQLAlchemy's dialects.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from dispatcher.queue.consumer import Consumer
+    from dispatcher.queue.messages import (
+        DeadLetter,
+        PeekedMessage,
+        QueueMessage,
+        QueueStats,
+        ReceivedMessage,
+    )
+    from dispatcher.queue.ports import QueueAdministration, QueueReceiver, QueueSender
+    from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON, SqlQueue
+    from outbox.core.backoff import ExponentialBackoff
+    from outbox.core.errors import UnprocessableMessageError
+
+_EXPORTS = {
+    "Consumer": "dispatcher.queue.consumer",
+    "DeadLetter": "dispatcher.queue.messages",
+    "PeekedMessage": "dispatcher.queue.messages",
+    "QueueMessage": "dispatcher.queue.messages",
+    "QueueStats": "dispatcher.queue.messages",
+    "ReceivedMessage": "dispatcher.queue.messages",
+    "QueueAdministration": "dispatcher.queue.ports",
+    "QueueReceiver": "dispatcher.queue.ports",
+    "QueueSender": "dispatcher.queue.ports",
+    "MAX_DELIVERY_REASON": "dispatcher.queue.sql_queue",
+    "SqlQueue": "dispatcher.queue.sql_queue",
+    "ExponentialBackoff": "outbox.core.backoff",
+    "UnprocessableMessageError": "outbox.core.errors",
+}
 
 __all__ = [
     "MAX_DELIVERY_REASON",
@@ -17,9 +47,25 @@ __all__ = [
     "DeadLetter",
     "ExponentialBackoff",
     "PeekedMessage",
+    "QueueAdministration",
     "QueueMessage",
+    "QueueReceiver",
+    "QueueSender",
     "QueueStats",
     "ReceivedMessage",
     "SqlQueue",
     "UnprocessableMessageError",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'dispatcher.queue' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value  # resolve once
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

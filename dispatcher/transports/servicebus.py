@@ -1,9 +1,8 @@
 """The Azure Service Bus transport: a thin mapping of ``TransportMessage`` to ``ServiceBusMessage``.
 
-Field mapping (see docs/servicebus.md): message_id -> message_id, session_id -> session_id
-(partition_key is left unset: the service then partitions by session_id), scheduled_at ->
-scheduled_enqueue_time_utc, headers -> application_properties, subject, content_type and
-correlation_id one to one, body -> body.
+The field mapping lives in ``servicebus_mapping``, the SDK's edge (environment, the client and
+sender protocols, the guarded import) in ``servicebus_sdk``, and the error classification in
+``servicebus_errors``; this module is the sending itself.
 
 ``send(batch)`` validates and converts every message first (a bad id or destination name fails the
 call before anything is sent), then groups the batch by destination, keeping batch order inside
@@ -31,21 +30,32 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from datetime import UTC
-from types import ModuleType
-from typing import TYPE_CHECKING, Any, Protocol, cast
+from typing import TYPE_CHECKING, cast
 
+from dispatcher.transports import servicebus_sdk as sdk
 from dispatcher.transports.base import TransportMessage
+from dispatcher.transports.servicebus_errors import too_large, translate
+from dispatcher.transports.servicebus_mapping import (
+    MAX_ENTITY_NAME_LENGTH,
+    MAX_ID_LENGTH,
+    check_destination,
+    to_servicebus,
+)
+from dispatcher.transports.servicebus_sdk import (
+    ENV_CONNECTION_STRING,
+    ENV_NAMESPACE,
+    ENV_TOPICS,
+    INSTALL_HINT,
+    ClientLike,
+    SenderLike,
+)
 from outbox.core.errors import (
     ConfigurationError,
     MissingDependencyError,
     PermanentTransportError,
-    RetryableTransportError,
     TransportError,
-    UnknownDestinationError,
 )
 
 if TYPE_CHECKING:
@@ -53,56 +63,20 @@ if TYPE_CHECKING:
 
     from outbox.core.settings import Settings
 
-#: Environment variables read by ``from_settings`` (not ``Settings`` fields: secrets stay in env).
-ENV_CONNECTION_STRING = "OUTBOX_SERVICEBUS_CONNECTION_STRING"
-ENV_NAMESPACE = "OUTBOX_SERVICEBUS_NAMESPACE"  # fully qualified, with azure-identity
-ENV_TOPICS = "OUTBOX_SERVICEBUS_TOPICS"  # comma-separated destinations that are topics
-
-INSTALL_HINT = "pip install 'delta-outbox[azure]'"
-
-#: Service Bus limits on message_id, session_id and partition_key, and on entity paths.
-MAX_ID_LENGTH = 128
-MAX_ENTITY_NAME_LENGTH = 260
-_ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+__all__ = [
+    "ENV_CONNECTION_STRING",
+    "ENV_NAMESPACE",
+    "ENV_TOPICS",
+    "INSTALL_HINT",
+    "MAX_ENTITY_NAME_LENGTH",
+    "MAX_ID_LENGTH",
+    "ClientLike",
+    "SenderLike",
+    "ServiceBusTransport",
+]
 
 #: The service's refusal of multi-message batches on partitioned + duplicate-detection entities.
 _NO_BATCHING_MARKER = "Batching brokered messages"
-
-
-# --- the parts of the SDK we use (a real ServiceBusClient satisfies these) ----------------------
-
-
-class SenderLike(Protocol):
-    def create_message_batch(
-        self, max_size_in_bytes: int | None = None
-    ) -> ServiceBusMessageBatch: ...
-
-    def send_messages(
-        self, message: ServiceBusMessageBatch, *, timeout: float | None = None
-    ) -> None: ...
-
-    def close(self) -> None: ...
-
-
-class ClientLike(Protocol):
-    def get_queue_sender(self, queue_name: str) -> SenderLike: ...
-
-    def get_topic_sender(self, topic_name: str) -> SenderLike: ...
-
-    def close(self) -> None: ...
-
-
-def _sdk() -> tuple[ModuleType, ModuleType]:
-    """``azure.servicebus`` and its ``exceptions`` module, or ``MissingDependencyError``."""
-    try:
-        import azure.servicebus as sb
-        import azure.servicebus.exceptions as sb_errors
-    except ImportError as e:
-        raise MissingDependencyError(
-            f"the Azure Service Bus transport needs the azure-servicebus package ({e})",
-            hint=INSTALL_HINT,
-        ) from e
-    return sb, sb_errors
 
 
 class _Destination:
@@ -139,7 +113,7 @@ class ServiceBusTransport:
         retries. ``unbatched`` names destinations that must get one message per send (partitioned
         entities with duplicate detection; detected automatically otherwise).
         """
-        self._sb, self._errors = _sdk()
+        self._sb, self._errors = sdk.load()
         if hasattr(client_or_factory, "get_queue_sender"):
             self._client: ClientLike | None = cast(ClientLike, client_or_factory)
             self._factory: Callable[[], ClientLike] | None = None
@@ -175,7 +149,7 @@ class ServiceBusTransport:
         The connection string is parsed here (a malformed one fails now), but nothing connects
         until the first send.
         """
-        sb, _ = _sdk()
+        sb, _ = sdk.load()
         env = os.environ if env is None else env
         topics = [t.strip() for t in env.get(ENV_TOPICS, "").split(",") if t.strip()]
         conn = env.get(ENV_CONNECTION_STRING, "").strip()
@@ -223,57 +197,13 @@ class ServiceBusTransport:
         # Convert everything first: a malformed message or destination fails before any send.
         groups: dict[str, list[tuple[TransportMessage, ServiceBusMessage]]] = {}
         for m in batch:
-            groups.setdefault(self._check_destination(m), []).append((m, self.to_servicebus(m)))
+            groups.setdefault(check_destination(m), []).append((m, self.to_servicebus(m)))
         for name, items in groups.items():
             self._send_destination(self._destination(name), items)
 
     def to_servicebus(self, m: TransportMessage) -> ServiceBusMessage:
         """The ``ServiceBusMessage`` for ``m`` (``PermanentTransportError`` when it is invalid)."""
-        for what, value in (("message_id", m.message_id), ("session_id", m.session_id)):
-            if value is not None and len(value) > MAX_ID_LENGTH:
-                raise PermanentTransportError(
-                    f"message {m.message_id[:MAX_ID_LENGTH]}...: {what} is {len(value)} "
-                    "characters; "
-                    f"Service Bus allows at most {MAX_ID_LENGTH}",
-                    message_id=m.message_id,
-                )
-        if not m.message_id:
-            raise PermanentTransportError(
-                "a message has an empty message_id; duplicate detection needs one", message_id=""
-            )
-        when = m.scheduled_at
-        if when is not None:  # naive means UTC; the SDK would read a naive time as local time
-            when = when.replace(tzinfo=UTC) if when.tzinfo is None else when.astimezone(UTC)
-        try:
-            message: ServiceBusMessage = self._sb.ServiceBusMessage(
-                m.body,
-                # Always ours: scheduling would otherwise assign a random id (no dedup).
-                message_id=m.message_id,
-                session_id=m.session_id or None,
-                # partition_key stays unset: with a session_id the service partitions by it, and
-                # the SDK refuses a partition_key that differs from session_id.
-                scheduled_enqueue_time_utc=when,
-                content_type=m.content_type or None,
-                correlation_id=m.correlation_id,
-                subject=m.subject or None,
-                application_properties=dict(m.headers) if m.headers else None,
-            )
-        except (ValueError, TypeError) as e:
-            raise PermanentTransportError(
-                f"message {m.message_id}: Service Bus refuses it: {e}", message_id=m.message_id
-            ) from e
-        return message
-
-    def _check_destination(self, m: TransportMessage) -> str:
-        name = m.destination
-        if not name or len(name) > MAX_ENTITY_NAME_LENGTH or not _ENTITY_NAME.match(name):
-            raise UnknownDestinationError(
-                f"message {m.message_id}: {name!r} cannot be a Service Bus queue or topic name",
-                message_id=m.message_id,
-                hint="entity names are 1-260 letters, digits, '.', '-', '_' or '/', starting "
-                "with a letter or digit",
-            )
-        return name
+        return to_servicebus(self._sb, m)
 
     def _destination(self, name: str) -> _Destination:
         with self._lock:
@@ -386,68 +316,19 @@ class ServiceBusTransport:
     # --- errors -------------------------------------------------------------------------------
 
     def _too_large(
-        self, m: TransportMessage, dest: _Destination, sdk_batch: Any, e: Exception
+        self,
+        m: TransportMessage,
+        dest: _Destination,
+        sdk_batch: ServiceBusMessageBatch,
+        e: Exception,
     ) -> PermanentTransportError:
-        limit = getattr(sdk_batch, "max_size_in_bytes", None)
-        return PermanentTransportError(
-            f"message {m.message_id} ({len(m.body)} byte body) is too large for Service Bus "
-            f"entity {dest.name!r}"
-            + (f" (limit {limit} bytes per batch)" if limit else "")
-            + f": {e}",
-            message_id=m.message_id,
-            hint="keep messages under the tier's limit (256 KB Standard, up to 100 MB Premium) "
-            "and settings.max_message_bytes below it",
-        )
+        return too_large(m, dest.name, sdk_batch, e)
 
     def _translate(
         self, e: Exception, dest: _Destination, msgs: list[TransportMessage]
     ) -> TransportError:
-        """An SDK error as ours, classified as in AZURE_NOTES, naming the first unsent message."""
-        errors = self._errors
-        first = msgs[0].message_id
-        what = f"message {first}" + (f" (and {len(msgs) - 1} more)" if len(msgs) > 1 else "")
-        where = f"Service Bus {'topic' if dest.name in self.topics else 'queue'} {dest.name!r}"
-        detail = f"{type(e).__name__}: {e}"
-        if isinstance(e, errors.MessagingEntityNotFoundError):
-            return UnknownDestinationError(
-                f"{what}: {where} does not exist ({detail})",
-                message_id=first,
-                hint="create it with duplicate detection enabled, or fix the destination "
-                f"(a topic must be listed in {ENV_TOPICS})",
-            )
-        if isinstance(e, errors.MessageSizeExceededError):
-            return PermanentTransportError(
-                f"{what}: too large for {where} ({detail})", message_id=first
-            )
-        if isinstance(e, errors.ServiceBusQuotaExceededError):
-            return PermanentTransportError(
-                f"{what}: {where} is over its quota ({detail})",
-                message_id=first,
-                hint="drain it or raise its max size; the outbox keeps the message pending",
-            )
-        permanent = (
-            errors.MessageLockLostError,
-            errors.SessionLockLostError,
-            errors.MessageNotFoundError,
-        )
-        if isinstance(e, permanent):  # receive-side errors; listed for completeness
-            return PermanentTransportError(
-                f"{what}: {where} refused it ({detail})", message_id=first
-            )
-        if isinstance(
-            e, errors.ServiceBusAuthorizationError | errors.ServiceBusAuthenticationError
-        ):
-            return RetryableTransportError(
-                f"{what}: {where} refused our credentials ({detail})",
-                message_id=first,
-                hint=f"check {ENV_CONNECTION_STRING}: the policy needs the Send right; messages "
-                "stay pending until it works",
-            )
-        # Retryable per AZURE_NOTES: connection, timeout, busy, communication, entity disabled,
-        # session cannot be locked. Any other SDK (or azure-core) error is treated as retryable too:
-        # nothing is lost by retrying, while a wrong "permanent" would give up on a message.
-        return RetryableTransportError(
-            f"{what}: {where} did not accept it ({detail})", message_id=first
+        return translate(
+            self._errors, e, destination=dest.name, is_topic=dest.name in self.topics, msgs=msgs
         )
 
     # --- lifecycle ----------------------------------------------------------------------------

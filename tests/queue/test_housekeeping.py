@@ -41,7 +41,7 @@ def test_a_failing_cleanup_never_fails_a_committed_send(
     def down(*_a: Any, **_kw: Any) -> int:
         raise QueueUnavailableError("database is locked")
 
-    queue.forget_expired_duplicates = down  # type: ignore[method-assign]
+    queue.admin.forget_expired_duplicates = down  # type: ignore[method-assign]
     for i in range(257):  # past the old every-256-sends trigger, and due by time every time
         assert queue.send("q", QueueMessage(b"x", message_id=f"m{i}")) == [f"m{i}"]
         clock.advance(301)

@@ -247,13 +247,13 @@ def test_transport_validates_each_message_once_and_a_closed_queue_is_retryable(
 ) -> None:
     """Review item 11: one validation per message on the happy path; ClosedError is retryable."""
     calls: list[str] = []
-    original = queue._row
+    original = queue.sender._row
 
     def counting(q: str, m: QueueMessage, now: Any) -> Any:
         calls.append(m.message_id)
         return original(q, m, now)
 
-    queue._row = counting  # type: ignore[method-assign]
+    queue.sender._row = counting  # type: ignore[method-assign]
     transport = SqlQueueTransport(queue)
     transport.send(
         [TransportMessage(message_id=f"m{i}", destination="q", body=b"x") for i in range(3)]

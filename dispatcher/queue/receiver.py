@@ -1,0 +1,306 @@
+"""The queue's receiver: receive (peek-lock) or receive-and-delete, settle (complete, abandon,
+dead-letter), renew locks, and peek.
+
+How receiving stays correct under concurrency:
+
+* PostgreSQL: receivers pick candidates with ``FOR UPDATE SKIP LOCKED``, so they never wait for
+  each other and never take the same row.
+* SQLite: every write transaction is ``BEGIN IMMEDIATE`` and short, so writers run one at a time
+  (WAL lets readers go on); an idle poll only reads, and never takes the write lock.
+* Sessions: only a session's *head* (its lowest sequence number) can be delivered, so while the
+  head is locked nothing else of that session is, and order holds across redeliveries.
+
+A settlement matches the row only while the caller's lock is valid (same token, not expired), so
+a receiver whose lock ran out gets ``LockLostError`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from sqlalchemy import (
+    ColumnElement,
+    Connection,
+    and_,
+    bindparam,
+    delete,
+    exists,
+    or_,
+    select,
+    update,
+)
+
+from dispatcher.queue import validation
+from dispatcher.queue.database import Database
+from dispatcher.queue.messages import PeekedMessage, ReceivedMessage, as_utc
+from dispatcher.queue.options import QueueOptions
+from dispatcher.queue.ports import Settleable
+from dispatcher.queue.rows import move_to_dead_letters, received
+from migrations.sql.tables import queue_messages
+from outbox.core.errors import LockLostError, ValidationError
+
+M = queue_messages
+#: The dead-letter reason of a message delivered ``max_delivery_count`` times.
+MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
+_MAX_RECEIVE = 1000
+
+
+class SqlQueueReceiver:
+    """The ``QueueReceiver`` of one ``SqlQueue`` (thread safe, like the queue)."""
+
+    def __init__(self, db: Database, options: QueueOptions) -> None:
+        self._db = db
+        self._options = options
+
+    @property
+    def lock_duration(self) -> timedelta:
+        return self._options.lock_duration
+
+    @property
+    def max_delivery_count(self) -> int:
+        return self._options.max_delivery_count
+
+    # --- receiving -------------------------------------------------------------------------
+
+    def _deliverable(
+        self, queue: str, now: datetime, session_id: str | None
+    ) -> list[ColumnElement[bool]]:
+        earlier = M.alias("earlier")
+        head_of_session = ~exists().where(
+            earlier.c.queue == M.c.queue,
+            earlier.c.session_id == M.c.session_id,
+            earlier.c.sequence_number < M.c.sequence_number,
+        )
+        conditions: list[ColumnElement[bool]] = [
+            M.c.queue == queue,
+            M.c.not_before <= now,
+            or_(M.c.locked_until.is_(None), M.c.locked_until <= now),
+        ]
+        if session_id is None:
+            conditions.append(or_(M.c.session_id.is_(None), head_of_session))
+        else:
+            conditions += [M.c.session_id == session_id, head_of_session]
+        return conditions
+
+    def _exhausted_description(self) -> str:
+        return f"delivered {self._options.max_delivery_count} times without completion"
+
+    def _anything_deliverable(self, queue: str, now: datetime, session_id: str | None) -> bool:
+        with self._db.read("receive messages") as conn:
+            probe = select(M.c.sequence_number).where(*self._deliverable(queue, now, session_id))
+            return conn.execute(probe.limit(1)).first() is not None
+
+    def receive(
+        self, queue: str, max_messages: int = 1, *, session_id: str | None = None
+    ) -> list[ReceivedMessage]:
+        """See ``QueueReceiver.receive``."""
+        return self._take(queue, max_messages, session_id, lock=True)
+
+    def receive_and_delete(
+        self, queue: str, max_messages: int = 1, *, session_id: str | None = None
+    ) -> list[ReceivedMessage]:
+        """See ``QueueReceiver.receive_and_delete``."""
+        return self._take(queue, max_messages, session_id, lock=False)
+
+    def _take(
+        self, queue: str, max_messages: int, session_id: str | None, *, lock: bool
+    ) -> list[ReceivedMessage]:
+        validation.queue_name(queue)
+        validation.positive("max_messages", max_messages)
+        validation.identifier("session_id", session_id, optional=True)
+        max_messages = min(max_messages, _MAX_RECEIVE)
+        max_deliveries = self._options.max_delivery_count
+        out: list[ReceivedMessage] = []
+        if not self._db.postgres and not self._anything_deliverable(
+            queue, self._options.now(), session_id
+        ):
+            return out  # an idle poll never takes SQLite's write lock
+        with self._db.write("receive messages") as conn:
+            now = self._options.now()  # after waiting for the write lock: expiries start here
+            for _ in range(10):  # each round may dead-letter exhausted heads and uncover more
+                stmt = (
+                    select(M)
+                    .where(*self._deliverable(queue, now, session_id))
+                    .order_by(M.c.sequence_number)
+                    .limit(max_messages - len(out))
+                )
+                if self._db.postgres:
+                    stmt = stmt.with_for_update(skip_locked=True, of=M)
+                rows = conn.execute(stmt).mappings().all()
+                exhausted = [
+                    r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries
+                ]
+                move_to_dead_letters(
+                    conn,
+                    exhausted,
+                    reason=MAX_DELIVERY_REASON,
+                    description=self._exhausted_description(),
+                    now=now,
+                )
+                live = [r for r in rows if r["delivery_count"] < max_deliveries]
+                if lock:
+                    until = now + self._options.lock_duration
+                    tokens = [str(uuid.uuid4()) for _ in live]
+                    if live:  # one executemany, one cached statement, for the whole batch
+                        conn.execute(
+                            update(M)
+                            .where(M.c.sequence_number == bindparam("b_seq"))
+                            .values(
+                                lock_token=bindparam("b_token"),
+                                locked_until=until,
+                                delivery_count=M.c.delivery_count + 1,
+                            ),
+                            [
+                                {"b_seq": row["sequence_number"], "b_token": token}
+                                for row, token in zip(live, tokens, strict=True)
+                            ],
+                        )
+                    out += [
+                        received(row, lock_token=token, locked_until=until)
+                        for row, token in zip(live, tokens, strict=True)
+                    ]
+                elif live:
+                    seqs = [r["sequence_number"] for r in live]
+                    conn.execute(delete(M).where(M.c.sequence_number.in_(seqs)))
+                    out += [received(r, lock_token=None, locked_until=None) for r in live]
+                if not exhausted or len(out) >= max_messages:
+                    break
+        return out
+
+    # --- settling --------------------------------------------------------------------------
+
+    def _locked_by(self, target: Settleable, now: datetime) -> tuple[ColumnElement[bool], str]:
+        """The WHERE clause matching the message only while ``target``'s lock is valid."""
+        if isinstance(target, ReceivedMessage):
+            if target.lock_token is None:
+                raise ValidationError(
+                    f"message {target.message_id} came from receive_and_delete and has no lock",
+                    hint="use receive() (peek-lock) for messages you want to settle",
+                )
+            token = validation.lock_token(target.lock_token)
+            clause = and_(M.c.sequence_number == target.sequence_number, M.c.lock_token == token)
+            label = f"message {target.message_id}"
+        else:
+            token = validation.lock_token(target)
+            clause = M.c.lock_token == token
+            label = f"lock token {token}"
+        return and_(clause, M.c.locked_until > now), label
+
+    @staticmethod
+    def _lost(label: str) -> LockLostError:
+        return LockLostError(
+            f"{label}: the lock expired or belongs to another receiver; nothing changed",
+            hint="the message will be (or was) redelivered; settle within lock_duration or "
+            "call renew_lock",
+        )
+
+    def complete(self, target: Settleable) -> None:
+        """See ``QueueReceiver.complete``."""
+        with self._db.write("complete a message") as conn:
+            where, label = self._locked_by(target, self._options.now())
+            if conn.execute(delete(M).where(where)).rowcount != 1:
+                raise self._lost(label)
+
+    def abandon(self, target: Settleable, delay: float = 0) -> None:
+        """See ``QueueReceiver.abandon``."""
+        delay = validation.delay(delay)
+        with self._db.write("abandon a message") as conn:
+            now = self._options.now()
+            where, label = self._locked_by(target, now)
+            row = self._select_locked(conn, where)
+            if row is None:
+                raise self._lost(label)
+            seq, delivery_count = row
+            if delivery_count >= self._options.max_delivery_count:
+                move_to_dead_letters(
+                    conn,
+                    [seq],
+                    reason=MAX_DELIVERY_REASON,
+                    description=self._exhausted_description(),
+                    now=now,
+                )
+                return
+            conn.execute(
+                update(M)
+                .where(M.c.sequence_number == seq)
+                .values(
+                    lock_token=None, locked_until=None, not_before=now + timedelta(seconds=delay)
+                )
+            )
+
+    def dead_letter(self, target: Settleable, reason: str, description: str = "") -> None:
+        """See ``QueueReceiver.dead_letter``."""
+        if not isinstance(reason, str) or not reason or len(reason) > 256:
+            raise ValidationError(f"invalid dead-letter reason {reason!r}", hint="1-256 chars")
+        with self._db.write("dead-letter a message") as conn:
+            now = self._options.now()
+            where, label = self._locked_by(target, now)
+            row = self._select_locked(conn, where)
+            if row is None:
+                raise self._lost(label)
+            move_to_dead_letters(conn, [row[0]], reason=reason, description=description, now=now)
+
+    def renew_lock(self, target: Settleable) -> datetime:
+        """See ``QueueReceiver.renew_lock``."""
+        with self._db.write("renew a lock") as conn:
+            now = self._options.now()  # read once the write lock is ours: waiting takes time
+            where, label = self._locked_by(target, now)
+            until = now + self._options.lock_duration
+            if conn.execute(update(M).where(where).values(locked_until=until)).rowcount != 1:
+                raise self._lost(label)
+        return until
+
+    def _select_locked(
+        self, conn: Connection, where: ColumnElement[bool]
+    ) -> tuple[int, int] | None:
+        """(sequence_number, delivery_count) of the message still locked as ``where`` says."""
+        stmt = select(M.c.sequence_number, M.c.delivery_count).where(where)
+        if self._db.postgres:
+            stmt = stmt.with_for_update()
+        row = conn.execute(stmt).first()
+        return None if row is None else (int(row.sequence_number), int(row.delivery_count))
+
+    # --- looking ---------------------------------------------------------------------------
+
+    def peek(self, queue: str, limit: int = 10) -> list[PeekedMessage]:
+        """See ``QueueReceiver.peek``."""
+        validation.queue_name(queue)
+        validation.positive("limit", limit)
+        now = self._options.now()
+        with self._db.read("peek messages") as conn:
+            rows = conn.execute(
+                select(M).where(M.c.queue == queue).order_by(M.c.sequence_number).limit(limit)
+            ).mappings()
+            out = []
+            for r in rows:
+                locked_until = as_utc(r["locked_until"])
+                not_before = as_utc(r["not_before"])
+                assert not_before is not None
+                if locked_until is not None and locked_until > now:
+                    state = "locked"
+                elif not_before > now:
+                    state = "scheduled"
+                else:
+                    state = "active"
+                out.append(
+                    PeekedMessage(
+                        queue=r["queue"],
+                        message_id=r["message_id"],
+                        sequence_number=int(r["sequence_number"]),
+                        session_id=r["session_id"],
+                        state=state,
+                        delivery_count=int(r["delivery_count"]),
+                        enqueued_at=as_utc(r["enqueued_at"]) or now,
+                        not_before=not_before,
+                        locked_until=locked_until,
+                        subject=r["subject"],
+                        content_type=r["content_type"],
+                        body=bytes(r["body"]),
+                    )
+                )
+        return out
+
+    def close(self) -> None:
+        """Close the queue this receiver belongs to (its parts share one connection pool)."""
+        self._db.close()
