@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dispatcher import hooks
 from dispatcher.commands import DocRef, commands_for
@@ -39,7 +39,6 @@ from outbox.core.model import DocumentRow
 
 if TYPE_CHECKING:
     from dispatcher.queue.sql_queue import SqlQueue
-    from dispatcher.worker import DispatcherWorker
     from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
 
@@ -131,7 +130,8 @@ class DispatcherRuntime:
 
     def pool_size(self, worker_threads: int = 0) -> int:
         """Connections the queue needs: one per concurrent send, two per worker thread (its
-        receive/settle and its lock renewer), and a few for everything else."""
+        receive/settle and its lock renewer), and a few for everything else. A
+        ``DispatcherWorker`` built on this runtime grows the pool to this size for its threads."""
         return self.settings.max_in_flight + 2 * worker_threads + 2
 
     # --- the commit hook --------------------------------------------------------------------
@@ -185,16 +185,6 @@ class DispatcherRuntime:
             return 0
         self.metrics.inc("commands_enqueued", len(commands))
         return len(commands)
-
-    # --- the worker -------------------------------------------------------------------------
-
-    def worker(self, **options: Any) -> DispatcherWorker:
-        """A command worker sharing this runtime's transport, queue and dispatcher."""
-        from dispatcher.worker import DispatcherWorker
-
-        worker = DispatcherWorker(self, **options)
-        self.queue.ensure_pool_size(self.pool_size(worker.concurrency))
-        return worker
 
     def close(self) -> None:
         if self._closed:

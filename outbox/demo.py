@@ -130,6 +130,7 @@ def run_demo(
     from dispatcher.invariants import verify_deliveries
     from dispatcher.queue.sql_queue import SqlQueue
     from dispatcher.transports.base import TransportMessage
+    from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
     from outbox.checker.truth import read_truth
     from rescuer.checkpoint import SqlCheckpointStore
@@ -210,7 +211,7 @@ def run_demo(
 
         # 4. the command worker (what `outbox run-dispatcher` runs) finishes the job
         recovery_started = clock.now()
-        stats = ob.runtime.worker(poll_interval=0.05).run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime, poll_interval=0.05).run(until_idle=True)
         step(
             f"worker: {stats.commands} commands, {stats.messages_sent} messages sent, "
             f"{stats.completed} completed, {stats.dead_lettered} dead-lettered"

@@ -13,19 +13,17 @@
   handler's work. A queue call that opens its own write transaction (``send`` without ``conn``,
   ``complete``, ``abandon``...) from inside the handler raises ``QueueError`` instead of
   deadlocking.
-* ``stop()`` (or SIGTERM under ``run_forever``) stops receiving, lets running handlers finish and
-  abandons messages it received but did not start, so their locks are released at once.
+* ``stop()`` (or SIGTERM/SIGINT under ``run_forever``) stops receiving, lets running handlers
+  finish and abandons messages it received but did not start, so their locks are released at once.
 """
 
 from __future__ import annotations
 
 import inspect
 import logging
-import random
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import Connection, delete, exists, select
@@ -34,20 +32,19 @@ from sqlalchemy.exc import IntegrityError
 from dispatcher.queue import validation
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
-from dispatcher.queue.signals import stop_on_signals
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import inbox, queue_messages
+from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock
-from outbox.core.errors import (
-    LockLostError,
-    OutboxError,
-    UnprocessableMessageError,
-    ValidationError,
-)
+from outbox.core.errors import LockLostError, UnprocessableMessageError
+from outbox.core.runloop import RunLoop
 
 log = logging.getLogger("outbox.queue.consumer")
 
 Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connection], Any]
+
+#: Redelivery delays when the caller gives none: 1 s, 2 s, 4 s ... up to 5 min, no jitter.
+DEFAULT_BACKOFF = ExponentialBackoff()
 
 
 class _HandlerFailed(Exception):
@@ -57,34 +54,6 @@ class _HandlerFailed(Exception):
     def __init__(self, error: Exception) -> None:
         super().__init__(str(error))
         self.error = error
-
-
-@dataclass(frozen=True, slots=True)
-class ExponentialBackoff:
-    """Delay before redelivery: ``base * factor**(delivery_count-1)``, capped at ``cap``, plus a
-    random 0..``jitter`` fraction of it (so retries of many messages failed together spread out).
-    ``seed`` makes the jitter replayable."""
-
-    base: float = 1.0
-    factor: float = 2.0
-    cap: float = 300.0
-    jitter: float = 0.0
-    seed: int | None = None
-    _rng: random.Random = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        if self.base < 0 or self.factor < 1 or self.cap < 0 or self.jitter < 0:
-            raise ValidationError(
-                f"invalid backoff {self!r}",
-                hint="base, cap and jitter must not be negative; factor must be at least 1",
-            )
-        object.__setattr__(self, "_rng", random.Random(self.seed))
-
-    def __call__(self, delivery_count: int) -> float:
-        delay = min(self.cap, self.base * self.factor ** max(0, delivery_count - 1))
-        if self.jitter:
-            delay *= 1 + self.jitter * self._rng.random()
-        return float(delay)
 
 
 def _takes_connection(handler: Callable[..., Any]) -> bool:
@@ -108,7 +77,7 @@ class Consumer:
         clock: Clock | None = None,
         inbox: bool | str = False,
         permanent_errors: tuple[type[BaseException], ...] = (UnprocessableMessageError,),
-        backoff: Callable[[int], float] = ExponentialBackoff(),
+        backoff: Callable[[int], float] = DEFAULT_BACKOFF,
         concurrency: int = 1,
         poll_interval: float = 1.0,
         renew_check_interval: float = 1.0,
@@ -158,25 +127,25 @@ class Consumer:
             return list(self._in_flight.values())
 
     def run_forever(self) -> None:
-        """Poll until ``stop()``, SIGTERM or SIGINT; an idle poll waits ``poll_interval`` seconds.
-
-        A second signal is handled the default way (see ``stop_on_signals``)."""
+        """Poll until ``stop()``, SIGTERM or SIGINT (the shared ``RunLoop``): an idle poll waits
+        ``poll_interval`` seconds by the clock; the queue being unavailable is retried with
+        backoff; any other error ends the loop and is raised. A second signal is handled the
+        default way."""
+        loop = RunLoop(
+            self.run_once,
+            clock=self.clock,
+            idle_wait=self.poll_interval,
+            on_error=self._queue_unavailable,
+            stop_event=self._stopping,
+        )
         try:
-            with stop_on_signals(self.stop):
-                while not self._stopping.is_set():
-                    try:
-                        received = self.run_once()
-                    except OutboxError as e:
-                        if not e.retryable:
-                            raise
-                        log.warning(
-                            "queue unavailable, retrying in %.1fs: %s", self.poll_interval, e
-                        )
-                        received = 0
-                    if not received:
-                        self._stopping.wait(self.poll_interval)
+            loop.run()
         finally:
             self._pool.shutdown(wait=True)
+
+    @staticmethod
+    def _queue_unavailable(error: Exception, delay: float) -> None:
+        log.warning("queue unavailable, retrying in %.1fs: %s", delay, error)
 
     def stop(self) -> None:
         """Stop receiving; running handlers finish, messages not yet started are abandoned."""

@@ -120,6 +120,7 @@ def writer_main(cfg: dict[str, Any]) -> None:
 
 def worker_main(cfg: dict[str, Any]) -> None:
     """``outbox run-dispatcher`` on the checker's broker, until SIGTERM (or a crash point)."""
+    from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
     from outbox.testing.crash_points import ENV_VAR, crash_points, install
 
@@ -133,7 +134,8 @@ def worker_main(cfg: dict[str, Any]) -> None:
         transport=_transport(cfg, "worker", cfg["seed"]),
         **cfg["settings"],
     ) as ob:
-        worker = ob.runtime.worker(
+        worker = DispatcherWorker(
+            ob.runtime,
             batch_size=8,
             poll_interval=0.05,
             backoff_base=0.1,

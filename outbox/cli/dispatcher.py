@@ -54,13 +54,14 @@ def run_dispatcher(
 ) -> None:
     """Send what ProcessDocument commands name: documents left pending by a crash, a failed send,
     deferred dispatch or another writer. Stops cleanly on SIGTERM/SIGINT (exit 0)."""
+    from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
 
     interval = parse_duration(poll_interval, name="--poll-interval")
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
-        worker = ob.runtime.worker(
-            concurrency=concurrency, batch_size=batch_size, poll_interval=interval
+        worker = DispatcherWorker(
+            ob.runtime, concurrency=concurrency, batch_size=batch_size, poll_interval=interval
         )
         log.info(
             "run-dispatcher: queue %r, table %s, concurrency %d%s",

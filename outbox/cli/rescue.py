@@ -94,7 +94,7 @@ def rescue(
     from rescuer.checkpoint import SqlCheckpointStore
     from rescuer.engines import make_engine
     from rescuer.runner import RescuePass, check_delay
-    from rescuer.scheduler import Scheduler, stop_on_sigterm
+    from rescuer.scheduler import Scheduler
     from rescuer.sink import QueueSink
 
     settings = cli.settings()
@@ -142,8 +142,7 @@ def rescue(
                 f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}"
             ),
         )
-        with stop_on_sigterm(scheduler):
-            scheduler.run(full_first=full)
+        scheduler.run(full_first=full)  # stops on SIGTERM/SIGINT between passes
         echo_err(f"stopped after {scheduler.passes} pass(es)")
     except KeyboardInterrupt:
         echo_err(INTERRUPTED)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.testing.crash_points import ENV_VAR, crash_points, install
 from tests.dispatcher.helpers import write_docs
@@ -26,4 +27,5 @@ def worker(workspace: str, crash: str, until_idle: bool = True, batch_size: int 
     install()
     crash_points.arm_from_env({ENV_VAR: crash})
     with Outbox.open(workspace, create=False) as ob:
-        ob.runtime.worker(batch_size=batch_size, poll_interval=0.05).run(until_idle=until_idle)
+        worker = DispatcherWorker(ob.runtime, batch_size=batch_size, poll_interval=0.05)
+        worker.run(until_idle=until_idle)

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from dispatcher.invariants import InvariantReport, verify_deliveries
 from dispatcher.transports.base import TransportMessage
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
@@ -23,7 +24,7 @@ def recover(ob: Outbox) -> None:
     """Enqueue ProcessDocument for every pending document (a rescue pass) and drain the worker."""
     pending = ob.store.scan_pending().to_pylist()
     ob.runtime.enqueue_commands((str(r["id"]), int(r["last_seq"])) for r in pending)
-    ob.runtime.worker(batch_size=8, poll_interval=1.0).run(until_idle=True)
+    DispatcherWorker(ob.runtime, batch_size=8, poll_interval=1.0).run(until_idle=True)
 
 
 def sql_deliveries(ob: Outbox, destination: str = "shipments") -> list[TransportMessage]:

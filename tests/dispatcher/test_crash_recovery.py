@@ -18,6 +18,7 @@ import pytest
 
 from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
@@ -124,12 +125,12 @@ def test_injected_crash_while_the_worker_holds_commands(
         write_docs(ob, committed, N_DOCS, N_MSGS)
         crash_points.arm("worker_holding")
         with pytest.raises(InjectedCrash):
-            ob.runtime.worker(batch_size=2).run(until_idle=True)
+            DispatcherWorker(ob.runtime, batch_size=2).run(until_idle=True)
         crash_points.arm("mid_batch", at_hit=2)  # and crash again, during the first recovery
         with pytest.raises(InjectedCrash):
-            ob.runtime.worker(batch_size=2).run(until_idle=True)
+            DispatcherWorker(ob.runtime, batch_size=2).run(until_idle=True)
         clock.advance(ob.settings.lock_duration + 1)  # the dead worker's locks expire
-        ob.runtime.worker(batch_size=2).run(until_idle=True)
+        DispatcherWorker(ob.runtime, batch_size=2).run(until_idle=True)
         assert isinstance(faulty.inner, InMemoryTransport)
         report = verify_deliveries(committed, faulty.inner.deliveries)
         assert report.ok, report.describe()
@@ -153,7 +154,8 @@ def test_rerunning_every_step_only_resends_with_the_same_ids(
             r.dispatched_seq = 0  # as read before the first dispatch
         ob.runtime.dispatcher.dispatch(stale)  # a stale re-run re-sends everything
         ob.runtime.enqueue_commands((i, len(m)) for i, m in committed.items())
-        ob.runtime.worker().run(until_idle=True)  # nothing pending: completes, sends nothing
+        # nothing pending: completes, sends nothing
+        DispatcherWorker(ob.runtime).run(until_idle=True)
         assert isinstance(faulty.inner, InMemoryTransport)
         report = verify_deliveries(committed, faulty.inner.deliveries)
         assert report.ok, report.describe()

@@ -14,6 +14,7 @@ from deltalake import write_deltalake
 from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage, bucket_of, message_id_for
@@ -94,7 +95,7 @@ def test_failed_send_stops_that_documents_later_messages_only(
         assert ob.runtime.metrics["send_failures"] == 1
         assert ob.runtime.metrics["commands_enqueued"] == 1  # a retry command, scheduled
         faulty.heal()
-        stats = ob.runtime.worker().run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime).run(until_idle=True)
         assert stats.completed == 1
         report = verify_deliveries(committed, memory.deliveries)
         assert report.ok, report.describe()
@@ -167,7 +168,7 @@ def test_deferred_mode_only_enqueues_commands(workspace: Path, clock: ManualCloc
         write_docs(ob, committed, 6, 2)
         assert memory.deliveries == []
         assert ob.runtime.queue.stats()["outbox-commands"].active == 6
-        stats = ob.runtime.worker(batch_size=4).run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime, batch_size=4).run(until_idle=True)
         assert (stats.completed, stats.batches) == (6, 2)
         assert verify_deliveries(committed, memory.deliveries).ok
         assert watermarks(ob, committed) == dict.fromkeys(committed, 2)
@@ -185,7 +186,7 @@ def test_watermark_never_fails_a_save_and_a_save_never_brings_a_message_back(
         assert doc is not None
         assert doc.dispatched_seq == 0
         # the worker dispatches while the application holds the old row
-        outbox.runtime.worker().run(once=True)
+        DispatcherWorker(outbox.runtime).run(once=True)
         assert watermarks(outbox, ["pkg0"]) == {"pkg0": 2}
         doc.state["later"] = True
         committed["pkg0"].append(doc.send("Third", {}))
@@ -193,7 +194,7 @@ def test_watermark_never_fails_a_save_and_a_save_never_brings_a_message_back(
     row = rows["pkg0"]
     assert row.dispatched_seq == 2  # not lowered by the save
     assert [m.seq for m in row.pending()] == [3]  # the sent ones did not come back
-    outbox.runtime.worker().run(until_idle=True)
+    DispatcherWorker(outbox.runtime).run(until_idle=True)
     report = verify_deliveries(committed, memory.deliveries)
     assert report.ok, report.describe()
     assert report.duplicates == 0
@@ -234,7 +235,7 @@ def test_a_document_written_by_another_writer_is_dispatched_by_a_command(
     }
     write_deltalake(uri, pa.Table.from_pylist([row], schema=S.DOCUMENT_SCHEMA), mode="append")
     assert outbox.runtime.enqueue_commands([("ext-1", 3)]) == 1
-    stats = outbox.runtime.worker().run(until_idle=True)
+    stats = DispatcherWorker(outbox.runtime).run(until_idle=True)
     assert stats.completed == 1
     assert [m.message_id for m in memory.deliveries] == [m["message_id"] for m in msgs]
     assert watermarks(outbox, ["ext-1"]) == {"ext-1": 3}

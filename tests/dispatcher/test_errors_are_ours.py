@@ -10,6 +10,7 @@ import pytest
 
 from dispatcher.dispatch import Dispatcher
 from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError, ValidationError
@@ -19,9 +20,9 @@ from outbox.testing.crash_points import ENV_VAR, CrashPoints
 def test_bad_worker_arguments_are_validation_errors(workspace: Path, clock: ManualClock) -> None:
     with Outbox.open(workspace, clock=clock, transport=InMemoryTransport()) as ob:
         with pytest.raises(ValidationError, match="concurrency"):
-            ob.runtime.worker(concurrency=0)
+            DispatcherWorker(ob.runtime, concurrency=0)
         with pytest.raises(ValidationError, match="batch_size"):
-            ob.runtime.worker(batch_size=0)
+            DispatcherWorker(ob.runtime, batch_size=0)
 
 
 def test_bad_dispatcher_arguments_are_validation_errors() -> None:

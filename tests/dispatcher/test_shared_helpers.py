@@ -7,9 +7,9 @@ import signal
 import threading
 
 from dispatcher.commands import ProcessDocument
-from dispatcher.queue.consumer import ExponentialBackoff
-from dispatcher.queue.signals import stop_on_signals
+from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import ManualClock
+from outbox.core.runloop import stop_on_signals
 
 
 def test_backoff_has_replayable_jitter() -> None:

@@ -18,6 +18,7 @@ from dispatcher.commands import ProcessDocument
 from dispatcher.invariants import verify_deliveries
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
@@ -50,7 +51,7 @@ def test_retryable_failure_abandons_with_exponential_backoff(
         committed: dict[str, list[OutboxMessage]] = {}
         write_docs(ob, committed, 1, 2)
         faulty.outage()
-        worker = ob.runtime.worker(seed=1)
+        worker = DispatcherWorker(ob.runtime, seed=1)
         delays = []
         for _ in range(3):
             start = clock.now()
@@ -74,7 +75,7 @@ def test_permanent_failure_dead_letters_with_the_reason(
     with ob:
         write_docs(ob, {}, 2, 1)
         faulty.fail_destination("d", permanent=True)
-        stats = ob.runtime.worker().run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime).run(until_idle=True)
         assert stats.dead_lettered == 2
         (dl, _) = ob.runtime.queue.list_dead_letters("outbox-commands")
         assert dl.reason == "PermanentTransportError"
@@ -88,7 +89,7 @@ def test_past_max_deliveries_the_command_is_dead_lettered(
     with ob:
         write_docs(ob, {}, 1, 1)
         faulty.outage()
-        stats = ob.runtime.worker().run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime).run(until_idle=True)
         assert (stats.abandoned, stats.dead_lettered) == (2, 1)
         (dl,) = ob.runtime.queue.list_dead_letters("outbox-commands")
         assert dl.reason == "MaxDeliveryCountExceeded"
@@ -104,7 +105,7 @@ def test_bad_commands_are_dead_lettered_with_a_reason(workspace: Path, clock: Ma
             "outbox-commands",
             ProcessDocument("another-table", "x", 1).to_queue_message(),
         )
-        stats = ob.runtime.worker().run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime).run(until_idle=True)
         assert stats.dead_lettered == 2
         reasons = sorted(d.reason for d in q.list_dead_letters("outbox-commands"))
         assert reasons == ["MalformedCommand", "WrongTable"]
@@ -116,7 +117,7 @@ def test_a_command_for_a_missing_document_is_retried_then_dead_lettered(
     ob, _ = deferred(workspace, clock, max_delivery_count=2)
     with ob:
         ob.runtime.enqueue_commands([("never-written", 3)])
-        stats = ob.runtime.worker().run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime).run(until_idle=True)
         assert (stats.abandoned, stats.dead_lettered) == (1, 1)
         (dl,) = ob.runtime.queue.list_dead_letters("outbox-commands")
         assert dl.reason == "DocumentNotFound"
@@ -224,7 +225,7 @@ def test_worker_keeps_its_command_locked_while_a_slow_send_runs(
     with ob:
         committed: dict[str, list[OutboxMessage]] = {}
         write_docs(ob, committed, 1, 1)
-        stats = ob.runtime.worker(renew_check_interval=0.01).run(once=True)
+        stats = DispatcherWorker(ob.runtime, renew_check_interval=0.01).run(once=True)
         assert stolen == []
         assert (stats.completed, stats.lock_lost) == (1, 0)
         assert len(slow.messages()) == 1
@@ -256,7 +257,7 @@ def test_a_queue_blip_is_retried_not_fatal(workspace: Path, clock: ManualClock) 
 
         queue.receive = flaky("receive", real_receive)  # type: ignore[method-assign]
         queue.stats = flaky("stats", real_stats)  # type: ignore[method-assign]
-        stats = ob.runtime.worker(concurrency=2).run(until_idle=True)
+        stats = DispatcherWorker(ob.runtime, concurrency=2).run(until_idle=True)
         assert blips == {"receive": 0, "stats": 0}
         assert stats.completed == 2
         assert verify_deliveries(committed, faulty.inner.deliveries).ok  # type: ignore[attr-defined]
@@ -275,7 +276,7 @@ def test_a_non_retryable_error_stops_every_thread_and_is_raised(
             raise QueueError("permission denied for table outbox_queue_messages")
 
         queue.receive = broken  # type: ignore[method-assign]
-        worker = ob.runtime.worker(concurrency=3)
+        worker = DispatcherWorker(ob.runtime, concurrency=3)
         with pytest.raises(QueueError, match="permission denied"):
             worker.run()  # without --once: only the error ends it
         assert worker.stopping
@@ -312,7 +313,7 @@ def test_an_unexpected_error_abandons_the_whole_batch(workspace: Path, clock: Ma
             raise RuntimeError("a bug in the dispatcher")
 
         ob.runtime.dispatcher.dispatch = boom  # type: ignore[method-assign]
-        stats = ob.runtime.worker(batch_size=10).run(once=True)
+        stats = DispatcherWorker(ob.runtime, batch_size=10).run(once=True)
         assert (stats.commands, stats.abandoned) == (3, 3)
         assert {p.delivery_count for p in ob.runtime.queue.peek("outbox-commands")} == {1}
 
@@ -350,7 +351,7 @@ def test_a_crashed_batch_leaves_nothing_for_the_next_batchs_renewer(
 
     with ob:
         write_docs(ob, {}, 2, 1)
-        worker = ob.runtime.worker(renew_check_interval=0.01)
+        worker = DispatcherWorker(ob.runtime, renew_check_interval=0.01)
         first = queue.receive("outbox-commands", 1)
         ob.runtime.crash_points.arm("worker_holding")
         with pytest.raises(InjectedCrash):
@@ -375,13 +376,13 @@ def test_an_idle_worker_cleans_expired_duplicate_ids(workspace: Path, clock: Man
             return original()
 
         queue.maybe_forget_expired_duplicates = spy  # type: ignore[method-assign]
-        ob.runtime.worker().run(once=True)
+        DispatcherWorker(ob.runtime).run(once=True)
         assert calls == [1]
 
 
 def test_the_queue_pool_is_sized_for_the_worker(workspace: Path, clock: ManualClock) -> None:
     ob, _ = deferred(workspace, clock)
     with ob:
-        ob.runtime.worker(concurrency=12)
+        DispatcherWorker(ob.runtime, concurrency=12)
         needed = 2 * 12 + ob.settings.max_in_flight
         assert ob.runtime.queue.engine.pool.size() >= needed  # type: ignore[attr-defined]

@@ -11,6 +11,7 @@ import pytest
 
 from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
 from outbox.app import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
@@ -70,7 +71,8 @@ def test_killed_dispatcher_is_rescued_within_delay_plus_interval(
         assert report.window_end == crashed_at
         assert (when - committed_at).total_seconds() <= DELAY + EVERY
 
-        stats: Any = ob.runtime.worker(batch_size=8, poll_interval=1.0).run(until_idle=True)
+        worker = DispatcherWorker(ob.runtime, batch_size=8, poll_interval=1.0)
+        stats: Any = worker.run(until_idle=True)
         assert stats is not None
         result = verify_deliveries(committed, memory.deliveries)
         assert result.ok, result.describe()

@@ -1,0 +1,296 @@
+"""Handling one batch of ``ProcessDocument`` commands, for the ``run-dispatcher`` worker.
+
+A batch is the commands one receive returned, all locked by this worker. The handler reads the
+documents' *current* rows, sends what is pending (up to the current ``last_seq``, which may be past
+the command's ``up_to_seq``), advances the watermarks in one MERGE for the whole batch, and settles
+each command by outcome:
+
+* done (or nothing left pending) -> ``complete``;
+* a retryable failure, the watermark not written, or the document not visible yet (another writer
+  may enqueue before its Delta commit lands) -> ``abandon`` with exponential backoff;
+* a permanent transport failure, a malformed command or a command for another table ->
+  ``dead_letter`` with the reason; and past ``max_delivery_count`` deliveries -> dead letter with
+  ``MaxDeliveryCountExceeded`` and the last error.
+
+Every step is idempotent (I6): a command redelivered after a crash re-sends with the same message
+ids, and the watermark only moves up. Why apart from the worker: the worker is the run loop and its
+threads; this is what one batch does, and it holds no state between batches.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any
+
+from dispatcher.commands import ProcessDocument
+from dispatcher.queue.lock_renewer import LockRenewer
+from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON
+from outbox.core.errors import LockLostError, OutboxError
+
+if TYPE_CHECKING:
+    from dispatcher.queue.messages import ReceivedMessage
+    from dispatcher.runtime import DispatcherRuntime
+
+log = logging.getLogger("outbox.worker")
+
+
+@dataclass
+class WorkerStats:
+    """Totals over a worker's run (the CLI prints them; ``--json`` as an object)."""
+
+    batches: int = 0
+    commands: int = 0
+    completed: int = 0
+    abandoned: int = 0
+    dead_lettered: int = 0
+    messages_sent: int = 0
+    lock_lost: int = 0
+    stopped_by_signal: bool = False
+
+    def add(self, other: WorkerStats) -> None:
+        for name in (
+            "batches",
+            "commands",
+            "completed",
+            "abandoned",
+            "dead_lettered",
+            "messages_sent",
+            "lock_lost",
+        ):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class _Held:
+    """The messages of one batch not settled yet: what that batch's lock renewer keeps alive."""
+
+    def __init__(self, received: Sequence[ReceivedMessage]) -> None:
+        self._lock = threading.Lock()
+        self._messages = {m.sequence_number: m for m in received}
+
+    def __call__(self) -> list[ReceivedMessage]:
+        with self._lock:
+            return list(self._messages.values())
+
+    def pop(self, msg: ReceivedMessage) -> None:
+        with self._lock:
+            self._messages.pop(msg.sequence_number, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._messages.clear()
+
+
+class CommandHandler:
+    """Handles batches of locked commands with the runtime's store, queue and dispatcher.
+
+    Thread-safe: each batch keeps its own state, so a worker's threads share one handler."""
+
+    def __init__(
+        self,
+        runtime: DispatcherRuntime,
+        *,
+        backoff: Callable[[int], float],
+        renew_check_interval: float = 1.0,
+    ) -> None:
+        self.store = runtime.store
+        self.queue = runtime.queue
+        self.dispatcher = runtime.dispatcher
+        self.metrics = runtime.metrics
+        self.crash_points = runtime.crash_points
+        self.clock = runtime.clock
+        # The queue dead-letters at its own limit; deciding with the same number keeps the two
+        # from disagreeing when a queue is shared with other settings.
+        self.max_delivery_count = self.queue.max_delivery_count
+        self.backoff = backoff
+        self.renew_check_interval = renew_check_interval
+
+    def handle(self, received: Sequence[ReceivedMessage]) -> WorkerStats:
+        """Handle locked commands: read, send, one watermark MERGE, settle each. Never raises
+        ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
+        t0 = time.perf_counter()
+        batch = WorkerStats(batches=1, commands=len(received))
+        held = _Held(received)  # this batch's own: another thread's renewer never sees it
+        try:
+            self._handle_batch(batch, held, received)
+        finally:
+            held.clear()  # settled or not, the renewer must not keep these locks any longer
+        log.info(
+            "batch: %d command(s), %d message(s) sent; completed %d, abandoned %d, "
+            "dead-lettered %d (%.1f ms)",
+            batch.commands,
+            batch.messages_sent,
+            batch.completed,
+            batch.abandoned,
+            batch.dead_lettered,
+            (time.perf_counter() - t0) * 1000,
+        )
+        return batch
+
+    def _handle_batch(
+        self, batch: WorkerStats, held: _Held, received: Sequence[ReceivedMessage]
+    ) -> None:
+        commands: list[tuple[ReceivedMessage, ProcessDocument]] = []
+        for msg in received:
+            try:
+                cmd = ProcessDocument.from_json(msg.body)
+            except OutboxError as e:
+                self._settle(batch, held, msg, "dead_letter", "MalformedCommand", str(e))
+                continue
+            if cmd.table != self.store.table_id:
+                self._settle(
+                    batch,
+                    held,
+                    msg,
+                    "dead_letter",
+                    "WrongTable",
+                    f"command for table {cmd.table} ({cmd.table_uri or 'no uri'}); this worker "
+                    f"serves table {self.store.table_id} at {self.store.uri}. Run a worker "
+                    "with that table's workspace, or requeue it there",
+                )
+                continue
+            commands.append((msg, cmd))
+        if not commands:
+            return
+        # A slow broker or a big batch can outlive the lock: keep the locks of the commands
+        # still in hand alive until each is settled.
+        with LockRenewer(self.queue, held, self.clock, check_interval=self.renew_check_interval):
+            try:
+                self._handle_commands(batch, held, commands)
+            except Exception as e:  # a bug or an unexpected failure: retry what is unsettled
+                log.exception("batch failed unexpectedly; abandoning its unsettled commands")
+                for msg in held():
+                    self._retry(batch, held, msg, f"unexpected error: {e!r}")
+
+    def _handle_commands(
+        self,
+        batch: WorkerStats,
+        held: _Held,
+        commands: list[tuple[ReceivedMessage, ProcessDocument]],
+    ) -> None:
+        ids = list(dict.fromkeys(cmd.id for _, cmd in commands))
+        try:
+            _, rows = self.store.read(ids)
+        except Exception as e:
+            log.warning(
+                "reading %d document(s) failed (%s); abandoning their commands", len(ids), e
+            )
+            for msg, _ in commands:
+                self._retry(batch, held, msg, f"reading the document failed: {e}")
+            return
+        self.crash_points.hit("worker_holding")
+        report = self.dispatcher.dispatch([r for r in rows.values() if r.has_pending])
+        batch.messages_sent += report.messages_sent
+        for msg, cmd in commands:
+            row = rows.get(cmd.id)
+            if row is None:
+                self._retry(
+                    batch,
+                    held,
+                    msg,
+                    f"document {cmd.id!r} is not in {self.store.uri} (yet); if another writer "
+                    "enqueued the command before its commit, it will appear",
+                    reason="DocumentNotFound",
+                )
+                continue
+            outcome = report.outcomes.get(cmd.id)
+            if outcome is not None and outcome.permanent:
+                self._settle(
+                    batch,
+                    held,
+                    msg,
+                    "dead_letter",
+                    "PermanentTransportError",
+                    str(outcome.error),
+                )
+            elif outcome is not None and not outcome.complete:
+                self._retry(batch, held, msg, f"send failed: {outcome.error}")
+            elif outcome is not None and outcome.progressed and report.watermark_error:
+                self._retry(batch, held, msg, f"watermark not written: {report.watermark_error}")
+            elif row.last_seq < cmd.up_to_seq:
+                self._retry(
+                    batch,
+                    held,
+                    msg,
+                    f"document {cmd.id!r} has last_seq {row.last_seq} < {cmd.up_to_seq}; the "
+                    "commit the command names is not visible yet",
+                    reason="DocumentNotFound",
+                )
+            else:
+                self._settle(batch, held, msg, "complete")
+
+    # --- settling ---------------------------------------------------------------------------
+
+    def _retry(
+        self,
+        batch: WorkerStats,
+        held: _Held,
+        msg: ReceivedMessage,
+        why: str,
+        reason: str = MAX_DELIVERY_REASON,
+    ) -> None:
+        if msg.delivery_count >= self.max_delivery_count:
+            self._settle(
+                batch,
+                held,
+                msg,
+                "dead_letter",
+                reason,
+                f"gave up after {msg.delivery_count} deliveries; last error: {why}",
+            )
+            return
+        self._settle(batch, held, msg, "abandon", delay=self.backoff(msg.delivery_count), why=why)
+
+    def _settle(
+        self,
+        batch: WorkerStats,
+        held: _Held,
+        msg: ReceivedMessage,
+        how: str,
+        reason: str = "",
+        description: str = "",
+        *,
+        delay: float = 0.0,
+        why: str = "",
+    ) -> None:
+        held.pop(msg)
+        action: Callable[[], None]
+        if how == "complete":
+            action = lambda: self.queue.complete(msg)  # noqa: E731
+        elif how == "abandon":
+            action = lambda: self.queue.abandon(msg, delay)  # noqa: E731
+        else:
+            action = lambda: self.queue.dead_letter(msg, reason, description[:4000])  # noqa: E731
+        try:
+            action()
+        except LockLostError:
+            # Another worker has (or will have) the command; our work was idempotent (I6).
+            batch.lock_lost += 1
+            self.metrics.inc("lock_lost")
+            log.info("command %s: lock lost before %s; it is redelivered", msg.message_id, how)
+            return
+        except Exception as e:
+            log.warning(
+                "command %s: %s failed (%s); its lock expires and it is redelivered",
+                msg.message_id,
+                how,
+                e,
+            )
+            return
+        if how == "complete":
+            batch.completed += 1
+            self.metrics.inc("commands_completed")
+        elif how == "abandon":
+            batch.abandoned += 1
+            self.metrics.inc("commands_abandoned")
+            log.info("command %s: retry in %.1fs (%s)", msg.message_id, delay, why)
+        else:
+            batch.dead_lettered += 1
+            self.metrics.inc("commands_dead_lettered")
+            log.warning("command %s dead-lettered: %s: %s", msg.message_id, reason, description)

@@ -1,0 +1,90 @@
+"""Dispatch after a Spark commit: that commit's pending messages, from its change data only.
+
+The committed version's change feed (``startingVersion = endingVersion = v``) holds exactly the
+rows this apply wrote, as ``insert`` and ``update_postimage`` images; Delta reads only that
+commit's files, never the table. Only pending rows (``last_seq > dispatched_seq``) and only their
+pending messages come back to the driver, as ``DocumentRow``s, and from there the Python path
+takes over unchanged: ``DispatcherRuntime.after_commit`` (immediate: the ``Dispatcher`` sends per
+document in seq order with bounded concurrency, then one watermark MERGE through the deltalake
+store; deferred: one ``ProcessDocument`` command per document).
+
+Why from the driver and not from executors: a transport send is an I/O wait, and the dispatcher
+already overlaps ``max_in_flight`` of them and coalesces documents into batches for transports
+that take batches atomically (the SQL queue), so the driver is not the bottleneck at these sizes
+(see benchmarks/results/spark_write.json); sending from executors would also need the transport's
+credentials and a watermark merge per partition on every executor.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from outbox.core.model import DocumentRow
+from outbox.delta import schema as S
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+WRITTEN = ("insert", "update_postimage")
+
+#: Timestamps travel as epoch microseconds: PySpark turns a timestamp into a *naive local* time.
+_MICROS = (
+    "m -> named_struct('seq', m.seq, 'message_id', m.message_id, 'destination', m.destination, "
+    "'type', m.type, 'body', m.body, 'content_type', m.content_type, 'headers', m.headers, "
+    "'ordering_key', m.ordering_key, 'correlation_id', m.correlation_id, "
+    "'deliver_at', unix_micros(m.deliver_at), 'created_at', unix_micros(m.created_at))"
+)
+
+
+def commit_frame(reader: Any, uri: str, version: int) -> Any:
+    """The rows commit ``version`` wrote (post-images and inserts)."""
+    from pyspark.sql import functions as F
+
+    return (
+        reader.option("readChangeFeed", "true")
+        .option("startingVersion", version)
+        .option("endingVersion", version)
+        .load(uri)
+        .filter(F.col("_change_type").isin(*WRITTEN))
+    )
+
+
+def pending_rows(written: Any) -> list[DocumentRow]:
+    """The pending documents of a commit frame, with their pending messages only."""
+    from pyspark.sql import functions as F
+
+    rows = (
+        written.filter(F.col("last_seq") > F.col("dispatched_seq"))
+        .select(
+            "id",
+            "type",
+            "version",
+            "last_seq",
+            "dispatched_seq",
+            S.INCARNATION,
+            F.expr(f"transform(filter(outbox, m -> m.seq > dispatched_seq), {_MICROS})").alias(
+                "outbox"
+            ),
+        )
+        .collect()
+    )
+    return [
+        DocumentRow(
+            id=r["id"],
+            type=r["type"],
+            version=int(r["version"]),
+            state={},  # dispatch never reads the state; it is not brought to the driver
+            last_seq=int(r["last_seq"]),
+            dispatched_seq=int(r["dispatched_seq"]),
+            outbox=[S.message_from_struct(_struct(m)) for m in (r["outbox"] or [])],
+            incarnation=r[S.INCARNATION],
+        )
+        for r in rows
+    ]
+
+
+def _struct(m: Any) -> dict[str, Any]:
+    d: dict[str, Any] = m.asDict()
+    for key in ("deliver_at", "created_at"):
+        micros = d.get(key)
+        d[key] = None if micros is None else _EPOCH + timedelta(microseconds=int(micros))
+    return d
