@@ -1,12 +1,20 @@
-"""What the checker's child processes run (multiprocessing ``spawn``: deltalake hangs in forked
-children). Each opens the workspace on its own, as a separate application or worker would.
+"""What the checker's child processes run. They are forked from a fresh ``forkserver`` that has
+already imported the heavy modules (deltalake hangs in children forked from a process that has
+*used* it; the server never has), so a child starts in milliseconds instead of seconds. Each opens
+the workspace on its own, as a separate application or worker would.
 
 A writer is an application: it saves documents with messages and dispatches them immediately
 through a fault-injecting transport. A worker is ``outbox run-dispatcher`` with the checker's
 broker as its transport (the CLI's transport comes from settings, and the checker needs every
 send in one log, re-sends included). Both arm their crash point from the plan. ``raise`` stands for
 an exception escaping at that point: a writer then reopens its ``Outbox`` (an application
-restart) and goes on; a worker process ends with it and the supervisor starts a new one.
+restart) and goes on; a worker process ends with it and the supervisor starts a new one. When a
+crash point fires, the child journals it first, so the report can list every planned fault and
+whether it fired.
+
+A *stranded* round is one only the rescuer can finish: fresh documents, every send of the round
+fails, and the dispatcher's retry command is suppressed. A *mutation* (``outbox.testing.mutations``,
+named in ``cfg["mutation"]``) breaks the child on purpose, to prove the checker catches it.
 """
 
 from __future__ import annotations
@@ -16,14 +24,20 @@ import logging
 import os
 import random
 import sys
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+from unittest import mock
+
+from outbox.testing import mutations
+
+if TYPE_CHECKING:
+    from dispatcher.commands import DocRef
+    from outbox.testing.faulty import FaultyTransport
 
 DESTINATION = "shipments"
-
-
-def _journal(path: str) -> Any:
-    return open(path, "a", buffering=1, encoding="utf-8")
 
 
 def _log_to(path: str) -> None:
@@ -34,7 +48,37 @@ def _log_to(path: str) -> None:
     )
 
 
-def _transport(cfg: dict[str, Any], role: str, seed: int) -> Any:
+class _Journal:
+    """A writer's or worker's event log: one ``write(2)`` per line, so it survives SIGKILL."""
+
+    def __init__(self, path: str) -> None:
+        self._f = open(path, "a", buffering=1, encoding="utf-8")  # noqa: SIM115 - process-long
+
+    def write(self, event: dict[str, Any]) -> None:
+        self._f.write(json.dumps(event) + "\n")
+
+
+def _arm_crash(spec: str, journal: _Journal) -> None:
+    """Arm the plan's crash point; when it fires, journal that *before* acting (a SIGKILL comes
+    next), so the report can say whether every planned fault fired."""
+    from outbox.testing.crash_points import crash_points, install, parse_action
+
+    crash_points.disarm()
+    install()
+    if not spec:
+        return
+    name, _, how = spec.partition("=")
+    point, _, nth = name.partition("@")
+    action = parse_action(how or "kill")
+
+    def fire(hit: str) -> None:
+        journal.write({"event": "fired", "point": hit, "spec": spec, "at": time.time()})
+        action(hit)
+
+    crash_points.arm(point, fire, at_hit=int(nth or 1))
+
+
+def _transport(cfg: dict[str, Any], role: str, seed: int) -> FaultyTransport:
     from outbox.checker.broker import LogTransport
     from outbox.testing.faulty import FaultyTransport
 
@@ -47,93 +91,150 @@ def _transport(cfg: dict[str, Any], role: str, seed: int) -> Any:
     return faulty
 
 
+class RetryCommands:
+    """Stands in for the writer's ``runtime.enqueue_commands``: journals every retry command
+    *before* it is enqueued (so a kill in between can only over-count them), and drops them
+    while ``suppress`` is on (a stranded round: as if the process died before enqueueing)."""
+
+    def __init__(self, runtime: Any, journal: _Journal) -> None:
+        self._real = runtime.enqueue_commands
+        self._journal = journal
+        self.suppress = False
+        mock.patch.object(runtime, "enqueue_commands", self).start()
+
+    def __call__(self, docs: Iterable[DocRef], *, delay: float = 0.0) -> int:
+        pairs = list(docs)
+        event = "retry_suppressed" if self.suppress else "retry"
+        self._journal.write({"event": event, "docs": [d[0] for d in pairs], "at": time.time()})
+        return 0 if self.suppress else int(self._real(pairs, delay=delay))
+
+
+@dataclass
+class _Round:
+    index: int
+    ids: list[str]
+    msgs: int
+    stranded: bool
+
+
+class _Writer:
+    """One application process: its rounds, its ``Outbox`` (reopened after a raised crash)."""
+
+    def __init__(self, cfg: dict[str, Any], journal: _Journal) -> None:
+        self.cfg, self.journal = cfg, journal
+        self.rng = random.Random(cfg["seed"])
+        self.mutation = mutations.get(cfg.get("mutation"))
+        self.rounds = self._plan()
+        self.ob, self.faulty, self.retries = self._open()
+
+    def _plan(self) -> list[_Round]:
+        cfg, rng = self.cfg, self.rng
+        shared = [f"pkg-{i:03d}" for i in range(cfg["pool"])]
+        private = [f"w{cfg['index']}-{i:03d}" for i in range(cfg["pool"])]
+        lo, hi = cfg["docs_per_round"]
+        mlo, mhi = cfg["msgs_per_doc"]
+        plan = []
+        for r in range(cfg["rounds"]):
+            pool = private if rng.random() < cfg.get("private_share", 0.0) else shared
+            ids = sorted(rng.sample(pool, rng.randint(lo, min(hi, len(pool)))))
+            stranded = r in cfg.get("stranded", ())
+            if stranded:  # fresh documents: no later save can carry their messages out
+                ids = [f"w{cfg['index']}-s{r}-{k}" for k in range(len(ids))]
+            plan.append(_Round(r, ids, rng.randint(mlo, mhi), stranded))
+        return plan
+
+    def _open(self) -> tuple[Any, FaultyTransport, RetryCommands]:
+        from outbox.app import Outbox
+
+        faulty = _transport(self.cfg, "writer", self.rng.randrange(2**31))
+        transport = self.mutation.wrap_transport(faulty) if self.mutation else faulty
+        ob = Outbox.open(
+            self.cfg["workspace"], create=False, transport=transport, **self.cfg["settings"]
+        )
+        if self.mutation:
+            self.mutation.patch_outbox(ob)
+        return ob, faulty, RetryCommands(ob.runtime, self.journal)
+
+    def reopen(self) -> None:
+        """An application restart after a crash escaped the dispatcher."""
+        self.ob.close()
+        self.ob, self.faulty, self.retries = self._open()
+
+    def run(self, start: int) -> None:
+        for rnd in self.rounds[start:]:
+            retries_before = self.ob.store.commit_retries
+            event = self._round(rnd)
+            event["commit_retries"] = self.ob.store.commit_retries - max(0, retries_before)
+            self.journal.write(event)
+        self.ob.close()
+        self.journal.write({"event": "done"})
+
+    def _round(self, rnd: _Round) -> dict[str, Any]:
+        from outbox.core.errors import ConcurrencyError, OutboxError
+        from outbox.testing.crash_points import InjectedCrash
+
+        event: dict[str, Any] = {"event": "round", "round": rnd.index, "occ_retries": 0}
+        event["stranded"] = rnd.stranded
+        self.faulty.outage(rnd.stranded)
+        self.retries.suppress = rnd.stranded
+        try:
+            for _attempt in range(20):
+                try:
+                    self._save(rnd)
+                    return {**event, "saved": True}
+                except ConcurrencyError:
+                    event["occ_retries"] += 1  # another writer saved one of these first
+                except InjectedCrash as e:
+                    # The commit happened, then the dispatcher "died": restart the application.
+                    self.reopen()
+                    return {**event, "saved": True, "crash": e.point}
+                except OutboxError as e:
+                    return {
+                        **event,
+                        "saved": False,
+                        "error": type(e).__name__,
+                        "message": str(e)[:300],
+                    }
+            return {**event, "saved": False, "error": "GaveUp", "message": "20 OCC retries"}
+        finally:
+            self.faulty.outage(False)
+            self.retries.suppress = False
+
+    def _save(self, rnd: _Round) -> None:
+        with self.ob.unit_of_work() as uow:
+            docs = uow.get_many(rnd.ids)
+            for doc_id in rnd.ids:
+                doc = docs.get(doc_id) or uow.create(doc_id, type="package")
+                for k in range(rnd.msgs):
+                    body = {"doc": doc_id, "writer": self.cfg["index"], "round": rnd.index, "k": k}
+                    doc.send("StatusChanged", body, destination=DESTINATION)
+                doc.state["updates"] = int(doc.state.get("updates", 0)) + rnd.msgs
+
+
 def writer_main(cfg: dict[str, Any]) -> None:
     """Run rounds ``cfg['start']..cfg['rounds']``: one unit of work each, journaled."""
-    from outbox.app import Outbox
-    from outbox.core.errors import ConcurrencyError, OutboxError
-    from outbox.testing.crash_points import ENV_VAR, InjectedCrash, crash_points, install
-
+    mutation = mutations.get(cfg.get("mutation"))
+    if mutation:
+        mutation.at_writer_start()
     _log_to(cfg["stderr"])
-    crash_points.disarm()
-    install()
-    crash_points.arm_from_env({ENV_VAR: cfg["crash"]})
-    rng = random.Random(cfg["seed"])
-    journal = _journal(cfg["journal"])
-    shared = [f"pkg-{i:03d}" for i in range(cfg["pool"])]
-    private = [f"w{cfg['index']}-{i:03d}" for i in range(cfg["pool"])]
-    lo, hi = cfg["docs_per_round"]
-    mlo, mhi = cfg["msgs_per_doc"]
-    plan = []
-    for _ in range(cfg["rounds"]):
-        pool = private if rng.random() < cfg.get("private_share", 0.0) else shared
-        ids = sorted(rng.sample(pool, rng.randint(lo, min(hi, len(pool)))))
-        plan.append((ids, rng.randint(mlo, mhi)))
-
-    def open_outbox() -> Any:
-        return Outbox.open(
-            cfg["workspace"],
-            create=False,
-            transport=_transport(cfg, "writer", rng.randrange(2**31)),
-            **cfg["settings"],
-        )
-
-    ob = open_outbox()
-    for r in range(cfg["start"], cfg["rounds"]):
-        ids, n_msgs = plan[r]
-        retries_before = ob.store.commit_retries
-        event: dict[str, Any] = {"event": "round", "round": r, "occ_retries": 0}
-        for _attempt in range(20):
-            try:
-                with ob.unit_of_work() as uow:
-                    docs = uow.get_many(ids)
-                    for doc_id in ids:
-                        doc = docs.get(doc_id) or uow.create(doc_id, type="package")
-                        for k in range(n_msgs):
-                            doc.send(
-                                "StatusChanged",
-                                {"doc": doc_id, "writer": cfg["index"], "round": r, "k": k},
-                                destination=DESTINATION,
-                            )
-                        doc.state["updates"] = int(doc.state.get("updates", 0)) + n_msgs
-                event["saved"] = True
-                break
-            except ConcurrencyError:
-                event["occ_retries"] += 1  # another writer saved one of these documents first
-            except InjectedCrash as e:
-                # The commit happened, then the dispatcher "died": restart the application.
-                event.update(saved=True, crash=e.point)
-                journal.write(json.dumps(event) + "\n")
-                ob.close()
-                ob = open_outbox()
-                break
-            except OutboxError as e:
-                event.update(saved=False, error=type(e).__name__, message=str(e)[:300])
-                break
-        else:
-            event.update(saved=False, error="GaveUp", message="20 optimistic-concurrency retries")
-        event["commit_retries"] = ob.store.commit_retries - max(0, retries_before)
-        if "crash" not in event:
-            journal.write(json.dumps(event) + "\n")
-    ob.close()
-    journal.write(json.dumps({"event": "done"}) + "\n")
+    journal = _Journal(cfg["journal"])
+    _arm_crash(cfg["crash"], journal)
+    _Writer(cfg, journal).run(cfg["start"])
 
 
 def worker_main(cfg: dict[str, Any]) -> None:
     """``outbox run-dispatcher`` on the checker's broker, until SIGTERM (or a crash point)."""
     from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
-    from outbox.testing.crash_points import ENV_VAR, crash_points, install
 
     _log_to(cfg["stderr"])
-    crash_points.disarm()
-    install()
-    crash_points.arm_from_env({ENV_VAR: cfg["crash"]})
-    with Outbox.open(
-        cfg["workspace"],
-        create=False,
-        transport=_transport(cfg, "worker", cfg["seed"]),
-        **cfg["settings"],
-    ) as ob:
+    _arm_crash(cfg["crash"], _Journal(cfg["journal"]))
+    mutation = mutations.get(cfg.get("mutation"))
+    faulty = _transport(cfg, "worker", cfg["seed"])
+    transport = mutation.wrap_transport(faulty) if mutation else faulty
+    with Outbox.open(cfg["workspace"], create=False, transport=transport, **cfg["settings"]) as ob:
+        if mutation:
+            mutation.patch_outbox(ob)
         worker = DispatcherWorker(
             ob.runtime,
             batch_size=8,

@@ -32,6 +32,10 @@ class CheckReport:
     duplicates: int = 0
     first_by_immediate: int = 0  # first deliveries made right after the commit
     first_by_worker: int = 0  # ... made by run-dispatcher (retry command or rescue)
+    #: First deliveries only the rescuer can have caused: by a worker, on a document no retry
+    #: command had named before, after the rescuer enqueued one (see ``verify``).
+    rescued_first_deliveries: int = 0
+    stranded_rounds: int = 0  # rounds saved with every send failing and no retry command
     lost: list[str] = field(default_factory=list)
     out_of_order: list[str] = field(default_factory=list)
     phantoms: list[str] = field(default_factory=list)
@@ -59,10 +63,22 @@ class CheckReport:
     rescue_delay_simulated_s: float = 0.0
     rescue_delay_real_s: float = 0.0
     invariants: dict[str, bool] = field(default_factory=dict)
+    #: Every planned fault (crash points, SIGKILLs, stranded rounds) -> did it fire?
+    faults: dict[str, bool] = field(default_factory=dict)
+    unfired_faults: list[str] = field(default_factory=list)
+    mutation: str = ""  # the deliberately broken build this seed ran against ("" = none)
 
     @property
     def ok(self) -> bool:
-        return all(self.invariants.values()) and self.drained and not self.rescue_errors
+        """Every invariant held, the run drained, no rescue pass broke unexpectedly, and
+        something was committed at all (a run where nothing ran proves nothing)."""
+        return (
+            bool(self.invariants)
+            and all(self.invariants.values())
+            and self.drained
+            and not self.rescue_errors
+            and self.committed > 0
+        )
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -78,7 +94,14 @@ class CheckReport:
             f"seed {self.seed}: {'OK' if self.ok else 'FAILED'} in {self.duration_s:.1f}s; "
             f"committed {self.committed} msgs in {self.documents} docs, delivered "
             f"{self.deliveries} ({self.duplicates} duplicates), lost {len(self.lost)}, "
-            f"out of order {len(self.out_of_order)}, phantoms {len(self.phantoms)}; {held}"
+            f"out of order {len(self.out_of_order)}, phantoms {len(self.phantoms)}, rescued "
+            f"first {self.rescued_first_deliveries}; {held}"
+            + ("" if self.committed else "; NOTHING COMMITTED")
+            + (
+                f"; planned faults that did not fire: {self.unfired_faults}"
+                if self.unfired_faults
+                else ""
+            )
             + (
                 f"; {len(self.rescue_errors)} unexpected rescue error(s), first: "
                 f"{self.rescue_errors[0]}"
@@ -96,6 +119,8 @@ def aggregate(reports: list[CheckReport]) -> dict[str, Any]:
         "duplicates",
         "first_by_immediate",
         "first_by_worker",
+        "rescued_first_deliveries",
+        "stranded_rounds",
         "saves",
         "occ_retries",
         "commit_retries",
@@ -113,6 +138,8 @@ def aggregate(reports: list[CheckReport]) -> dict[str, Any]:
     for name in ("lost", "out_of_order", "phantoms", "mismatched", "saves_failed", "rescue_errors"):
         total[name] = sum(len(getattr(r, name)) for r in reports)
     total["watermark_regressions"] = sum(len(r.watermark_regressions) for r in reports)
+    total["faults_planned"] = sum(len(r.faults) for r in reports)
+    total["unfired_faults"] = {r.seed: r.unfired_faults for r in reports if r.unfired_faults}
     crashes: dict[str, int] = {}
     for r in reports:
         for k, v in r.crashes.items():

@@ -23,6 +23,10 @@ class WriterPlan:
     seed: int
     rounds: int
     crash: str  # OUTBOX_CRASH_AT spec ("" = none), e.g. "after_send@3=kill"
+    #: Rounds whose messages only the rescuer can deliver: they go to fresh documents no later
+    #: round touches, every send of the round fails, and the dispatcher's retry command is
+    #: suppressed (as when its process dies before enqueueing it).
+    stranded: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +38,18 @@ class WorkerPlan:
 
 @dataclass(frozen=True, slots=True)
 class Kill:
+    """A SIGKILL from the supervisor. A writer is killed once its journal shows ``after_round``
+    rounds done (a point it surely reaches alive, wherever its own crash point sent it); a worker
+    at ``at`` seconds, or when the writers are done if that comes first, so every kill lands."""
+
     at: float  # seconds after the start
     role: str  # "writer" or "worker"
     index: int
+    after_round: int = 0
+
+    def describe(self) -> str:
+        when = f"after round {self.after_round}" if self.role == "writer" else f"at {self.at}s"
+        return f"SIGKILL {self.role} {self.index} {when}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,59 +78,52 @@ class Scenario:
 
     @classmethod
     def from_seed(cls, seed: int, *, scale: float = 1.0) -> Scenario:
-        """``scale`` multiplies the work (rounds per writer); the soak uses more than the tests."""
+        """``scale`` multiplies the work (rounds per writer); the soak uses more than the tests.
+
+        Every fault is placed where it fires: crash points on an early hit, writer kills at a
+        round the writer reaches, worker kills and outages no later than the end of the writes.
+        """
         rng = random.Random(seed)
         n_writers = rng.randint(2, 3)
         n_workers = rng.randint(1, 2)
-        writers = [
-            WriterPlan(
-                i,
-                rng.randrange(2**31),
-                max(3, round(rng.randint(6, 12) * scale)),
-                _crash(rng, WRITER_POINTS, at_most=6) if rng.random() < 0.8 else "",
-            )
-            for i in range(n_writers)
-        ]
+        writers = [_writer(rng, i, scale) for i in range(n_writers)]
         workers = [
             WorkerPlan(
                 i,
                 rng.randrange(2**31),
-                _crash(rng, WORKER_POINTS, at_most=4) if rng.random() < 0.7 else "",
+                _crash(rng, WORKER_POINTS, at_most=1) if i == 0 and rng.random() < 0.7 else "",
             )
             for i in range(n_workers)
         ]
-        horizon = 4.0 + 2.0 * scale
-        kills = sorted(
-            (
-                Kill(
-                    round(rng.uniform(1.0, horizon), 2),
-                    role := rng.choice(("writer", "worker")),
-                    rng.randrange(n_writers if role == "writer" else n_workers),
-                )
-                for _ in range(rng.randint(1, 2))
-            ),
-            key=lambda k: k.at,
-        )
+        horizon = 1.0 + 1.0 * scale
+        kills = [_kill(rng, writers, n_workers, horizon) for _ in range(rng.randint(1, 2))]
         outages = [
-            Outage(round(rng.uniform(0.5, horizon), 2), round(rng.uniform(0.3, 1.5), 2))
+            Outage(round(rng.uniform(0.2, horizon), 2), round(rng.uniform(0.2, 0.8), 2))
             for _ in range(rng.randint(0, 2))
         ]
-        private_share = rng.choice((0.0, 0.3, 0.6))  # drawn last: earlier draws stay as they were
         return cls(
             seed=seed,
-            private_share=private_share,
-            pool=rng.randint(8, 24),
+            private_share=rng.choice((0.0, 0.3, 0.6)),
+            pool=rng.randint(6, 16),
             buckets=rng.choice((1, 2, 4)),
-            docs_per_round=(1, rng.randint(2, 5)),
+            docs_per_round=(1, rng.randint(2, 4)),
             msgs_per_doc=(1, rng.randint(1, 3)),
             failure_rate=rng.choice((0.0, 0.05, 0.15)),
             latency_ms=rng.choice((0.0, 2.0, 10.0)),
             rescue_failure_rate=rng.choice((0.0, 0.2)),
             writers=writers,
             workers=workers,
-            kills=kills,
+            kills=sorted(kills, key=lambda k: (k.at, k.after_round)),
             outages=sorted(outages, key=lambda o: o.at),
         )
+
+    def faults(self) -> list[str]:
+        """Every planned fault, named as the report lists it (outages always happen)."""
+        out = [f"writer {w.index} crash {w.crash}" for w in self.writers if w.crash]
+        out += [f"worker {w.index} crash {w.crash}" for w in self.workers if w.crash]
+        out += [k.describe() for k in self.kills]
+        out += [f"stranded writer {w.index} round {r}" for w in self.writers for r in w.stranded]
+        return out
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -130,7 +136,8 @@ class Scenario:
             f"seed {self.seed}: {len(self.writers)} writers x "
             f"{'/'.join(str(w.rounds) for w in self.writers)} rounds on {self.pool} docs in "
             f"{self.buckets} bucket(s), {len(self.workers)} worker(s); crash points "
-            f"{crashes or 'none'}; SIGKILLs {[(k.role, k.index, k.at) for k in self.kills]}; "
+            f"{crashes or 'none'}; {[k.describe() for k in self.kills]}; stranded rounds "
+            f"{[(w.index, r) for w in self.writers for r in w.stranded]}; "
             f"outages {[(o.at, o.seconds) for o in self.outages]}; send failure rate "
             f"{self.failure_rate}, latency {self.latency_ms} ms, rescue failure rate "
             f"{self.rescue_failure_rate}, private rounds {self.private_share:.0%}"
@@ -139,3 +146,18 @@ class Scenario:
 
 def _crash(rng: random.Random, points: tuple[str, ...], *, at_most: int) -> str:
     return f"{rng.choice(points)}@{rng.randint(1, at_most)}={rng.choice(ACTIONS)}"
+
+
+def _writer(rng: random.Random, index: int, scale: float) -> WriterPlan:
+    rounds = max(3, round(rng.randint(4, 8) * scale))
+    crash = _crash(rng, WRITER_POINTS, at_most=3) if rng.random() < 0.8 else ""
+    # writer 0 always strands a round: every seed needs the rescuer for some messages
+    stranded = (rng.randrange(rounds),) if index == 0 or rng.random() < 0.5 else ()
+    return WriterPlan(index, rng.randrange(2**31), rounds, crash, stranded)
+
+
+def _kill(rng: random.Random, writers: list[WriterPlan], n_workers: int, horizon: float) -> Kill:
+    if rng.random() < 0.6:
+        w = rng.choice(writers)
+        return Kill(0.0, "writer", w.index, after_round=rng.randint(1, max(1, w.rounds - 2)))
+    return Kill(round(rng.uniform(0.3, horizon), 2), "worker", rng.randrange(n_workers))
