@@ -64,7 +64,9 @@ class TransportContract:
             scheduled_at=when,
         )
         t.send([m])
-        (got,) = self.delivered(t)
+        delivered = self.delivered(t)
+        assert [d.message_id for d in delivered] == [m.message_id], "exactly one copy is held"
+        got = delivered[0]
         assert got.message_id == m.message_id
         assert got.body == m.body
         assert got.subject == "Thing"
