@@ -18,14 +18,23 @@ from click.testing import CliRunner
 from outbox.checker.run import run_check
 from outbox.cli import main
 
-SEEDS = [1, 2, 3, 4, 5]
+SEEDS = list(range(1, 51))
+CI_SCALE = 0.5  # 3-4 rounds per writer: every fault still fires, a seed takes a few seconds
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(120)
 @pytest.mark.parametrize("seed", SEEDS)
 def test_seed_holds_every_invariant(seed: int, tmp_path: Path) -> None:
-    report = run_check(seed, tmp_path, drain_timeout=90)
+    report = run_check(seed, tmp_path, scale=CI_SCALE, drain_timeout=60)
+    assert report.ok, report.to_dict()
+    assert report.rescue_errors == []
+    # every planned fault fired: a crash point never hit or a kill that found its victim dead
+    # would make this seed prove less than its plan says
+    assert report.faults, report.to_dict()
+    assert report.unfired_faults == [], report.to_dict()
+    # some messages reached the broker only through the rescuer (a stranded round per seed)
+    assert report.rescued_first_deliveries > 0, report.to_dict()
     assert report.drained, report.to_dict()
     assert report.invariants, report.to_dict()
     assert all(report.invariants.values()), report.to_dict()
@@ -118,7 +127,7 @@ def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
     (a raw driver error, a rescuer bug) is recorded and fails the seed, whatever the invariants
     say."""
     from outbox.checker.report import CheckReport, aggregate
-    from outbox.checker.run import InterruptedPass, run_rescue_pass
+    from outbox.checker.rescue import InterruptedPass, run_rescue_pass
     from outbox.core.errors import QueueUnavailableError
 
     class Pass:
@@ -129,7 +138,9 @@ def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
             if self.error is not None:
                 raise self.error
 
-    report = CheckReport(seed=7, scenario="unit", drained=True, invariants={"I1 no loss": True})
+    report = CheckReport(
+        seed=7, scenario="unit", drained=True, committed=1, invariants={"I1 no loss": True}
+    )
     run_rescue_pass(Pass(None), report)
     run_rescue_pass(Pass(InterruptedPass("half")), report)
     run_rescue_pass(Pass(QueueUnavailableError("queue down")), report)
@@ -144,3 +155,26 @@ def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
     total = aggregate([report])
     assert total["failed_seeds"] == [7]
     assert total["rescue_errors"] == 2
+
+
+def test_nothing_committed_is_not_ok() -> None:
+    from outbox.checker.report import CheckReport
+
+    report = CheckReport(seed=8, scenario="unit", drained=True, invariants={"I1 no loss": True})
+    assert not report.ok
+    assert "NOTHING COMMITTED" in report.summary()
+    assert not CheckReport(seed=9, scenario="unit", drained=True, committed=3).ok  # no verdict
+
+
+def test_every_ci_plan_strands_a_round_and_places_its_faults() -> None:
+    """The plans themselves: each CI seed needs the rescuer and has faults to fire."""
+    from outbox.checker.scenario import Scenario
+
+    for seed in SEEDS:
+        sc = Scenario.from_seed(seed, scale=CI_SCALE)
+        assert any(w.stranded for w in sc.writers), sc.describe()
+        assert sc.kills, sc.describe()
+        for k in sc.kills:
+            if k.role == "writer":
+                assert 1 <= k.after_round < sc.writers[k.index].rounds, sc.describe()
+        assert [w.crash for w in sc.workers[1:]] == [""] * (len(sc.workers) - 1)
