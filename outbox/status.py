@@ -2,8 +2,11 @@
 
 Pending documents and messages and the oldest pending message's age (from the table), each
 rescuer checkpoint with its lag (versions and seconds behind the table), queue depths and the
-oldest dead letter (from the SQL database). Nothing here writes: it is safe to run as a health
-check every few seconds, next to running workers and rescuers.
+oldest dead letter (from the SQL database), and the pending documents whose ``ProcessDocument``
+command was dead-lettered. Those last ones matter most: no rescue pass in feed mode will command
+them again until they change (docs/rescuer.md), so only ``outbox dead-letters requeue`` re-drives
+them. Nothing here writes: it is safe to run as a health check every few seconds, next to running
+workers and rescuers.
 """
 
 from __future__ import annotations
@@ -49,6 +52,26 @@ class DeadLetterInfo:
 
 
 @dataclass
+class DeadLetteredCommand:
+    """A pending document whose ``ProcessDocument`` command sits in the dead letters."""
+
+    document_id: str
+    last_seq: int
+    dispatched_seq: int
+    up_to_seq: int  # the command's
+    dead_letter_id: int
+    reason: str
+    dead_lettered_at: datetime
+
+
+#: How many command dead letters ``outbox status`` reads, oldest first: enough for any incident
+#: an operator handles by hand, and a bounded read for a health check that runs every few seconds.
+DEAD_LETTER_SCAN_LIMIT = 10_000
+#: How many of those documents the report lists (the count covers them all).
+DEAD_LETTERED_LISTED = 20
+
+
+@dataclass
 class StatusReport:
     table_uri: str
     sql_url: str
@@ -64,6 +87,12 @@ class StatusReport:
     checkpoints: list[CheckpointStatus] = field(default_factory=list)
     queues: list[QueueDepth] = field(default_factory=list)
     oldest_dead_letter: DeadLetterInfo | None = None
+    #: Pending documents whose ``ProcessDocument`` command is dead-lettered, and the first
+    #: ``DEAD_LETTERED_LISTED`` of them. Nothing re-drives these on its own: the fix is
+    #: ``outbox dead-letters requeue --where queue=<command queue> --where session_id=<id>``
+    #: (or ``--where reason=...``) once the cause is gone. None when the queue could not be read.
+    dead_lettered_documents: int | None = None
+    dead_lettered_commands: list[DeadLetteredCommand] = field(default_factory=list)
     #: Parts that could not be read (a corrupt checkpoint, a database that is down). The rest of
     #: the report is still filled in: at 3 a.m. the queue depths matter even when a checkpoint
     #: is broken.
@@ -80,18 +109,24 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     or queue database is recorded in ``problems`` and the rest is still reported.
     """
     from outbox.core.sql import redact_url
+    from outbox.delta import schema as S
     from outbox.delta.log import list_log
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import SqlCheckpointStore
 
     now = utc(clock.now())
     store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+    pending: dict[str, dict[str, Any]] = {}
     try:
+        table_id = store.table_id
         version = store.refresh()
-        rows = store.scan_pending(columns=["id", "dispatched_seq", "last_seq", "outbox"])
+        rows = store.scan_pending(
+            columns=["id", "dispatched_seq", "last_seq", "outbox", S.INCARNATION]
+        )
         oldest: tuple[datetime, str] | None = None
         messages = 0
         for r in rows.to_pylist():
+            pending[str(r["id"])] = r
             messages += int(r["last_seq"]) - int(r["dispatched_seq"])
             for m in r["outbox"] or []:
                 created = m.get("created_at")
@@ -128,16 +163,24 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     finally:
         store.close()
     try:
-        _queues(report, settings, clock, now)
+        _queues(report, settings, clock, now, table_id, pending)
     except OutboxError as e:
         report.problems.append(f"queues: {e}")
     return report
 
 
-def _queues(report: StatusReport, settings: Settings, clock: Clock, now: datetime) -> None:
+def _queues(
+    report: StatusReport,
+    settings: Settings,
+    clock: Clock,
+    now: datetime,
+    table_id: str,
+    pending: dict[str, dict[str, Any]],
+) -> None:
     from dispatcher.queue.sql_queue import SqlQueue
 
     with SqlQueue.from_settings(settings, clock=clock) as queue:
+        _dead_lettered_commands(report, queue, settings.command_queue, table_id, pending)
         for q in queue.stats().values():
             report.queues.append(
                 QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered)
@@ -174,3 +217,51 @@ def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> Checkp
         last_pass_age_seconds=round(max(0.0, (now - last).total_seconds()), 1) if last else None,
         last_mode=cp.details.get("mode"),
     )
+
+
+def _dead_lettered_commands(
+    report: StatusReport,
+    queue: Any,
+    command_queue: str,
+    table_id: str,
+    pending: dict[str, dict[str, Any]],
+) -> None:
+    """Match the command queue's dead letters against the pending documents.
+
+    A command counts when it names this table and a document that is still pending in the same
+    incarnation (a dead letter for a document since dispatched, or deleted and created again, is
+    history, not a stuck document). Malformed commands are left to ``oldest_dead_letter``.
+    """
+    from dispatcher.commands import COMMAND_SUBJECT, ProcessDocument
+    from outbox.delta import schema as S
+
+    report.dead_lettered_documents = 0
+    if not pending:
+        return
+    found: dict[str, DeadLetteredCommand] = {}
+    dead = queue.list_dead_letters(
+        command_queue, DEAD_LETTER_SCAN_LIMIT, where={"subject": COMMAND_SUBJECT}
+    )
+    for d in dead:
+        try:
+            cmd = ProcessDocument.from_json(d.body)
+        except OutboxError:
+            continue
+        row = pending.get(cmd.id)
+        if cmd.table != table_id or row is None:
+            continue
+        if cmd.incarnation is not None and cmd.incarnation != row.get(S.INCARNATION):
+            continue
+        found[cmd.id] = DeadLetteredCommand(  # oldest first: the newest dead letter wins
+            document_id=cmd.id,
+            last_seq=int(row["last_seq"]),
+            dispatched_seq=int(row["dispatched_seq"]),
+            up_to_seq=cmd.up_to_seq,
+            dead_letter_id=d.id,
+            reason=d.reason,
+            dead_lettered_at=d.dead_lettered_at,
+        )
+    report.dead_lettered_documents = len(found)
+    report.dead_lettered_commands = sorted(found.values(), key=lambda c: c.dead_lettered_at)[
+        :DEAD_LETTERED_LISTED
+    ]

@@ -115,6 +115,23 @@ def _print_status(report: StatusReport) -> None:
         [(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered) for q in report.queues]
         or [("(empty)", "", "", "", "")],
     )
+    if report.dead_lettered_documents:
+        print_table(
+            f"{report.dead_lettered_documents} pending document(s) whose command is dead-lettered "
+            "(nothing re-drives them: `outbox dead-letters requeue --where session_id=<id>`)",
+            ["document", "last_seq", "dispatched_seq", "dead letter", "reason", "since"],
+            [
+                (
+                    c.document_id,
+                    c.last_seq,
+                    c.dispatched_seq,
+                    c.dead_letter_id,
+                    c.reason,
+                    c.dead_lettered_at.isoformat(),
+                )
+                for c in report.dead_lettered_commands
+            ],
+        )
     d = report.oldest_dead_letter
     if d is not None:
         print_kv(
