@@ -149,3 +149,44 @@ def test_scheduler_runs_on_the_clock_until_sigterm() -> None:
     times = [c[0] for c in rescue.calls]
     assert [(b - a).total_seconds() for a, b in itertools.pairwise(times)] == [30, 30]
     assert [c[1] for c in rescue.calls] == [True, False, False]
+
+
+def test_the_scheduler_stops_on_sigint_too_after_the_pass_in_hand() -> None:
+    """Ctrl-C is a graceful stop like SIGTERM (the shared run loop); the pass is not cut short."""
+    clock = ManualClock()
+    rescue = _Pass(clock)
+    finished: list[int] = []
+
+    def on_report(_r: Any) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the loop's handler takes it
+        finished.append(len(rescue.calls))
+
+    scheduler = Scheduler(rescue, every=30.0, clock=clock, on_report=on_report)  # type: ignore[arg-type]
+    assert scheduler.run() == 1
+    assert finished == [1]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_rescue_every_stops_cleanly_on_the_first_signal(
+    workspace: Path, signum: signal.Signals
+) -> None:
+    assert CliRunner().invoke(main, ["-w", str(workspace), "migrate"]).exit_code == 0
+    outbox = str(Path(sys.executable).with_name("outbox"))
+    proc = subprocess.Popen(
+        [outbox, "-w", str(workspace), "rescue", "--every", "1h"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        assert proc.stdout.readline()  # the first pass's report: now waiting for the next
+        proc.send_signal(signum)
+        _out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert err.strip().splitlines()[-1] == "stopped after 1 pass(es)"
+    assert "Traceback" not in err
