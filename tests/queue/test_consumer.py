@@ -279,3 +279,49 @@ def test_a_handlers_driver_error_reaches_permanent_errors_untranslated(queue: Sq
     [dl] = queue.list_dead_letters()
     assert dl.reason == "IntegrityError"
     assert queue.peek("q") == []
+
+
+def test_run_forever_backs_off_while_the_queue_is_unavailable(
+    queue: SqlQueue, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The shared run loop: a retryable error waits 1 s, 2 s ... by the clock (no sleeping), and
+    the consumer carries on once the queue is back."""
+    from outbox.core.errors import QueueUnavailableError
+
+    send(queue, "a")
+    real_receive = queue.receive
+    attempts: list[float] = []
+    start = clock.now()
+
+    def flaky(*a: Any, **kw: Any) -> Any:
+        attempts.append((clock.now() - start).total_seconds())
+        if len(attempts) <= 2:
+            raise QueueUnavailableError("database is locked")
+        return real_receive(*a, **kw)
+
+    queue.receive = flaky  # type: ignore[method-assign]
+    consumer: Consumer
+
+    def handler(_m: ReceivedMessage) -> None:
+        consumer.stop()
+
+    consumer = Consumer(queue, "q", handler, poll_interval=1.0)
+    with caplog.at_level("WARNING", logger="outbox.queue.consumer"):
+        consumer.run_forever()
+    assert consumer.processed == 1
+    assert attempts == [0, 1, 3]
+    assert [r.getMessage() for r in caplog.records] == [
+        "queue unavailable, retrying in 1.0s: database is locked",
+        "queue unavailable, retrying in 2.0s: database is locked",
+    ]
+
+
+def test_run_forever_raises_an_error_that_is_not_retryable(queue: SqlQueue) -> None:
+    from outbox.core.errors import QueueError
+
+    def broken(*_a: Any, **_kw: Any) -> Any:
+        raise QueueError("permission denied")
+
+    queue.receive = broken  # type: ignore[method-assign]
+    with pytest.raises(QueueError, match="permission denied"):
+        Consumer(queue, "q", print).run_forever()
