@@ -1,9 +1,9 @@
 """The local engine: delta-rs ``load_cdf`` into Arrow, planned with pyarrow (no JVM).
 
-Why pyarrow and not polars for the planning: measured in ``benchmarks/rescuer.py`` (see
-docs/rescuer.md), pyarrow won at 1k change rows (22 vs 38 ms) and tied at 100k; polars only
-won at 1M rows, far beyond a pass's feed. pyarrow is already a hard dependency. The polars
-version lives in ``benchmarks/rescuer.py`` (``plan_polars``), which asserts both agree.
+Why pyarrow and not polars for the planning: measured in ``benchmarks/rescuer.py``, pyarrow was
+at least as fast at every feed size tried (the figures are in docs/rescuer.md, generated from
+benchmarks/results/rescuer.json), and it is already a hard dependency. The polars version lives
+in ``benchmarks/rescuer.py`` (``plan_polars``), which asserts both agree.
 
 Feed failures are translated at this edge: delta-rs reports a vacuumed ``_change_data`` file as
 pyarrow ``ArrowInvalid`` *while streaming*, and an expired log as ``DeltaError("Invalid table
