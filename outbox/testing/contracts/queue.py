@@ -9,6 +9,9 @@ set to False the ``supports_*`` flags your backend does not claim: those tests s
 
 Time only moves when a test advances the ``ManualClock`` handed to ``make_queue``; nothing sleeps.
 The queue under test needs ``SqlQueue``'s public surface (send, receive, complete, abandon, ...).
+
+Why one module: the contract is one class a backend subclasses, one short test per semantic;
+splitting it into mixins would make a third party assemble the suite and risk missing a part.
 """
 
 from __future__ import annotations
