@@ -115,6 +115,7 @@ class _Round:
     ids: list[str]
     msgs: int
     stranded: bool
+    conflicted: bool = False
 
 
 class _Writer:
@@ -140,7 +141,8 @@ class _Writer:
             stranded = r in cfg.get("stranded", ())
             if stranded:  # fresh documents: no later save can carry their messages out
                 ids = [f"w{cfg['index']}-s{r}-{k}" for k in range(len(ids))]
-            plan.append(_Round(r, ids, rng.randint(mlo, mhi), stranded))
+            conflicted = r in cfg.get("conflicted", ())
+            plan.append(_Round(r, ids, rng.randint(mlo, mhi), stranded, conflicted))
         return plan
 
     def _open(self) -> tuple[Any, FaultyTransport, RetryCommands]:
@@ -178,9 +180,9 @@ class _Writer:
         self.faulty.outage(rnd.stranded)
         self.retries.suppress = rnd.stranded
         try:
-            for _attempt in range(20):
+            for attempt in range(20):
                 try:
-                    self._save(rnd)
+                    self._save(rnd, compete=rnd.conflicted and attempt == 0)
                     return {**event, "saved": True}
                 except ConcurrencyError:
                     event["occ_retries"] += 1  # another writer saved one of these first
@@ -200,15 +202,32 @@ class _Writer:
             self.faulty.outage(False)
             self.retries.suppress = False
 
-    def _save(self, rnd: _Round) -> None:
+    def _save(self, rnd: _Round, *, compete: bool = False) -> None:
         with self.ob.unit_of_work() as uow:
             docs = uow.get_many(rnd.ids)
+            if compete:
+                self._compete(rnd)
             for doc_id in rnd.ids:
                 doc = docs.get(doc_id) or uow.create(doc_id, type="package")
                 for k in range(rnd.msgs):
                     body = {"doc": doc_id, "writer": self.cfg["index"], "round": rnd.index, "k": k}
                     doc.send("StatusChanged", body, destination=DESTINATION)
                 doc.state["updates"] = int(doc.state.get("updates", 0)) + rnd.msgs
+
+    def _compete(self, rnd: _Round) -> None:
+        """Another unit of work commits a message on the round's first document now, between
+        the round's read and its commit; its dispatch fails (the round's retry carries it)."""
+        doc_id = rnd.ids[0]
+        self.faulty.outage(True)
+        suppress, self.retries.suppress = self.retries.suppress, True
+        try:
+            with self.ob.unit_of_work() as other:
+                doc = other.get_many([doc_id]).get(doc_id) or other.create(doc_id, type="package")
+                body = {"doc": doc_id, "writer": self.cfg["index"], "round": rnd.index}
+                doc.send("Competing", {**body, "competing": True}, destination=DESTINATION)
+        finally:
+            self.faulty.outage(rnd.stranded)
+            self.retries.suppress = suppress
 
 
 def writer_main(cfg: dict[str, Any]) -> None:

@@ -170,6 +170,7 @@ def _writer_child(w: Any, base: dict[str, Any], sc: Scenario, root: Path) -> Chi
         "start": 0,
         "crash": w.crash,
         "stranded": list(w.stranded),
+        "conflicted": list(w.conflicted),
         "pool": sc.pool,
         "private_share": sc.private_share,
         "docs_per_round": sc.docs_per_round,

@@ -27,6 +27,11 @@ class WriterPlan:
     #: round touches, every send of the round fails, and the dispatcher's retry command is
     #: suppressed (as when its process dies before enqueueing it).
     stranded: tuple[int, ...] = ()
+    #: Rounds whose first save loses a race on purpose: another unit of work commits a message on
+    #: the same document between the read and the commit (its dispatch fails), so the save
+    #: raises ``ConcurrencyError`` and is retried. Without it a seed may have no failed commit,
+    #: and nothing could show a message sent before its commit (I3).
+    conflicted: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,15 +150,23 @@ class Scenario:
 
 
 def _crash(rng: random.Random, points: tuple[str, ...], *, at_most: int) -> str:
-    return f"{rng.choice(points)}@{rng.randint(1, at_most)}={rng.choice(ACTIONS)}"
+    """A crash spec. Points hit only when a send succeeded (``mid_batch``, ``during_watermark``)
+    fire on their first hit: with few rounds, some failing on purpose, a later hit may never come."""
+    point = rng.choice(points)
+    hit = rng.randint(1, at_most)
+    if point in ("mid_batch", "during_watermark"):
+        hit = 1
+    return f"{point}@{hit}={rng.choice(ACTIONS)}"
 
 
 def _writer(rng: random.Random, index: int, scale: float) -> WriterPlan:
     rounds = max(3, round(rng.randint(4, 8) * scale))
-    crash = _crash(rng, WRITER_POINTS, at_most=3) if rng.random() < 0.8 else ""
+    crash = _crash(rng, WRITER_POINTS, at_most=2) if rng.random() < 0.8 else ""
     # writer 0 always strands a round: every seed needs the rescuer for some messages
     stranded = (rng.randrange(rounds),) if index == 0 or rng.random() < 0.5 else ()
-    return WriterPlan(index, rng.randrange(2**31), rounds, crash, stranded)
+    normal = [r for r in range(rounds) if r not in stranded]
+    conflicted = (rng.choice(normal),) if index == 0 else ()
+    return WriterPlan(index, rng.randrange(2**31), rounds, crash, stranded, conflicted)
 
 
 def _kill(rng: random.Random, writers: list[WriterPlan], n_workers: int, horizon: float) -> Kill:
