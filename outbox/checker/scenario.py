@@ -150,8 +150,9 @@ class Scenario:
 
 
 def _crash(rng: random.Random, points: tuple[str, ...], *, at_most: int) -> str:
-    """A crash spec. Points hit only when a send succeeded (``mid_batch``, ``during_watermark``)
-    fire on their first hit: with few rounds, some failing on purpose, a later hit may never come."""
+    """A crash spec. Points hit only after a successful send (``mid_batch``,
+    ``during_watermark``) fire on their first hit: with few rounds, some failing on purpose, a
+    later hit may never come."""
     point = rng.choice(points)
     hit = rng.randint(1, at_most)
     if point in ("mid_batch", "during_watermark"):

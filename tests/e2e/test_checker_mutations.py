@@ -33,7 +33,8 @@ def test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages(tmp_path: P
     report = _run("rescuer-enqueues-nothing", tmp_path)
     assert not report.ok
     assert "I1 no loss" in _broken(report), report.summary()
-    assert report.lost and report.not_dispatched
+    assert report.lost
+    assert report.not_dispatched
     assert report.rescued_first_deliveries == 0
 
 
