@@ -21,6 +21,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -150,16 +151,19 @@ def bench_ratio(base: Path, rounds: int, seed_docs: int) -> dict[str, Any]:
     ob = _outbox(base / "ratio")
     _seed(ob, seed_docs)
     load_before = os.getloadavg()[0]
-    raw_insert, uow_create, raw_update, uow_update = [], [], [], []
+    raw_insert: list[float] = []
+    uow_create: list[float] = []
+    raw_update: list[float] = []
+    uow_update: list[float] = []
     for i in range(rounds):
         raw_id, uow_id = f"raw-{i}", f"uow-{i}"
         steps: list[tuple[list[float], Callable[[], None]]] = [
-            (raw_insert, lambda r=raw_id: _raw_merge(ob, r, 1)),
-            (uow_create, lambda u=uow_id: _uow_create(ob, u)),
+            (raw_insert, partial(_raw_merge, ob, raw_id, 1)),
+            (uow_create, partial(_uow_create, ob, uow_id)),
         ]
         updates: list[tuple[list[float], Callable[[], None]]] = [
-            (raw_update, lambda r=raw_id: _raw_merge(ob, r, 2)),
-            (uow_update, lambda u=uow_id: _uow_update(ob, u)),
+            (raw_update, partial(_raw_merge, ob, raw_id, 2)),
+            (uow_update, partial(_uow_update, ob, uow_id)),
         ]
         if i % 2:
             steps.reverse()
