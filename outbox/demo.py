@@ -117,6 +117,19 @@ def _save_status(ob: Any, indexes: range, step: int) -> int:
     return len(indexes)
 
 
+@dataclass
+class _Story:
+    """What the demo's steps share: the application's outbox, the clock, the report."""
+
+    ob: Any
+    clock: DemoClock
+    report: DemoReport
+    step: Step
+    queue: Any = None
+    pending_messages: set[str] = field(default_factory=set)
+    recovery_started: datetime | None = None
+
+
 def run_demo(
     workspace: str | Path | None,
     *,
@@ -125,18 +138,7 @@ def run_demo(
     bar: Bar,
 ) -> DemoReport:
     """Play the story in ``workspace`` (a temporary folder, removed afterwards, when None)."""
-    import multiprocessing
-
-    from dispatcher.invariants import verify_deliveries
-    from dispatcher.queue.sql_queue import SqlQueue
-    from dispatcher.transports.base import TransportMessage
-    from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
-    from outbox.checker.truth import read_truth
-    from rescuer.checkpoint import SqlCheckpointStore
-    from rescuer.engines import make_engine
-    from rescuer.runner import RescuePass
-    from rescuer.sink import QueueSink
 
     t_start = time.monotonic()
     temp = workspace is None
@@ -144,141 +146,185 @@ def run_demo(
     report = DemoReport(workspace=str(ws), kept=not temp, packages=packages)
     clock = DemoClock()
     try:
-        # 1. the application: two ordinary steps, dispatched right after each commit
-        ob = Outbox.open(ws, clock=clock)
-        settings = ob.settings
-        report.rescue_delay_s = settings.rescue_delay
-        step(f"workspace {ws}: Delta table {settings.table_uri}, SQLite queue {settings.sql_url}")
-        for s in (0, 1):
-            with bar(f"saving '{STATUSES[s]}'", packages) as advance:
-                for lo in range(0, packages, SAVE_BATCH):
-                    advance(_save_status(ob, range(lo, min(packages, lo + SAVE_BATCH)), s))
-        report.written = 2 * packages
-        step(f"saved and dispatched {2 * packages} status updates for {packages} packages")
-
-        # 2. the hub scanner: one commit, then its dispatcher is SIGKILLed mid-batch
-        report.killed_at = CRASH
-        step(
-            f"hub scanner (a separate process) saves '{STATUSES[2]}' for all {packages} packages "
-            "in one commit; its dispatcher will be SIGKILLed between two send batches"
-        )
-        ctx = multiprocessing.get_context("spawn")
-        proc = ctx.Process(target=hub_scanner, args=(str(ws), packages, CRASH))
-        proc.start()
-        proc.join(120)
-        report.dispatcher_exit = proc.exitcode
-        report.written = 3 * packages
-        pending = ob.store.scan_pending(columns=["id", "last_seq", "dispatched_seq"]).to_pylist()
-        report.pending_after_crash = len(pending)
-        report.messages_pending_after_crash = sum(
-            int(r["last_seq"]) - int(r["dispatched_seq"]) for r in pending
-        )
-        died = "was SIGKILLed" if proc.exitcode == -9 else f"exited with {proc.exitcode}"
-        step(
-            f"the hub scanner {died}: {len(pending)} packages still hold "
-            f"{report.messages_pending_after_crash} unsent (or unrecorded) messages"
-        )
-        pending_ids = {str(r["id"]) for r in pending}
-        _, rows = ob.store.read(sorted(pending_ids))
-        pending_messages = {m.message_id for r in rows.values() for m in r.pending()}
-
-        # 3. the rescuer: nothing is old enough yet; after its delay it enqueues commands
-        queue = SqlQueue.from_settings(settings, clock=clock)
-        checkpoints = SqlCheckpointStore(settings.sql_url)
-        rescuer = RescuePass(
-            ob.store,
-            make_engine("local", storage_options=settings.storage_options),
-            checkpoints,
-            QueueSink(queue, settings.command_queue),
-            clock=clock,
-            delay=settings.rescue_delay,
-        )
-        first = rescuer.run()
-        report.rescue_passes.append(_pass(first, clock.skipped))
-        step(
-            f"rescuer pass 1 (now): {first.commands_enqueued} commands; no commit is "
-            f"{settings.rescue_delay:g}s old yet, so it leaves the live dispatcher alone"
-        )
-        clock.skipped += settings.rescue_delay + 1
-        report.simulated_s = clock.skipped
-        second = rescuer.run()
-        report.rescue_passes.append(_pass(second, clock.skipped))
-        step(
-            f"rescuer pass 2 (clock moved {clock.skipped:g}s forward, SIMULATED): "
-            f"{second.documents_examined} documents examined, {second.commands_enqueued} "
-            f"ProcessDocument commands enqueued, checkpoint -> version {second.checkpoint_after}"
-        )
-
-        # 4. the command worker (what `outbox run-dispatcher` runs) finishes the job
-        recovery_started = clock.now()
-        stats = DispatcherWorker(ob.runtime, poll_interval=0.05).run(until_idle=True)
-        step(
-            f"worker: {stats.commands} commands, {stats.messages_sent} messages sent, "
-            f"{stats.completed} completed, {stats.dead_lettered} dead-lettered"
-        )
-
-        # 5. the consumer: drain the queue, check each package's statuses
-        received = _drain(queue, step)
-        report.received = len(received)
-        seen: dict[str, Any] = {}
-        steps_by_package: dict[str, list[int]] = {}
-        for msg in received:
-            if msg.message_id in seen:
-                report.duplicates += 1
-                continue
-            seen[msg.message_id] = msg
-            body = json.loads(msg.body)
-            steps_by_package.setdefault(str(body["package"]), []).append(int(body["step"]))
-        report.delivered = len(seen)
-        after = sum(1 for m in seen.values() if m.enqueued_at >= recovery_started)
-        report.resends_dropped_by_queue = max(0, stats.messages_sent - after)
-        report.packages_in_order = sum(
-            1 for s in steps_by_package.values() if s == list(range(1, len(STATUSES) + 1))
-        )
-
-        truth = read_truth(ob.store.delta_table)
-        rescued = [seen[m] for m in pending_messages if m in seen]
-        report.rescued = sum(1 for m in rescued if m.enqueued_at >= recovery_started)
-        latencies = [
-            m.enqueued_at.timestamp() - truth.committed_at[m.message_id]
-            for m in rescued
-            if m.message_id in truth.committed_at
-        ]
-        report.max_rescue_latency_s = round(max(latencies, default=0.0), 2)
-        inv = verify_deliveries(
-            truth.committed,
-            [
-                TransportMessage(m.message_id, DESTINATION, m.body, session_id=m.session_id)
-                for m in received
-            ],
-        )
-        _, final = ob.store.read([package_id(i) for i in range(packages)])
-        undispatched = [i for i, r in final.items() if r.dispatched_seq < r.last_seq]
-        bound = settings.rescue_delay + settings.rescue_interval + settings.lock_duration
-        report.invariants = {
-            "I1 no loss": not inv.lost and not undispatched and report.delivered == 3 * packages,
-            "I2 order": not inv.out_of_order and report.packages_in_order == packages,
-            "I3 no phantom": not inv.phantoms,
-            "I4 no interference": not truth.watermark_regressions,
-            "I5 bounded rescue": report.max_rescue_latency_s <= bound,
-            "I6 idempotence": not inv.mismatched and not truth.changed_content,
-        }
-        for name, items in (
-            ("lost", inv.lost),
-            ("out of order", inv.out_of_order),
-            ("phantoms", inv.phantoms),
-            ("not dispatched", undispatched),
-        ):
-            if items:
-                report.problems.append(f"{name}: {len(items)} e.g. {items[:3]}")
+        story = _Story(Outbox.open(ws, clock=clock), clock, report, step)
+        _ordinary_steps(story, bar)
+        _hub_scan(story, ws)
+        checkpoints = _rescue(story)
+        received, sent = _work_and_consume(story)
+        _verify(story, received, sent)
         checkpoints.close()
-        queue.close()
-        ob.close()
+        story.queue.close()
+        story.ob.close()
     finally:
         report.duration_s = round(time.monotonic() - t_start, 1)
         if temp:
             shutil.rmtree(ws, ignore_errors=True)
     return report
+
+
+def _ordinary_steps(story: _Story, bar: Bar) -> None:
+    """1. The application: two ordinary steps, dispatched right after each commit."""
+    ob, report, packages = story.ob, story.report, story.report.packages
+    settings = ob.settings
+    report.rescue_delay_s = settings.rescue_delay
+    story.step(
+        f"workspace {report.workspace}: Delta table {settings.table_uri}, SQLite queue "
+        f"{settings.sql_url}"
+    )
+    for s in (0, 1):
+        with bar(f"saving '{STATUSES[s]}'", packages) as advance:
+            for lo in range(0, packages, SAVE_BATCH):
+                advance(_save_status(ob, range(lo, min(packages, lo + SAVE_BATCH)), s))
+    report.written = 2 * packages
+    story.step(f"saved and dispatched {2 * packages} status updates for {packages} packages")
+
+
+def _hub_scan(story: _Story, ws: Path) -> None:
+    """2. The hub scanner: one commit, then its dispatcher is SIGKILLed mid-batch."""
+    import multiprocessing
+
+    ob, report, packages = story.ob, story.report, story.report.packages
+    report.killed_at = CRASH
+    story.step(
+        f"hub scanner (a separate process) saves '{STATUSES[2]}' for all {packages} packages "
+        "in one commit; its dispatcher will be SIGKILLed between two send batches"
+    )
+    ctx = multiprocessing.get_context("spawn")
+    proc = ctx.Process(target=hub_scanner, args=(str(ws), packages, CRASH))
+    proc.start()
+    proc.join(120)
+    report.dispatcher_exit = proc.exitcode
+    report.written = 3 * packages
+    pending = ob.store.scan_pending(columns=["id", "last_seq", "dispatched_seq"]).to_pylist()
+    report.pending_after_crash = len(pending)
+    report.messages_pending_after_crash = sum(
+        int(r["last_seq"]) - int(r["dispatched_seq"]) for r in pending
+    )
+    died = "was SIGKILLed" if proc.exitcode == -9 else f"exited with {proc.exitcode}"
+    story.step(
+        f"the hub scanner {died}: {len(pending)} packages still hold "
+        f"{report.messages_pending_after_crash} unsent (or unrecorded) messages"
+    )
+    _, rows = ob.store.read(sorted({str(r["id"]) for r in pending}))
+    story.pending_messages = {m.message_id for r in rows.values() for m in r.pending()}
+
+
+def _rescue(story: _Story) -> Any:
+    """3. The rescuer: nothing is old enough yet; after its delay it enqueues commands."""
+    from dispatcher.queue.sql_queue import SqlQueue
+    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.engines import make_engine
+    from rescuer.runner import RescuePass
+    from rescuer.sink import QueueSink
+
+    ob, clock, report = story.ob, story.clock, story.report
+    settings = ob.settings
+    story.queue = SqlQueue.from_settings(settings, clock=clock)
+    checkpoints = SqlCheckpointStore(settings.sql_url)
+    rescuer = RescuePass(
+        ob.store,
+        make_engine("local", storage_options=settings.storage_options),
+        checkpoints,
+        QueueSink(story.queue, settings.command_queue),
+        clock=clock,
+        delay=settings.rescue_delay,
+    )
+    first = rescuer.run()
+    report.rescue_passes.append(_pass(first, clock.skipped))
+    story.step(
+        f"rescuer pass 1 (now): {first.commands_enqueued} commands; no commit is "
+        f"{settings.rescue_delay:g}s old yet, so it leaves the live dispatcher alone"
+    )
+    clock.skipped += settings.rescue_delay + 1
+    report.simulated_s = clock.skipped
+    second = rescuer.run()
+    report.rescue_passes.append(_pass(second, clock.skipped))
+    story.step(
+        f"rescuer pass 2 (clock moved {clock.skipped:g}s forward, SIMULATED): "
+        f"{second.documents_examined} documents examined, {second.commands_enqueued} "
+        f"ProcessDocument commands enqueued, checkpoint -> version {second.checkpoint_after}"
+    )
+    return checkpoints
+
+
+def _work_and_consume(story: _Story) -> tuple[list[Any], int]:
+    """4. The command worker finishes the job; 5. a consumer drains the queue."""
+    from dispatcher.worker import DispatcherWorker
+
+    story.recovery_started = story.clock.now()
+    stats = DispatcherWorker(story.ob.runtime, poll_interval=0.05).run(until_idle=True)
+    story.step(
+        f"worker: {stats.commands} commands, {stats.messages_sent} messages sent, "
+        f"{stats.completed} completed, {stats.dead_lettered} dead-lettered"
+    )
+    return _drain(story.queue, story.step), stats.messages_sent
+
+
+def _verify(story: _Story, received: list[Any], worker_sent: int) -> None:
+    """Each package's statuses once and in order; every invariant from the table and the log."""
+    from outbox.checker.truth import read_truth
+
+    report, ob = story.report, story.ob
+    report.received = len(received)
+    seen: dict[str, Any] = {}
+    steps_by_package: dict[str, list[int]] = {}
+    for msg in received:
+        if msg.message_id in seen:
+            report.duplicates += 1
+            continue
+        seen[msg.message_id] = msg
+        body = json.loads(msg.body)
+        steps_by_package.setdefault(str(body["package"]), []).append(int(body["step"]))
+    report.delivered = len(seen)
+    started = story.recovery_started
+    after = sum(1 for m in seen.values() if started is not None and m.enqueued_at >= started)
+    report.resends_dropped_by_queue = max(0, worker_sent - after)
+    report.packages_in_order = sum(
+        1 for s in steps_by_package.values() if s == list(range(1, len(STATUSES) + 1))
+    )
+    truth = read_truth(ob.store.delta_table)
+    rescued = [seen[m] for m in story.pending_messages if m in seen]
+    report.rescued = sum(1 for m in rescued if started is not None and m.enqueued_at >= started)
+    latencies = [
+        m.enqueued_at.timestamp() - truth.committed_at[m.message_id]
+        for m in rescued
+        if m.message_id in truth.committed_at
+    ]
+    report.max_rescue_latency_s = round(max(latencies, default=0.0), 2)
+    _invariants(story, received, truth)
+
+
+def _invariants(story: _Story, received: list[Any], truth: Any) -> None:
+    from dispatcher.invariants import verify_deliveries
+    from dispatcher.transports.base import TransportMessage
+
+    report, settings, packages = story.report, story.ob.settings, story.report.packages
+    inv = verify_deliveries(
+        truth.committed,
+        [
+            TransportMessage(m.message_id, DESTINATION, m.body, session_id=m.session_id)
+            for m in received
+        ],
+    )
+    _, final = story.ob.store.read([package_id(i) for i in range(packages)])
+    undispatched = [i for i, r in final.items() if r.dispatched_seq < r.last_seq]
+    bound = settings.rescue_delay + settings.rescue_interval + settings.lock_duration
+    report.invariants = {
+        "I1 no loss": not inv.lost and not undispatched and report.delivered == 3 * packages,
+        "I2 order": not inv.out_of_order and report.packages_in_order == packages,
+        "I3 no phantom": not inv.phantoms,
+        "I4 no interference": not truth.watermark_regressions,
+        "I5 bounded rescue": report.max_rescue_latency_s <= bound,
+        "I6 idempotence": not inv.mismatched and not truth.changed_content,
+    }
+    for name, items in (
+        ("lost", inv.lost),
+        ("out of order", inv.out_of_order),
+        ("phantoms", inv.phantoms),
+        ("not dispatched", undispatched),
+    ):
+        if items:
+            report.problems.append(f"{name}: {len(items)} e.g. {items[:3]}")
 
 
 def _pass(report: Any, simulated: float) -> dict[str, Any]:
