@@ -12,10 +12,21 @@ from dispatcher.commands import commands_for
 from migrations.delta import ensure_table
 from outbox.core.model import DocumentRow, command_id_for, message_id_for
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
+from rescuer.cdf_local import LocalEngine
 from rescuer.planner import Engine, FeedWindow, PendingDocument
 from tests.write_path.test_incarnation import legacy_table
 
 A, A2, B = "a" * 32, "e" * 32, "b" * 32
+
+
+@pytest.fixture(params=["local", pytest.param("spark", marks=pytest.mark.spark)])
+def engine(request: pytest.FixtureRequest) -> Engine:
+    """Each test runs on both engines, over the same deltalake-written tables."""
+    if request.param == "local":
+        return LocalEngine()
+    from rescuer.cdf_spark import SparkEngine
+
+    return SparkEngine(request.getfixturevalue("spark_session"))
 
 
 def _put(store: DeltaDocumentStore, *rows: tuple[str, int, int, str | None]) -> int:
