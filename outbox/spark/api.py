@@ -264,18 +264,25 @@ class SparkOutbox:
     # --- streaming ------------------------------------------------------------------------
 
     def foreach_batch(
-        self, app_id: str, *, dispatch: DispatchChoice | None = None
+        self,
+        app_id: str,
+        *,
+        dispatch: DispatchChoice | None = None,
+        on_result: Callable[[int, ApplyResult], None] | None = None,
     ) -> Callable[[Any, int], None]:
         """A ``foreachBatch`` function that applies each micro-batch exactly once.
 
         ``app_id`` names the streaming query for Delta's idempotent writes; keep it stable
         across restarts of the same query (with the same checkpoint) and unique per query.
         A micro-batch replayed after a driver restart has the same ``batchId`` and is skipped.
+        ``on_result(batch_id, result)`` sees every batch's ``ApplyResult`` (metrics, conflicts).
         """
         _check_app_id(app_id)
 
         def apply_batch(batch: Any, batch_id: int) -> None:
-            self.apply(batch, dispatch=dispatch, txn=(app_id, int(batch_id)))
+            result = self.apply(batch, dispatch=dispatch, txn=(app_id, int(batch_id)))
+            if on_result is not None:
+                on_result(int(batch_id), result)
 
         return apply_batch
 

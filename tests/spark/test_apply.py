@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from dispatcher.transports.memory import InMemoryTransport
-from outbox.core.model import message_id_for
+from outbox.core.model import DocumentRow, message_id_for
 
 pytestmark = pytest.mark.spark
 
@@ -22,9 +22,9 @@ def changes(spark: Any, *rows: tuple[Any, ...]) -> Any:
     return spark.createDataFrame(list(rows), CHANGES)
 
 
-def current(sob: Any) -> dict[str, Any]:
-    version, rows = sob.store.read(["a", "b", "c"])
-    return rows
+def current(sob: Any) -> dict[str, DocumentRow]:
+    _version, rows = sob.store.read(["a", "b", "c"])
+    return dict(rows)
 
 
 def test_one_commit_creates_updates_and_dispatches(sob: Any, spark: Any, transport: Any) -> None:
@@ -42,21 +42,28 @@ def test_one_commit_creates_updates_and_dispatches(sob: Any, spark: Any, transpo
             ("b", "shipment", '{"n": 2}', 0, []),
         )
     )
-    assert r.version == before + 1 and r.rows == 2 and r.written == 2
+    assert r.version == before + 1
+    assert r.rows == 2
+    assert r.written == 2
     assert r.conflicts.count() == 0
     rows = current(sob)
     a = rows["a"]
     assert (a.version, a.last_seq, a.state, a.type) == (1, 2, {"n": 1}, "shipment")
-    assert a.incarnation is not None and len(a.incarnation) == 32
+    assert a.incarnation is not None
+    assert len(a.incarnation) == 32
     # The ids are the Python write path's, for this table, id, seq and incarnation.
     assert [m.message_id for m in a.outbox] == [
         message_id_for(sob.store.table_id, "a", s, a.incarnation) for s in (1, 2)
     ]
-    assert a.outbox[0].headers == {"k": "v"} and a.outbox[1].content_type == "text/plain"
-    assert a.outbox[0].ordering_key == "a" and a.outbox[0].destination == "shipments"
+    assert a.outbox[0].headers == {"k": "v"}
+    assert a.outbox[1].content_type == "text/plain"
+    assert a.outbox[0].ordering_key == "a"
+    assert a.outbox[0].destination == "shipments"
     # Dispatched after the commit: sent in seq order, watermark advanced in one MERGE.
     assert [m.message_id for m in transport.deliveries] == [m.message_id for m in a.outbox]
-    assert r.dispatch is not None and r.dispatch.ok and r.messages == 2
+    assert r.dispatch is not None
+    assert r.dispatch.ok
+    assert r.messages == 2
     assert sob.store.read(["a"])[1]["a"].dispatched_seq == 2
 
     # An update continues last_seq, keeps the incarnation and never writes dispatched_seq.
@@ -80,14 +87,17 @@ def test_conflicts_are_data_and_the_rest_commits(sob: Any, spark: Any, transport
             ("c", "t", '{"v": 2}', 3, []),  # does not exist: a conflict
         )
     )
-    assert r.written == 1 and r.version is not None
+    assert r.written == 1
+    assert r.version is not None
     got = {
         row["id"]: (row["expected_version"], row["current_version"])
         for row in r.conflicts.collect()
     }
     assert got == {"b": (7, 1), "c": (3, None)}
     rows = current(sob)
-    assert rows["a"].version == 2 and rows["b"].version == 1 and "c" not in rows
+    assert rows["a"].version == 2
+    assert rows["b"].version == 1
+    assert "c" not in rows
     assert rows["b"].last_seq == 0
 
 
@@ -106,7 +116,8 @@ def test_the_watermark_is_never_lowered_and_sent_messages_never_return(
     sob.store.advance_watermarks({"a": 1})  # the dispatcher sent seq 1 meanwhile
     sob.apply(changes(spark, ("a", "t", "{}", None, [("M2", "y", None)])), dispatch="deferred")
     a = sob.store.read(["a"])[1]["a"]
-    assert a.dispatched_seq == 1 and [m.seq for m in a.outbox] == [2]
+    assert a.dispatched_seq == 1
+    assert [m.seq for m in a.outbox] == [2]
 
 
 def test_struct_state_and_struct_body_become_json(sob: Any, spark: Any, transport: Any) -> None:
@@ -125,4 +136,6 @@ def test_struct_state_and_struct_body_become_json(sob: Any, spark: Any, transpor
 def test_an_empty_batch_commits_nothing(sob: Any, spark: Any) -> None:
     before = sob.store.refresh()
     r = sob.apply(changes(spark))
-    assert r.version is None and r.rows == 0 and sob.store.refresh() == before
+    assert r.version is None
+    assert r.rows == 0
+    assert sob.store.refresh() == before
