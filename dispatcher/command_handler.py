@@ -213,7 +213,9 @@ class CommandHandler:
                 self._retry(batch, held, msg, f"send failed: {outcome.error}")
             elif outcome is not None and outcome.progressed and report.watermark_error:
                 self._retry(batch, held, msg, f"watermark not written: {report.watermark_error}")
-            elif row.last_seq < cmd.up_to_seq:
+            elif row.last_seq < cmd.up_to_seq and row.incarnation == cmd.incarnation:
+                # A command for an earlier incarnation (the document was deleted and created
+                # again) names messages that left with the deleted row: nothing to wait for.
                 self._retry(
                     batch,
                     held,

@@ -123,6 +123,21 @@ def test_a_command_for_a_missing_document_is_retried_then_dead_lettered(
         assert dl.reason == "DocumentNotFound"
 
 
+def test_a_command_for_a_deleted_incarnation_completes_without_retrying(
+    workspace: Path, clock: ManualClock
+) -> None:
+    """The document was deleted outside the library and created again: its old command (higher
+    seq, other incarnation) must not wait for a commit that will never come."""
+    ob, faulty = deferred(workspace, clock, max_delivery_count=2)
+    with ob:
+        write_docs(ob, {}, 1, 1)
+        (row,) = ob.store.read(["pkg0"])[1].values()
+        ob.runtime.enqueue_commands([("pkg0", row.last_seq + 5, "0" * 32)])
+        stats = DispatcherWorker(ob.runtime).run(until_idle=True)
+        assert (stats.completed, stats.abandoned, stats.dead_lettered) == (2, 0, 0)
+        assert len(faulty.inner.deliveries) == 1  # type: ignore[attr-defined]
+
+
 def test_cli_once_drains_and_prints_json(workspace: Path) -> None:
     with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
         write_docs(ob, {}, 3, 2)
