@@ -214,8 +214,9 @@ class CommandHandler:
             elif outcome is not None and outcome.progressed and report.watermark_error:
                 self._retry(batch, held, msg, f"watermark not written: {report.watermark_error}")
             elif row.last_seq < cmd.up_to_seq and row.incarnation == cmd.incarnation:
-                # A command for an earlier incarnation (the document was deleted and created
-                # again) names messages that left with the deleted row: nothing to wait for.
+                # Only for the same incarnation: a command for an earlier one (the document was
+                # deleted and created again) names messages that left with the deleted row, so
+                # there is nothing to wait for and it completes below.
                 self._retry(
                     batch,
                     held,
