@@ -16,6 +16,11 @@ Why it looks the way it does (see docs/delta.md for the measurements):
   An update also requires the incarnation it read (``IS NOT DISTINCT FROM``, so a legacy null
   matches a null): a document deleted and re-created since the read restarts at version 1, and
   a version check alone would let a stale save overwrite the new document.
+
+Why one module: ``DeltaDocumentStore`` owns one table handle, the rule for when to refresh it,
+and the two coalescing queues (group-committed saves and watermark MERGEs) that share that
+handle, its lock and its commit-retry loop. Split across files, one lock's invariants would have
+to be read in several places; the pure helpers at the bottom are small.
 """
 
 from __future__ import annotations
