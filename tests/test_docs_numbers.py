@@ -43,7 +43,6 @@ NOT_MEASURED: dict[tuple[str, str], str] = {
     ("docs/servicebus.md", "600 s"): "a Service Bus setting",
     ("docs/servicebus.md", "15 s"): "a Service Bus setting",
     ("docs/servicebus.md", "20 s"): "a Service Bus setting",
-    ("docs/checker.md", "about 75 s in total"): "the test's wall time, a hint for developers",
     ("docs/checker.md", "the 15 s delay"): "the rescue delay the checker compresses (a setting)",
     ("docs/checker.md", "1 s delay"): "the checker's compressed rescue delay (a setting)",
     ("docs/checker.md", "0.3 s"): "the checker's rescue pass interval (a setting)",
