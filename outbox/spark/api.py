@@ -145,7 +145,9 @@ class SparkOutbox:
             metrics = self._merge(target, source, checked.buckets, token, confs, now)
             timings["merge_s"] = time.perf_counter() - t1
             written = metrics.get("num_updated_rows", 0) + metrics.get("num_inserted_rows", 0)
+            t2 = time.perf_counter()
             version = M.find_commit(target, token)
+            timings["commit_lookup_s"] = time.perf_counter() - t2
             if version is None and txn is not None and written == 0:
                 log.info("transaction %s/%s was applied before; skipped", txn[0], txn[1])
                 return ApplyResult(
@@ -158,9 +160,9 @@ class SparkOutbox:
         finally:
             source.unpersist()
         if version is not None:
-            t2 = time.perf_counter()
-            result.dispatch, result.messages = self._after_commit(version, dispatch)
-            timings["dispatch_s"] = time.perf_counter() - t2
+            t3 = time.perf_counter()
+            result.dispatch, result.messages = self._after_commit(version, dispatch, timings)
+            timings["dispatch_s"] = time.perf_counter() - t3
         timings["total_s"] = time.perf_counter() - t0
         return result
 
@@ -234,12 +236,14 @@ class SparkOutbox:
         return D.pending_rows(D.commit_frame(self._reader(), self.table_uri, version))
 
     def _after_commit(
-        self, version: int, dispatch: DispatchChoice | None
+        self, version: int, dispatch: DispatchChoice | None, timings: dict[str, float]
     ) -> tuple[DispatchReport | None, int]:
         """Hand the commit's pending documents to the dispatcher runtime; never raises (I4)."""
         mode = dispatch or self.settings.dispatch
+        t0 = time.perf_counter()
         try:
             rows = self.pending_in_commit(version)
+            timings["read_changes_s"] = time.perf_counter() - t0
         except Exception:
             log.exception("reading commit %d's changes failed; the rescuer will cover it", version)
             self.runtime.crash_points.hit("after_commit")

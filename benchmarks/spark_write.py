@@ -1,0 +1,204 @@
+"""Spark write path: ``SparkOutbox.apply`` against a raw delta-spark MERGE, and dispatch throughput.
+
+    python -m benchmarks.spark_write --quick   # 1,000-row ratio, 10,000 messages (< 3 min)
+    python -m benchmarks.spark_write           # 10,000-row ratio, 100,000 messages
+
+* ``apply_over_raw_merge``: the write part of ``apply`` (validation job + MERGE + finding the
+  commit) over a raw delta-spark MERGE (``whenMatchedUpdateAll``/``whenNotMatchedInsertAll``) of
+  the same rows, already in table shape, into a table of the same layout; median of the rounds,
+  same run. Goal <= 1.3.
+* ``messages_per_second``: one apply of a batch with that many messages (one per document),
+  commit -> settled (reading the commit's change data, sending through the SQL-queue transport,
+  one watermark MERGE), with where the time goes.
+
+Results go to benchmarks/results/spark_write.json (its ``quick`` field says which sizes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import write_results
+
+CHANGES = (
+    "id string, type string, state string, expected_version bigint, "
+    "messages array<struct<type:string, body:string>>"
+)
+
+
+def _changes(spark: Any, n: int, round_no: int) -> Any:
+    from pyspark.sql import functions as F
+
+    return spark.range(n).select(
+        F.concat(F.lit("doc-"), F.col("id").cast("string")).alias("id"),
+        F.lit("shipment").alias("type"),
+        F.concat(F.lit('{"round":'), F.lit(round_no), F.lit("}")).alias("state"),
+        F.lit(None).cast("long").alias("expected_version"),
+        F.array(
+            F.struct(F.lit("Scanned").alias("type"), F.lit('{"hub":"AMS"}').alias("body"))
+        ).alias("messages"),
+    )
+
+
+def _raw_source(spark: Any, n: int, round_no: int, buckets: int) -> Any:
+    """The same rows already in table shape: what a hand-written MERGE would write."""
+    from pyspark.sql import functions as F
+
+    doc_id = F.concat(F.lit("doc-"), F.col("id").cast("string"))
+    msg = F.struct(
+        F.lit(1).cast("long").alias("seq"),
+        F.sha2(doc_id, 256).alias("message_id"),
+        F.lit("shipments").alias("destination"),
+        F.lit("Scanned").alias("type"),
+        F.lit('{"hub":"AMS"}').alias("body"),
+        F.lit("text/plain").alias("content_type"),
+        F.lit(None).cast("string").alias("headers"),
+        doc_id.alias("ordering_key"),
+        F.lit(None).cast("string").alias("correlation_id"),
+        F.lit(None).cast("timestamp").alias("deliver_at"),
+        F.current_timestamp().alias("created_at"),
+    )
+    return spark.range(n).select(
+        doc_id.alias("id"),
+        F.lit("shipment").alias("type"),
+        F.lit(round_no + 1).cast("long").alias("version"),
+        F.concat(F.lit('{"round":'), F.lit(round_no), F.lit("}")).alias("state"),
+        F.lit(1).cast("long").alias("last_seq"),
+        F.lit(0).cast("long").alias("dispatched_seq"),
+        F.array(msg).alias("outbox"),
+        F.current_timestamp().alias("updated_at"),
+        (F.crc32(doc_id) % buckets).cast("int").alias("bucket"),
+        F.lit(None).cast("string").alias("incarnation"),
+    )
+
+
+def bench_ratio(spark: Any, base: Path, rows: int, rounds: int) -> dict[str, Any]:
+    from delta.tables import DeltaTable
+
+    from outbox.spark import SparkOutbox
+
+    sob = SparkOutbox(
+        spark, base / "ours", transport="memory", compact_every=0, default_destination="shipments"
+    )
+    raw_uri = str(base / "raw")
+    from outbox.delta.store import DeltaDocumentStore
+
+    DeltaDocumentStore.create(raw_uri, buckets=sob.store.buckets)
+    raw = DeltaTable.forPath(spark, raw_uri)
+    in_list = ", ".join(str(b) for b in range(sob.store.buckets))
+    ours: list[float] = []
+    theirs: list[float] = []
+    parts: list[dict[str, float]] = []
+    for r in range(rounds + 1):  # round 0 warms both up (and creates the rows)
+        t = time.perf_counter()
+        (
+            raw.alias("t")
+            .merge(
+                _raw_source(spark, rows, r, sob.store.buckets).alias("s"),
+                f"t.bucket IN ({in_list}) AND t.bucket = s.bucket AND t.id = s.id",
+            )
+            .whenMatchedUpdateAll()
+            .whenNotMatchedInsertAll()
+            .execute()
+        )
+        raw_s = time.perf_counter() - t
+        result = sob.apply(_changes(spark, rows, r), dispatch="deferred")
+        write_s = sum(
+            result.timings.get(k, 0.0) for k in ("validate_s", "merge_s", "commit_lookup_s")
+        )
+        if r:
+            theirs.append(raw_s)
+            ours.append(write_s)
+            parts.append({k: round(v, 3) for k, v in result.timings.items()})
+    sob.close()
+    return {
+        "rows": rows,
+        "rounds": rounds,
+        "raw_merge_s": [round(x, 3) for x in theirs],
+        "apply_write_s": [round(x, 3) for x in ours],
+        "apply_parts_s": parts,
+        "apply_over_raw_merge": round(statistics.median(ours) / statistics.median(theirs), 3),
+    }
+
+
+def bench_dispatch(spark: Any, base: Path, messages: int) -> dict[str, Any]:
+    from outbox.spark import SparkOutbox
+
+    sob = SparkOutbox(
+        spark,
+        base / "dispatch",
+        transport="sql",
+        compact_every=0,
+        default_destination="shipments",
+        max_in_flight=8,
+    )
+    result = sob.apply(_changes(spark, messages, 0))
+    sob.close()
+    t = result.timings
+    report = result.dispatch
+    settled_s = t.get("dispatch_s", float("nan"))
+    return {
+        "messages": result.messages,
+        "ok": bool(report is not None and report.ok),
+        "commit_to_settled_s": round(settled_s, 3),
+        "messages_per_second": round(result.messages / settled_s, 1) if settled_s else None,
+        "where_the_time_goes_s": {
+            "read_commit_changes": round(t.get("read_changes_s", 0.0), 3),
+            "send_sql_queue": round(
+                settled_s
+                - t.get("read_changes_s", 0.0)
+                - (report.watermark_seconds if report else 0.0),
+                3,
+            ),
+            "watermark_merge": round(report.watermark_seconds if report else 0.0, 3),
+        },
+        "apply_parts_s": {k: round(v, 3) for k, v in t.items()},
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="small sizes, under 3 minutes")
+    args = ap.parse_args(argv)
+    from rescuer.cdf_spark import get_spark
+
+    rows, rounds, messages = (1_000, 2, 10_000) if args.quick else (10_000, 3, 100_000)
+    started = time.perf_counter()
+    spark = get_spark()
+    spark_start = time.perf_counter() - started
+    base = Path(tempfile.mkdtemp(prefix="spark-write-"))
+    try:
+        ratio = bench_ratio(spark, base, rows, rounds)
+        dispatch = bench_dispatch(spark, base, messages)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+    import pyspark
+
+    out = {
+        "quick": args.quick,
+        "spark": {
+            "pyspark": pyspark.__version__,
+            "master": spark.sparkContext.master,
+            "session_start_s": round(spark_start, 1),
+        },
+        "apply_over_raw_merge": ratio["apply_over_raw_merge"],
+        "messages_per_second": dispatch["messages_per_second"],
+        "ratio": ratio,
+        "dispatch": dispatch,
+        "took_s": round(time.perf_counter() - started, 1),
+    }
+    path = write_results("spark_write", out)  # "quick" in the file says which sizes
+    print(
+        f"apply_over_raw_merge={out['apply_over_raw_merge']} "
+        f"messages_per_second={out['messages_per_second']} -> {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()
