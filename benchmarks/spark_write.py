@@ -51,12 +51,16 @@ def _raw_source(spark: Any, n: int, round_no: int, buckets: int) -> Any:
     from pyspark.sql import functions as F
 
     doc_id = F.concat(F.lit("doc-"), F.col("id").cast("string"))
+
+    def required(c: Any) -> Any:  # the table's element fields are NOT NULL
+        return F.coalesce(c, F.lit(""))
+
     msg = F.struct(
-        F.lit(1).cast("long").alias("seq"),
-        F.sha2(doc_id, 256).alias("message_id"),
-        F.lit("shipments").alias("destination"),
-        F.lit("Scanned").alias("type"),
-        F.lit('{"hub":"AMS"}').alias("body"),
+        F.coalesce(F.lit(1).cast("long"), F.lit(0).cast("long")).alias("seq"),
+        required(F.sha2(doc_id, 256)).alias("message_id"),
+        required(F.lit("shipments")).alias("destination"),
+        required(F.lit("Scanned")).alias("type"),
+        required(F.lit('{"hub":"AMS"}')).alias("body"),
         F.lit("text/plain").alias("content_type"),
         F.lit(None).cast("string").alias("headers"),
         doc_id.alias("ordering_key"),

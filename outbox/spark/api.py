@@ -148,7 +148,10 @@ class SparkOutbox:
             t2 = time.perf_counter()
             version = M.find_commit(target, token)
             timings["commit_lookup_s"] = time.perf_counter() - t2
-            if version is None and txn is not None and written == 0:
+            # A skipped MERGE returns no metrics row; a MERGE that ran but changed nothing may
+            # not commit either, so with no metrics to tell, no commit + nothing written is
+            # taken as the skip (the only difference: such a replay reports no conflicts).
+            if txn is not None and (not metrics or (version is None and written == 0)):
                 log.info("transaction %s/%s was applied before; skipped", txn[0], txn[1])
                 return ApplyResult(
                     None, checked.rows, 0, 0, self._no_conflicts(), skipped=True, timings=timings
