@@ -11,8 +11,9 @@ run time as well as on paper (see "Layers" in the README).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from outbox.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from outbox.app import Outbox
@@ -82,14 +83,4 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'outbox' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # resolve once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)

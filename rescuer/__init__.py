@@ -9,8 +9,9 @@ package loads neither SQLAlchemy nor an engine (never pyspark).
 
 from __future__ import annotations
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from outbox.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from rescuer.checkpoint import CheckpointStore
@@ -26,14 +27,4 @@ _EXPORTS = {
 __all__ = ["CheckpointStore", "CommandSink", "Engine"]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'rescuer' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value  # resolve once
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
