@@ -5,8 +5,10 @@ pass a fake), and the guarded import of the optional package.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from outbox.core.errors import MissingDependencyError
 
@@ -52,3 +54,23 @@ def load() -> tuple[ModuleType, ModuleType]:
             hint=INSTALL_HINT,
         ) from e
     return sb, sb_errors
+
+
+#: Builds (client, administration client) instead of the SDK; set by ``use_clients`` (the kit's
+#: fake, or a test's own), read by every ``from_settings`` of the Service Bus command queue.
+_factories: list[Callable[[], tuple[Any, Any]]] = []
+
+
+@contextmanager
+def use_clients(factory: Callable[[], tuple[Any, Any]]) -> Iterator[None]:
+    """Within the block, adapters built from settings use ``factory()``'s clients (tests and
+    in-process proofs run the CLI against ``outbox.testing.servicebus_fake`` this way)."""
+    _factories.append(factory)
+    try:
+        yield
+    finally:
+        _factories.remove(factory)
+
+
+def client_factory() -> Callable[[], tuple[Any, Any]] | None:
+    return _factories[-1] if _factories else None
