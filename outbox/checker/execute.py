@@ -1,11 +1,20 @@
 """Run one seed's plan: the write phase under faults, then the drain.
 
-The supervisor loop ticks every ``TICK`` seconds (so a planned SIGKILL lands while its victim is
-mid-round, not after it finished) and runs a rescue pass every ``PASS_EVERY`` seconds. Every planned
-fault is placed so that it fires: a writer is killed once its journal shows the planned round, a
-worker kill or an outage still due when the writers finish happens then, and a second worker only
-starts once the first worker's crash point fired (otherwise it could take every command and leave
-that crash point without a hit).
+The supervisor loop ticks every ``TICK`` seconds (so a planned SIGKILL usually lands while its
+victim is mid-round) and runs a rescue pass every ``PASS_EVERY`` seconds. Every planned fault
+fires whatever the timing (a loaded machine, a slow fork server, a late tick):
+
+- plan times count from the start of the write phase, not from before the fork server started;
+- a writer is killed once its journal shows the planned round, and a writer with a kill still due
+  waits for it when done instead of exiting (``procs.writer_main``);
+- a writer whose crash point the planned rounds did not reach (an outage or the failure rate took
+  its sends) runs make-up rounds until it fires; a crash point not fired is carried over to a
+  restarted process (``reap``);
+- a worker kill or an outage still due when the writers finish happens then; two kills due at once
+  land on two processes (the second on the restarted one), never twice on one pid;
+- a second worker starts only once the first worker's crash point fired (otherwise it could take
+  every command and leave that crash point without a hit), or when nothing is left to do;
+- the drain ends only when every planned kill has landed and every worker has started.
 """
 
 from __future__ import annotations
@@ -65,17 +74,19 @@ def write_phase(run: Run) -> None:
     """Writers write under faults while workers and rescue passes run; returns when every writer
     finished (or used up its restarts)."""
     run.kills_due = list(run.scenario.kills)
+    # Plan times count from here, once the children are started: starting the fork server
+    # takes seconds, more under load, and must not eat the outages and kills planned early.
+    run.t0 = time.monotonic()
     while run.children.writers_running():
         t = run.elapsed()
         _outages(run, t, writers_done=False)
         _kills(run, t, writers_done=False)
-        _late_workers(run, writers_done=False)
+        _late_workers(run, idle=False)
         run.children.reap(restart_writers=True)
         run.rescue_if_due()
         time.sleep(TICK)
         if t > WRITE_PHASE_LIMIT:  # pragma: no cover - a writer hung: fail loudly, not forever
             raise RuntimeError(f"seed {run.scenario.seed}: writers still running after {t:.0f}s")
-    _late_workers(run, writers_done=True)
     _outages(run, run.elapsed(), writers_done=True)
     _kills(run, run.elapsed(), writers_done=True)
     run.say(f"writers done after {run.elapsed():.1f}s; draining")
@@ -104,6 +115,9 @@ def _outages(run: Run, t: float, *, writers_done: bool) -> None:
 
 
 def _kills(run: Run, t: float, *, writers_done: bool) -> None:
+    """Send the planned SIGKILLs that are due. A kill needs a live victim that no earlier planned
+    kill hit (two kills due at once land on two processes, the second on the restarted one).
+    A writer with a kill still due waits for it when done, so it is alive whenever that is."""
     for kill in list(run.kills_due):
         group = run.children.writers if kill.role == "writer" else run.children.workers
         victim = group[kill.index]
@@ -111,27 +125,34 @@ def _kills(run: Run, t: float, *, writers_done: bool) -> None:
             due = victim.rounds_done() >= kill.after_round
         else:
             due = writers_done or kill.at <= t
-        if due and victim.alive and victim.proc.pid:
-            os.kill(victim.proc.pid, signal.SIGKILL)
+        pid = victim.proc.pid if victim.proc is not None else None
+        if due and victim.alive and pid and pid not in victim.killed_pids:
+            os.kill(pid, signal.SIGKILL)
+            victim.killed_pids.add(pid)
+            victim.kills_pending -= 1
             run.report.sigkills_sent += 1
             run.kills_due.remove(kill)
             run.kills_fired.append(kill)
-            run.say(f"{kill.describe()} (pid {victim.proc.pid}) at {t:.1f}s")
+            run.say(f"{kill.describe()} (pid {pid}) at {t:.1f}s")
 
 
-def _late_workers(run: Run, *, writers_done: bool) -> None:
-    """Start worker k > 0 once every earlier worker's planned crash point has fired."""
+def _late_workers(run: Run, *, idle: bool) -> None:
+    """Start worker k > 0 once every earlier worker's planned crash point has fired, or once
+    there is nothing left to do (``idle``: no crash point can fire any more, and a kill planned
+    for the late worker needs it alive). Starting it earlier could let it take every command
+    and leave the first worker's crash point without a hit."""
     for k, w in enumerate(run.children.workers):
         if w.started:
             continue
         earlier = run.children.workers[:k]
-        if writers_done or all(not e.cfg["crash"] or e.crash_fired() for e in earlier):
+        if idle or all(not e.cfg["crash"] or e.crash_fired() for e in earlier):
             run.children.start(w)
 
 
 def drain(run: Run, timeout: float) -> None:
-    """The broker is back: rescue passes and workers finish the job, until nothing is pending and
-    the command queue is empty twice in a row (or ``timeout``)."""
+    """The broker is back: rescue passes and workers finish the job, until nothing is pending,
+    the command queue is empty twice in a row, every worker has started and every planned
+    kill has landed (or ``timeout``)."""
     deadline = time.monotonic() + timeout
     quiet = 0
     while time.monotonic() < deadline:
@@ -142,7 +163,10 @@ def drain(run: Run, timeout: float) -> None:
         stats = run.queue.stats().get(run.command_queue)
         in_queue = stats.total if stats is not None else 0
         dead = stats.dead_lettered if stats is not None else 0
-        quiet = quiet + 1 if pending == 0 and in_queue == 0 else 0
+        idle = pending == 0 and in_queue == 0
+        _late_workers(run, idle=idle)
+        settled = not run.kills_due and all(w.started for w in run.children.workers)
+        quiet = quiet + 1 if idle and settled else 0
         if quiet >= 2:
             run.report.drained = True
             return

@@ -24,6 +24,7 @@ import logging
 import os
 import random
 import sys
+import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -38,6 +39,9 @@ if TYPE_CHECKING:
     from outbox.testing.faulty import FaultyTransport
 
 DESTINATION = "shipments"
+MAKEUP_ROUNDS = 50  # at most this many extra rounds for a crash point the plan did not reach
+OUTAGE_WAIT_LIMIT = 30.0  # a make-up round waits at most this long for an outage to end
+AWAIT_KILL_LIMIT = 120.0  # a writer waits at most this long for the supervisor's SIGKILL
 
 
 def _log_to(path: str) -> None:
@@ -58,24 +62,48 @@ class _Journal:
         self._f.write(json.dumps(event) + "\n")
 
 
-def _arm_crash(spec: str, journal: _Journal) -> None:
-    """Arm the plan's crash point; when it fires, journal that *before* acting (a SIGKILL comes
-    next), so the report can say whether every planned fault fired."""
-    from outbox.testing.crash_points import crash_points, install, parse_action
+class _Crash:
+    """The process's planned crash point: armed, journaled when it fires, and (for
+    ``kill_soon``) the pending SIGKILL, which the process waits for rather than exiting first."""
 
-    crash_points.disarm()
-    install()
-    if not spec:
-        return
-    name, _, how = spec.partition("=")
-    point, _, nth = name.partition("@")
-    action = parse_action(how or "kill")
+    def __init__(self, spec: str, journal: _Journal) -> None:
+        from outbox.testing.crash_points import crash_points, install, kill_now, parse_action
 
-    def fire(hit: str) -> None:
-        journal.write({"event": "fired", "point": hit, "spec": spec, "at": time.time()})
-        action(hit)
+        self.spec, self.fired = spec, False
+        self.timers: list[threading.Timer] = []
+        crash_points.disarm()
+        install()
+        if not spec:
+            return
+        name, _, how = spec.partition("=")
+        point, _, nth = name.partition("@")
+        how = how or "kill"
+        action = parse_action(how)  # validates the spec
 
-    crash_points.arm(point, fire, at_hit=int(nth or 1))
+        def fire(hit: str) -> None:
+            self.fired = True
+            journal.write({"event": "fired", "point": hit, "spec": spec, "at": time.time()})
+            if how.startswith("kill_soon:"):
+                # our own timer, kept: a process about to exit waits for it (see ``settle``)
+                timer = threading.Timer(float(how.split(":", 1)[1]), kill_now, args=(hit,))
+                timer.daemon = True
+                self.timers.append(timer)
+                timer.start()
+                return
+            action(hit)
+
+        crash_points.arm(point, fire, at_hit=int(nth or 1))
+
+    @property
+    def pending(self) -> bool:
+        """Planned and not fired yet in this process."""
+        return bool(self.spec) and not self.fired
+
+    def settle(self) -> None:
+        """Wait for a ``kill_soon`` SIGKILL already on its way: exiting first would leave a fault
+        that journaled "fired" without the kill ever landing."""
+        for timer in self.timers:
+            timer.join()
 
 
 def _transport(cfg: dict[str, Any], role: str, seed: int) -> FaultyTransport:
@@ -121,8 +149,8 @@ class _Round:
 class _Writer:
     """One application process: its rounds, its ``Outbox`` (reopened after a raised crash)."""
 
-    def __init__(self, cfg: dict[str, Any], journal: _Journal) -> None:
-        self.cfg, self.journal = cfg, journal
+    def __init__(self, cfg: dict[str, Any], journal: _Journal, crash: _Crash) -> None:
+        self.cfg, self.journal, self.crash = cfg, journal, crash
         self.rng = random.Random(cfg["seed"])
         self.mutation = mutations.get(cfg.get("mutation"))
         self.rounds = self._plan()
@@ -163,13 +191,37 @@ class _Writer:
         self.ob, self.faulty, self.retries = self._open()
 
     def run(self, start: int) -> None:
+        """The planned rounds from ``start``, then make-up rounds while the crash point has not
+        fired (see ``_makeup``)."""
         for rnd in self.rounds[start:]:
-            retries_before = self.ob.store.commit_retries
-            event = self._round(rnd)
-            event["commit_retries"] = self.ob.store.commit_retries - max(0, retries_before)
-            self.journal.write(event)
+            self._journaled(rnd)
+        index = max(start, len(self.rounds))
+        while self.crash.pending and index < len(self.rounds) + MAKEUP_ROUNDS:
+            self._journaled(self._makeup(index))
+            index += 1
         self.ob.close()
         self.journal.write({"event": "done"})
+
+    def _journaled(self, rnd: _Round) -> None:
+        retries_before = self.ob.store.commit_retries
+        event = self._round(rnd)
+        event["commit_retries"] = self.ob.store.commit_retries - max(0, retries_before)
+        event["makeup"] = rnd.index >= len(self.rounds)
+        self.journal.write(event)
+
+    def _makeup(self, index: int) -> _Round:
+        """An extra round on this writer's private documents, for a crash point the planned
+        rounds did not reach: most points need a send that succeeded, and an outage or the send
+        failure rate can take every send of a short plan. Waiting out an outage first (as an
+        application retrying later would) means the round's sends can reach the broker, so the
+        planned fault fires whatever the timing was."""
+        flag = Path(self.cfg["outage_flag"])
+        deadline = time.monotonic() + OUTAGE_WAIT_LIMIT
+        while flag.exists() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        private = [f"w{self.cfg['index']}-{i:03d}" for i in range(self.cfg["pool"])]
+        ids = sorted(self.rng.sample(private, min(2, len(private))))
+        return _Round(index, ids, 2, stranded=False)
 
     def _round(self, rnd: _Round) -> dict[str, Any]:
         from outbox.core.errors import ConcurrencyError, OutboxError
@@ -231,14 +283,24 @@ class _Writer:
 
 
 def writer_main(cfg: dict[str, Any]) -> None:
-    """Run rounds ``cfg['start']..cfg['rounds']``: one unit of work each, journaled."""
+    """Run rounds ``cfg['start']..cfg['rounds']``: one unit of work each, journaled.
+
+    ``cfg['await_kill']``: the supervisor still means to SIGKILL this writer (after a round it
+    has journaled by now), so once done it waits for that kill instead of exiting: the planned
+    kill then always finds it alive, however late the supervisor looks.
+    """
     mutation = mutations.get(cfg.get("mutation"))
     if mutation:
         mutation.at_writer_start()
     _log_to(cfg["stderr"])
     journal = _Journal(cfg["journal"])
-    _arm_crash(cfg["crash"], journal)
-    _Writer(cfg, journal).run(cfg["start"])
+    crash = _Crash(cfg["crash"], journal)
+    _Writer(cfg, journal, crash).run(cfg["start"])
+    crash.settle()
+    if cfg.get("await_kill"):
+        journal.write({"event": "awaiting_kill", "at": time.time()})
+        threading.Event().wait(AWAIT_KILL_LIMIT)
+        os._exit(3)  # the supervisor never came: the kill stays unfired in the report
 
 
 def worker_main(cfg: dict[str, Any]) -> None:
@@ -247,7 +309,7 @@ def worker_main(cfg: dict[str, Any]) -> None:
     from outbox.app import Outbox
 
     _log_to(cfg["stderr"])
-    _arm_crash(cfg["crash"], _Journal(cfg["journal"]))
+    _Crash(cfg["crash"], _Journal(cfg["journal"]))
     mutation = mutations.get(cfg.get("mutation"))
     faulty = _transport(cfg, "worker", cfg["seed"])
     transport = mutation.wrap_transport(faulty) if mutation else faulty

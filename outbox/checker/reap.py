@@ -39,6 +39,10 @@ class Child:
     reaped: bool = False  # its death was counted (and it was not restarted)
     started: bool = False
     planned_crash: str = ""  # the plan's crash point (cfg["crash"] is cleared once it fired)
+    #: The supervisor's SIGKILLs still planned for this child; a writer with one waits for it
+    #: when done (``cfg["await_kill"]``) instead of exiting.
+    kills_pending: int = 0
+    killed_pids: set[int] = field(default_factory=set)  # processes a planned SIGKILL already hit
 
     def __post_init__(self) -> None:
         self.planned_crash = self.planned_crash or self.cfg.get("crash", "")
@@ -102,6 +106,8 @@ class Children:
     def _restart(self, c: Child, **changes: Any) -> None:
         crash = "" if c.crash_fired() else c.cfg["crash"]
         c.cfg = {**c.cfg, **changes, "crash": crash}
+        if c.role == "writer":
+            c.cfg["await_kill"] = c.kills_pending > 0
         c.generation += 1
         self.start(c)
 

@@ -149,3 +149,35 @@ def aggregate(reports: list[CheckReport]) -> dict[str, Any]:
         (r.latency_rescued.get("max", 0.0) for r in reports), default=0.0
     )
     return total
+
+
+def seed_row(r: CheckReport) -> dict[str, Any]:
+    """One seed in a results file: the counts, not the whole report (a soak has thousands)."""
+    return {
+        "seed": r.seed,
+        "ok": r.ok,
+        "committed": r.committed,
+        "deliveries": r.deliveries,
+        "duplicates": r.duplicates,
+        "lost": len(r.lost),
+        "out_of_order": len(r.out_of_order),
+        "phantoms": len(r.phantoms),
+        "sigkills_sent": r.sigkills_sent,
+        "crashes": sum(r.crashes.values()),
+        "faults": len(r.faults),
+        "unfired_faults": r.unfired_faults,
+        "rescued_first_deliveries": r.rescued_first_deliveries,
+        "duration_s": r.duration_s,
+    }
+
+
+def results_document(reports: list[CheckReport], options: dict[str, Any]) -> dict[str, Any]:
+    """What ``outbox check --results FILE`` writes after every seed: the options, the totals,
+    one row per seed, and the whole report of every seed that failed."""
+    return {
+        "kind": "outbox-check",
+        "options": options,
+        "total": aggregate(reports),
+        "seeds": [seed_row(r) for r in reports],
+        "failed": [r.to_dict() for r in reports if not r.ok],
+    }

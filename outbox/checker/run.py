@@ -112,6 +112,12 @@ def _prepare(
     children = Children(context())
     children.writers = [_writer_child(w, base, sc, root) for w in sc.writers]
     children.workers = [worker_child(k.index, base, k.seed, k.crash, root) for k in sc.workers]
+    for kill in sc.kills:
+        (children.writers if kill.role == "writer" else children.workers)[
+            kill.index
+        ].kills_pending += 1
+    for w in children.writers:
+        w.cfg["await_kill"] = w.kills_pending > 0
     queue = SqlQueue.from_settings(settings, clock=SystemClock())
     recording = RecordingSink(queue, settings.command_queue)
     inner = broken.wrap_sink(recording) if broken else recording

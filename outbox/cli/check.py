@@ -61,6 +61,13 @@ _COLUMNS = [
     help="Where each seed's workspace, broker log and process logs go (default: a temporary "
     "folder). A failing seed's folder is kept for inspection.",
 )
+@click.option(
+    "--results",
+    "results_file",
+    metavar="FILE",
+    help="Write the totals and one row per seed to FILE as JSON, rewritten after every seed "
+    "(a long soak leaves what it finished even when stopped).",
+)
 @json_option
 @pass_cli
 def check(
@@ -70,6 +77,7 @@ def check(
     minutes: float,
     scale: float,
     workdir: str | None,
+    results_file: str | None,
     as_json: bool,
 ) -> None:
     """Randomized end-to-end fault injection: writer processes, run-dispatcher worker processes
@@ -77,7 +85,7 @@ def check(
     outside, broker outages, send failures and Delta commit conflicts; then I1, I2, I3, I4 and I6
     are verified with exact counts. A seed replays its fault plan. Exit 0 when every seed held,
     5 when an invariant broke."""
-    from outbox.checker.report import aggregate
+    from outbox.checker.report import aggregate, results_document
     from outbox.checker.run import run_check
 
     quiet_chatty_loggers(cli.verbose)
@@ -95,6 +103,9 @@ def check(
             say(f"seed {seed} FAILED: its files are in {root / f'seed-{seed}'}")
         reports.append(r)
         seed += 1
+        if results_file:
+            options = {"first_seed": first_seed, "scale": scale, "minutes": minutes}
+            _write_atomically(Path(results_file), results_document(reports, options))
     total = aggregate(reports)
     if as_json:
         emit_json({"total": total, "seeds": [r.to_dict() for r in reports]})
@@ -122,6 +133,16 @@ def _row(r: Any) -> tuple[Any, ...]:
         f"{r.latency_rescued['p95']:.2f}/{r.latency_rescued['max']:.2f}s",
         f"{r.duration_s:.0f}s",
     )
+
+
+def _write_atomically(path: Path, data: Any) -> None:
+    """Replace ``path`` in one rename: a reader (or a stopped soak) never sees half a file."""
+    import json
+    import os
+
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", "utf-8")
+    os.replace(tmp, path)
 
 
 def register(group: click.Group) -> None:

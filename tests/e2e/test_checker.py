@@ -10,23 +10,38 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from outbox.checker.run import run_check
 from outbox.cli import main
+from tests.e2e.conftest import RunSeed, seed_runner
 
 SEEDS = list(range(1, 51))
 CI_SCALE = 0.5  # 3-4 rounds per writer: every fault still fires, a seed takes a few seconds
 
 
+@pytest.fixture(scope="session")
+def ci_seed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[RunSeed]:
+    """Runs the CI seeds, ``SEED_JOBS`` at a time, from the first test on."""
+    yield from seed_runner(
+        request,
+        tmp_path_factory,
+        name="checker-seeds",
+        test_name="test_seed_holds_every_invariant",
+        kwargs={"scale": CI_SCALE, "drain_timeout": 60},
+    )
+
+
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)  # includes waiting for the seeds submitted before this one
 @pytest.mark.parametrize("seed", SEEDS)
-def test_seed_holds_every_invariant(seed: int, tmp_path: Path) -> None:
-    report = run_check(seed, tmp_path, scale=CI_SCALE, drain_timeout=60)
+def test_seed_holds_every_invariant(seed: int, ci_seed: RunSeed) -> None:
+    report = ci_seed(seed)
     assert report.ok, report.to_dict()
     assert report.rescue_errors == []
     # every planned fault fired: a crash point never hit or a kill that found its victim dead
