@@ -1,0 +1,198 @@
+"""The checker soak: ``outbox check`` over many seeds, in concurrent chunks, merged into one file.
+
+    python -m benchmarks.checker_soak --first-seed 1001 --seeds 1000 --chunks 8 --scale 0.5 \\
+        --workdir /tmp/soak [--deadline 14:55]
+
+Each chunk is one ``outbox check --results FILE --workdir DIR`` process over consecutive seeds
+(a seed is mostly waiting, so chunks overlap well even on two cores). ``--results`` is rewritten
+after every seed, so when ``--deadline`` (UTC, HH:MM) comes first the chunks are stopped and what
+they finished is merged, with ``partial: true`` and the seeds that did not run. A failed seed keeps
+its folder under ``--workdir``. The merge goes to ``benchmarks/results/checker_soak.json``
+(``--out``), with the code's commit and the wall time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "benchmarks" / "results" / "checker_soak.json"
+
+
+def _commit() -> str:
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(ROOT), "rev-parse", "HEAD"],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+        dirty = subprocess.run(
+            [
+                "git",
+                "-C",
+                str(ROOT),
+                "status",
+                "--porcelain",
+                "--",
+                "outbox",
+                "dispatcher",
+                "rescuer",
+                "migrations",
+            ],
+            check=False,
+            capture_output=True,
+            text=True,
+        )
+    except OSError:
+        return "unknown"
+    return head.stdout.strip() + (" (+uncommitted changes)" if dirty.stdout.strip() else "")
+
+
+def _chunks(first: int, seeds: int, chunks: int) -> list[tuple[int, int]]:
+    size, extra = divmod(seeds, chunks)
+    out, start = [], first
+    for i in range(chunks):
+        n = size + (1 if i < extra else 0)
+        if n:
+            out.append((start, n))
+            start += n
+    return out
+
+
+def merge_totals(totals: list[dict[str, Any]]) -> dict[str, Any]:
+    """Sum the chunks' ``aggregate`` totals: counts add, lists concatenate, dicts merge (counts
+    add), the maximum latency is the largest."""
+    out: dict[str, Any] = {}
+    for t in totals:
+        for k, v in t.items():
+            if k == "rescued_latency_max_s":
+                out[k] = max(float(out.get(k, 0.0)), float(v))
+            elif isinstance(v, bool):
+                out[k] = out.get(k, False) or v
+            elif isinstance(v, int | float):
+                out[k] = out.get(k, 0) + v
+            elif isinstance(v, list):
+                out[k] = [*out.get(k, []), *v]
+            elif isinstance(v, dict):
+                merged = dict(out.get(k, {}))
+                for kk, vv in v.items():
+                    merged[kk] = merged.get(kk, 0) + vv if isinstance(vv, int) else vv
+                out[k] = dict(sorted(merged.items()))
+    return out
+
+
+def merge(
+    docs: list[dict[str, Any]], *, planned: list[int], wall_s: float, commit: str, scale: float
+) -> dict[str, Any]:
+    rows = sorted((r for d in docs for r in d.get("seeds", [])), key=lambda r: int(r["seed"]))
+    total = merge_totals([d["total"] for d in docs if "total" in d])
+    ran = {int(r["seed"]) for r in rows}
+    missing = [s for s in planned if s not in ran]
+    return {
+        "kind": "checker-soak",
+        "command": f"outbox check --first-seed {min(planned)} --seeds {len(planned)} "
+        f"--scale {scale}",
+        "commit": commit,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "wall_s": round(wall_s, 1),
+        "partial": bool(missing),
+        "seeds_planned": len(planned),
+        "seeds_run": len(rows),
+        "seeds_not_run": missing,
+        "ok_seeds": sum(1 for r in rows if r["ok"]),
+        "failed_seeds": [int(r["seed"]) for r in rows if not r["ok"]],
+        "seed_duration_s": _durations([float(r["duration_s"]) for r in rows]),
+        "total": total,
+        "failed": [f for d in docs for f in d.get("failed", [])],
+        "seeds": rows,
+    }
+
+
+def _durations(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {"p50": 0.0, "max": 0.0, "sum": 0.0}
+    s = sorted(values)
+    return {"p50": s[len(s) // 2], "max": s[-1], "sum": round(sum(s), 1)}
+
+
+def _deadline(text: str | None) -> float | None:
+    if not text:
+        return None
+    now = datetime.now(UTC)
+    hh, mm = (int(x) for x in text.split(":"))
+    at = now.replace(hour=hh, minute=mm, second=0, microsecond=0)
+    return time.monotonic() + (at - now).total_seconds()
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--first-seed", type=int, default=1001)
+    ap.add_argument("--seeds", type=int, default=1000)
+    ap.add_argument("--chunks", type=int, default=8)
+    ap.add_argument("--scale", type=float, default=0.5)
+    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--deadline", help="UTC HH:MM: stop the chunks then and merge what finished")
+    ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--merge-only", action="store_true", help="merge the chunk files already there")
+    args = ap.parse_args(argv)
+    args.workdir.mkdir(parents=True, exist_ok=True)
+    planned = list(range(args.first_seed, args.first_seed + args.seeds))
+    chunks = _chunks(args.first_seed, args.seeds, args.chunks)
+    files = [args.workdir / f"chunk-{first}.json" for first, _ in chunks]
+    meta = args.workdir / "soak-meta.json"
+    if args.merge_only:
+        m = json.loads(meta.read_text())
+        commit, wall = m["commit"], time.time() - float(m["started"])
+    else:
+        commit, started = _commit(), time.time()
+        meta.write_text(json.dumps({"commit": commit, "started": started}))
+        procs = []
+        for (first, n), f in zip(chunks, files, strict=True):
+            cmd = [
+                str(ROOT / ".venv" / "bin" / "outbox"),
+                "check",
+                "--first-seed", str(first),
+                "--seeds", str(n),
+                "--scale", str(args.scale),
+                "--workdir", str(args.workdir / f"chunk-{first}"),
+                "--results", str(f),
+                "--json",
+            ]  # fmt: skip
+            log = open(args.workdir / f"chunk-{first}.log", "w")  # noqa: SIM115 - child's stderr
+            procs.append(
+                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+            )
+        deadline = _deadline(args.deadline)
+        while any(p.poll() is None for p in procs):
+            if deadline is not None and time.monotonic() > deadline:
+                for p in procs:
+                    if p.poll() is None:
+                        os.killpg(p.pid, signal.SIGTERM)
+                break
+            time.sleep(5)
+        for p in procs:
+            p.wait()
+        wall = time.time() - started
+    docs = [json.loads(f.read_text()) for f in files if f.exists()]
+    result = merge(docs, planned=planned, wall_s=wall, commit=commit, scale=args.scale)
+    args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    print(
+        f"{result['seeds_run']}/{len(planned)} seeds, {result['ok_seeds']} ok, failed "
+        f"{result['failed_seeds']}, partial={result['partial']}, wall {result['wall_s']} s",
+        file=sys.stderr,
+    )
+    return 0 if not result["failed_seeds"] else 5
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
