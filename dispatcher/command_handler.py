@@ -100,7 +100,7 @@ class CommandHandler:
         renew_check_interval: float = 1.0,
     ) -> None:
         self.store = runtime.store
-        self.queue = runtime.queue
+        self.queue = runtime.commands
         self.dispatcher = runtime.dispatcher
         self.metrics = runtime.metrics
         self.crash_points = runtime.crash_points

@@ -16,6 +16,9 @@ schedule, with backoff and dead-lettering from the queue. The command id is deri
 (table, id, last_seq), so the rescuer enqueueing the same command later is dropped as a duplicate.
 If even that enqueue fails (the database is down), it is logged and counted, and the rescuer
 remains the safety net. Nothing here ever raises to the application (I4).
+
+Commands go to the SQL queue, or to Azure Service Bus with ``command_transport = "servicebus"``
+(``commands``: session id = document id, message id = command id, scheduled enqueue for delays).
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from outbox.core.errors import ConfigurationError, MissingDependencyError
 from outbox.core.model import DocumentRow
 
 if TYPE_CHECKING:
+    from dispatcher.queue.command_queue import CommandQueue
     from dispatcher.queue.sql_queue import SqlQueue
     from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
@@ -88,6 +92,7 @@ class DispatcherRuntime:
         transport: Transport | None = None,
         clock: Clock | None = None,
         queue: SqlQueue | None = None,
+        commands: CommandQueue | None = None,
         metrics: DispatchMetrics | None = None,
         crash_points: StepHook | None = None,
         retry_delay: float = DEFAULT_RETRY_DELAY,
@@ -103,6 +108,8 @@ class DispatcherRuntime:
         self._queue = queue
         self._owns_queue = queue is None
         self._queue_lock = threading.Lock()
+        self._commands = commands
+        self._owns_commands = commands is None
         self._owns_transport = transport is None
         self.transport: Transport = transport or build_transport(settings, lambda: self.queue)
         self.dispatcher = Dispatcher(
@@ -127,6 +134,23 @@ class DispatcherRuntime:
                     self.settings, clock=self.clock, pool_size=self.pool_size()
                 )
             return self._queue
+
+    @property
+    def commands(self) -> CommandQueue:
+        """The queue that carries ``ProcessDocument`` commands: ``queue`` (SQL), or the Service
+        Bus command queue when ``settings.command_transport`` is ``servicebus``."""
+        if self._commands is not None:
+            return self._commands
+        if self.settings.command_transport != "servicebus":
+            return self.queue
+        with self._queue_lock:
+            if self._commands is None:
+                from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
+
+                self._commands = ServiceBusCommandQueue.from_settings(
+                    self.settings, clock=self.clock
+                )
+            return self._commands
 
     def pool_size(self, worker_threads: int = 0) -> int:
         """Connections the queue needs: one per concurrent send, two per worker thread (its
@@ -173,7 +197,7 @@ class DispatcherRuntime:
         not_before = self.clock.now() + timedelta(seconds=delay) if delay > 0 else None
         messages = [c.to_queue_message(not_before=not_before) for c in commands]
         try:
-            self.queue.send(self.settings.command_queue, messages)
+            self.commands.send(self.settings.command_queue, messages)
         except Exception as e:
             self.metrics.inc("enqueue_failures", len(commands))
             log.warning(
@@ -195,3 +219,5 @@ class DispatcherRuntime:
             self.transport.close()
         if self._owns_queue and self._queue is not None:
             self._queue.close()
+        if self._owns_commands and self._commands is not None:
+            self._commands.close()

@@ -67,7 +67,7 @@ class DispatcherWorker:
             raise ValidationError(f"poll_interval {poll_interval!r} must not be negative")
         self.runtime = runtime
         self.store = runtime.store
-        self.queue = runtime.queue
+        self.queue = runtime.commands
         self.dispatcher = runtime.dispatcher
         self.metrics = runtime.metrics
         self.clock = runtime.clock

@@ -1,4 +1,5 @@
-"""Where rescue commands go: the durable SQL command queue, or a list in tests.
+"""Where rescue commands go: the durable SQL command queue, the Service Bus command queue
+(``command_transport = "servicebus"``), or a list in tests.
 
 Why a small protocol of our own: a pass only needs "enqueue these, tell me how many were new".
 The queue's duplicate detection on ``message_id`` (= the command id from (table, id, last_seq))
@@ -55,7 +56,8 @@ class InMemorySink:
 
 
 class QueueSink:
-    """``ProcessDocument`` commands into the SQL queue (``settings.command_queue``)."""
+    """``ProcessDocument`` commands into the command queue (``settings.command_queue``): SQL, or
+    Service Bus, where duplicate detection on the command id drops repeats the same way."""
 
     def __init__(self, queue: QueueSender, queue_name: str) -> None:
         self.queue = queue  # a SqlQueue, or its .sender
@@ -63,6 +65,11 @@ class QueueSink:
 
     @classmethod
     def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> QueueSink:
+        if settings.command_transport == "servicebus":
+            from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
+
+            sb = ServiceBusCommandQueue.from_settings(settings, clock=clock)
+            return cls(sb, settings.command_queue)
         from dispatcher.queue.sql_queue import SqlQueue
 
         return cls(SqlQueue.from_settings(settings, clock=clock), settings.command_queue)

@@ -20,7 +20,7 @@ from outbox.core.errors import OutboxError
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import ReceivedMessage
-    from dispatcher.queue.sql_queue import SqlQueue
+    from dispatcher.queue.ports import QueueReceiver
 
 log = logging.getLogger("outbox.queue")
 
@@ -30,7 +30,7 @@ class LockRenewer:
 
     def __init__(
         self,
-        queue: SqlQueue,
+        queue: QueueReceiver,
         held: Callable[[], Iterable[ReceivedMessage]],
         clock: Clock,
         *,

@@ -64,8 +64,9 @@ def run_dispatcher(
             ob.runtime, concurrency=concurrency, batch_size=batch_size, poll_interval=interval
         )
         log.info(
-            "run-dispatcher: queue %r, table %s, concurrency %d%s",
+            "run-dispatcher: queue %r (%s), table %s, concurrency %d%s",
             settings.command_queue,
+            settings.command_transport,
             settings.table_uri,
             concurrency,
             " (once)" if once else " (until idle)" if until_idle else "",

@@ -23,6 +23,7 @@ SQLITE_FILE = "outbox.db"
 ENV_PREFIX = "OUTBOX_"
 
 TransportName = Literal["sql", "memory", "servicebus"]
+CommandTransport = Literal["sql", "servicebus"]
 DispatchMode = Literal["immediate", "deferred"]
 
 MIN_RESCUE_DELAY = 15.0
@@ -47,6 +48,7 @@ class Settings:
     max_in_flight: int = 16
     max_commit_retries: int = 10
     command_queue: str = "outbox-commands"
+    command_transport: CommandTransport = "sql"  # where ProcessDocument goes (sql or servicebus)
     default_destination: str | None = None
     lock_duration: float = 30.0
     max_delivery_count: int = 10
@@ -98,6 +100,8 @@ class Settings:
             object.__setattr__(self, "log_retention", self.rescue_delay)
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
+        if self.command_transport not in ("sql", "servicebus"):
+            raise bad("command_transport", f"{self.command_transport!r}; use sql or servicebus")
         if "://" not in self.sql_url:
             raise bad(
                 "sql_url",
