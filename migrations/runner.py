@@ -71,9 +71,24 @@ def migrate(settings: Settings, *, only_if_missing: bool = False) -> MigrationRe
         settings.table_uri, buckets=settings.buckets, storage_options=settings.storage_options
     )
     report.actions += upgrade(settings.sql_url)
+    if settings.command_transport == "servicebus":
+        report.actions += _provision_servicebus(settings)
     for a in report.actions:
         log.debug("migrate: %s", a)
     return report
+
+
+def _provision_servicebus(settings: Settings) -> list[str]:
+    """The Service Bus command queue (``dispatcher.transports.servicebus_admin``)."""
+    from dispatcher.transports.servicebus_admin import provision_command_queue
+    from dispatcher.transports.servicebus_queue import connect
+
+    client, admin = connect()
+    try:
+        return provision_command_queue(admin, settings)
+    finally:
+        for c in (admin, client):
+            c.close()
 
 
 def _table_exists(settings: Settings) -> bool:
