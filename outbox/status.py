@@ -180,7 +180,10 @@ def _queues(
     from dispatcher.queue.sql_queue import SqlQueue
 
     with SqlQueue.from_settings(settings, clock=clock) as queue:
-        _dead_lettered_commands(report, queue, settings.command_queue, table_id, pending)
+        if settings.command_transport == "servicebus":  # commands (and their dead letters) there
+            _servicebus_commands(report, settings, clock, table_id, pending)
+        else:
+            _dead_lettered_commands(report, queue, settings.command_queue, table_id, pending)
         for q in queue.stats().values():
             report.queues.append(
                 QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered)
@@ -197,6 +200,28 @@ def _queues(
                 d.dead_lettered_at,
                 round((now - utc(d.dead_lettered_at)).total_seconds(), 1),
             )
+
+
+def _servicebus_commands(
+    report: StatusReport,
+    settings: Settings,
+    clock: Clock,
+    table_id: str,
+    pending: dict[str, dict[str, Any]],
+) -> None:
+    """The Service Bus command queue's depth (locked commands count as active there) and its
+    dead-lettered commands."""
+    from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
+
+    sb = ServiceBusCommandQueue.from_settings(settings, clock=clock)
+    try:
+        _dead_lettered_commands(report, sb, settings.command_queue, table_id, pending)
+        for q in sb.stats().values():
+            report.queues.append(
+                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered)
+            )
+    finally:
+        sb.close()
 
 
 def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> CheckpointStatus:

@@ -1,7 +1,13 @@
-"""``outbox dead-letters list|show|requeue|purge``: look at dead-lettered messages and repair."""
+"""``outbox dead-letters list|show|requeue|purge``: look at dead-lettered messages and repair.
+
+With ``command_transport = "servicebus"`` they address the Service Bus command queue's dead-letter
+subqueue (ids are its sequence numbers); ``outbox dead-letters --sql ...`` addresses the SQL
+queue's dead letters instead (the SQL transport's messages)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -48,9 +54,36 @@ def _where(pairs: tuple[str, ...]) -> dict[str, str]:
     return out
 
 
+@contextmanager
+def _dead_letters(cli: CliContext) -> Iterator[Any]:
+    """The Service Bus command queue when commands go there (and ``--sql`` was not given), else
+    the SQL queue."""
+    settings = cli.settings()
+    use_sql = bool(click.get_current_context().meta.get("dead_letters.sql"))
+    if settings.command_transport != "servicebus" or use_sql:
+        with open_queue(cli) as queue:
+            yield queue
+        return
+    from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
+
+    sb = ServiceBusCommandQueue.from_settings(settings)
+    try:
+        yield sb
+    finally:
+        sb.close()
+
+
 @click.group("dead-letters")
-def dead_letters_group() -> None:
+@click.option(
+    "--sql",
+    "use_sql",
+    is_flag=True,
+    help="The SQL queue's dead letters even when commands go to Service Bus.",
+)
+@click.pass_context
+def dead_letters_group(ctx: click.Context, use_sql: bool) -> None:
     """List, show, requeue and purge dead-lettered messages."""
+    ctx.meta["dead_letters.sql"] = use_sql
 
 
 @dead_letters_group.command("list")
@@ -63,7 +96,7 @@ def list_cmd(
     cli: CliContext, queue_name: str | None, where: tuple[str, ...], limit: int, as_json: bool
 ) -> None:
     """Dead letters, oldest first."""
-    with open_queue(cli) as queue:
+    with _dead_letters(cli) as queue:
         items = queue.list_dead_letters(queue_name, limit, where=_where(where))
     if as_json:
         emit_json([_dead_letter_dict(d) for d in items])
@@ -92,7 +125,7 @@ def list_cmd(
 @pass_cli
 def show_cmd(cli: CliContext, dead_letter_id: int, as_json: bool) -> None:
     """One dead letter in full, body included."""
-    with open_queue(cli) as queue:
+    with _dead_letters(cli) as queue:
         d = queue.get_dead_letter(dead_letter_id)
     data = _dead_letter_dict(d)
     if as_json:
@@ -115,7 +148,7 @@ def _bulk(
         "where": _where(where) or None,
         "all": everything,
     }
-    with open_queue(cli) as queue:
+    with _dead_letters(cli) as queue:
         for dead_letter_id in ids:  # an unknown id is a typo: say so instead of "0 requeued"
             queue.get_dead_letter(dead_letter_id)
         total = queue.count_dead_letters(**selection)
