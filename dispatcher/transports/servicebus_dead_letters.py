@@ -11,14 +11,12 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from types import ModuleType
+from typing import Any
 
 from dispatcher.queue.messages import DeadLetter, QueueMessage
-from outbox.core.clock import utc
+from dispatcher.transports.servicebus_commands import PROP_ORIGINAL_ID, derived_id, to_dead_letter
 from outbox.core.errors import MessageNotFoundError, ValidationError
-
-if TYPE_CHECKING:
-    from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
 
 FILTERS = ("queue", "reason", "session_id", "message_id", "subject")
 PAGE = 100
@@ -35,47 +33,26 @@ def check_selection(ids: Sequence[int] | None, where: Mapping[str, str] | None, 
 
 
 class DeadLetterQueue:
-    def __init__(self, owner: ServiceBusCommandQueue) -> None:
-        self.owner = owner
+    """The dead-letter subqueue of a queue on ``client``; ``send(queue, message, extra)`` puts a
+    requeued message back (the command queue's own send, with extra application properties)."""
+
+    def __init__(
+        self,
+        sb: ModuleType,
+        client: Callable[[], Any],
+        send: Callable[[str, QueueMessage, Mapping[str, Any]], None],
+        max_wait_time: float,
+    ) -> None:
+        self.sb = sb
+        self.client = client
+        self.send = send
+        self.max_wait_time = max_wait_time
 
     def _receiver(self, queue: str) -> Any:
-        sb = self.owner._sb
-        return self.owner.client().get_queue_receiver(
+        return self.client().get_queue_receiver(
             queue_name=queue,
-            sub_queue=sb.ServiceBusSubQueue.DEAD_LETTER,
-            max_wait_time=self.owner.max_wait_time,
-        )
-
-    def to_dead_letter(self, queue: str, m: Any) -> DeadLetter:
-        from dispatcher.transports.servicebus_queue import (
-            _OURS,
-            PROP_NO_SESSION,
-            PROP_ORIGINAL_ID,
-            PROP_PRIOR_DELIVERIES,
-            _text,
-        )
-
-        props = {_text(k): _text(v) for k, v in (m.application_properties or {}).items()}
-        body = m.body if isinstance(m.body, bytes) else b"".join(m.body)
-        return DeadLetter(
-            id=int(m.sequence_number),
-            queue=queue,
-            message_id=str(props.get(PROP_ORIGINAL_ID) or m.message_id),
-            session_id=None if props.get(PROP_NO_SESSION) else m.session_id,
-            body=body,
-            subject=m.subject or "",
-            content_type=m.content_type or "",
-            correlation_id=m.correlation_id,
-            headers={k: v for k, v in props.items() if k not in _OURS},
-            enqueued_at=utc(m.enqueued_time_utc),
-            sequence_number=int(m.sequence_number),
-            delivery_count=int(props.get(PROP_PRIOR_DELIVERIES) or 0)
-            + int(m.delivery_count or 0)
-            + 1,
-            reason=m.dead_letter_reason or "",
-            description=m.dead_letter_error_description or "",
-            # Service Bus keeps no dead-lettering time; the enqueue time is the nearest it has.
-            dead_lettered_at=utc(m.enqueued_time_utc),
+            sub_queue=self.sb.ServiceBusSubQueue.DEAD_LETTER,
+            max_wait_time=self.max_wait_time,
         )
 
     def _peek_all(self, queue: str) -> Iterator[tuple[Any, DeadLetter]]:
@@ -87,7 +64,7 @@ class DeadLetterQueue:
                 if not page:
                     return
                 for m in page:
-                    yield m, self.to_dead_letter(queue, m)
+                    yield m, to_dead_letter(queue, m)
                 start = int(page[-1].sequence_number) + 1
         finally:
             receiver.close()
@@ -119,7 +96,7 @@ class DeadLetterQueue:
             receiver.close()
         if not page or int(page[0].sequence_number) != dead_letter_id:
             raise MessageNotFoundError(f"no dead letter {dead_letter_id} on {queue!r}")
-        return self.to_dead_letter(queue, page[0])
+        return to_dead_letter(queue, page[0])
 
     def count(
         self,
@@ -143,35 +120,32 @@ class DeadLetterQueue:
         requeue: bool,
     ) -> int:
         """Requeue (or purge) the selected dead letters; the others are released untouched."""
-        from dispatcher.transports.servicebus_queue import PROP_ORIGINAL_ID, derived_id
-
         check_selection(ids, where, all)
         moved = 0
         receiver = self._receiver(queue)
         try:
             while True:
                 page = receiver.receive_messages(
-                    max_message_count=PAGE, max_wait_time=self.owner.max_wait_time
+                    max_message_count=PAGE, max_wait_time=self.max_wait_time
                 )
                 if not page:
                     break
                 done = 0
                 for m in page:
-                    dl = self.to_dead_letter(queue, m)
+                    dl = to_dead_letter(queue, m)
                     if not self.matches(dl, ids, where):
                         continue  # stays locked by this receiver until it closes
                     if requeue:
                         copy = QueueMessage(
                             body=dl.body,
-                            message_id=derived_id(dl.message_id, 0).replace("+0", f"+r{dl.id}"),
+                            message_id=derived_id(dl.message_id, f"r{dl.id}"),
                             session_id=dl.session_id,
                             subject=dl.subject,
                             content_type=dl.content_type or "application/octet-stream",
                             correlation_id=dl.correlation_id,
                             headers=dict(dl.headers),
                         )
-                        sdk_copy = self.owner._to_sdk(copy, extra={PROP_ORIGINAL_ID: dl.message_id})
-                        self.owner._send_sdk(queue, [sdk_copy])
+                        self.send(queue, copy, {PROP_ORIGINAL_ID: dl.message_id})
                     receiver.complete_message(m)
                     done += 1
                 moved += done

@@ -23,17 +23,21 @@ Mapping (docs/servicebus.md, "Service Bus as the command queue"):
 * **delivery counts**: the SDK's ``delivery_count`` is the AMQP header (deliveries - 1); ours is
   that + 1 + the count a copy carries. At ``max_delivery_count`` we dead-letter with
   ``MaxDeliveryCountExceeded`` ourselves, as the broker does for an uncopied message.
+
+Why one module: receiving, settling, renewing and the delayed-retry copy all work on one table of
+held messages (lock token -> session receiver) under one lock; split, each part would reach into
+another's state. The field mapping (``servicebus_commands``), the dead-letter subqueue
+(``servicebus_dead_letters``) and provisioning (``servicebus_admin``) live apart.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.queue import validation
@@ -45,6 +49,14 @@ from dispatcher.queue.messages import (
     ReceivedMessage,
 )
 from dispatcher.transports import servicebus_sdk as sdk
+from dispatcher.transports.servicebus_commands import (
+    MAX_DELIVERY_REASON,
+    PROP_ORIGINAL_ID,
+    PROP_PRIOR_DELIVERIES,
+    derived_id,
+    to_received,
+    to_sdk,
+)
 from dispatcher.transports.servicebus_dead_letters import DeadLetterQueue
 from outbox.core.clock import Clock, SystemClock, utc
 from outbox.core.errors import (
@@ -60,25 +72,6 @@ if TYPE_CHECKING:
     from sqlalchemy import Connection
 
     from outbox.core.settings import Settings
-
-MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
-#: Application properties the adapter adds (and removes again on receive).
-PROP_ORIGINAL_ID = "outbox-original-id"
-PROP_PRIOR_DELIVERIES = "outbox-prior-deliveries"
-PROP_NO_SESSION = "outbox-no-session"
-_OURS = (PROP_ORIGINAL_ID, PROP_PRIOR_DELIVERIES, PROP_NO_SESSION)
-
-
-def derived_id(message_id: str, deliveries: int) -> str:
-    """The id of the scheduled copy that retries ``message_id`` after ``deliveries``."""
-    candidate = f"{message_id}+{deliveries}"
-    if len(candidate) <= validation.MAX_ID:
-        return candidate
-    return f"{hashlib.sha256(message_id.encode()).hexdigest()[:64]}+{deliveries}"
-
-
-def _text(value: Any) -> Any:
-    return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 @dataclass
@@ -123,7 +116,12 @@ class ServiceBusCommandQueue:
         self._senders: dict[str, tuple[Any, threading.Lock]] = {}
         self._held: dict[str, _Held] = {}
         self._closed = False
-        self.dead_letters = DeadLetterQueue(self)
+        self.dead_letters = DeadLetterQueue(
+            self._sb,
+            lambda: self._client,
+            lambda queue, m, extra: self._send_sdk(queue, [self._to_sdk(m, extra=extra)]),
+            max_wait_time,
+        )
 
     @classmethod
     def from_settings(
@@ -167,21 +165,7 @@ class ServiceBusCommandQueue:
         validation.body(msg.body, msg.message_id, self.max_body_bytes)
 
     def _to_sdk(self, msg: QueueMessage, *, extra: Mapping[str, Any] | None = None) -> Any:
-        props: dict[str, Any] = dict(msg.headers)
-        if msg.session_id is None:
-            props[PROP_NO_SESSION] = "1"
-        props.update(extra or {})
-        when = msg.not_before
-        return self._sb.ServiceBusMessage(
-            msg.body_bytes,
-            message_id=msg.message_id,
-            session_id=msg.session_id or msg.message_id,
-            scheduled_enqueue_time_utc=None if when is None else utc(when).astimezone(UTC),
-            subject=msg.subject or None,
-            content_type=msg.content_type or None,
-            correlation_id=msg.correlation_id,
-            application_properties=props or None,
-        )
+        return to_sdk(self._sb, msg, extra=extra)
 
     def send(
         self,
@@ -305,33 +289,13 @@ class ServiceBusCommandQueue:
                 )
 
     def _hold(self, queue: str, receiver: Any, m: Any) -> _Held:
-        props = {_text(k): _text(v) for k, v in (m.application_properties or {}).items()}
-        prior = int(props.get(PROP_PRIOR_DELIVERIES) or 0)
-        original = str(props.get(PROP_ORIGINAL_ID) or m.message_id)
-        no_session = bool(props.get(PROP_NO_SESSION))
-        body = m.body if isinstance(m.body, bytes) else b"".join(m.body)
         locked_until = m.locked_until_utc
         if receiver.session is not None and receiver.session.locked_until_utc is not None:
             locked_until = receiver.session.locked_until_utc
-        token = str(m.lock_token)
-        received = ReceivedMessage(
-            queue=queue,
-            message_id=original,
-            body=body,
-            sequence_number=int(m.sequence_number),
-            enqueued_at=utc(m.enqueued_time_utc),
-            delivery_count=prior + int(m.delivery_count or 0) + 1,
-            lock_token=token,
-            locked_until=None if locked_until is None else utc(locked_until),
-            session_id=None if no_session else m.session_id,
-            subject=m.subject or "",
-            content_type=m.content_type or "",
-            correlation_id=m.correlation_id,
-            headers={k: v for k, v in props.items() if k not in _OURS},
-        )
-        held = _Held(receiver, m, received, original, threading.Lock())
+        received = to_received(queue, m, locked_until)
+        held = _Held(receiver, m, received, received.message_id, threading.Lock())
         with self._lock:
-            self._held[token] = held
+            self._held[received.lock_token or ""] = held
         return held
 
     def receive_and_delete(
@@ -412,7 +376,7 @@ class ServiceBusCommandQueue:
         held.receiver.session.renew_lock()  # raises SessionLockLostError if it is not ours
         copy = QueueMessage(
             body=r.body,
-            message_id=derived_id(r.message_id, r.delivery_count),
+            message_id=derived_id(r.message_id, str(r.delivery_count)),
             session_id=r.session_id,
             not_before=utc(self.clock.now()) + timedelta(seconds=delay),
             subject=r.subject,

@@ -27,6 +27,10 @@ checked):
 
 Time comes from an injected clock (``ManualClock``); nothing waits: where the service would wait
 ``max_wait_time`` for a session or a message, the fake answers at once.
+
+Why one module: the namespace, its receivers, senders and administration client share one broker
+state under one lock (a settlement checks the session table a receive wrote); a third party
+imports one file to get all of it.
 """
 
 from __future__ import annotations

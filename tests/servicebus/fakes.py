@@ -5,11 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from dispatcher.queue.messages import PeekedMessage
-from dispatcher.transports.servicebus_queue import (
-    PROP_NO_SESSION,
-    PROP_ORIGINAL_ID,
-    ServiceBusCommandQueue,
-)
+from dispatcher.transports.servicebus_commands import PROP_NO_SESSION, PROP_ORIGINAL_ID
+from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
 from outbox.core.clock import ManualClock
 from outbox.testing.servicebus_fake import FakeServiceBus
 
