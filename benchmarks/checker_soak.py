@@ -92,7 +92,13 @@ def merge_totals(totals: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def merge(
-    docs: list[dict[str, Any]], *, planned: list[int], wall_s: float, commit: str, scale: float
+    docs: list[dict[str, Any]],
+    *,
+    planned: list[int],
+    wall_s: float,
+    commit: str,
+    scale: float,
+    chunks: int,
 ) -> dict[str, Any]:
     rows = sorted((r for d in docs for r in d.get("seeds", [])), key=lambda r: int(r["seed"]))
     total = merge_totals([d["total"] for d in docs if "total" in d])
@@ -103,6 +109,7 @@ def merge(
         "command": f"outbox check --first-seed {min(planned)} --seeds {len(planned)} "
         f"--scale {scale}",
         "commit": commit,
+        "chunks": chunks,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "wall_s": round(wall_s, 1),
         "partial": bool(missing),
@@ -111,7 +118,7 @@ def merge(
         "seeds_not_run": missing,
         "ok_seeds": sum(1 for r in rows if r["ok"]),
         "failed_seeds": [int(r["seed"]) for r in rows if not r["ok"]],
-        "seed_duration_s": _durations([float(r["duration_s"]) for r in rows]),
+        **_durations([float(r["duration_s"]) for r in rows]),
         "total": total,
         "failed": [f for d in docs for f in d.get("failed", [])],
         "seeds": rows,
@@ -119,10 +126,13 @@ def merge(
 
 
 def _durations(values: list[float]) -> dict[str, float]:
-    if not values:
-        return {"p50": 0.0, "max": 0.0, "sum": 0.0}
-    s = sorted(values)
-    return {"p50": s[len(s) // 2], "max": s[-1], "sum": round(sum(s), 1)}
+    """Per-seed wall times (keys end in ``_s``: the docs test reads them as seconds)."""
+    s = sorted(values) or [0.0]
+    return {
+        "seed_duration_p50_s": s[len(s) // 2],
+        "seed_duration_max_s": s[-1],
+        "seed_duration_sum_s": round(sum(s), 1),
+    }
 
 
 def _deadline(text: str | None) -> float | None:
@@ -152,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     meta = args.workdir / "soak-meta.json"
     if args.merge_only:
         m = json.loads(meta.read_text())
-        commit, wall = m["commit"], time.time() - float(m["started"])
+        last = max((f.stat().st_mtime for f in files if f.exists()), default=time.time())
+        commit, wall = m["commit"], last - float(m["started"])
     else:
         commit, started = _commit(), time.time()
         meta.write_text(json.dumps({"commit": commit, "started": started}))
@@ -184,7 +195,9 @@ def main(argv: list[str] | None = None) -> int:
             p.wait()
         wall = time.time() - started
     docs = [json.loads(f.read_text()) for f in files if f.exists()]
-    result = merge(docs, planned=planned, wall_s=wall, commit=commit, scale=args.scale)
+    result = merge(
+        docs, planned=planned, wall_s=wall, commit=commit, scale=args.scale, chunks=len(chunks)
+    )
     args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(
         f"{result['seeds_run']}/{len(planned)} seeds, {result['ok_seeds']} ok, failed "

@@ -337,12 +337,64 @@ def dispatch() -> str:
     return _table(header, rows)
 
 
+def checker_soak() -> str:
+    """The checker soak (``python -m benchmarks.checker_soak``): every count, its verdict."""
+    c = load("checker_soak")
+    t = c["total"]
+    crashes = ", ".join(f"{k}: {n(v)}" for k, v in t["crashes"].items()) or "none"
+    unfired = sum(len(v) for v in t["unfired_faults"].values())
+    seeds = f"{n(c['seeds_run'])} run, {n(c['ok_seeds'])} ok, {n(len(c['failed_seeds']))} failed"
+    if c["partial"]:
+        seeds += f" (PARTIAL: {n(len(c['seeds_not_run']))} of {n(c['seeds_planned'])} not run)"
+    rows = [
+        ["command", f"`{c['command']}`, {c['chunks']} concurrent chunks"],
+        ["code", f"commit `{c['commit'][:10]}`{c['commit'][40:]}"],
+        ["seeds", seeds],
+        ["messages committed", n(t["committed"])],
+        [
+            "deliveries (re-sends included)",
+            f"{n(t['deliveries'])} ({n(t['duplicates'])} duplicates)",
+        ],
+        [
+            "lost / out of order / phantom / mismatched re-send",
+            _slash([n(t[k]) for k in ("lost", "out_of_order", "phantoms", "mismatched")]),
+        ],
+        [
+            "failed saves / watermark regressions / unexpected rescue errors",
+            _slash([n(t[k]) for k in ("saves_failed", "watermark_regressions", "rescue_errors")]),
+        ],
+        [
+            "planned faults (crash points, SIGKILLs, stranded rounds)",
+            f"{n(t['faults_planned'])}, {n(unfired)} unfired",
+        ],
+        ["SIGKILLs from the supervisor", n(t["sigkills_sent"])],
+        ["process deaths and raised crash points", crashes],
+        ["first deliveries only the rescuer can have caused", n(t["rescued_first_deliveries"])],
+        [
+            "rescue passes (interrupted on purpose / failed and retried)",
+            f"{n(t['rescue_passes'])} ({n(t['rescue_passes_interrupted'])} / "
+            f"{n(t['rescue_passes_failed'])})",
+        ],
+        [
+            "optimistic-concurrency retries / Delta commit retries",
+            _slash([n(t["occ_retries"]), n(t["commit_retries"])]),
+        ],
+        [
+            "wall time",
+            f"{n(c['wall_s'])} s (a seed: p50 {c['seed_duration_p50_s']:.1f} s, max "
+            f"{c['seed_duration_max_s']:.1f} s, on a loaded 2-core machine)",
+        ],
+    ]
+    return _table(["soak", "result"], rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-performance": readme_performance,
     "rescuer-sizes": rescuer_sizes,
     "rescuer-planner": rescuer_planner,
     "sql-queue": sql_queue,
     "dispatch": dispatch,
+    "checker-soak": checker_soak,
 }
 
 #: The files whose blocks this script owns.

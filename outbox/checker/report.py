@@ -67,6 +67,8 @@ class CheckReport:
     faults: dict[str, bool] = field(default_factory=dict)
     unfired_faults: list[str] = field(default_factory=list)
     mutation: str = ""  # the deliberately broken build this seed ran against ("" = none)
+    sql: str = "sqlite"  # the queue's and checkpoints' database: sqlite or postgresql
+    engine: str = "local"  # the rescuer's engine: local or spark
 
     @property
     def ok(self) -> bool:

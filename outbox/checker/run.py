@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from outbox.checker.backends import SeedDatabase, check_engine, seed_database
 from outbox.checker.execute import Run, drain, worker_child, write_phase
 from outbox.checker.reap import Child, Children, context
 from outbox.checker.report import CheckReport
@@ -47,23 +48,30 @@ def run_check(
     progress: Progress | None = None,
     keep: bool = False,
     mutation: str | None = None,
+    sql: str = "sqlite",
+    engine: str = "local",
 ) -> CheckReport:
     """Run one seed end to end in ``workdir/seed-<seed>`` and return the verdict.
 
     ``mutation``: the name of a deliberately broken build (default: ``OUTBOX_CHECK_MUTATION``).
+    ``sql``: ``sqlite`` or a PostgreSQL URL (a database per seed on that server); ``engine``:
+    the rescuer's engine, ``local`` or ``spark`` (``outbox.checker.backends``).
     """
     mutation = os.environ.get(mutations.ENV_VAR, "") if mutation is None else mutation
     broken = mutations.get(mutation)
     say = progress or (lambda _m: None)
     sc = Scenario.from_seed(seed, scale=scale)
     report = CheckReport(seed=seed, scenario=sc.describe(), mutation=mutation)
+    report.engine = check_engine(engine)
     t_start = time.monotonic()
     root = Path(workdir) / f"seed-{seed}"
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     say(sc.describe() + (f"; MUTATION {mutation}" if mutation else ""))
-    run, sink, close = _prepare(sc, report, root, mutation, broken, say)
+    db = seed_database(sql, seed)
+    report.sql = db.backend
+    run, sink, close = _prepare(sc, report, root, mutation, broken, say, db)
     try:
         for child in run.children.writers + run.children.workers[:1]:
             run.children.start(child)
@@ -78,6 +86,7 @@ def run_check(
     report.duration_s = round(time.monotonic() - t_start, 2)
     if report.ok and not keep:
         shutil.rmtree(root, ignore_errors=True)
+        db.drop()
     say(report.summary())
     return report
 
@@ -89,6 +98,7 @@ def _prepare(
     mutation: str,
     broken: mutations.Mutation | None,
     say: Progress,
+    db: SeedDatabase,
 ) -> tuple[Run, RecordingSink, Callable[[], None]]:
     """The workspace, the children's configurations, the rescuer and its sink."""
     from dispatcher.queue.sql_queue import SqlQueue
@@ -105,6 +115,8 @@ def _prepare(
         # the truth is read from the whole change feed (version 0 on): nothing may be trimmed
         "log_retention": 30 * 24 * 3600,
     }
+    if db.url:
+        overrides["sql_url"] = db.url
     setup = Outbox.open(root / "ws", transport="memory", buckets=sc.buckets, **overrides)
     settings = setup.settings
     setup.close()
@@ -127,7 +139,12 @@ def _prepare(
     offset = settings.rescue_delay - COMPRESSED_DELAY
     clock = OffsetClock(offset)
     rescuer: Any = RescuePass(
-        store, make_engine("local"), checkpoints, sink, clock=clock, delay=settings.rescue_delay
+        store,
+        make_engine(report.engine, storage_options=settings.storage_options),
+        checkpoints,
+        sink,
+        clock=clock,
+        delay=settings.rescue_delay,
     )
     report.rescue_delay_simulated_s = settings.rescue_delay
     report.rescue_delay_real_s = COMPRESSED_DELAY

@@ -62,6 +62,24 @@ _COLUMNS = [
     "folder). A failing seed's folder is kept for inspection.",
 )
 @click.option(
+    "--sql",
+    "sql",
+    default="sqlite",
+    show_default=True,
+    metavar="sqlite|URL",
+    help="The command queue's and rescuer checkpoints' database: each seed's own SQLite file, "
+    "or a PostgreSQL URL (postgresql+psycopg://user@host:port/db) on which each seed gets a "
+    "database of its own, dropped when the seed passed.",
+)
+@click.option(
+    "--engine",
+    type=click.Choice(["local", "spark"]),
+    default="local",
+    show_default=True,
+    help="The rescuer's engine. spark starts one local SparkSession (Delta JARs from "
+    "OUTBOX_DELTA_JARS or .cache/jars) and reuses it for every pass and seed.",
+)
+@click.option(
     "--results",
     "results_file",
     metavar="FILE",
@@ -77,6 +95,8 @@ def check(
     minutes: float,
     scale: float,
     workdir: str | None,
+    sql: str,
+    engine: str,
     results_file: str | None,
     as_json: bool,
 ) -> None:
@@ -96,7 +116,14 @@ def check(
     seed = first_seed
     while len(reports) < seeds or time.monotonic() < deadline:
         say(f"seed {seed} ...")
-        r = run_check(seed, root, scale=scale, progress=logging.getLogger("outbox.check").info)
+        r = run_check(
+            seed,
+            root,
+            scale=scale,
+            progress=logging.getLogger("outbox.check").info,
+            sql=sql,
+            engine=engine,
+        )
         if not as_json:
             say(r.summary())
         if not r.ok:
@@ -104,7 +131,13 @@ def check(
         reports.append(r)
         seed += 1
         if results_file:
-            options = {"first_seed": first_seed, "scale": scale, "minutes": minutes}
+            options = {
+                "first_seed": first_seed,
+                "scale": scale,
+                "minutes": minutes,
+                "sql": "sqlite" if sql == "sqlite" else "postgresql",
+                "engine": engine,
+            }
             _write_atomically(Path(results_file), results_document(reports, options))
     total = aggregate(reports)
     if as_json:

@@ -78,13 +78,15 @@ def seed_runner(
     name: str,
     test_name: str,
     kwargs: dict[str, Any],
+    jobs: int = SEED_JOBS,
 ) -> Iterator[RunSeed]:
-    """A session fixture's body: every collected seed of ``test_name`` starts at once."""
+    """A session fixture's body: every collected seed of ``test_name`` starts at once, ``jobs``
+    of them running at a time."""
     workdir = tmp_path_factory.mktemp(name)
-    if os.environ.get("PYTEST_XDIST_WORKER") or SEED_JOBS <= 1:
+    if os.environ.get("PYTEST_XDIST_WORKER") or jobs <= 1:
         yield lambda seed: run_check(seed, workdir, **kwargs)
         return
-    pool = SeedPool(workdir, kwargs, SEED_JOBS)
+    pool = SeedPool(workdir, kwargs, jobs)
     pool.submit(collected_seeds(request.session, test_name))
     try:
         yield pool.result

@@ -1,0 +1,117 @@
+"""The checker on the real parts: the command queue and the rescuer's checkpoints on a PostgreSQL
+server (``outbox check --sql URL``: a database per seed), and the rescuer's passes on the Spark
+engine (``outbox check --engine spark``: one SparkSession for every pass and seed).
+
+Both must FAIL, not skip, under ``CI=true`` when their server or Spark cannot start (the
+``pg_server`` fixture and ``spark_for_checker`` below follow the suite's pattern).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox.checker.report import CheckReport
+from outbox.checker.run import run_check
+from tests.e2e.conftest import RunSeed, seed_runner
+from tests.pg import PostgresServer
+
+MODE_SEEDS = [1, 2, 3]
+SCALE = 0.5
+JARS_DIR = Path("/tmp/dj")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def _holds(report: CheckReport) -> None:
+    """What every CI seed must show (as ``test_checker``), whatever it ran on."""
+    assert report.ok, report.to_dict()
+    assert report.unfired_faults == [], report.to_dict()
+    assert report.rescued_first_deliveries > 0, report.to_dict()
+    assert report.first_by_immediate + report.first_by_worker == report.committed
+    assert report.deliveries == report.committed + report.duplicates
+    assert report.lost == report.out_of_order == report.phantoms == report.mismatched == []
+    assert report.rescue_errors == []
+
+
+@pytest.fixture(scope="session")
+def pg_seed(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    pg_server: PostgresServer | str,
+) -> Iterator[RunSeed]:
+    """The PostgreSQL seeds, two at a time (each seed's processes hold pooled connections)."""
+    url = pg_server if isinstance(pg_server, str) else pg_server.url
+    yield from seed_runner(
+        request,
+        tmp_path_factory,
+        name="checker-pg",
+        test_name="test_seed_on_postgresql",
+        kwargs={"scale": SCALE, "drain_timeout": 60, "sql": url},
+        jobs=2,
+    )
+
+
+@pytest.mark.slow
+@pytest.mark.postgres
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", MODE_SEEDS)
+def test_seed_on_postgresql(seed: int, pg_seed: RunSeed, pg_server: PostgresServer | str) -> None:
+    report = pg_seed(seed)
+    assert report.sql == "postgresql"
+    _holds(report)
+    if isinstance(pg_server, PostgresServer):  # the seed's own database was dropped
+        import psycopg
+
+        dsn = f"host=127.0.0.1 port={pg_server.port} user=outbox dbname=postgres"
+        with psycopg.connect(dsn) as c:
+            names = [r[0] for r in c.execute("SELECT datname FROM pg_database").fetchall()]
+        assert not [n for n in names if n.startswith(f"outbox_check_{seed}_")], names
+
+
+@pytest.fixture(scope="session")
+def spark_for_checker() -> Any:
+    """The process's SparkSession with Delta: the checker's Spark engine reuses it."""
+    why = ""
+    try:
+        import delta  # noqa: F401
+        import pyspark  # noqa: F401
+
+        from rescuer.cdf_spark import find_jars, get_spark
+
+        jars = find_jars()
+        if not jars and JARS_DIR.is_dir():
+            jars = sorted(str(p) for p in JARS_DIR.glob("*.jar"))
+        session = get_spark(jars=jars or None)
+    except Exception as e:  # ImportError, EngineError (no JARs), a JVM that will not start
+        why = f"{type(e).__name__}: {e}"
+    if why:
+        if _in_ci():
+            pytest.fail(f"Spark is required under CI=true: {why}")
+        pytest.skip(f"Spark cannot start here: {why}; run scripts/test.sh (it fetches the JARs)")
+    return session  # the suite's other Spark fixtures stop it at the end of the session
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("seed", MODE_SEEDS)
+def test_seed_on_spark(seed: int, spark_for_checker: Any, tmp_path: Path) -> None:
+    report = run_check(seed, tmp_path, scale=SCALE, drain_timeout=60, engine="spark")
+    assert report.engine == "spark"
+    _holds(report)
+
+
+def test_the_sql_option_takes_sqlite_or_a_postgresql_url(tmp_path: Path) -> None:
+    from outbox.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match="sqlite or a PostgreSQL URL"):
+        run_check(1, tmp_path, sql="mysql://u@h/db")
+    with pytest.raises(ConfigurationError, match="not a rescuer engine"):
+        run_check(1, tmp_path, engine="duckdb")
