@@ -153,6 +153,12 @@ class CheckpointConflictError(CheckpointError):
     retryable = True
 
 
+class CheckpointUnavailableError(CheckpointError):
+    """The checkpoint store (Cosmos DB) is unreachable right now; retry later, nothing changed."""
+
+    retryable = True
+
+
 class FeedUnavailableError(RescuerError):
     """The change data feed cannot be read for the requested window (vacuumed, expired)."""
 

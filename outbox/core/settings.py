@@ -25,6 +25,7 @@ ENV_PREFIX = "OUTBOX_"
 TransportName = Literal["sql", "memory", "servicebus"]
 CommandTransport = Literal["sql", "servicebus"]
 DispatchMode = Literal["immediate", "deferred"]
+CheckpointStoreName = Literal["sql", "cosmos"]
 
 MIN_RESCUE_DELAY = 15.0
 MAX_RESCUE_DELAY = 3600.0
@@ -56,6 +57,14 @@ class Settings:
     compact_every: int = 100  # commits between automatic upkeep (compaction, log trim); 0: off
     log_retention: float = 900.0  # commit files younger than this are never trimmed
     group_commit: bool = True  # concurrent units of work in one process share a Delta commit
+    # Cosmos DB (docs/cosmos.md): rescuer checkpoints and consumer inboxes. An empty key signs in
+    # with DefaultAzureCredential (needs azure-identity).
+    checkpoint_store: CheckpointStoreName = "sql"
+    cosmos_endpoint: str = ""
+    cosmos_key: str = field(default="", repr=False)
+    cosmos_database: str = "outbox"
+    cosmos_checkpoint_container: str = "checkpoints"
+    cosmos_inbox_container: str = "inbox"
 
     def __post_init__(self) -> None:
         ws = Path(self.workspace)
@@ -102,12 +111,33 @@ class Settings:
             raise bad("command_queue", "must not be empty")
         if self.command_transport not in ("sql", "servicebus"):
             raise bad("command_transport", f"{self.command_transport!r}; use sql or servicebus")
+        self._validate_cosmos(bad)
         if "://" not in self.sql_url:
             raise bad(
                 "sql_url",
                 f"{self.sql_url!r} is not a database URL; use sqlite:///path.db or "
                 "postgresql+psycopg://user@host/db",
             )
+
+    def _validate_cosmos(self, bad: Any) -> None:
+        if self.checkpoint_store not in ("sql", "cosmos"):
+            raise bad("checkpoint_store", f"{self.checkpoint_store!r}; use sql or cosmos")
+        if self.checkpoint_store == "cosmos" and not self.cosmos_endpoint:
+            raise bad(
+                "cosmos_endpoint",
+                "checkpoint_store is cosmos but no endpoint is set; set OUTBOX_COSMOS_ENDPOINT, "
+                "e.g. https://ACCOUNT.documents.azure.com:443/",
+            )
+        if self.cosmos_endpoint and not self.cosmos_endpoint.startswith(("https://", "http://")):
+            raise bad("cosmos_endpoint", f"{self.cosmos_endpoint!r} is not an https:// URL")
+        for name in ("cosmos_database", "cosmos_checkpoint_container", "cosmos_inbox_container"):
+            if not getattr(self, name):
+                raise bad(name, "must not be empty")
+
+    @property
+    def cosmos_configured(self) -> bool:
+        """True when a Cosmos DB account is set: ``outbox migrate`` then provisions it."""
+        return bool(self.cosmos_endpoint)
 
     # --- derived locations -------------------------------------------------------------------
 
@@ -122,6 +152,7 @@ class Settings:
         d = dataclasses.asdict(self)
         d["workspace"] = str(self.workspace)
         d["storage_options"] = {k: "***" for k in self.storage_options}  # never print secrets
+        d["cosmos_key"] = "***" if self.cosmos_key else ""
         return d
 
     # --- loading -----------------------------------------------------------------------------

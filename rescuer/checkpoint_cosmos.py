@@ -1,0 +1,273 @@
+"""Rescuer checkpoints in a Cosmos DB container: the same compare-and-set as the SQL store, on the
+item's etag.
+
+One item per (table URI, rescuer name)::
+
+    {"id": sha256(table_uri, rescuer_name), "pk": table_uri, "table_uri": ..., "rescuer_name": ...,
+     "version": 12, "generation": 4, "last_pass_at": "...", "updated_at": "...", "details": {...}}
+
+* ``id`` is a hash because a Cosmos id may not contain ``/`` and a table URI always does; the
+  readable names are fields beside it.
+* ``pk`` (the container's partition key, ``/pk``) is the table URI: one table's rescuers share a
+  logical partition, so ``list(table_uri)`` is a single-partition query.
+* The CAS: ``write(expected_generation=None)`` is a *create* (HTTP 409 when a racing rescuer
+  created it first); ``write(expected_generation=g)`` reads the item, checks ``generation == g``
+  and *replaces* it with ``If-Match: <etag>`` (HTTP 412 when anyone wrote in between). Either
+  refusal is ``CheckpointConflictError``, exactly as the SQL store's ``UPDATE ... WHERE
+  generation = g``. The generation is kept (not just the etag) because the ``CheckpointStore``
+  protocol and ``outbox status`` speak generations. The etag seen by the last read of each
+  checkpoint is remembered, so the usual read-then-write pass costs one query and one replace; a
+  remembered etag that is out of date can only cause a 412 (a conflict), never a lost advance.
+* Items are found by query, never by a point read: the local test server answers a read of a
+  missing item with HTTP 500 instead of 404, and a query is one request on the real service too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from datetime import datetime
+from typing import Any
+
+from outbox.core.clock import utc
+from outbox.core.cosmos import make_client, status_code, translate
+from outbox.core.errors import (
+    CheckpointError,
+    CheckpointUnavailableError,
+    OutboxError,
+)
+from outbox.core.settings import Settings
+from rescuer.checkpoint import Checkpoint, _conflict, _validate
+
+_CONFLICT, _STALE, _MISSING = 409, 412, 404
+
+
+def item_id(table_uri: str, rescuer_name: str) -> str:
+    """The Cosmos id of one checkpoint: stable, and free of the characters ids may not hold."""
+    raw = json.dumps([table_uri, rescuer_name], separators=(",", ":"))
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+class CosmosCheckpointStore:
+    """Checkpoints in the container ``cosmos_checkpoint_container`` (created by ``outbox migrate``).
+
+    ``container`` is an azure-cosmos ``ContainerProxy``; ``from_settings`` opens one. The SDK's
+    client is thread-safe, so one store may serve rescuers racing in one process.
+    """
+
+    def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
+        self._container = container
+        self._endpoint = endpoint or "the configured account"
+        self._client = client
+        self._etags: dict[tuple[str, str], tuple[int, str]] = {}  # key -> (generation, etag)
+        self._guard = threading.Lock()
+        # azure-cosmos fills a container's caches on its first request without a lock; racing
+        # first requests from several threads can fail inside the SDK, so the first one goes alone.
+        self._warm = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> CosmosCheckpointStore:
+        client = make_client(
+            settings.cosmos_endpoint,
+            settings.cosmos_key,
+            unavailable=CheckpointUnavailableError,
+            failed=CheckpointError,
+        )
+        container = client.get_database_client(settings.cosmos_database).get_container_client(
+            settings.cosmos_checkpoint_container
+        )
+        return cls(container, endpoint=settings.cosmos_endpoint, client=client)
+
+    def close(self) -> None:
+        if self._client is not None:
+            close = getattr(self._client, "close", None)
+            if callable(close):
+                close()
+            self._client = None
+
+    # --- helpers -------------------------------------------------------------------------------
+
+    def _error(self, what: str, e: Exception) -> OutboxError:
+        return translate(
+            e, what, self._endpoint, unavailable=CheckpointUnavailableError, failed=CheckpointError
+        )
+
+    def _query(self, what: str, where: str, params: dict[str, Any], pk: str | None) -> list[Any]:
+        query = f"SELECT * FROM c{' WHERE ' + where if where else ''}"
+        parameters = [{"name": k, "value": v} for k, v in params.items()]
+        if not self._warm:
+            with self._guard:
+                rows = self._run_query(what, query, parameters, pk)
+                self._warm = True
+                return rows
+        return self._run_query(what, query, parameters, pk)
+
+    def _run_query(self, what: str, query: str, parameters: list[Any], pk: str | None) -> list[Any]:
+        try:
+            if pk is not None:
+                items = self._container.query_items(query, parameters=parameters, partition_key=pk)
+            else:
+                items = self._container.query_items(
+                    query, parameters=parameters, enable_cross_partition_query=True
+                )
+            return list(items)
+        except Exception as e:
+            raise self._error(what, e) from e
+
+    def _item(self, table_uri: str, rescuer_name: str) -> dict[str, Any] | None:
+        rows = self._query(
+            "reading the rescuer checkpoint",
+            "c.pk = @pk AND c.id = @id",
+            {"@pk": table_uri, "@id": item_id(table_uri, rescuer_name)},
+            table_uri,
+        )
+        item = dict(rows[0]) if rows else None
+        self._remember(table_uri, rescuer_name, item)
+        return item
+
+    def _remember(self, table_uri: str, rescuer_name: str, item: dict[str, Any] | None) -> None:
+        key = (table_uri, rescuer_name)
+        try:
+            seen = (int(item["generation"]), str(item["_etag"])) if item is not None else None
+        except (KeyError, TypeError, ValueError):
+            seen = None
+        with self._guard:
+            if seen is None:
+                self._etags.pop(key, None)
+            else:
+                self._etags[key] = seen
+
+    def _checkpoint(self, item: dict[str, Any]) -> Checkpoint:
+        t_uri, name = str(item.get("table_uri")), str(item.get("rescuer_name"))
+        try:
+            details = item.get("details") or {}
+            if not isinstance(details, dict):
+                raise ValueError("details is not a JSON object")
+            version = item.get("version")
+            last = item.get("last_pass_at")
+            cp = Checkpoint(
+                t_uri,
+                name,
+                None if version is None else int(version),
+                int(item["generation"]),
+                utc(datetime.fromisoformat(last)) if last else None,
+                utc(datetime.fromisoformat(item["updated_at"])),
+                details,
+            )
+        except (KeyError, TypeError, ValueError) as e:
+            raise CheckpointError(
+                f"the rescuer checkpoint {name!r} for {t_uri} has unreadable fields ({e})",
+                hint="run `outbox rescue --full` to sweep the table and store a fresh checkpoint",
+            ) from e
+        return _validate(cp)
+
+    # --- the CheckpointStore protocol ---------------------------------------------------------
+
+    def read(self, table_uri: str, rescuer_name: str) -> Checkpoint | None:
+        item = self._item(table_uri, rescuer_name)
+        return self._checkpoint(item) if item is not None else None
+
+    def write(
+        self,
+        table_uri: str,
+        rescuer_name: str,
+        *,
+        expected_generation: int | None,
+        version: int | None,
+        at: datetime,
+        details: dict[str, Any],
+    ) -> Checkpoint:
+        generation = (expected_generation or 0) + 1
+        at = utc(at)
+        body = {
+            "id": item_id(table_uri, rescuer_name),
+            "pk": table_uri,
+            "table_uri": table_uri,
+            "rescuer_name": rescuer_name,
+            "version": version,
+            "generation": generation,
+            "last_pass_at": at.isoformat(),
+            "updated_at": at.isoformat(),
+            # through JSON as the SQL store does, so both return the same details
+            "details": json.loads(json.dumps(details, sort_keys=True, default=str)),
+        }
+        if expected_generation is None:
+            self._create(body, table_uri, rescuer_name)
+        else:
+            self._replace(body, table_uri, rescuer_name, expected_generation)
+        return Checkpoint(table_uri, rescuer_name, version, generation, at, at, dict(details))
+
+    def _create(self, body: dict[str, Any], table_uri: str, rescuer_name: str) -> None:
+        try:
+            done = self._container.create_item(body)
+        except Exception as e:
+            if status_code(e) == _CONFLICT:
+                found = self.generation(table_uri, rescuer_name)
+                raise _conflict(table_uri, rescuer_name, None, found) from e
+            raise self._error("writing the rescuer checkpoint", e) from e
+        self._remember(table_uri, rescuer_name, dict(done))
+
+    def _replace(
+        self, body: dict[str, Any], table_uri: str, rescuer_name: str, expected: int
+    ) -> None:
+        from azure.core import MatchConditions
+
+        with self._guard:
+            seen = self._etags.get((table_uri, rescuer_name))
+        if seen is None or seen[0] != expected:  # not read here at that generation: read now
+            current = self._item(table_uri, rescuer_name)
+            found = _generation(current)
+            if current is None or found != expected:
+                raise _conflict(table_uri, rescuer_name, expected, found)
+            seen = (expected, str(current["_etag"]))
+        try:
+            done = self._container.replace_item(
+                body["id"], body, etag=seen[1], match_condition=MatchConditions.IfNotModified
+            )
+        except Exception as e:
+            if status_code(e) in (_STALE, _MISSING):  # moved or forgotten since that read
+                found = self.generation(table_uri, rescuer_name)
+                raise _conflict(table_uri, rescuer_name, expected, found) from e
+            raise self._error("writing the rescuer checkpoint", e) from e
+        self._remember(table_uri, rescuer_name, dict(done))
+
+    def generation(self, table_uri: str, rescuer_name: str) -> int | None:
+        return _generation(self._item(table_uri, rescuer_name))
+
+    def list(self, table_uri: str | None = None) -> list[Checkpoint]:
+        if table_uri is None:
+            rows = self._query("listing rescuer checkpoints", "", {}, None)
+        else:
+            rows = self._query(
+                "listing rescuer checkpoints", "c.pk = @pk", {"@pk": table_uri}, table_uri
+            )
+        checkpoints = [self._checkpoint(dict(r)) for r in rows]
+        return sorted(checkpoints, key=lambda c: (c.table_uri, c.rescuer_name))
+
+    def forget(self, table_uri: str, rescuer_name: str) -> bool:
+        if self._item(table_uri, rescuer_name) is None:
+            return False
+        try:
+            self._container.delete_item(item_id(table_uri, rescuer_name), partition_key=table_uri)
+        except Exception as e:
+            if status_code(e) == _MISSING:  # forgotten by someone else meanwhile
+                return False
+            raise self._error("deleting the rescuer checkpoint", e) from e
+        finally:
+            self._remember(table_uri, rescuer_name, None)
+        return True
+
+
+def _generation(item: dict[str, Any] | None) -> int | None:
+    """The CAS generation alone, readable even when the rest of the item is damaged."""
+    if item is None:
+        return None
+    try:
+        return int(item["generation"])
+    except (KeyError, TypeError, ValueError) as e:
+        raise CheckpointError(
+            f"the rescuer checkpoint {item.get('rescuer_name')!r} for {item.get('table_uri')} "
+            "has no readable generation",
+            hint="run `outbox rescue --forget` for that rescuer, then `outbox rescue --full`",
+        ) from e
