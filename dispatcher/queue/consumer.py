@@ -5,8 +5,14 @@
 * A background thread renews the locks of running handlers, so a long handler keeps its message.
 * Order within a session holds because the queue only hands out a session's head.
 * Inbox (optional): a message_id already handled is completed without running the handler again.
+  ``inbox=True`` (or a consumer name) is the SQL inbox (``inbox.SqlInbox``); any ``inbox.Inbox``
+  may be passed instead (``inbox_cosmos.CosmosInbox``). With the SQL inbox, the record and the
+  completion commit in one transaction. Another inbox cannot join it, so the order is: handler,
+  then record, then complete; a crash before the record runs the handler again, one after it is
+  dropped by the inbox (at-least-once plus dedup, never a loss).
   When the handler takes a ``Connection`` argument, its SQL work, the inbox row and the completion
   commit in ONE transaction: either all happen or none do (exactly-once effect in this database).
+  That needs the SQL inbox; another inbox is refused with ``ConfigurationError``.
   That transaction is the queue's write transaction (on SQLite: the process's single writer, under
   BEGIN IMMEDIATE), so inside such a handler send through the given connection,
   ``queue.send(name, message, conn=conn)``; the messages then commit or roll back with the
@@ -26,17 +32,17 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from sqlalchemy import Connection, delete, exists, select
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy import Connection, delete
 
 from dispatcher.queue import validation
+from dispatcher.queue.inbox import Inbox, SqlInbox, TransactionalInbox
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
-from migrations.sql.tables import inbox, queue_messages
+from migrations.sql.tables import queue_messages
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock
-from outbox.core.errors import LockLostError, UnprocessableMessageError
+from outbox.core.errors import ConfigurationError, LockLostError, UnprocessableMessageError
 from outbox.core.runloop import RunLoop
 
 log = logging.getLogger("outbox.queue.consumer")
@@ -75,7 +81,7 @@ class Consumer:
         handler: Handler,
         *,
         clock: Clock | None = None,
-        inbox: bool | str = False,
+        inbox: bool | str | Inbox = False,
         permanent_errors: tuple[type[BaseException], ...] = (UnprocessableMessageError,),
         backoff: Callable[[int], float] = DEFAULT_BACKOFF,
         concurrency: int = 1,
@@ -86,15 +92,32 @@ class Consumer:
         self.queue_name = validation.queue_name(queue_name)
         self.handler = handler
         self.clock = clock or queue.clock
-        self.inbox_name: str | None = (
-            (inbox if isinstance(inbox, str) else queue_name) if inbox else None
-        )
+        self.inbox: Inbox | None
+        if isinstance(inbox, Inbox):
+            self.inbox = inbox
+        elif inbox:
+            name = inbox if isinstance(inbox, str) else queue_name
+            self.inbox = SqlInbox(queue.database, name)
+        else:
+            self.inbox = None
+        self.inbox_name: str | None = self.inbox.consumer if self.inbox is not None else None
         self.permanent_errors = permanent_errors
         self.backoff = backoff
         self.concurrency = validation.positive("concurrency", concurrency)
         self.poll_interval = poll_interval
         self.renew_check_interval = renew_check_interval
         self._with_connection = _takes_connection(handler)
+        if (
+            self._with_connection
+            and self.inbox is not None
+            and not isinstance(self.inbox, TransactionalInbox)
+        ):
+            raise ConfigurationError(
+                f"the handler takes a Connection, so its work commits in the queue's SQL "
+                f"transaction, which the inbox {type(self.inbox).__name__} cannot join",
+                hint="use the SQL inbox (inbox=True) with such a handler, or a handler without "
+                "a Connection argument",
+            )
         self._stopping = threading.Event()
         self._in_flight: dict[int, ReceivedMessage] = {}
         self._guard = threading.Lock()
@@ -169,7 +192,8 @@ class Consumer:
                 self._in_flight.pop(msg.sequence_number, None)
 
     def _run_plain(self, msg: ReceivedMessage) -> None:
-        if self.inbox_name and self._already_handled(msg):
+        if self.inbox is not None and self.inbox.handled(msg.message_id):
+            log.info("message %s was already handled; dropping the repeat", msg.message_id)
             self._settle(self.queue.complete, msg)
             return
         try:
@@ -180,7 +204,7 @@ class Consumer:
         except Exception as e:
             self._abandon(msg, e)
             return
-        if self.inbox_name:
+        if self.inbox is not None:
             self._complete_with_inbox(msg)
         else:
             self._settle(self.queue.complete, msg)
@@ -195,7 +219,7 @@ class Consumer:
             with db.write("handle a message") as conn:
                 if not self._delete_locked(conn, msg):
                     raise LockLostError(f"message {msg.message_id}: lock lost before handling")
-                if self.inbox_name and not self._record(conn, msg):
+                if self.inbox is not None and not self._record(conn, msg):
                     return  # already handled: the delete above completes it
                 try:
                     self.handler(msg, conn)  # type: ignore[call-arg]
@@ -232,44 +256,13 @@ class Consumer:
 
     def _record(self, conn: Connection, msg: ReceivedMessage) -> bool:
         """Insert the inbox row; False when this consumer already handled the message_id."""
-        assert self.inbox_name is not None
-        seen = conn.execute(
-            select(
-                exists().where(
-                    inbox.c.consumer == self.inbox_name, inbox.c.message_id == msg.message_id
-                )
-            )
-        ).scalar()
-        if seen:
-            log.info("message %s was already handled; dropping the repeat", msg.message_id)
-            return False
-        try:
-            with conn.begin_nested():
-                conn.execute(
-                    inbox.insert().values(
-                        consumer=self.inbox_name,
-                        message_id=msg.message_id,
-                        handled_at=self.clock.now(),
-                    )
-                )
-        except IntegrityError:  # a concurrent consumer recorded it first
-            return False
-        return True
-
-    def _already_handled(self, msg: ReceivedMessage) -> bool:
-        with self.queue.database.read("read the inbox") as conn:
-            return bool(
-                conn.execute(
-                    select(
-                        exists().where(
-                            inbox.c.consumer == self.inbox_name,
-                            inbox.c.message_id == msg.message_id,
-                        )
-                    )
-                ).scalar()
-            )
+        assert isinstance(self.inbox, TransactionalInbox)
+        return self.inbox.record_in(conn, msg.message_id, at=self.clock.now())
 
     def _complete_with_inbox(self, msg: ReceivedMessage) -> None:
+        if not isinstance(self.inbox, TransactionalInbox):
+            self._record_then_complete(msg)
+            return
         try:
             with self.queue.database.write("complete a message") as conn:
                 self._record(conn, msg)
@@ -277,6 +270,18 @@ class Consumer:
                     raise LockLostError(f"message {msg.message_id}: lock lost before completion")
         except LockLostError as e:
             log.warning("%s; the handler may run again (the inbox will not drop it)", e)
+
+    def _record_then_complete(self, msg: ReceivedMessage) -> None:
+        """An inbox outside the queue's database: record first, then complete. A failed record
+        abandons (the handler runs again: at-least-once); a lost completion after the record is
+        redelivered and dropped by the inbox."""
+        assert self.inbox is not None
+        try:
+            self.inbox.record(msg.message_id, at=self.clock.now())
+        except Exception as e:
+            self._abandon(msg, e)
+            return
+        self._settle(self.queue.complete, msg)
 
     def _abandon(self, msg: ReceivedMessage, error: Exception) -> None:
         delay = self.backoff(msg.delivery_count)

@@ -80,6 +80,15 @@ def cosmos_container(cosmos_client: Any, cosmos_settings: Settings) -> Any:
     cosmos_client.delete_database(db)
 
 
+@pytest.fixture
+def cosmos_inbox_container(cosmos_client: Any, cosmos_settings: Settings) -> Any:
+    """A fresh, empty inbox container (partitioned on /pk)."""
+    db, name = cosmos_settings.cosmos_database, cosmos_settings.cosmos_inbox_container
+    ensure_container(cosmos_client, db, name)
+    yield cosmos_client.get_database_client(db).get_container_client(name)
+    cosmos_client.delete_database(db)
+
+
 @pytest.fixture(scope="session")
 def live_cosmos_settings() -> Settings:
     """A real Cosmos DB account from OUTBOX_COSMOS_ENDPOINT / OUTBOX_COSMOS_KEY, else a skip."""

@@ -8,6 +8,7 @@ tests skip with a message that names the flag.
 - ``transport.TransportContract`` - ``dispatcher.transports.base.Transport``
 - ``queue.QueueContract`` - the durable queue (``dispatcher.queue.SqlQueue``'s surface)
 - ``checkpoint_store.CheckpointStoreContract`` - ``rescuer.checkpoint.CheckpointStore``
+- ``inbox.InboxContract`` - ``dispatcher.queue.inbox.Inbox`` (a consumer's handled message ids)
 - ``command_sink.CommandSinkContract`` - ``rescuer.sink.CommandSink``
 - ``rescuer_engine.RescuerEngineContract`` - ``rescuer.planner.Engine``, through whole passes
 
