@@ -39,8 +39,9 @@ def bus(clock: ManualClock) -> Iterator[FakeServiceBus]:
         yield fake
 
 
+@pytest.mark.parametrize("concurrency", [1, 3])
 def test_crash_after_commit_is_rescued_through_service_bus(
-    workspace: Path, clock: ManualClock, bus: FakeServiceBus
+    workspace: Path, clock: ManualClock, bus: FakeServiceBus, concurrency: int
 ) -> None:
     memory = InMemoryTransport()
     ob = Outbox.open(
@@ -75,7 +76,12 @@ def test_crash_after_commit_is_rescued_through_service_bus(
         run_pass(ob.store, LocalEngine(), checkpoints, sink, clock=later, delay=15, full=True)
         assert len(bus.messages("outbox-commands")) == 4
 
-        stats = DispatcherWorker(ob.runtime, batch_size=8, poll_interval=1.0).run(until_idle=True)
+        # poll_interval 0: an idle thread's wait would advance the shared ManualClock, and three
+        # idle threads would race it past the session locks of the thread at work
+        worker = DispatcherWorker(
+            ob.runtime, concurrency=concurrency, batch_size=2, poll_interval=0.0
+        )
+        stats = worker.run(until_idle=True)
         assert (stats.commands, stats.completed) == (4, 4)
         result = verify_deliveries(committed, memory.deliveries)
         assert result.ok, result.describe()
