@@ -146,3 +146,32 @@ def test_a_repeated_delayed_abandon_schedules_one_copy() -> None:
     queue.abandon(m, delay=5)
     assert [s.message_id for s in bus.messages("q")] == ["a+1"]
     sender.close()
+
+
+def test_the_workers_lock_renewer_keeps_a_session() -> None:
+    """The worker's ``LockRenewer`` renews a Service Bus command through its session lock."""
+    import threading
+    from datetime import datetime
+
+    from dispatcher.queue.lock_renewer import LockRenewer
+    from dispatcher.queue.messages import ReceivedMessage
+
+    renewed = threading.Event()
+
+    class Signalling(InspectableQueue):
+        def renew_lock(self, target: ReceivedMessage | str) -> datetime:
+            until = super().renew_lock(target)
+            renewed.set()
+            return until
+
+    clock = ManualClock()
+    bus = namespace(clock, "q")
+    queue = Signalling(bus, command_queue="q", clock=clock)
+    queue.send("q", msg("a", "S"))
+    [m] = queue.receive("q")
+    with LockRenewer(queue, lambda: [m], clock, check_interval=0.001):
+        clock.advance(20)  # past half the lock: the renewer renews
+        assert renewed.wait(10)
+    clock.advance(20)  # 40 s after the receive, 20 s after the renewal
+    queue.complete(m)
+    assert bus.messages("q") == []
