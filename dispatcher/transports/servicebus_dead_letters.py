@@ -119,9 +119,13 @@ class DeadLetterQueue:
         on_progress: Callable[[int], None] | None,
         requeue: bool,
     ) -> int:
-        """Requeue (or purge) the selected dead letters; the others are released untouched."""
+        """Requeue (or purge) the selected dead letters; the others are released untouched.
+
+        The others stay locked while the pages are read (so a page never returns them again)
+        and are abandoned at the end, rather than left locked until their locks expire."""
         check_selection(ids, where, all)
         moved = 0
+        skipped: list[Any] = []
         receiver = self._receiver(queue)
         try:
             while True:
@@ -134,7 +138,8 @@ class DeadLetterQueue:
                 for m in page:
                     dl = to_dead_letter(queue, m)
                     if not self.matches(dl, ids, where):
-                        continue  # stays locked by this receiver until it closes
+                        skipped.append(m)
+                        continue
                     if requeue:
                         copy = QueueMessage(
                             body=dl.body,
@@ -152,6 +157,9 @@ class DeadLetterQueue:
                 if done and on_progress is not None:
                     on_progress(done)
         finally:
+            for m in skipped:
+                with contextlib.suppress(Exception):  # its lock expires anyway
+                    receiver.abandon_message(m)
             with contextlib.suppress(Exception):
                 receiver.close()
         return moved
