@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
-# via Maven, PostgreSQL via apt), then ruff, import-linter (the layers), mypy (strict) and the whole pytest suite.
+# via Maven, PostgreSQL via apt, the Cosmos DB-protocol test server via npm), then ruff,
+# import-linter (the layers), mypy (strict) and the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
 scripts/fetch-jars.sh
 scripts/ensure-postgres.sh
+OUTBOX_TEST_COSMOS_SERVER="$(scripts/ensure-cosmos.sh)"
+export OUTBOX_TEST_COSMOS_SERVER
 export OUTBOX_DELTA_JARS="$PWD/.cache/jars"
 echo "==> ruff"
 .venv/bin/ruff check .
