@@ -7,8 +7,7 @@ cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
 scripts/fetch-jars.sh
 scripts/ensure-postgres.sh
-OUTBOX_TEST_COSMOS_SERVER="$(scripts/ensure-cosmos.sh)"
-export OUTBOX_TEST_COSMOS_SERVER
+scripts/ensure-cosmos.sh >/dev/null   # into .cache/cosmos, where tests/cosmos finds it
 export OUTBOX_DELTA_JARS="$PWD/.cache/jars"
 echo "==> ruff"
 .venv/bin/ruff check .
