@@ -1,4 +1,5 @@
-"""``outbox migrate``: the Delta table and the SQL schema, idempotent and safe to run twice."""
+"""``outbox migrate``: the Delta table, the SQL schema and (when an account is configured) the
+Cosmos DB database and containers; idempotent and safe to run twice."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from outbox.core.errors import WorkspaceError
+from outbox.core.errors import ConfigurationError, WorkspaceError
 from outbox.core.settings import Settings
 from outbox.core.sql import redact_url
 
@@ -71,6 +72,8 @@ def migrate(settings: Settings, *, only_if_missing: bool = False) -> MigrationRe
         settings.table_uri, buckets=settings.buckets, storage_options=settings.storage_options
     )
     report.actions += upgrade(settings.sql_url)
+    if settings.cosmos_configured:
+        report.actions += ensure_cosmos(settings)
     if settings.command_transport == "servicebus":
         report.actions += _provision_servicebus(settings)
     for a in report.actions:
@@ -89,6 +92,31 @@ def _provision_servicebus(settings: Settings) -> list[str]:
     finally:
         for c in (admin, client):
             c.close()
+
+
+def ensure_cosmos(settings: Settings) -> list[str]:
+    """The Cosmos DB database and its checkpoint and inbox containers, each partitioned on
+    ``/pk`` (docs/cosmos.md); what was created. A container with another partition key is
+    reported, never changed."""
+    from outbox.core.cosmos import ensure_container, make_client, translate
+
+    endpoint = settings.cosmos_endpoint
+    client = make_client(
+        endpoint, settings.cosmos_key, unavailable=ConfigurationError, failed=ConfigurationError
+    )
+    actions: list[str] = []
+    try:
+        for container in (settings.cosmos_checkpoint_container, settings.cosmos_inbox_container):
+            actions += ensure_container(client, settings.cosmos_database, container)
+    except Exception as e:
+        raise translate(
+            e,
+            "provisioning Cosmos DB",
+            endpoint,
+            unavailable=ConfigurationError,
+            failed=ConfigurationError,
+        ) from e
+    return actions
 
 
 def _table_exists(settings: Settings) -> bool:

@@ -96,6 +96,7 @@ class Outbox:
                     retention_seconds=settings.log_retention,
                     clock=clock,
                     storage_options=settings.storage_options,
+                    settings=settings,
                 )
             )
         return ob

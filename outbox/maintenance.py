@@ -21,13 +21,16 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
 from outbox.core.errors import StoreError, VacuumRefusedError
 from outbox.delta.log import trim_log
 from outbox.delta.store import DeltaDocumentStore
+
+if TYPE_CHECKING:
+    from outbox.core.settings import Settings
 
 log = logging.getLogger("outbox.maintain")
 
@@ -84,8 +87,17 @@ def _failed(what: str, store: DeltaDocumentStore, e: Exception) -> StoreError:
     return StoreError(f"{what} {store.uri} failed: {first}")
 
 
-def oldest_needed_version(sql_url: str, table_uri: str, table_id: str | None = None) -> int | None:
+def oldest_needed_version(
+    sql_url: str,
+    table_uri: str,
+    table_id: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> int | None:
     """The oldest table version any rescuer of the table still has to read, or None.
+
+    The checkpoints are read from ``settings``' checkpoint store (``checkpoint_store``: SQL or
+    Cosmos DB) when given, else from the SQL database at ``sql_url``.
 
     A checkpoint counts when its table URI is ``table_uri`` or, with ``table_id``, when it was
     written for that table id: the same table reached through another spelling of its URI (a
@@ -95,9 +107,14 @@ def oldest_needed_version(sql_url: str, table_uri: str, table_id: str | None = N
     blind, since it could delete the history a rescuer is about to read.
     """
     from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.checkpoint_factory import checkpoint_store_from_settings
 
     try:
-        store = SqlCheckpointStore(sql_url)
+        store = (
+            checkpoint_store_from_settings(settings)
+            if settings is not None
+            else SqlCheckpointStore(sql_url)
+        )
         try:
             rows = store.list(None if table_id is not None else table_uri)
         finally:
@@ -105,7 +122,8 @@ def oldest_needed_version(sql_url: str, table_uri: str, table_id: str | None = N
     except Exception as e:  # any failure to read them: refuse, never guess
         raise VacuumRefusedError(
             f"cannot tell which history the rescuer still needs: {e}",
-            hint="fix sql_url (or run `outbox migrate`) so the rescuer checkpoints can be read",
+            hint="fix sql_url, or the cosmos_* settings when checkpoint_store is cosmos (or run "
+            "`outbox migrate`), so the rescuer checkpoints can be read",
         ) from e
     versions = [
         cp.version
@@ -171,10 +189,12 @@ def maintain(
     dry_run: bool = False,
     log_retention_seconds: float | None = None,
     storage_options: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
 ) -> MaintenanceReport:
     """Compaction, a checkpoint, then (with ``log_retention_seconds``) a log trim and (with
     ``vacuum_retention_seconds``) a guarded vacuum. The checkpoint comes before the trim so the
-    trim has a fresh checkpoint to keep."""
+    trim has a fresh checkpoint to keep. ``settings``: read the rescuer checkpoints from the
+    store it names (see ``oldest_needed_version``)."""
     start = time.perf_counter()
     report = MaintenanceReport(version_before=store.refresh())
     if do_compact:
@@ -190,7 +210,9 @@ def maintain(
             store,
             retention=retention,
             rescue_delay=timedelta(seconds=rescue_delay_seconds),
-            needed_version=oldest_needed_version(sql_url, store.uri, store.table_id),
+            needed_version=oldest_needed_version(
+                sql_url, store.uri, store.table_id, settings=settings
+            ),
             clock=clock,
         )
         try:
@@ -209,6 +231,7 @@ def maintain(
             retention_seconds=log_retention_seconds,
             storage_options=storage_options,
             dry_run=dry_run,
+            settings=settings,
         )
     report.version_after = store.refresh()
     report.seconds = round(time.perf_counter() - start, 3)
@@ -263,11 +286,12 @@ def trim_log_safely(
     retention_seconds: float,
     storage_options: Mapping[str, str] | None = None,
     dry_run: bool = False,
+    settings: Settings | None = None,
 ) -> dict[str, Any]:
     """Trim the Delta log behind the rescuer; skipped (reported, never raised) when the rescuer
     checkpoints cannot be read, because trimming blind could cut the rescuer's feed."""
     try:
-        needed = oldest_needed_version(sql_url, store.uri, store.table_id)
+        needed = oldest_needed_version(sql_url, store.uri, store.table_id, settings=settings)
     except VacuumRefusedError as e:
         log.warning("log trim skipped: %s", e)
         return {"skipped": str(e)}
@@ -299,10 +323,12 @@ class AutoLogTrimmer:
         retention_seconds: float,
         clock: Clock,
         storage_options: Mapping[str, str] | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self._store = store
         self._gate = _EveryVersions(store, every)
         self._sql_url = sql_url
+        self._settings = settings
         self._retention = retention_seconds
         self._clock = clock
         self._options = storage_options
@@ -319,6 +345,7 @@ class AutoLogTrimmer:
                 sql_url=self._sql_url,
                 retention_seconds=self._retention,
                 storage_options=self._options,
+                settings=self._settings,
             )
         except Exception as e:  # after the commit: report, never raise into the writer
             log.warning("log trim failed (the next one will retry): %s", e)

@@ -97,6 +97,9 @@ class StatusReport:
     #: the report is still filled in: at 3 a.m. the queue depths matter even when a checkpoint
     #: is broken.
     problems: list[str] = field(default_factory=list)
+    #: Where the rescuer checkpoints were read: ``sql`` (the database above) or ``cosmos
+    #: <endpoint> <database>/<container>`` (``checkpoint_store`` setting, docs/cosmos.md).
+    checkpoint_store: str = "sql"
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -112,7 +115,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     from outbox.delta import schema as S
     from outbox.delta.log import list_log
     from outbox.delta.store import DeltaDocumentStore
-    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.checkpoint_factory import checkpoint_store_from_settings
 
     now = utc(clock.now())
     store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
@@ -144,6 +147,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
                 round((now - oldest[0]).total_seconds(), 1) if oldest else None
             ),
             oldest_pending_document=oldest[1] if oldest else None,
+            checkpoint_store=_checkpoint_store(settings),
         )
         try:
             files = list_log(settings.table_uri, settings.storage_options)
@@ -152,7 +156,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
         except OutboxError as e:
             report.problems.append(f"delta log: {e}")
         try:
-            checkpoints = SqlCheckpointStore(settings.sql_url)
+            checkpoints = checkpoint_store_from_settings(settings)
             try:
                 for cp in checkpoints.list(settings.table_uri):
                     report.checkpoints.append(_checkpoint(cp, store.delta_table, version, now))
@@ -222,6 +226,15 @@ def _servicebus_commands(
             )
     finally:
         sb.close()
+
+
+def _checkpoint_store(settings: Settings) -> str:
+    if settings.checkpoint_store != "cosmos":
+        return "sql"
+    return (
+        f"cosmos {settings.cosmos_endpoint} "
+        f"{settings.cosmos_database}/{settings.cosmos_checkpoint_container}"
+    )
 
 
 def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> CheckpointStatus:

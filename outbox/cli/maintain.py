@@ -62,6 +62,7 @@ def maintain(
         dry_run=dry_run,
         log_retention_seconds=None if no_trim_log else settings.log_retention,
         storage_options=settings.storage_options,
+        settings=settings,
     )
     result = report.to_dict()
     result["expired_duplicate_ids_deleted"] = _forget_duplicates(settings)

@@ -91,7 +91,7 @@ def rescue(
         _forget(cli, name, as_json=as_json)
         return
     from outbox.delta.store import DeltaDocumentStore
-    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.checkpoint_factory import checkpoint_store_from_settings
     from rescuer.engines import make_engine
     from rescuer.runner import RescuePass, check_delay
     from rescuer.scheduler import Scheduler
@@ -117,7 +117,7 @@ def rescue(
     store = DeltaDocumentStore(
         settings.table_uri, storage_options=settings.storage_options, clock=clock
     )
-    checkpoints = SqlCheckpointStore(settings.sql_url)
+    checkpoints = checkpoint_store_from_settings(settings)
     sink = QueueSink.from_settings(settings, clock=clock)
     closers: list[Any] = [sink, checkpoints, store]
     try:
@@ -154,11 +154,11 @@ def rescue(
 
 
 def _forget(cli: CliContext, name: str | None, *, as_json: bool) -> None:
-    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.checkpoint_factory import checkpoint_store_from_settings
 
     settings = cli.settings()
     rescuer_name = name or settings.rescuer_name
-    checkpoints = SqlCheckpointStore(settings.sql_url)
+    checkpoints = checkpoint_store_from_settings(settings)
     try:
         found = checkpoints.forget(settings.table_uri, rescuer_name)
     finally:

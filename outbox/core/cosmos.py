@@ -13,6 +13,7 @@ test server answers a read of a missing item with HTTP 500 instead of 404 (docs/
 
 from __future__ import annotations
 
+import logging
 import warnings
 from typing import Any
 from urllib.parse import urlparse
@@ -114,6 +115,11 @@ def make_client(
             hint="set cosmos_endpoint (OUTBOX_COSMOS_ENDPOINT), e.g. "
             "https://ACCOUNT.documents.azure.com:443/",
         )
+    azure_log = logging.getLogger("azure")
+    if azure_log.level == logging.NOTSET:
+        # the SDK logs every request and its headers at INFO: too loud for a CLI at INFO. A
+        # level the application set on the "azure" logger is kept.
+        azure_log.setLevel(logging.WARNING)
     host = urlparse(endpoint).hostname or ""
     if host in _LOCAL_HOSTS:
         warnings.filterwarnings(
