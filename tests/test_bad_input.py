@@ -212,8 +212,10 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         {},
         _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
         1,
-        "error: unknown setting 'rescue_dely' (fix: known settings: buckets, command_queue, "
-        "compact_every, default_destination, dispatch, duplicate_detection_window, group_commit, "
+        "error: unknown setting 'rescue_dely' (fix: known settings: buckets, checkpoint_store, "
+        "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
+        "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
+        "default_destination, dispatch, duplicate_detection_window, group_commit, "
         "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "
         "max_message_bytes, "
         "rescue_delay, rescue_interval, rescuer_name, sql_url, storage_options, table_uri, "
