@@ -1,6 +1,6 @@
 """The wheel installs only the product's packages: ``outbox``, ``dispatcher``, ``rescuer`` and
 ``migrations`` (the generic names ``cli`` or ``benchmarks`` would collide with other projects in
-site-packages), and its ``outbox`` console script points at ``outbox.cli:main``.
+site-packages), and its console scripts: ``outbox`` (``outbox.cli:main``) and the Spark rescuer job.
 
 Built offline: ``uv build --offline`` (hatchling comes from uv's cache), else ``pip wheel``.
 Installed with ``--no-deps --no-index`` into a fresh venv, so nothing is downloaded.
@@ -85,7 +85,10 @@ def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path
     [info] = dist_info
     entry_points = (site / info / "entry_points.txt").read_text()
     scripts = _section(entry_points, "console_scripts")
-    assert scripts == {"outbox": "outbox.cli:main"}
+    assert scripts == {
+        "outbox": "outbox.cli:main",
+        "outbox-rescue-spark": "rescuer.spark_job:main",  # the Databricks wheel task
+    }
     script = (venv / "bin" / "outbox").read_text()
     assert "from outbox.cli import main" in script
 
