@@ -57,7 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def run(args: argparse.Namespace, spark: Any | None = None) -> dict[str, Any]:
     """One pass; returns the report as a dict."""
     from outbox.delta.store import DeltaDocumentStore
-    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.checkpoint_factory import checkpoint_store_from_settings
     from rescuer.runner import RescuePass, check_delay
     from rescuer.sink import QueueSink
 
@@ -76,7 +76,7 @@ def run(args: argparse.Namespace, spark: Any | None = None) -> dict[str, Any]:
     store = DeltaDocumentStore(
         settings.table_uri, storage_options=settings.storage_options, clock=clock
     )
-    checkpoints = SqlCheckpointStore(settings.sql_url)
+    checkpoints = checkpoint_store_from_settings(settings)
     sink = QueueSink.from_settings(settings, clock=clock)
     try:
         engine = SparkEngine(
