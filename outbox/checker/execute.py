@@ -60,6 +60,8 @@ class Run:
     outages_done: int = 0
     t0: float = field(default_factory=time.monotonic)
     next_pass: float = 0.0
+    settings: Any = None  # outbox.core.settings.Settings of the seed's workspace
+    recreated: str | None = None  # the document deleted outside the library and created again
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0

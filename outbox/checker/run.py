@@ -19,6 +19,7 @@ from typing import Any
 from outbox.checker.backends import SeedDatabase, check_engine, seed_database
 from outbox.checker.execute import Run, drain, worker_child, write_phase
 from outbox.checker.reap import Child, Children, context
+from outbox.checker.recreate import delete_and_recreate
 from outbox.checker.report import CheckReport
 from outbox.checker.rescue import (
     COMPRESSED_DELAY,
@@ -77,6 +78,9 @@ def run_check(
             run.children.start(child)
         write_phase(run)
         drain(run, drain_timeout)
+        if run.report.drained:
+            delete_and_recreate(run, broken)
+            drain(run, drain_timeout)
         run.children.stop()
         from outbox.checker.verify import verify
 
@@ -158,6 +162,7 @@ def _prepare(
         command_queue=settings.command_queue,
         outage_flag=Path(base["outage_flag"]),
         say=say,
+        settings=settings,
     )
 
     def close() -> None:

@@ -17,6 +17,7 @@ from outbox.core.model import OutboxMessage
 
 FEED_COLUMNS = [
     "id",
+    "incarnation",
     "last_seq",
     "dispatched_seq",
     "outbox",
@@ -37,6 +38,7 @@ class Truth:
     watermark_regressions: list[str] = field(default_factory=list)  # I4: a sent message came back
     seq_gaps: list[str] = field(default_factory=list)  # a committed seq missing from every image
     changed_content: list[str] = field(default_factory=list)  # same message id, other content
+    doc_ids: set[str] = field(default_factory=set)  # the table's document ids
 
 
 def read_truth(delta_table: Any) -> Truth:
@@ -59,8 +61,10 @@ def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
     watermark: dict[str, int] = {}
     last: dict[str, int] = {}
     versions: set[int] = set()
+    lives: dict[str, tuple[Any, str]] = {}  # id -> (incarnation, key of that life)
     for r in ordered:
-        doc = str(r["id"])
+        doc = _life(lives, str(r["id"]), r.get("incarnation"))
+        truth.doc_ids.add(str(r["id"]))
         version = int(r["_commit_version"])
         versions.add(version)
         at = _epoch(r["_commit_timestamp"])
@@ -87,6 +91,21 @@ def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
             truth.seq_gaps.append(f"{doc}: committed seqs {seqs[:8]}... vs last_seq {last[doc]}")
     truth.versions = len(versions)
     return truth
+
+
+def _life(lives: dict[str, tuple[Any, str]], doc_id: str, incarnation: Any) -> str:
+    """The key a document's messages are counted under: its id for its first life, ``id~n`` for
+    its n-th after it was deleted and created again (a new incarnation restarts seqs and the
+    watermark)."""
+    seen = lives.get(doc_id)
+    if seen is None:
+        key = doc_id
+    elif seen[0] == incarnation:
+        return seen[1]
+    else:
+        key = f"{doc_id}~{int(seen[1].partition('~')[2] or 0) + 1}"
+    lives[doc_id] = (incarnation, key)
+    return key
 
 
 def _epoch(value: Any) -> float:

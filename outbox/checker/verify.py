@@ -95,7 +95,7 @@ def _rescued(doc: str, at: float, retries: dict[str, float], rescue: dict[str, f
 
 
 def _not_dispatched(store: Any, truth: Truth) -> list[str]:
-    ids = list(truth.committed)
+    ids = sorted(truth.doc_ids)
     _, rows = store.read(ids) if ids else (0, {})
     return [
         f"{i}: dispatched_seq {r.dispatched_seq} < last_seq {r.last_seq}"
@@ -141,5 +141,6 @@ def _faults(run: Run) -> None:
     for w in sc.writers:
         for r in w.stranded:
             fired[f"stranded writer {w.index} round {r}"] = (w.index, r) in stranded
+    fired["external delete and re-create of a dispatched document"] = run.recreated is not None
     run.report.faults = fired
     run.report.unfired_faults = [name for name, ok in fired.items() if not ok]

@@ -57,6 +57,10 @@ class Mutation:
     def at_writer_start(self) -> None:
         """Runs first thing in every writer process."""
 
+    def supervisor_writes(self) -> contextlib.AbstractContextManager[Any]:
+        """Around the supervisor's own unit of work (the delete-and-re-create step)."""
+        return contextlib.nullcontext()
+
 
 # --- the rescuer (in the supervisor) ---------------------------------------------------------
 
@@ -180,6 +184,25 @@ def _force_watermarks(store: Any, marks: Mapping[str, int]) -> None:
     )
 
 
+class IdsIgnoreIncarnation(Mutation):
+    """Message ids derived from (table, id, seq) alone, as before incarnations: a document deleted
+    outside the library and created again reuses its old ids, and duplicate detection drops the
+    new messages. Every writer (children and the supervisor's re-create) computes them so."""
+
+    def patch_outbox(self, ob: Any) -> None:
+        self.supervisor_writes().start()
+
+    def supervisor_writes(self) -> Any:
+        from outbox.core.model import message_id_for
+
+        def without_incarnation(
+            table_id: str, doc_id: str, seq: int, incarnation: str | None = None
+        ) -> str:
+            return message_id_for(table_id, doc_id, seq, None)
+
+        return mock.patch("outbox.unit_of_work.message_id_for", without_incarnation)
+
+
 class WritersDieAtStart(Mutation):
     def at_writer_start(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -202,6 +225,11 @@ MUTATIONS: dict[str, Mutation] = {
             "watermark-lowers", "I4 no interference", "the watermark MERGE lowers dispatched_seq"
         ),
         WritersDieAtStart("writers-die-at-start", "committed", "every writer dies at start-up"),
+        IdsIgnoreIncarnation(
+            "ids-ignore-incarnation",
+            "I6 idempotence",
+            "a re-created document's messages reuse the deleted one's ids",
+        ),
     )
 }
 

@@ -81,6 +81,28 @@ def test_writers_that_die_at_start_commit_nothing_and_are_not_ok(tmp_path: Path)
     assert "NOTHING COMMITTED" in report.summary()
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_ids_without_the_incarnation_lose_the_re_created_documents_messages(
+    tmp_path: Path,
+) -> None:
+    """The delete-and-re-create step: with ids from (table, id, seq) alone, the re-created
+    document's messages carry the deleted one's ids (a dedup broker drops them)."""
+    report = _run("ids-ignore-incarnation", tmp_path)
+    assert not report.ok
+    assert "I6 idempotence" in _broken(report), report.summary()
+    assert "I1 no loss" in _broken(report), report.summary()
+    assert "external delete and re-create of a dispatched document" in report.faults
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_the_intact_build_survives_the_delete_and_re_create(tmp_path: Path) -> None:
+    report = _run("", tmp_path)
+    assert report.ok, report.summary()
+    assert report.faults["external delete and re-create of a dispatched document"]
+
+
 #: A seed whose writers share documents enough for a unit of work to lose a race after its
 #: messages went out (the phantom needs a save that fails after the premature send).
 SENDS_BEFORE_COMMIT_SEED = SEED  # every seed has a conflicted round
@@ -94,6 +116,7 @@ def test_every_mutation_has_a_test() -> None:
         "sends-before-commit",
         "watermark-lowers",
         "writers-die-at-start",
+        "ids-ignore-incarnation",
     }
     assert set(MUTATIONS) == names
 
