@@ -46,7 +46,6 @@ NOT_MEASURED: dict[tuple[str, str], str] = {
     ("docs/checker.md", "the 15 s delay"): "the rescue delay the checker compresses (a setting)",
     ("docs/checker.md", "1 s delay"): "the checker's compressed rescue delay (a setting)",
     ("docs/checker.md", "0.3 s"): "the checker's rescue pass interval (a setting)",
-    ("docs/checker.md", "5 s lock"): "the checker's lock duration (a setting)",
 }
 
 #: (file, phrase): measurements quoted without a results file behind them yet, in documents this
