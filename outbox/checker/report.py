@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -183,3 +186,11 @@ def results_document(reports: list[CheckReport], options: dict[str, Any]) -> dic
         "seeds": [seed_row(r) for r in reports],
         "failed": [r.to_dict() for r in reports if not r.ok],
     }
+
+
+def write_results(path: Path, data: dict[str, Any]) -> None:
+    """Replace ``path`` in one rename: a reader (or a soak stopped mid-way) never sees half a
+    file."""
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", "utf-8")
+    os.replace(tmp, path)

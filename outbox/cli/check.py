@@ -105,7 +105,7 @@ def check(
     outside, broker outages, send failures and Delta commit conflicts; then I1, I2, I3, I4 and I6
     are verified with exact counts. A seed replays its fault plan. Exit 0 when every seed held,
     5 when an invariant broke."""
-    from outbox.checker.report import aggregate, results_document
+    from outbox.checker.report import aggregate, results_document, write_results
     from outbox.checker.run import run_check
 
     quiet_chatty_loggers(cli.verbose)
@@ -138,7 +138,7 @@ def check(
                 "sql": "sqlite" if sql == "sqlite" else "postgresql",
                 "engine": engine,
             }
-            _write_atomically(Path(results_file), results_document(reports, options))
+            write_results(Path(results_file), results_document(reports, options))
     total = aggregate(reports)
     if as_json:
         emit_json({"total": total, "seeds": [r.to_dict() for r in reports]})
@@ -166,16 +166,6 @@ def _row(r: Any) -> tuple[Any, ...]:
         f"{r.latency_rescued['p95']:.2f}/{r.latency_rescued['max']:.2f}s",
         f"{r.duration_s:.0f}s",
     )
-
-
-def _write_atomically(path: Path, data: Any) -> None:
-    """Replace ``path`` in one rename: a reader (or a stopped soak) never sees half a file."""
-    import json
-    import os
-
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=True) + "\n", "utf-8")
-    os.replace(tmp, path)
 
 
 def register(group: click.Group) -> None:
