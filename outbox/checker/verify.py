@@ -40,11 +40,16 @@ def verify(run: Run, root: Path, first_command_at: dict[str, float]) -> None:
     first = _first_deliveries(deliveries)
     _latencies(report, truth, first)
     retries = _retry_commands(run.children.writers)
+    # A later life of a document is the supervisor's re-create step, handed to the workers by a
+    # command of the supervisor's own: the rescuer's earlier command for the first life must not
+    # make those deliveries look rescued.
+    later_lives = {m.message_id for key, ms in truth.committed.items() if "~" in key for m in ms}
     report.rescued_first_deliveries = sum(
         1
         for d in first.values()
         if d.role == "worker"
         and d.message.message_id in truth.committed_at
+        and d.message.message_id not in later_lives
         and _rescued(str(d.message.session_id), d.at, retries, first_command_at)
     )
     report.not_dispatched = _not_dispatched(run.store, truth)
