@@ -337,9 +337,9 @@ def dispatch() -> str:
     return _table(header, rows)
 
 
-def checker_soak() -> str:
+def checker_soak(name: str = "checker_soak") -> str:
     """The checker soak (``python -m benchmarks.checker_soak``): every count, its verdict."""
-    c = load("checker_soak")
+    c = load(name)
     t = c["total"]
     crashes = ", ".join(f"{k}: {n(v)}" for k, v in t["crashes"].items()) or "none"
     unfired = sum(len(v) for v in t["unfired_faults"].values())
@@ -395,6 +395,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "sql-queue": sql_queue,
     "dispatch": dispatch,
     "checker-soak": checker_soak,
+    "checker-soak-before-recreate": lambda: checker_soak("checker_soak_before_recreate"),
 }
 
 #: The files whose blocks this script owns.
