@@ -56,11 +56,22 @@ def test_a_transport_that_reorders_breaks_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(120)
+@pytest.mark.timeout(300)
 def test_sending_before_the_commit_delivers_phantoms(tmp_path: Path) -> None:
-    report = _run("sends-before-commit", tmp_path, seed=SENDS_BEFORE_COMMIT_SEED)
-    assert not report.ok
-    assert "I3 no phantom" in _broken(report), report.summary()
+    # A phantom needs a save that loses its race *after* the premature send; whether the planned
+    # conflict lands that way depends on timing, so the broken build gets up to three seeds.
+    summaries = []
+    for seed in (
+        SENDS_BEFORE_COMMIT_SEED,
+        SENDS_BEFORE_COMMIT_SEED + 1,
+        SENDS_BEFORE_COMMIT_SEED + 2,
+    ):
+        report = _run("sends-before-commit", tmp_path / str(seed), seed=seed)
+        if "I3 no phantom" in _broken(report):
+            assert not report.ok
+            return
+        summaries.append(report.summary())
+    raise AssertionError("no seed caught the premature send: " + " | ".join(summaries))
 
 
 @pytest.mark.slow
@@ -98,7 +109,9 @@ def test_ids_without_the_incarnation_lose_the_re_created_documents_messages(
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 def test_the_intact_build_survives_the_delete_and_re_create(tmp_path: Path) -> None:
-    report = _run("", tmp_path)
+    # The intact build must drain completely twice: give it the CI seeds' drain time, not the
+    # short one the broken builds get (they are judged on what they break, not on draining).
+    report = run_check(SEED, tmp_path, scale=SCALE, drain_timeout=60, mutation="")
     assert report.ok, report.summary()
     assert report.faults["external delete and re-create of a dispatched document"]
 
