@@ -103,6 +103,12 @@ class CheckReport:
             f"first {self.rescued_first_deliveries}; {held}"
             + ("" if self.committed else "; NOTHING COMMITTED")
             + (
+                ""
+                if self.drained
+                else f"; NOT DRAINED (not dispatched: {self.not_dispatched[:5]}, lost "
+                f"{self.lost[:5]}, crashes {self.crashes})"
+            )
+            + (
                 f"; planned faults that did not fire: {self.unfired_faults}"
                 if self.unfired_faults
                 else ""
