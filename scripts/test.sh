@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
-# via Maven, PostgreSQL via apt, the Cosmos DB-protocol test server via npm), then ruff,
+# via Maven, PostgreSQL and mosquitto via apt, the Cosmos DB-protocol test server via npm), then ruff,
 # import-linter (the layers), mypy (strict) and the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
 scripts/fetch-jars.sh
 scripts/ensure-postgres.sh
+scripts/ensure-mosquitto.sh  # the MQTT tests start their own broker from it
 scripts/ensure-cosmos.sh >/dev/null   # into .cache/cosmos, where tests/cosmos finds it
 export OUTBOX_DELTA_JARS="$PWD/.cache/jars"
 echo "==> ruff"
