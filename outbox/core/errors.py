@@ -136,6 +136,24 @@ class UnknownDestinationError(PermanentTransportError):
     """No queue or topic is known by that name."""
 
 
+# --- the claim log (two regions) --------------------------------------------------------------
+
+
+class ClaimLogError(OutboxError):
+    """The claim log (who handles which message across regions) failed an operation."""
+
+
+class ClaimLogUnavailableError(ClaimLogError):
+    """The claim log cannot be reached right now: nothing is handled without a claim; retry."""
+
+    retryable = True
+
+
+class ClaimLostError(ClaimLogError):
+    """A renew or settle named a claim this owner no longer holds (taken over after its lease
+    expired, or already settled); nothing changed."""
+
+
 # --- the rescuer ------------------------------------------------------------------------------
 
 
