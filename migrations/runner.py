@@ -1,16 +1,21 @@
-"""``outbox migrate``: the Delta table, the SQL schema and (when an account is configured) the
-Cosmos DB database and containers; idempotent and safe to run twice."""
+"""``outbox migrate``: the Delta table, the SQL schema, (when an account is configured) the
+Cosmos DB database and containers, and (when Service Bus is the transport or the command
+transport) the Service Bus command queue and declared destinations; idempotent and safe to run
+twice."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox.core.errors import ConfigurationError, WorkspaceError
 from outbox.core.settings import Settings
 from outbox.core.sql import redact_url
+
+if TYPE_CHECKING:
+    from dispatcher.transports.servicebus_admin import Provisioned
 
 log = logging.getLogger("outbox.migrate")
 
@@ -21,6 +26,8 @@ class MigrationReport:
     table_uri: str
     sql_url: str
     actions: list[str] = field(default_factory=list)
+    #: Existing entities whose properties conflict with the settings (reported, never changed).
+    conflicts: list[str] = field(default_factory=list)
 
     @property
     def changed(self) -> bool:
@@ -33,6 +40,7 @@ class MigrationReport:
             "sql_url": redact_url(self.sql_url),
             "actions": self.actions,
             "changed": self.changed,
+            "conflicts": self.conflicts,
         }
 
 
@@ -53,11 +61,16 @@ def ensure_workspace(settings: Settings) -> list[str]:
     return [f"created workspace {ws}"]
 
 
-def migrate(settings: Settings, *, only_if_missing: bool = False) -> MigrationReport:
+def migrate(
+    settings: Settings, *, only_if_missing: bool = False, raise_on_conflict: bool = True
+) -> MigrationReport:
     """Create or upgrade everything the settings point at.
 
     ``only_if_missing`` is the cheap path ``Outbox.open`` takes: it skips the work when the table
-    already exists (an explicit ``outbox migrate`` always checks both schemas).
+    already exists (an explicit ``outbox migrate`` always checks both schemas). A Service Bus
+    entity in conflict with the settings raises ``ConfigurationError`` after everything else was
+    provisioned; with ``raise_on_conflict=False`` it is only listed in ``report.conflicts`` (the
+    CLI prints the report, then exits 1).
     """
     from migrations.delta import ensure_table
     from migrations.sql import upgrade
@@ -74,21 +87,28 @@ def migrate(settings: Settings, *, only_if_missing: bool = False) -> MigrationRe
     report.actions += upgrade(settings.sql_url)
     if settings.cosmos_configured:
         report.actions += ensure_cosmos(settings)
-    if settings.command_transport == "servicebus":
-        report.actions += _provision_servicebus(settings)
+    if "servicebus" in (settings.command_transport, settings.transport):
+        provisioned = _provision_servicebus(settings)
+        report.actions += provisioned.actions
+        report.conflicts += provisioned.conflicts
     for a in report.actions:
         log.debug("migrate: %s", a)
+    if report.conflicts and raise_on_conflict:
+        raise ConfigurationError("; ".join(report.conflicts))
     return report
 
 
-def _provision_servicebus(settings: Settings) -> list[str]:
-    """The Service Bus command queue (``dispatcher.transports.servicebus_admin``)."""
-    from dispatcher.transports.servicebus_admin import provision_command_queue
+def _provision_servicebus(settings: Settings) -> Provisioned:
+    """The Service Bus command queue and the declared destinations
+    (``dispatcher.transports.servicebus_admin``)."""
+    from dispatcher.transports.servicebus_admin import Provisioned, provision
     from dispatcher.transports.servicebus_queue import connect
 
+    if settings.command_transport != "servicebus" and not settings.servicebus_destinations:
+        return Provisioned()  # transport servicebus alone, nothing declared: nothing to create
     client, admin = connect()
     try:
-        return provision_command_queue(admin, settings)
+        return provision(admin, settings)
     finally:
         for c in (admin, client):
             c.close()

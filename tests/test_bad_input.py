@@ -218,8 +218,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "default_destination, dispatch, duplicate_detection_window, group_commit, "
         "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "
         "max_message_bytes, "
-        "rescue_delay, rescue_interval, rescuer_name, sql_url, storage_options, table_uri, "
-        "transport, workspace)",
+        "rescue_delay, rescue_interval, rescuer_name, servicebus_destinations, sql_url, "
+        "storage_options, table_uri, transport, workspace)",
     ),
     (
         "broken outbox.toml",

@@ -79,6 +79,23 @@ __all__ = [
 _NO_BATCHING_MARKER = "Batching brokered messages"
 
 
+def _topics(settings: Settings | None, env: Mapping[str, str]) -> set[str]:
+    """The destinations that are topics; a name declared a queue in the settings and listed in
+    ``OUTBOX_SERVICEBUS_TOPICS`` is a ``ConfigurationError`` (one of the two is wrong)."""
+    from dispatcher.transports.servicebus_admin import destinations
+
+    topics = {t.strip() for t in env.get(ENV_TOPICS, "").split(",") if t.strip()}
+    declared = destinations(settings) if settings is not None else []
+    clash = sorted(d.name for d in declared if d.kind == "queue" and d.name in topics)
+    if clash:
+        raise ConfigurationError(
+            f"{', '.join(map(repr, clash))} is a queue in servicebus_destinations but a topic "
+            f"in {ENV_TOPICS}",
+            hint="write topic:NAME in servicebus_destinations, or drop it from the variable",
+        )
+    return topics | {d.name for d in declared if d.kind == "topic"}
+
+
 class _Destination:
     """One cached sender and the lock that serialises its use (the SDK is not thread-safe)."""
 
@@ -144,14 +161,21 @@ class ServiceBusTransport:
     ) -> ServiceBusTransport:
         """Connect with ``OUTBOX_SERVICEBUS_CONNECTION_STRING``, else with
         ``OUTBOX_SERVICEBUS_NAMESPACE`` (``<ns>.servicebus.windows.net``) and azure-identity's
-        ``DefaultAzureCredential``. ``OUTBOX_SERVICEBUS_TOPICS`` lists destinations that are topics.
+        ``DefaultAzureCredential``. The destinations that are topics are the ``topic:NAME``
+        entries of ``servicebus_destinations`` and the names in ``OUTBOX_SERVICEBUS_TOPICS``.
 
         The connection string is parsed here (a malformed one fails now), but nothing connects
-        until the first send.
+        until the first send. Inside ``servicebus_sdk.use_clients`` the client comes from its
+        factory (the kit's fake).
         """
         sb, _ = sdk.load()
         env = os.environ if env is None else env
-        topics = [t.strip() for t in env.get(ENV_TOPICS, "").split(",") if t.strip()]
+        topics = _topics(settings, env)
+        factory = sdk.client_factory()
+        if factory is not None:
+            client, admin = factory()
+            admin.close()
+            return cls(cast(ClientLike, client), topics=topics, owns_client=True)
         conn = env.get(ENV_CONNECTION_STRING, "").strip()
         if conn:
             try:

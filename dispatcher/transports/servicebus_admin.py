@@ -1,21 +1,74 @@
-"""``outbox migrate`` for Service Bus: the command queue, created with the properties the worker
-relies on, through ``ServiceBusAdministrationClient``.
+"""``outbox migrate`` for Service Bus, through ``ServiceBusAdministrationClient``: the command
+queue, created with the properties the worker relies on, and the destination queues and topics
+the settings declare (``servicebus_destinations``).
 
-Idempotent: an existing queue whose properties match is left alone. An existing queue that
-conflicts (no sessions, no duplicate detection, another window, delivery count or lock duration)
-is reported with every difference and never changed: sessions and duplicate detection can only be
-set when an entity is created, and changing the others under running workers would be a surprise.
+Idempotent: an existing entity whose properties suit is left alone. An existing entity that
+conflicts is reported with every difference and never changed: sessions and duplicate detection
+can only be set when an entity is created, and changing the others under running workers or
+consumers would be a surprise. Every entity is checked before anything is reported, so one run
+names all the conflicts (``Provisioned.conflicts``).
+
+What counts as a conflict differs on purpose. The command queue is the outbox's own: it must have
+exactly the settings' properties. A destination is shared with its consumers, so only what the
+transport relies on is checked: duplicate detection (re-sends reuse message ids) with a window
+at least ``duplicate_detection_window`` long, and, on a queue, sessions (each message's session id
+is its ordering key; only a session queue keeps that order). Topics get no subscriptions here: a
+topic's consumers own them.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from outbox.core.errors import ConfigurationError
+from outbox.core.settings import TOPIC_PREFIX
 
 if TYPE_CHECKING:
     from outbox.core.settings import Settings
+
+EntityKind = Literal["queue", "topic"]
+
+COMMAND_QUEUE_FIX = (
+    "recreate the queue (sessions and duplicate detection are set at creation only), "
+    "or change the settings to match it, or use another command_queue"
+)
+DESTINATION_FIX = (
+    "recreate it with these properties (they are set at creation only), or give the "
+    "destination another name"
+)
+
+
+@dataclass(frozen=True)
+class Destination:
+    """One entry of ``servicebus_destinations``."""
+
+    name: str
+    kind: EntityKind
+
+
+@dataclass
+class Provisioned:
+    """What provisioning did, and the entities it found in conflict (left unchanged)."""
+
+    actions: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+def destinations(settings: Settings) -> list[Destination]:
+    """The declared destinations, in the order given: ``topic:NAME`` is a topic, else a queue."""
+    return [
+        Destination(entry[len(TOPIC_PREFIX) :], "topic")
+        if entry.startswith(TOPIC_PREFIX)
+        else Destination(entry, "queue")
+        for entry in settings.servicebus_destinations
+    ]
+
+
+def declared_topics(settings: Settings) -> frozenset[str]:
+    return frozenset(d.name for d in destinations(settings) if d.kind == "topic")
 
 
 def wanted_properties(settings: Settings) -> dict[str, Any]:
@@ -30,32 +83,136 @@ def wanted_properties(settings: Settings) -> dict[str, Any]:
     }
 
 
+def destination_properties(settings: Settings, kind: EntityKind) -> dict[str, Any]:
+    """What a destination is created with (the rest stay the service's defaults)."""
+    wanted: dict[str, Any] = {
+        "requires_duplicate_detection": True,
+        "duplicate_detection_history_time_window": timedelta(
+            seconds=settings.duplicate_detection_window
+        ),
+    }
+    if kind == "queue":
+        wanted["requires_session"] = True
+    return wanted
+
+
+def provision(admin: Any, settings: Settings) -> Provisioned:
+    """The command queue (when ``command_transport`` is servicebus) and every declared
+    destination: created when missing, compared when present."""
+    done = Provisioned()
+    if settings.command_transport == "servicebus":
+        _ensure(
+            admin,
+            done,
+            settings.command_queue,
+            "queue",
+            wanted_properties(settings),
+            _exact,
+            COMMAND_QUEUE_FIX,
+        )
+    for dest in destinations(settings):
+        _ensure(
+            admin,
+            done,
+            dest.name,
+            dest.kind,
+            destination_properties(settings, dest.kind),
+            _suits_destination,
+            DESTINATION_FIX,
+        )
+    return done
+
+
 def provision_command_queue(admin: Any, settings: Settings) -> list[str]:
     """Create ``settings.command_queue`` if missing; returns what was done (nothing if present).
     ``ConfigurationError`` lists the conflicts of an existing queue."""
-    from azure.core.exceptions import ResourceNotFoundError
+    done = Provisioned()
+    _ensure(
+        admin,
+        done,
+        settings.command_queue,
+        "queue",
+        wanted_properties(settings),
+        _exact,
+        COMMAND_QUEUE_FIX,
+    )
+    if done.conflicts:
+        raise ConfigurationError(done.conflicts[0])
+    return done.actions
 
-    name = settings.command_queue
-    wanted = wanted_properties(settings)
+
+# --- one entity ---------------------------------------------------------------------------------
+
+
+def _exact(key: str, have: Any, want: Any) -> bool:
+    return bool(have == want)
+
+
+def _suits_destination(key: str, have: Any, want: Any) -> bool:
+    """A longer duplicate-detection window than asked for is fine (it drops more repeats)."""
+    if key == "duplicate_detection_history_time_window" and have is not None:
+        return bool(have >= want)
+    return bool(have == want)
+
+
+def _ensure(
+    admin: Any,
+    done: Provisioned,
+    name: str,
+    kind: EntityKind,
+    wanted: Mapping[str, Any],
+    suits: Callable[[str, Any, Any], bool],
+    fix: str,
+) -> None:
+    from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+
+    get = admin.get_queue if kind == "queue" else admin.get_topic
+    create = admin.create_queue if kind == "queue" else admin.create_topic
     try:
-        existing = admin.get_queue(name)
+        existing = get(name)
     except ResourceNotFoundError:
-        admin.create_queue(name, **wanted)
-        return [
-            f"created Service Bus queue {name!r} (sessions, duplicate detection "
-            f"{settings.duplicate_detection_window:g}s, max delivery count "
-            f"{settings.max_delivery_count}, lock {settings.lock_duration:g}s)"
-        ]
-    conflicts = [
+        try:
+            create(name, **wanted)
+        except ResourceExistsError:
+            # Created meanwhile (another migrate), or the name is taken by the other kind of
+            # entity: queues and topics share one namespace of names.
+            try:
+                existing = get(name)
+            except ResourceNotFoundError:
+                done.conflicts.append(
+                    f"Service Bus {kind} {name!r} cannot be created: an entity of another kind "
+                    f"has that name (fix: {fix})"
+                )
+                return
+        else:
+            done.actions.append(_created(name, kind, wanted))
+            return
+    differences = [
         f"{key} is {getattr(existing, key, None)!r}, the settings want {value!r}"
         for key, value in wanted.items()
-        if getattr(existing, key, None) != value
+        if not suits(key, getattr(existing, key, None), value)
     ]
-    if conflicts:
-        raise ConfigurationError(
-            f"Service Bus queue {name!r} exists with conflicting properties (left unchanged): "
-            + "; ".join(conflicts),
-            hint="recreate the queue (sessions and duplicate detection are set at creation only), "
-            "or change the settings to match it, or use another command_queue",
+    if differences:
+        done.conflicts.append(
+            f"Service Bus {kind} {name!r} exists with conflicting properties (left unchanged): "
+            + "; ".join(differences)
+            + f" (fix: {fix})"
         )
-    return []
+
+
+def _seconds(value: Any) -> str:
+    return f"{value.total_seconds():g}s" if isinstance(value, timedelta) else str(value)
+
+
+def _created(name: str, kind: EntityKind, wanted: Mapping[str, Any]) -> str:
+    parts = []
+    if wanted.get("requires_session"):
+        parts.append("sessions")
+    parts.append(
+        f"duplicate detection {_seconds(wanted['duplicate_detection_history_time_window'])}"
+    )
+    if "max_delivery_count" in wanted:
+        parts.append(f"max delivery count {wanted['max_delivery_count']}")
+    if "lock_duration" in wanted:
+        parts.append(f"lock {_seconds(wanted['lock_duration'])}")
+    return f"created Service Bus {kind} {name!r} ({', '.join(parts)})"

@@ -1,10 +1,12 @@
-"""``outbox migrate``: create or upgrade the Delta table and the SQL schema."""
+"""``outbox migrate``: create or upgrade the Delta table and the SQL schema (and the Cosmos DB
+containers and Service Bus entities when the settings use them)."""
 
 from __future__ import annotations
 
 import click
 
-from outbox.cli.output import echo, emit_json
+from outbox.cli import exit_codes
+from outbox.cli.output import echo, echo_err, emit_json
 from outbox.cli.support import CliContext, json_option, pass_cli
 
 
@@ -21,19 +23,26 @@ def migrate(
     buckets: int | None,
     as_json: bool,
 ) -> None:
-    """Create or upgrade the Delta table and the SQL schema. Safe to run twice."""
+    """Create or upgrade the Delta table and the SQL schema. Safe to run twice.
+
+    With Service Bus configured it also creates the command queue and the destinations listed in
+    servicebus_destinations. An existing entity that conflicts with the settings is reported
+    (exit 1) and never changed."""
     from migrations.runner import migrate as run
 
     settings = cli.settings(sql_url=sql_url, table_uri=table_uri, buckets=buckets)
-    report = run(settings)
+    report = run(settings, raise_on_conflict=False)
     if as_json:
         emit_json(report.to_dict())
-        return
-    if not report.actions:
+    elif not report.actions and not report.conflicts:
         echo(f"already up to date: {settings.table_uri} and {report.to_dict()['sql_url']}")
-        return
-    for action in report.actions:
-        echo(f"- {action}")
+    else:
+        for action in report.actions:
+            echo(f"- {action}")
+        for conflict in report.conflicts:
+            echo_err(f"error: {conflict}")
+    if report.conflicts:
+        raise SystemExit(exit_codes.ERROR)
 
 
 def register(group: click.Group) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -26,6 +27,10 @@ TransportName = Literal["sql", "memory", "servicebus"]
 CommandTransport = Literal["sql", "servicebus"]
 DispatchMode = Literal["immediate", "deferred"]
 CheckpointStoreName = Literal["sql", "cosmos"]
+
+#: ``servicebus_destinations`` entries with this prefix are topics; the others are queues.
+TOPIC_PREFIX = "topic:"
+_ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
 
 MIN_RESCUE_DELAY = 15.0
 MAX_RESCUE_DELAY = 3600.0
@@ -51,6 +56,9 @@ class Settings:
     command_queue: str = "outbox-commands"
     command_transport: CommandTransport = "sql"  # where ProcessDocument goes (sql or servicebus)
     default_destination: str | None = None
+    # Destinations ``outbox migrate`` creates on Service Bus (docs/servicebus.md): queue names,
+    # and ``topic:NAME`` for topics. Env: comma-separated, e.g. "shipments,topic:events".
+    servicebus_destinations: tuple[str, ...] = ()
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
@@ -73,6 +81,11 @@ class Settings:
             object.__setattr__(self, "table_uri", str((ws / TABLE_DIR).absolute()))
         if not self.sql_url:
             object.__setattr__(self, "sql_url", f"sqlite:///{(ws / SQLITE_FILE).absolute()}")
+        object.__setattr__(
+            self,
+            "servicebus_destinations",
+            _coerce("servicebus_destinations", self.servicebus_destinations, "list"),
+        )
         self._validate()
 
     def _validate(self) -> None:
@@ -112,6 +125,7 @@ class Settings:
         if self.command_transport not in ("sql", "servicebus"):
             raise bad("command_transport", f"{self.command_transport!r}; use sql or servicebus")
         self._validate_cosmos(bad)
+        self._validate_servicebus_destinations(bad)
         if "://" not in self.sql_url:
             raise bad(
                 "sql_url",
@@ -133,6 +147,27 @@ class Settings:
         for name in ("cosmos_database", "cosmos_checkpoint_container", "cosmos_inbox_container"):
             if not getattr(self, name):
                 raise bad(name, "must not be empty")
+
+    def _validate_servicebus_destinations(self, bad: Any) -> None:
+        """Each entry is ``NAME`` (a queue) or ``topic:NAME``; NAME as Service Bus spells entity
+        paths. Checked here so a typo fails at load, not half-way through ``outbox migrate``."""
+        seen: set[str] = set()
+        for entry in self.servicebus_destinations:
+            name = entry[len(TOPIC_PREFIX) :] if entry.startswith(TOPIC_PREFIX) else entry
+            if not _ENTITY_NAME.match(name) or len(name) > 260:
+                raise bad(
+                    "servicebus_destinations",
+                    f"{entry!r} is not a queue name or topic:NAME; names are 1-260 letters, "
+                    "digits, '.', '-', '_' or '/', starting with a letter or digit",
+                )
+            if name in seen:
+                raise bad("servicebus_destinations", f"{name!r} is listed twice")
+            if name == self.command_queue:
+                raise bad(
+                    "servicebus_destinations",
+                    f"{name!r} is the command_queue, which outbox migrate creates on its own",
+                )
+            seen.add(name)
 
     @property
     def cosmos_configured(self) -> bool:
@@ -212,6 +247,8 @@ class Settings:
             return "path"
         if name == "group_commit":
             return "bool"
+        if name == "servicebus_destinations":
+            return "list"
         return "str"
 
 
@@ -247,6 +284,11 @@ def _coerce(name: str, value: Any, kind: str) -> Any:
             if not isinstance(value, Mapping):
                 raise ValueError(value)
             return {str(k): str(v) for k, v in value.items()}
+        if kind == "list":  # a TOML array, or comma-separated text (environment variables)
+            items = value.split(",") if isinstance(value, str) else value
+            if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+                raise ValueError(value)
+            return tuple(i.strip() for i in items if i.strip())
         if kind == "path":
             return Path(value)
         if kind == "bool":

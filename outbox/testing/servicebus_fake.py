@@ -23,7 +23,14 @@ checked):
   their time; ``cancel_scheduled_messages`` removes them;
 * duplicate detection drops a repeated ``message_id`` inside the window and reports success;
 * the dead-letter subqueue of a session-enabled queue is received without sessions;
-* ``application_properties`` come back with bytes keys and bytes string values.
+* ``application_properties`` come back with bytes keys and bytes string values;
+* administration: queues and topics share one namespace of names; creating an existing name is
+  ``ResourceExistsError`` (HTTP 409), reading a missing one ``ResourceNotFoundError``; a property
+  left out of ``create_queue``/``create_topic`` takes the service's default (no sessions, no
+  duplicate detection, a 1 minute lock, 10 deliveries, a 10 minute window);
+* senders: ``create_message_batch`` returns the SDK's real ``ServiceBusMessageBatch``; a topic
+  stores what it accepted in ``FakeServiceBus.topics[name].accepted`` (the fake models no
+  subscriptions, so nothing is received from a topic).
 
 Time comes from an injected clock (``ManualClock``); nothing waits: where the service would wait
 ``max_wait_time`` for a session or a message, the fake answers at once.
@@ -46,6 +53,7 @@ from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
 from azure.servicebus import (
     NEXT_AVAILABLE_SESSION,
     ServiceBusMessage,
+    ServiceBusMessageBatch,
     ServiceBusReceiveMode,
     ServiceBusSubQueue,
 )
@@ -54,6 +62,8 @@ from azure.servicebus import exceptions as sb_errors
 from outbox.core.clock import Clock, ManualClock, utc
 
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
+#: A batch's size limit when ``create_message_batch`` is given none (the Standard tier's 256 KB).
+LINK_MAX_BYTES = 256 * 1024
 
 
 @dataclass
@@ -66,6 +76,26 @@ class QueueSpec:
     duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
     max_delivery_count: int = 10
     lock_duration: timedelta = timedelta(seconds=30)
+
+
+#: What the service gives a property ``create_queue`` leaves out (``QueueSpec``'s own defaults
+#: are the command queue's shape, for tests that build a namespace directly).
+SERVICE_QUEUE_DEFAULTS: dict[str, Any] = {
+    "requires_session": False,
+    "requires_duplicate_detection": False,
+    "duplicate_detection_history_time_window": timedelta(minutes=10),
+    "max_delivery_count": 10,
+    "lock_duration": timedelta(minutes=1),
+}
+
+
+@dataclass
+class TopicSpec:
+    """A topic's properties, named as ``TopicProperties`` names them (service defaults)."""
+
+    name: str
+    requires_duplicate_detection: bool = False
+    duplicate_detection_history_time_window: timedelta = timedelta(minutes=10)
 
 
 @dataclass
@@ -113,6 +143,13 @@ class _Queue:
     sessions: dict[str, tuple[str, datetime]] = field(default_factory=dict)  # id -> holder, until
 
 
+@dataclass
+class _Topic:
+    spec: TopicSpec
+    accepted: list[Stored] = field(default_factory=list)
+    seen: dict[str, datetime] = field(default_factory=dict)
+
+
 class FakeReceivedMessage:
     """The attributes of ``ServiceBusReceivedMessage`` the adapters read."""
 
@@ -153,16 +190,28 @@ class FakeServiceBus:
         self.clock = clock or ManualClock()
         self.lock = threading.RLock()
         self.queues: dict[str, _Queue] = {}
+        self.topics: dict[str, _Topic] = {}
         self._seq = 0
 
     # --- administration and inspection --------------------------------------------------------
 
+    def _check_free(self, name: str) -> None:
+        """Queues and topics share the namespace's entity names (409 Conflict on a taken one)."""
+        if name in self.queues or name in self.topics:
+            raise ResourceExistsError(f"The messaging entity '{name}' already exists.")
+
     def create_queue(self, name: str, **props: Any) -> QueueSpec:
         with self.lock:
-            if name in self.queues:
-                raise ResourceExistsError(f"The messaging entity '{name}' already exists.")
+            self._check_free(name)
             spec = QueueSpec(name, **props)
             self.queues[name] = _Queue(spec)
+            return spec
+
+    def create_topic(self, name: str, **props: Any) -> TopicSpec:
+        with self.lock:
+            self._check_free(name)
+            spec = TopicSpec(name, **props)
+            self.topics[name] = _Topic(spec)
             return spec
 
     def now(self) -> datetime:
@@ -209,6 +258,8 @@ class FakeServiceBus:
     ) -> list[int]:
         """Store a batch whole (or nothing), dropping duplicates; returns sequence numbers."""
         with self.lock:
+            if name in self.topics:
+                return self._accept_topic(self.topics[name], messages)
             q = self.queue(name)
             for m in messages:
                 if q.spec.requires_session and not m.session_id:
@@ -252,6 +303,35 @@ class FakeServiceBus:
                 )
                 out.append(self._seq)
             return out
+
+    def _accept_topic(self, t: _Topic, messages: Sequence[ServiceBusMessage]) -> list[int]:
+        now = self.now()
+        out = []
+        for m in messages:
+            mid = m.message_id or str(uuid.uuid4())
+            window = t.spec.duplicate_detection_history_time_window
+            if t.spec.requires_duplicate_detection and mid in t.seen and now - t.seen[mid] < window:
+                out.append(0)
+                continue
+            t.seen[mid] = now
+            self._seq += 1
+            body = b"".join(m.body) if not isinstance(m.body, bytes) else m.body
+            t.accepted.append(
+                Stored(
+                    self._seq,
+                    mid,
+                    m.session_id,
+                    body,
+                    {},
+                    m.subject,
+                    m.content_type,
+                    m.correlation_id,
+                    now,
+                    now,
+                )
+            )
+            out.append(self._seq)
+        return out
 
     def _expire(self, q: _Queue) -> None:
         """Locks past their time end: each such delivery counts, up to the dead-letter move."""
@@ -533,11 +613,11 @@ class FakeReceiver:
 
 
 class FakeSender:
-    """``ServiceBusSender`` for one queue."""
+    """``ServiceBusSender`` for one queue or topic."""
 
     def __init__(self, bus: FakeServiceBus, queue_name: str) -> None:
         self.bus = bus
-        self.queue_name = queue_name
+        self.queue_name = queue_name  # the entity: a queue's or a topic's name
         self.closed = False
         self.fail_next: list[BaseException] = []  # test hook: raised by the next sends
 
@@ -547,14 +627,27 @@ class FakeSender:
         if self.fail_next:
             raise self.fail_next.pop(0)
 
+    def create_message_batch(self, max_size_in_bytes: int | None = None) -> ServiceBusMessageBatch:
+        """The SDK's real batch (its size accounting); opening the link finds a missing entity."""
+        self._check()
+        with self.bus.lock:
+            if self.queue_name not in self.bus.topics:
+                self.bus.queue(self.queue_name)  # MessagingEntityNotFoundError when missing
+        return ServiceBusMessageBatch(max_size_in_bytes=max_size_in_bytes or LINK_MAX_BYTES)
+
     def send_messages(
         self,
-        message: ServiceBusMessage | Sequence[ServiceBusMessage],
+        message: ServiceBusMessage | ServiceBusMessageBatch | Sequence[ServiceBusMessage],
         *,
         timeout: float | None = None,
     ) -> None:
         self._check()
-        batch = [message] if isinstance(message, ServiceBusMessage) else list(message)
+        if isinstance(message, ServiceBusMessageBatch):
+            batch = list(message._messages)  # where the real batch keeps its messages
+        elif isinstance(message, ServiceBusMessage):
+            batch = [message]
+        else:
+            batch = list(message)
         self.bus.accept(self.queue_name, batch, None)
 
     def schedule_messages(
@@ -586,6 +679,9 @@ class FakeServiceBusClient:
     def get_queue_sender(self, queue_name: str, **_: Any) -> FakeSender:
         return FakeSender(self.bus, queue_name)
 
+    def get_topic_sender(self, topic_name: str, **_: Any) -> FakeSender:
+        return FakeSender(self.bus, topic_name)
+
     def get_queue_receiver(self, queue_name: str, **kwargs: Any) -> FakeReceiver:
         receiver = FakeReceiver(self.bus, queue_name, **kwargs)
         self.receivers.append(receiver)
@@ -611,10 +707,28 @@ class FakeAdministrationClient:
             return q.spec
 
     def create_queue(self, queue_name: str, **props: Any) -> QueueSpec:
-        known = set(QueueSpec.__dataclass_fields__) - {"name"}
-        spec = self.bus.create_queue(queue_name, **{k: v for k, v in props.items() if k in known})
+        given = {k: v for k, v in props.items() if k in SERVICE_QUEUE_DEFAULTS and v is not None}
+        spec = self.bus.create_queue(queue_name, **{**SERVICE_QUEUE_DEFAULTS, **given})
         self.created.append(queue_name)
         return spec
+
+    def get_topic(self, topic_name: str, **_: Any) -> TopicSpec:
+        with self.bus.lock:
+            t = self.bus.topics.get(topic_name)
+            if t is None:
+                raise ResourceNotFoundError(f"Topic '{topic_name}' does not exist")
+            return t.spec
+
+    def create_topic(self, topic_name: str, **props: Any) -> TopicSpec:
+        known = set(TopicSpec.__dataclass_fields__) - {"name"}
+        spec = self.bus.create_topic(
+            topic_name, **{k: v for k, v in props.items() if k in known and v is not None}
+        )
+        self.created.append(topic_name)
+        return spec
+
+    def update_topic(self, topic: Any, **_: Any) -> None:
+        self.updated.append(getattr(topic, "name", str(topic)))
 
     def update_queue(self, queue: Any, **_: Any) -> None:
         self.updated.append(getattr(queue, "name", str(queue)))
