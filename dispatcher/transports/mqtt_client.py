@@ -1,0 +1,312 @@
+"""One MQTT connection (paho-mqtt 2.x, MQTT 5) shared by the MQTT transport, the device gateway and
+the kit's device simulator: broker URLs, settled QoS 1 publishes, subscriptions that survive
+reconnects, and paho's errors translated to ours.
+
+Why one wrapper: paho reports a PUBACK's reason code only to the ``on_publish`` callback and marks a
+refused message "published" all the same, it queues a QoS 1 publish made while disconnected and
+sends it whenever the connection comes back, and it forgets subscriptions when a clean session
+reconnects. Each of those would be a silent bug in three places; here they are handled once:
+``publish`` refuses at once while disconnected (nothing is left queued to surprise a device
+later), waits for every PUBACK and raises ``PermanentTransportError`` for a refused message, and
+``on_connect`` subscribes again after every (re)connect.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlsplit
+
+from outbox.core.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    PermanentTransportError,
+    RetryableTransportError,
+)
+
+if TYPE_CHECKING:
+    from paho.mqtt.client import Client, MQTTMessage
+
+log = logging.getLogger("outbox.mqtt")
+
+INSTALL_HINT = "pip install 'delta-outbox[mqtt]' (paho-mqtt 2.x)"
+#: PUBACK reason codes after which the same publish can succeed later (MQTT 5, 3.4).
+RETRYABLE_PUBACK = {0x91: "packet identifier in use", 0x97: "quota exceeded"}
+
+
+def load_paho() -> Any:
+    """``paho.mqtt.client``, or ``MissingDependencyError`` naming the extra to install."""
+    try:
+        import paho.mqtt.client as mqtt
+    except ImportError as e:
+        raise MissingDependencyError(
+            f"MQTT needs the paho-mqtt package ({e})", hint=INSTALL_HINT
+        ) from e
+    return mqtt
+
+
+@dataclass(frozen=True)
+class MqttBroker:
+    """Where the broker is and how to log in: ``mqtt://host:port`` or ``mqtts://`` (TLS)."""
+
+    host: str
+    port: int = 1883
+    tls: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    ca_file: str | None = None
+    insecure: bool = False  # TLS without checking the broker's name (test brokers only)
+
+    @classmethod
+    def parse(
+        cls,
+        url: str,
+        *,
+        username: str | None = None,
+        password: str | None = None,
+        tls: bool | None = None,
+        ca_file: str | None = None,
+        insecure: bool = False,
+    ) -> MqttBroker:
+        """``mqtt://[user[:password]@]host[:port]`` (1883) or ``mqtts://...`` (8883, TLS).
+        Explicit ``username``/``password``/``tls`` win over the URL's."""
+        parts = urlsplit(url)
+        if parts.scheme not in ("mqtt", "mqtts", "tcp", "ssl") or not parts.hostname:
+            raise ConfigurationError(
+                f"broker {url!r} is not an MQTT URL",
+                hint="use mqtt://host:port, or mqtts://host:port for TLS",
+            )
+        secure = parts.scheme in ("mqtts", "ssl") if tls is None else tls
+        try:
+            port = parts.port or (8883 if secure else 1883)
+        except ValueError as e:
+            raise ConfigurationError(
+                f"broker {url!r} has an invalid port", hint="use mqtt://host:1883"
+            ) from e
+        return cls(
+            host=parts.hostname,
+            port=port,
+            tls=secure or ca_file is not None,
+            username=username or (unquote(parts.username) if parts.username else None),
+            password=password or (unquote(parts.password) if parts.password else None),
+            ca_file=ca_file,
+            insecure=insecure,
+        )
+
+    @property
+    def url(self) -> str:
+        """The URL without credentials (for logs)."""
+        return f"{'mqtts' if self.tls else 'mqtt'}://{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True)
+class Publish:
+    """One QoS 1 publish: topic, payload and MQTT 5 properties."""
+
+    topic: str
+    payload: bytes
+    label: str  # what an error names: the message id
+    content_type: str | None = None
+    correlation_data: bytes | None = None
+    user_properties: Sequence[tuple[str, str]] = ()
+
+
+OnMessage = Callable[["MQTTMessage"], None]
+
+
+class MqttConnection:
+    """A connected paho client with its network thread; ``close()`` stops both.
+
+    Thread safe: any thread may ``publish``; ``on_message`` runs on paho's network thread, so it
+    must be quick (hand work to another thread) and must not publish and wait.
+    """
+
+    def __init__(
+        self,
+        broker: MqttBroker,
+        *,
+        client_id: str | None = None,
+        subscriptions: Sequence[str] = (),
+        on_message: OnMessage | None = None,
+        connect_timeout: float = 10.0,
+        max_inflight: int = 1000,
+        wait: bool = True,
+    ) -> None:
+        mqtt = load_paho()
+        from paho.mqtt.enums import CallbackAPIVersion
+
+        self.broker = broker
+        self.client_id = client_id or f"outbox-{uuid.uuid4().hex[:12]}"
+        self._subscriptions = list(subscriptions)
+        self._on_message = on_message
+        self._connected = threading.Event()
+        self._refused: str | None = None
+        self._results: dict[int, Any] = {}  # mid -> PUBACK reason code
+        self._guard = threading.Lock()
+        self._closed = False
+        client: Client = mqtt.Client(
+            callback_api_version=CallbackAPIVersion.VERSION2,
+            client_id=self.client_id,
+            protocol=mqtt.MQTTv5,
+            reconnect_on_failure=True,
+        )
+        client.max_inflight_messages_set(max_inflight)
+        client.reconnect_delay_set(min_delay=1, max_delay=2)
+        if broker.username is not None:
+            client.username_pw_set(broker.username, broker.password)
+        if broker.tls:
+            client.tls_set(ca_certs=broker.ca_file, cert_reqs=ssl.CERT_REQUIRED)
+            if broker.insecure:
+                client.tls_insecure_set(True)
+        client.on_connect = self._handle_connect
+        client.on_disconnect = self._handle_disconnect
+        client.on_publish = self._handle_publish
+        client.on_message = self._handle_message
+        self._client = client
+        try:
+            client.connect_async(broker.host, broker.port, keepalive=30)
+        except (OSError, ValueError) as e:
+            raise ConfigurationError(
+                f"cannot use MQTT broker {broker.url}: {e}", hint="check --broker"
+            ) from e
+        client.loop_start()
+        if wait and not self.wait_connected(connect_timeout):
+            why = self._refused or "no answer"
+            self.close()
+            raise RetryableTransportError(
+                f"MQTT broker {broker.url} did not accept a connection within "
+                f"{connect_timeout:g}s ({why})",
+                hint="check that the broker runs and the address, TLS and credentials are right",
+            )
+
+    # --- paho callbacks (network thread) ------------------------------------------------------
+
+    def _handle_connect(
+        self, client: Client, _userdata: Any, _flags: Any, reason: Any, _props: Any
+    ) -> None:
+        if reason.is_failure:
+            self._refused = f"refused: {reason}"
+            log.warning("MQTT broker %s refused the connection: %s", self.broker.url, reason)
+            return
+        self._refused = None
+        for topic in self._subscriptions:  # a clean session forgets them on every reconnect
+            client.subscribe(topic, qos=1)
+        self._connected.set()
+        log.debug("connected to %s as %s", self.broker.url, self.client_id)
+
+    def _handle_disconnect(
+        self, _client: Client, _userdata: Any, _flags: Any, reason: Any, _props: Any
+    ) -> None:
+        self._connected.clear()
+        if not self._closed:
+            log.warning("MQTT connection to %s lost: %s", self.broker.url, reason)
+
+    def _handle_publish(
+        self, _client: Client, _userdata: Any, mid: int, reason: Any, _props: Any
+    ) -> None:
+        with self._guard:
+            self._results[mid] = reason
+
+    def _handle_message(self, _client: Client, _userdata: Any, message: MQTTMessage) -> None:
+        if self._on_message is None:
+            return
+        try:
+            self._on_message(message)
+        except Exception:  # never kill paho's network thread
+            log.exception("MQTT message handler failed on %s", message.topic)
+
+    # --- use ----------------------------------------------------------------------------------
+
+    @property
+    def connected(self) -> bool:
+        return self._connected.is_set()
+
+    def wait_connected(self, timeout: float) -> bool:
+        return self._connected.wait(timeout)
+
+    def subscribe(self, topic: str) -> None:
+        """Subscribe now and after every reconnect (QoS 1)."""
+        self._subscriptions.append(topic)
+        if self.connected:
+            self._client.subscribe(topic, qos=1)
+
+    def publish(self, items: Sequence[Publish], *, timeout: float = 10.0) -> None:
+        """Publish every item at QoS 1 (pipelined) and return once each has its PUBACK.
+
+        ``RetryableTransportError`` when the broker is not connected, the PUBACKs do not come
+        within ``timeout`` or the broker says retry; ``PermanentTransportError`` when it refused
+        an item (not authorized, topic invalid, too large). Either names the first failed item.
+        """
+        if not items:
+            return
+        if self._closed:
+            raise RetryableTransportError(
+                f"message {items[0].label}: the MQTT connection is closed",
+                message_id=items[0].label,
+            )
+        if not self.connected:  # paho would queue it and send it whenever it reconnects
+            raise RetryableTransportError(
+                f"message {items[0].label}: not connected to MQTT broker {self.broker.url}",
+                message_id=items[0].label,
+                hint="the broker is down or unreachable; the message is sent again later",
+            )
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        infos = []
+        for item in items:
+            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+            if item.content_type:
+                props.ContentType = item.content_type
+            if item.correlation_data is not None:
+                props.CorrelationData = item.correlation_data
+            if item.user_properties:
+                props.UserProperty = list(item.user_properties)
+            try:
+                infos.append(
+                    (item, self._client.publish(item.topic, item.payload, 1, False, props))
+                )
+            except ValueError as e:  # invalid topic, payload over 256 MiB
+                raise PermanentTransportError(
+                    f"message {item.label}: MQTT refuses it: {e}", message_id=item.label
+                ) from e
+        deadline = time.monotonic() + timeout
+        for item, info in infos:
+            try:
+                info.wait_for_publish(max(0.0, deadline - time.monotonic()))
+            except (RuntimeError, ValueError) as e:
+                raise RetryableTransportError(
+                    f"message {item.label}: MQTT publish failed: {e}", message_id=item.label
+                ) from e
+            if not info.is_published():
+                raise RetryableTransportError(
+                    f"message {item.label}: no PUBACK from {self.broker.url} within {timeout:g}s",
+                    message_id=item.label,
+                    hint="the broker is slow or the connection dropped; send again later",
+                )
+        with self._guard:
+            reasons = [(item, self._results.pop(info.mid, None)) for item, info in infos]
+        for item, reason in reasons:
+            if reason is None or not reason.is_failure:
+                continue
+            why = f"message {item.label}: MQTT broker {self.broker.url} refused it: {reason}"
+            if reason.value in RETRYABLE_PUBACK:
+                raise RetryableTransportError(why, message_id=item.label)
+            raise PermanentTransportError(why, message_id=item.label)
+
+    def publish_nowait(self, topic: str, payload: bytes) -> None:
+        """A QoS 1 publish not waited for (a device's ack from the network thread)."""
+        self._client.publish(topic, payload, qos=1)
+
+    def close(self) -> None:
+        self._closed = True
+        try:
+            self._client.disconnect()
+        finally:
+            self._client.loop_stop()
