@@ -30,7 +30,8 @@ def _free_port() -> int:
 
 
 class MosquittoServer:
-    def __init__(self) -> None:
+    def __init__(self, extra_config: tuple[str, ...] = ()) -> None:
+        self.extra_config = extra_config
         self.binary = mosquitto_binary()
         self.dir = Path(tempfile.mkdtemp(prefix="outbox-mqtt-"))
         self.port = _free_port()
@@ -57,6 +58,7 @@ class MosquittoServer:
             "log_type error",
             "log_type warning",
         ]
+        lines += [line.replace("{dir}", str(self.dir)) for line in self.extra_config]
         if os.geteuid() == 0:
             lines.append("user root")  # else it drops to a 'mosquitto' user that may not exist
         config.write_text("\n".join(lines) + "\n")

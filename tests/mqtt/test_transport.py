@@ -164,3 +164,20 @@ def test_unreachable_broker_and_bad_urls_say_what_to_fix() -> None:
         "p@ss",
     )
     assert "p@ss" not in repr(b)
+
+
+def test_a_publish_the_broker_refuses_in_its_puback_is_permanent(tmp_path: object) -> None:
+    """Settled means the PUBACK's reason code was read: mosquitto answers a publish its ACL denies
+    with PUBACK 0x87 (not authorized), which paho alone would report as published."""
+    own = MosquittoServer(("acl_file {dir}/acl",))
+    (own.dir / "acl").write_text("topic readwrite allowed/#\n")
+    own.start()
+    t = MqttTransport(own.url, timeout=5)
+    try:
+        t.send([TransportMessage(message_id="ok", destination="allowed/x", body=b"1")])
+        with pytest.raises(PermanentTransportError, match="denied/x|refused") as err:
+            t.send([TransportMessage(message_id="no", destination="denied/x", body=b"1")])
+        assert err.value.message_id == "no"
+    finally:
+        t.close()
+        own.cleanup()
