@@ -175,7 +175,7 @@ def test_a_publish_the_broker_refuses_in_its_puback_is_permanent(tmp_path: objec
     t = MqttTransport(own.url, timeout=5)
     try:
         t.send([TransportMessage(message_id="ok", destination="allowed/x", body=b"1")])
-        with pytest.raises(PermanentTransportError, match="denied/x|refused") as err:
+        with pytest.raises(PermanentTransportError, match="refused it") as err:
             t.send([TransportMessage(message_id="no", destination="denied/x", body=b"1")])
         assert err.value.message_id == "no"
     finally:
