@@ -108,6 +108,10 @@ def _commit_failed(e: BaseException) -> bool:
     return isinstance(e, CommitFailedError)
 
 
+#: Ids per read query (see ``DeltaDocumentStore._scan``).
+SCAN_CHUNK = 5_000
+
+
 def _in_list(values: Iterable[int]) -> str:
     return ", ".join(str(v) for v in sorted(set(values)))
 
@@ -324,11 +328,24 @@ class DeltaDocumentStore:
             self._dt = self._open()
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
-        buckets = _in_list(self.bucket(i) for i in ids)
+        """The rows of ``ids``, ``SCAN_CHUNK`` ids per query.
+
+        Why chunks: DataFusion (deltalake 1.6.6) plans ``id IN (...)`` recursively, and a list of
+        100,000 literals overflowed its stack: a unit of work with 100,000 documents killed the
+        process with SIGSEGV (tests/write_path/test_unit_of_work.py has the regression test).
+        """
         cols = ", ".join(columns) if columns else "*"
-        return self._query(
-            f"SELECT {cols} FROM t WHERE bucket IN ({buckets}) AND id IN ({quote_ids(ids)})"
-        )
+        parts = []
+        for start in range(0, max(len(ids), 1), SCAN_CHUNK):
+            chunk = ids[start : start + SCAN_CHUNK]
+            buckets = _in_list(self.bucket(i) for i in chunk)
+            parts.append(
+                self._query(
+                    f"SELECT {cols} FROM t WHERE bucket IN ({buckets}) "
+                    f"AND id IN ({quote_ids(chunk)})"
+                )
+            )
+        return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
     def read(self, ids: Sequence[str]) -> tuple[int, dict[str, DocumentRow]]:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at."""
