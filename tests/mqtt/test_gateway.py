@@ -1,0 +1,228 @@
+"""The MQTT gateway in one process against a real mosquitto and simulated devices: one task in
+flight per device, completion only on the device's ack, re-publish of the same id, dead letters
+(DeviceDidNotAck, Expired, NoDevice), lock renewal while waiting, and a clean stop."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from dispatcher.gateway.mqtt import GatewayOptions, GatewayStats, MqttGateway, ack_id
+from dispatcher.queue.messages import QueueMessage
+from dispatcher.queue.sql_queue import SqlQueue
+from dispatcher.transports.mqtt_client import MqttBroker
+from migrations.sql import upgrade
+from outbox.testing.devices import DeviceSimulator
+
+DEST = "devices"
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[SqlQueue]:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    upgrade(url)
+    q = SqlQueue(url, lock_duration=5, max_delivery_count=10)
+    yield q
+    q.close()
+
+
+@pytest.fixture
+def prefix() -> str:
+    return f"g{uuid.uuid4().hex[:8]}"
+
+
+def options(prefix: str, **kw: object) -> GatewayOptions:
+    base: dict[str, object] = {
+        "destination": DEST,
+        "topic": f"{prefix}/{{session}}/tasks",
+        "ack_topic": f"{prefix}/{{session}}/ack",
+        "retry_interval": 0.3,
+        "max_tries": 3,
+        "concurrency": 4,
+        "poll_interval": 0.05,
+        "renew_check_interval": 0.1,
+    }
+    base.update(kw)
+    return GatewayOptions(**base)  # type: ignore[arg-type]
+
+
+def devices(url: str, prefix: str, **kw: object) -> DeviceSimulator:
+    return DeviceSimulator(
+        url, topic=f"{prefix}/{{session}}/tasks", ack_topic=f"{prefix}/{{session}}/ack", **kw
+    )  # type: ignore[arg-type]
+
+
+def enqueue(queue: SqlQueue, n_devices: int, n_tasks: int, **kw: object) -> dict[str, list[str]]:
+    plan: dict[str, list[str]] = {}
+    for d in range(n_devices):
+        dev = f"dev{d}"
+        ids = [f"{dev}-t{i}" for i in range(n_tasks)]
+        queue.send(
+            DEST, [QueueMessage(body=b"{}", message_id=m, session_id=dev, **kw) for m in ids]
+        )  # type: ignore[arg-type]
+        plan[dev] = ids
+    return plan
+
+
+class Running:
+    """A gateway serving in a thread until ``finish()``."""
+
+    def __init__(self, gw: MqttGateway) -> None:
+        self.gw = gw
+        self.stats: GatewayStats | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        self.stats = self.gw.run(handle_signals=False)
+
+    def finish(self) -> GatewayStats:
+        self.gw.stop()
+        self.thread.join(30)
+        assert not self.thread.is_alive(), "the gateway did not stop"
+        self.gw.close()
+        assert self.stats is not None
+        return self.stats
+
+
+def drained(queue: SqlQueue, timeout: float = 20.0) -> bool:
+    done = threading.Event()
+
+    def empty() -> bool:
+        stats = queue.stats(DEST).get(DEST)
+        return stats is None or stats.total == 0
+
+    deadline = datetime.now(UTC) + timedelta(seconds=timeout)
+    while datetime.now(UTC) < deadline:
+        if empty():
+            return True
+        done.wait(0.05)  # polling the database: there is nothing to be notified by
+    return empty()
+
+
+def test_each_device_gets_its_tasks_in_order_one_at_a_time(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    plan = enqueue(queue, 6, 4)
+    with devices(mqtt_url, prefix, ack_delay=0.02) as sim:
+        run = Running(MqttGateway(queue, options(prefix), broker=MqttBroker.parse(mqtt_url)))
+        assert drained(queue)
+        stats = run.finish()
+    assert stats.completed == 24
+    assert stats.dead_lettered == {}
+    for dev, ids in plan.items():
+        rec = sim.record(dev)
+        assert rec.tasks == ids, "in order"
+        assert rec.max_in_flight == 1
+    assert queue.list_dead_letters(DEST) == []
+
+
+def test_a_lost_ack_is_answered_by_a_republish_of_the_same_id(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    plan = enqueue(queue, 4, 3)
+    with devices(mqtt_url, prefix, drop_rate=0.3, twice_rate=0.3, unknown_rate=0.3, seed=3) as sim:
+        run = Running(
+            MqttGateway(queue, options(prefix, max_tries=20), broker=MqttBroker.parse(mqtt_url))
+        )
+        assert drained(queue)
+        stats = run.finish()
+    dropped = sum(len(sim.record(d).dropped) for d in plan)
+    assert dropped > 0, "the seed drops some acks"
+    assert stats.republishes >= dropped
+    assert stats.unknown_acks > 0, "twice-acked and unknown ids were ignored"
+    assert stats.completed == 12
+    for dev, ids in plan.items():
+        assert sim.record(dev).tasks == ids
+        assert sim.record(dev).max_in_flight == 1
+
+
+def test_a_device_that_never_acks_gets_its_tasks_dead_lettered_in_order(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    enqueue(queue, 2, 2)
+    with devices(mqtt_url, prefix, offline=["dev1"]) as sim:
+        run = Running(MqttGateway(queue, options(prefix), broker=MqttBroker.parse(mqtt_url)))
+        assert drained(queue)
+        stats = run.finish()
+    assert sim.record("dev0").tasks == ["dev0-t0", "dev0-t1"]
+    assert sim.record("dev1").missed == 6, "3 tries of each of its 2 tasks"
+    dead = queue.list_dead_letters(DEST)
+    assert [(d.message_id, d.reason) for d in dead] == [
+        ("dev1-t0", "DeviceDidNotAck"),
+        ("dev1-t1", "DeviceDidNotAck"),
+    ]
+    assert stats.dead_lettered == {"DeviceDidNotAck": 2}
+
+
+def test_an_expired_task_is_dead_lettered_and_never_published(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    past = (datetime.now(UTC) - timedelta(seconds=1)).isoformat()
+    later = (datetime.now(UTC) + timedelta(hours=1)).isoformat()
+    queue.send(
+        DEST,
+        [
+            QueueMessage(b"{}", message_id="old", session_id="d", headers={"expires_at": past}),
+            QueueMessage(b"{}", message_id="new", session_id="d", headers={"expires_at": later}),
+            QueueMessage(b"{}", message_id="nodev"),
+        ],
+    )
+    with devices(mqtt_url, prefix) as sim:
+        run = Running(MqttGateway(queue, options(prefix), broker=MqttBroker.parse(mqtt_url)))
+        assert drained(queue)
+        stats = run.finish()
+    assert sim.record("d").tasks == ["new"]
+    assert {(d.message_id, d.reason) for d in queue.list_dead_letters(DEST)} == {
+        ("old", "Expired"),
+        ("nodev", "NoDevice"),
+    }
+    assert stats.completed == 1
+
+
+def test_the_lock_is_renewed_while_waiting_for_a_slow_device(
+    tmp_path: Path, mqtt_url: str, prefix: str
+) -> None:
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    upgrade(url)
+    with SqlQueue(url, lock_duration=0.4) as queue:
+        enqueue(queue, 1, 2)
+        with devices(mqtt_url, prefix, ack_delay=1.0) as sim:
+            run = Running(
+                MqttGateway(
+                    queue, options(prefix, retry_interval=3), broker=MqttBroker.parse(mqtt_url)
+                )
+            )
+            assert drained(queue)
+            stats = run.finish()
+        assert stats.completed == 2
+        assert stats.lock_lost == 0
+        assert stats.republishes == 0
+        assert sim.record("dev0").max_in_flight == 1
+
+
+def test_stop_abandons_a_task_still_waiting_and_releases_its_lock(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    enqueue(queue, 1, 2)
+    with devices(mqtt_url, prefix, offline=["dev0"]) as sim:
+        gw = MqttGateway(queue, options(prefix, max_tries=100), broker=MqttBroker.parse(mqtt_url))
+        run = Running(gw)
+        assert sim.wait_for(lambda s: s.record("dev0").missed >= 1, 10)
+        stats = run.finish()
+    assert stats.abandoned == 1
+    (got,) = queue.receive(DEST, 1)  # at once: not after the lock would have expired
+    assert got.message_id == "dev0-t0"
+
+
+def test_ack_ids_are_read_from_json_or_text() -> None:
+    assert ack_id(b'{"message_id": "a"}') == "a"
+    assert ack_id(b'{"id": "b"}') == "b"
+    assert ack_id(b" c \n") == "c"
+    assert ack_id(b"{broken") is None
+    assert ack_id(b"") is None
