@@ -1,5 +1,5 @@
 """The SQL schema as SQLAlchemy Core tables: the queue, its dead letters and duplicate-detection
-ids, the rescuer's checkpoints and the consumer inbox.
+ids, the rescuer's checkpoints, the consumer inbox and the claim log of two regions.
 
 Code builds queries from these objects; the Alembic revisions create the same tables, and a test
 checks the two never drift apart. Times are stored timezone-aware (UTC) so SQLite and PostgreSQL
@@ -107,4 +107,33 @@ inbox = Table(
     Column("message_id", String(ID), nullable=False),
     Column("handled_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("consumer", "message_id", name="pk_outbox_inbox"),
+)
+
+# The claim log of two regions (dispatcher.claims.sql): one row per claimed key, and a position
+# counter per session so registered keys keep the order they were sent in.
+CLAIM_KEY = 300  # a session id and a message id, with a separator
+
+claims = Table(
+    "outbox_claims",
+    metadata,
+    Column("claim_key", String(CLAIM_KEY), nullable=False),
+    Column("session_id", String(ID), nullable=True),
+    Column("position", BigInteger, nullable=True),
+    Column("status", String(16), nullable=False),
+    Column("owner", String(NAME), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
+    Column("attempts", Integer, nullable=False),
+    Column("version", BigInteger, nullable=False),  # compare-and-set guard
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("claim_key", name="pk_outbox_claims"),
+    # "the earliest unfinished entry of this session before this position"
+    Index("ix_outbox_claims_session", "session_id", "position"),
+)
+
+claim_sessions = Table(
+    "outbox_claim_sessions",
+    metadata,
+    Column("session_id", String(ID), nullable=False),
+    Column("next_position", BigInteger, nullable=False),
+    PrimaryKeyConstraint("session_id", name="pk_outbox_claim_sessions"),
 )
