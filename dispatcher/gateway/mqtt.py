@@ -29,16 +29,15 @@ task, releasing its lock at once for another gateway.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 from collections import Counter
-from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from dispatcher.gateway.acks import ack_id, session_matcher
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.queue.ports import QueueReceiver
@@ -124,32 +123,6 @@ class _Held:
     acked: threading.Event = field(default_factory=threading.Event)
     tries: int = 0
     last_publish: datetime | None = None
-
-
-def ack_id(payload: bytes) -> str | None:
-    """The message id an ack carries (JSON ``message_id``/``id``, or the bare id)."""
-    text = payload.decode("utf-8", "replace").strip()
-    if text.startswith("{"):
-        try:
-            data = json.loads(text)
-        except ValueError:
-            return None
-        value = data.get("message_id", data.get("id")) if isinstance(data, dict) else None
-        return value if isinstance(value, str) and value else None
-    return text or None
-
-
-def session_matcher(template: str) -> Callable[[str], str | None]:
-    """The ``{session}`` level of a topic made from ``template``, or None."""
-    before, _, after = template.partition("{session}")
-
-    def match(topic: str) -> str | None:
-        if not (topic.startswith(before) and topic.endswith(after)):
-            return None
-        middle = topic[len(before) : len(topic) - len(after)]
-        return middle if middle and "/" not in middle else None
-
-    return match
 
 
 class MqttGateway:

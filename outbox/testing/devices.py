@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import heapq
 import itertools
-import json
 import random
 import threading
 import time
@@ -26,6 +25,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from dispatcher.gateway.acks import ack_payload, session_matcher
 from dispatcher.transports.mqtt import MESSAGE_ID, check_template
 from dispatcher.transports.mqtt_client import MqttBroker, MqttConnection
 
@@ -54,24 +54,6 @@ class DeviceRecord:
     done: set[str] = field(default_factory=set)
 
 
-def ack_payload(message_id: str) -> bytes:
-    """What a device publishes on its ack topic: ``{"message_id": ...}``."""
-    return json.dumps({"message_id": message_id}).encode()
-
-
-def _matcher(template: str) -> Callable[[str], str | None]:
-    """The ``{session}`` part of a topic made from ``template``, or None if it is not one."""
-    before, _, after = template.partition("{session}")
-
-    def match(topic: str) -> str | None:
-        if not (topic.startswith(before) and topic.endswith(after)):
-            return None
-        middle = topic[len(before) : len(topic) - len(after)]
-        return middle if middle and "/" not in middle else None
-
-    return match
-
-
 class DeviceSimulator:
     """Devices on one MQTT connection; ``with DeviceSimulator(url) as sim:`` starts and stops it."""
 
@@ -98,7 +80,7 @@ class DeviceSimulator:
         self.twice_rate = twice_rate
         self.unknown_rate = unknown_rate
         self._random = random.Random(seed)
-        self._match = _matcher(topic)
+        self._match = session_matcher(topic)
         self._records: dict[str, DeviceRecord] = {}
         self._offline = set(offline)
         self._changed = threading.Condition()

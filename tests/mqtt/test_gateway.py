@@ -12,7 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gateway.mqtt import GatewayOptions, GatewayStats, MqttGateway, ack_id
+from dispatcher.gateway.acks import ack_id
+from dispatcher.gateway.mqtt import GatewayOptions, GatewayStats, MqttGateway
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from dispatcher.transports.mqtt_client import MqttBroker
