@@ -1,0 +1,319 @@
+"""The claim log in a Cosmos DB container (``azure-cosmos``): a claim is a *conditional create*
+(HTTP 409 when the item exists), every later move a *replace with the etag* read (HTTP 412 when
+anyone wrote in between). With the account's strong consistency, both regions see one log.
+
+Items, in a container partitioned on ``/pk``::
+
+    claim:   {"id": h(key), "pk": h(key), "kind": "claim", "key", "session", "position",
+              "status", "owner", "lease_until", "attempts", "updated_at"}
+    counter: {"id": "s-" + h(session), "pk": <the same>, "kind": "session", "session",
+              "next_position"}
+
+``h`` is a sha256 (ids may not contain ``/``). Items are found by query, never by point read: the
+local test server answers a read of a missing item with HTTP 500 instead of 404
+(``outbox.core.cosmos``). ``register`` reserves positions on the counter (etag CAS) *before* it
+creates the entries, so a crash in between leaves a gap, never two keys at one position; gaps
+block nothing (``blocker`` looks for unfinished entries, not for missing numbers). ``blocker`` is
+a cross-partition query (entries are spread by key, so a hot session is no hot partition).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
+
+from dispatcher.claims.ports import ClaimEntry, ClaimStatus, Taken
+from outbox.core.clock import utc
+from outbox.core.cosmos import make_client, status_code, translate
+from outbox.core.errors import (
+    ClaimLogError,
+    ClaimLogUnavailableError,
+    ClaimLostError,
+    OutboxError,
+)
+from outbox.core.settings import Settings
+
+_CONFLICT, _PRECONDITION = 409, 412
+#: Attempts at reserving positions on a session counter that other registrants keep moving.
+_CAS_ATTEMPTS = 20
+T = TypeVar("T")
+
+
+def _h(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _when(text: str | None) -> datetime | None:
+    return None if text is None else utc(datetime.fromisoformat(text))
+
+
+def _entry(item: dict[str, Any]) -> ClaimEntry:
+    position = item.get("position")
+    return ClaimEntry(
+        key=str(item["key"]),
+        status=ClaimStatus(item["status"]),
+        owner=item.get("owner"),
+        lease_until=_when(item.get("lease_until")),
+        attempts=int(item["attempts"]),
+        updated_at=utc(datetime.fromisoformat(item["updated_at"])),
+        session=item.get("session"),
+        position=None if position is None else int(position),
+    )
+
+
+class CosmosClaimLog:
+    """A ``ClaimLog`` in ``container`` (an azure-cosmos ``ContainerProxy``, partition key
+    ``/pk``). Entries are never deleted; give the container a default time-to-live longer than
+    any resend or redelivery window if it should not grow forever."""
+
+    def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
+        self._container = container
+        self._endpoint = endpoint or "the configured account"
+        self._client = client
+        # the SDK fills a container's caches on its first request without a lock
+        # (rescuer.checkpoint_cosmos): the first request goes alone
+        self._guard = threading.Lock()
+        self._warm = False
+
+    @classmethod
+    def from_settings(cls, settings: Settings, container: str) -> CosmosClaimLog:
+        client = make_client(
+            settings.cosmos_endpoint,
+            settings.cosmos_key,
+            unavailable=ClaimLogUnavailableError,
+            failed=ClaimLogError,
+        )
+        proxy = client.get_database_client(settings.cosmos_database).get_container_client(container)
+        return cls(proxy, endpoint=settings.cosmos_endpoint, client=client)
+
+    def close(self) -> None:
+        if self._client is not None:
+            close = getattr(self._client, "close", None)
+            if callable(close):
+                close()
+            self._client = None
+
+    # --- the edge ------------------------------------------------------------------------
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            if self._warm:
+                return call()
+            with self._guard:
+                out = call()
+                self._warm = True
+                return out
+        except OutboxError:
+            raise
+        except Exception as e:
+            raise translate(
+                e,
+                what,
+                self._endpoint,
+                unavailable=ClaimLogUnavailableError,
+                failed=ClaimLogError,
+            ) from e
+
+    def _find(self, item_id: str) -> dict[str, Any] | None:
+        def query() -> list[dict[str, Any]]:
+            return list(
+                self._container.query_items(
+                    "SELECT * FROM c WHERE c.pk = @pk AND c.id = @pk",
+                    parameters=[{"name": "@pk", "value": item_id}],
+                    partition_key=item_id,
+                )
+            )
+
+        found = self._call("reading the claim log", query)
+        return found[0] if found else None
+
+    def _create(self, body: dict[str, Any]) -> bool:
+        """Conditional create: False when the item exists (HTTP 409)."""
+        try:
+            self._call("writing the claim log", lambda: self._container.create_item(body))
+        except ClaimLogError as e:
+            if status_code(e.__cause__ or e) == _CONFLICT:
+                return False
+            raise
+        return True
+
+    def _replace(self, item: dict[str, Any], body: dict[str, Any]) -> dict[str, Any] | None:
+        """Replace ``item`` if nobody wrote it since it was read; None on HTTP 412."""
+        from azure.core import MatchConditions
+
+        try:
+            out: dict[str, Any] = self._call(
+                "writing the claim log",
+                lambda: self._container.replace_item(
+                    item["id"],
+                    body,
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                ),
+            )
+        except ClaimLogError as e:
+            if status_code(e.__cause__ or e) == _PRECONDITION:
+                return None
+            raise
+        return out
+
+    @staticmethod
+    def _body(item: dict[str, Any], **changes: Any) -> dict[str, Any]:
+        body = {k: v for k, v in item.items() if not k.startswith("_")}
+        body.update(changes)
+        return body
+
+    # --- the port -------------------------------------------------------------------------
+
+    def read(self, key: str) -> ClaimEntry | None:
+        item = self._find(_h(key))
+        return None if item is None else _entry(item)
+
+    def register(self, session: str, keys: Sequence[str], *, at: datetime) -> None:
+        new = [k for k in dict.fromkeys(keys) if self._find(_h(k)) is None]
+        if not new:
+            return
+        first = self._reserve(session, len(new))
+        for i, key in enumerate(new):
+            self._create(
+                {
+                    "id": _h(key),
+                    "pk": _h(key),
+                    "kind": "claim",
+                    "key": key,
+                    "session": session,
+                    "position": first + i,
+                    "status": ClaimStatus.PENDING.value,
+                    "owner": None,
+                    "lease_until": None,
+                    "attempts": 0,
+                    "updated_at": utc(at).isoformat(),
+                }
+            )  # 409: registered meanwhile by someone else, who gave it its position
+
+    def _reserve(self, session: str, count: int) -> int:
+        """Positions ``first .. first + count - 1`` of ``session``, taken on its counter."""
+        cid = "s-" + _h(session)
+        for _ in range(_CAS_ATTEMPTS):
+            counter = self._find(cid)
+            if counter is None:
+                body = {"id": cid, "pk": cid, "kind": "session", "session": session}
+                if self._create({**body, "next_position": count}):
+                    return 0
+                continue
+            first = int(counter["next_position"])
+            if self._replace(counter, self._body(counter, next_position=first + count)):
+                return first
+        raise ClaimLogUnavailableError(
+            f"registering claims of session {session!r}: the position counter kept changing "
+            f"under {_CAS_ATTEMPTS} attempts",
+            hint="retry the send; many senders of one session at once cause this",
+        )
+
+    def claim(
+        self, key: str, owner: str, *, lease: timedelta, at: datetime, session: str | None = None
+    ) -> Taken:
+        until = utc(at + lease).isoformat()
+        body = {
+            "id": _h(key),
+            "pk": _h(key),
+            "kind": "claim",
+            "key": key,
+            "session": session,
+            "position": None,
+            "status": ClaimStatus.WORKING.value,
+            "owner": owner,
+            "lease_until": until,
+            "attempts": 1,
+            "updated_at": utc(at).isoformat(),
+        }
+        if self._create(body):
+            return Taken(True, _entry(body))
+        item = self._find(_h(key))  # 409: someone created it first
+        if item is None:  # created and gone (an operator deleted it): try again once
+            return Taken(self._create(body), _entry(body))
+        current = _entry(item)
+        mine = current.status is ClaimStatus.WORKING and current.owner == owner
+        free = current.status is ClaimStatus.PENDING or (
+            current.status is ClaimStatus.WORKING and not current.live(at)
+        )
+        if not (mine or free):
+            return Taken(False, current)
+        changed = self._body(
+            item,
+            status=ClaimStatus.WORKING.value,
+            owner=owner,
+            lease_until=until,
+            attempts=current.attempts + (0 if mine else 1),
+            updated_at=utc(at).isoformat(),
+        )
+        done = self._replace(item, changed)
+        if done is None:  # 412: another claimer was faster
+            latest = self.read(key)
+            return Taken(False, latest if latest is not None else current)
+        return Taken(True, _entry(done))
+
+    def _move(
+        self, action: str, key: str, holder: str, at: datetime, changes: dict[str, Any]
+    ) -> ClaimEntry:
+        for _ in range(_CAS_ATTEMPTS):
+            item = self._find(_h(key))
+            current = None if item is None else _entry(item)
+            if (
+                item is None
+                or current is None
+                or not (current.status is ClaimStatus.WORKING and current.owner == holder)
+            ):
+                state = "unknown" if current is None else f"{current.status} by {current.owner}"
+                raise ClaimLostError(
+                    f"cannot {action} claim {key!r}: {holder} does not hold it (it is {state})",
+                    hint="the lease expired and another consumer took over; settle nothing",
+                )
+            done = self._replace(item, self._body(item, updated_at=utc(at).isoformat(), **changes))
+            if done is not None:
+                return _entry(done)
+        raise ClaimLogUnavailableError(f"cannot {action} claim {key!r}: it kept changing")
+
+    def renew(self, key: str, owner: str, *, lease: timedelta, at: datetime) -> ClaimEntry:
+        return self._move("renew", key, owner, at, {"lease_until": utc(at + lease).isoformat()})
+
+    def complete(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
+        return self._move(
+            "complete", key, owner, at, {"status": ClaimStatus.COMPLETED.value, "lease_until": None}
+        )
+
+    def fail(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
+        return self._move(
+            "fail", key, owner, at, {"status": ClaimStatus.FAILED.value, "lease_until": None}
+        )
+
+    def release(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
+        return self._move(
+            "release",
+            key,
+            owner,
+            at,
+            {"status": ClaimStatus.PENDING.value, "owner": None, "lease_until": None},
+        )
+
+    def blocker(self, session: str, position: int) -> ClaimEntry | None:
+        def query() -> list[dict[str, Any]]:
+            return list(
+                self._container.query_items(
+                    "SELECT * FROM c WHERE c.kind = 'claim' AND c.session = @s "
+                    "AND c.position < @p AND (c.status = 'pending' OR c.status = 'working')",
+                    parameters=[
+                        {"name": "@s", "value": session},
+                        {"name": "@p", "value": position},
+                    ],
+                    enable_cross_partition_query=True,
+                )
+            )
+
+        found = self._call("reading the claim log", query)
+        if not found:
+            return None
+        return _entry(min(found, key=lambda item: int(item["position"])))
