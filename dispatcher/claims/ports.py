@@ -23,6 +23,16 @@ from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
 
+def message_key(queue: str, message_id: str) -> str:
+    """The claim key of one message of ``queue`` (per-message claims)."""
+    return f"{queue}|{message_id}"
+
+
+def session_key(queue: str, session_id: str) -> str:
+    """The claim log's name for a session of ``queue`` (per-session claims, and positions)."""
+    return f"{queue}|{session_id}"
+
+
 class ClaimStatus(StrEnum):
     PENDING = "pending"  # registered or released: anyone may take it
     WORKING = "working"  # an owner holds it until lease_until
