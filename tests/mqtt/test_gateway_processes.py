@@ -1,0 +1,136 @@
+"""The gateway's promise under fire: real ``outbox run-gateway mqtt`` processes, a real mosquitto,
+simulated devices that drop 10% of their acks (and ack twice, and ack ids they never got), one
+gateway SIGKILLed mid-run, and devices that never ack.
+
+Checked from the devices' side (the simulator's record), not from the gateway's own story:
+
+* every task of a device that acks is acked, and nothing of it is dead-lettered;
+* every task of a device that never acks is dead-lettered ``DeviceDidNotAck``, and only those;
+* each device got its tasks in order, and only its own (repeats are re-publishes of the same id);
+* **no device ever had more than one task unacked at once**.
+
+CI runs 50 devices x 5 tasks; ``OUTBOX_GATEWAY_PROOF_DEVICES``/``_TASKS`` scale it up locally.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+from dispatcher.queue.messages import QueueMessage
+from dispatcher.queue.sql_queue import SqlQueue
+from migrations.sql import upgrade
+from outbox.testing.devices import DeviceSimulator
+
+pytestmark = pytest.mark.slow
+
+DEST = "devices"
+DEVICES = int(os.environ.get("OUTBOX_GATEWAY_PROOF_DEVICES", "50"))
+TASKS = int(os.environ.get("OUTBOX_GATEWAY_PROOF_TASKS", "5"))
+SILENT = ("dev3", "dev17")  # these never ack (offline throughout); 2 tasks each
+SILENT_TASKS = 2
+
+
+def _gateway(url: str, ws: Path, prefix: str, env: dict[str, str]) -> subprocess.Popen[str]:
+    cmd = [
+        sys.executable, "-m", "outbox.cli", "-w", str(ws), "run-gateway", "mqtt",
+        "--destination", DEST, "--broker", url,
+        "--topic", f"{prefix}/{{session}}/tasks", "--ack-topic", f"{prefix}/{{session}}/ack",
+        "--retry-interval", "250ms", "--max-tries", "6", "--concurrency", "16",
+        "--poll-interval", "50ms", "--json",
+    ]  # fmt: skip
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _drained(queue: SqlQueue, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    tick = threading.Event()
+    while time.monotonic() < deadline:
+        stats = queue.stats(DEST).get(DEST)
+        if stats is None or stats.total == 0:
+            return True
+        tick.wait(0.1)  # the database has nothing to notify: look again shortly
+    return False
+
+
+def test_one_task_in_flight_per_device_across_gateways_with_a_crash_and_lost_acks(
+    tmp_path: Path, mqtt_url: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sql_url = f"sqlite:///{tmp_path / 'queue.db'}"
+    upgrade(sql_url)
+    env = {
+        **os.environ,
+        "OUTBOX_SQL_URL": sql_url,
+        "OUTBOX_LOCK_DURATION": "2",  # a SIGKILLed holder's tasks come back after 2 s
+    }
+    plan = {
+        f"dev{d}": [f"dev{d}-t{i}" for i in range(SILENT_TASKS if f"dev{d}" in SILENT else TASKS)]
+        for d in range(DEVICES)
+    }
+    with SqlQueue(sql_url) as queue:
+        for dev, ids in plan.items():
+            queue.send(DEST, [QueueMessage(b"{}", message_id=m, session_id=dev) for m in ids])
+        prefix = f"p{uuid.uuid4().hex[:8]}"
+        sim = DeviceSimulator(
+            mqtt_url,
+            topic=f"{prefix}/{{session}}/tasks",
+            ack_topic=f"{prefix}/{{session}}/ack",
+            ack_delay=0.05,  # the device works a while: a premature next task overlaps it
+            drop_rate=0.1,
+            twice_rate=0.05,
+            unknown_rate=0.05,
+            seed=7,
+            offline=SILENT,
+        )
+        with sim:
+            doomed = _gateway(mqtt_url, ws, prefix, env)
+            survivor = _gateway(mqtt_url, ws, prefix, env)
+            try:
+                third = DEVICES * TASKS // 3  # a third of the tasks out: kill one gateway
+                assert sim.wait_for(
+                    lambda s: sum(len(r.tasks) for r in s.records().values()) >= third, 60
+                ), "the gateways never got going"
+                doomed.send_signal(signal.SIGKILL)
+                doomed.wait(10)
+                assert _drained(queue, 120), "the surviving gateway did not finish the work"
+                survivor.send_signal(signal.SIGTERM)
+                out, err = survivor.communicate(timeout=30)
+            finally:
+                for p in (doomed, survivor):
+                    if p.poll() is None:
+                        p.kill()
+                        p.wait()
+            assert survivor.returncode == 0, err[-3000:]
+            stats = json.loads(out)
+            records = sim.records()
+
+        dead = {d.message_id: d.reason for d in queue.list_dead_letters(DEST, limit=100_000)}
+    in_flight = {dev: rec.max_in_flight for dev, rec in records.items() if rec.max_in_flight > 1}
+    assert in_flight == {}, f"devices with more than one task in flight at once: {in_flight}"
+    assert stats["republishes"] > 0, "lost acks were answered by re-publishes"
+    assert stats["unknown_acks"] > 0, "double and unknown acks reached the gateway and were ignored"
+    for dev, ids in plan.items():
+        rec = records.get(dev)
+        if dev in SILENT:
+            assert rec is not None
+            assert rec.missed >= len(ids)
+            assert rec.tasks == []
+            assert {m: dead.get(m) for m in ids} == dict.fromkeys(ids, "DeviceDidNotAck")
+            continue
+        assert rec is not None, f"{dev} never got a task"
+        assert rec.tasks == ids, f"{dev}: got {rec.tasks}, in that order"
+        assert rec.done >= set(ids), f"{dev}: not every task was acked"
+        assert not set(ids) & set(dead), f"{dev} acks, yet {set(ids) & set(dead)} dead-lettered"
+    assert set(dead) == {m for d in SILENT for m in plan[d]}
+    assert sum(len(r.dropped) for r in records.values()) > 0, "the seed drops acks"
