@@ -102,3 +102,26 @@ def test_scheduled_messages_and_duplicates(bus: FakeServiceBus) -> None:
 def test_a_non_session_receiver_on_a_session_queue_is_refused(bus: FakeServiceBus) -> None:
     with pytest.raises(sb_errors.ServiceBusError, match="requires sessions"):
         bus.client().get_queue_receiver("q").receive_messages()
+
+
+def test_administration_defaults_shared_names_and_topics(bus: FakeServiceBus) -> None:
+    from azure.core.exceptions import ResourceExistsError, ResourceNotFoundError
+
+    admin = bus.admin()
+    plain = admin.create_queue("plain")  # what the service gives a property left out
+    assert (plain.requires_session, plain.requires_duplicate_detection) == (False, False)
+    assert (plain.max_delivery_count, plain.lock_duration) == (10, timedelta(minutes=1))
+    assert plain.duplicate_detection_history_time_window == timedelta(minutes=10)
+    with pytest.raises(ResourceExistsError):  # queues and topics share the namespace's names
+        admin.create_topic("plain")
+    with pytest.raises(ResourceNotFoundError):
+        admin.get_topic("events")
+    admin.create_topic("events", requires_duplicate_detection=True)
+    sender = bus.client().get_topic_sender("events")
+    for _ in range(2):  # a repeat inside the window is accepted and dropped
+        batch = sender.create_message_batch()
+        batch.add_message(ServiceBusMessage(b"x", message_id="m1", session_id="S"))
+        sender.send_messages(batch)
+    assert [s.message_id for s in bus.topics["events"].accepted] == ["m1"]
+    with pytest.raises(sb_errors.MessagingEntityNotFoundError):  # opening the link finds it
+        bus.client().get_queue_sender("missing").create_message_batch()
