@@ -19,6 +19,10 @@
   handler's work. A queue call that opens its own write transaction (``send`` without ``conn``,
   ``complete``, ``abandon``...) from inside the handler raises ``QueueError`` instead of
   deadlocking.
+* Claims (optional, two regions): ``claims=<ClaimLog>`` runs the claim-log receive protocol of
+  ``claimed.ClaimedReceive`` (each message handled once across both regions' copies, in session
+  order; ``granularity`` "message" or "session"; the claim's lease renewed while the handler
+  runs). It needs a handler without a ``Connection`` and no inbox (the claim log deduplicates).
 * ``stop()`` (or SIGTERM/SIGINT under ``run_forever``) stops receiving, lets running handlers
   finish and abandons messages it received but did not start, so their locks are released at once.
 """
@@ -30,11 +34,13 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from contextlib import AbstractContextManager, nullcontext
+from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import Connection, delete
 
 from dispatcher.queue import validation
+from dispatcher.queue.claimed import ClaimedReceive
 from dispatcher.queue.inbox import Inbox, SqlInbox, TransactionalInbox
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
@@ -44,6 +50,9 @@ from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock
 from outbox.core.errors import ConfigurationError, LockLostError, UnprocessableMessageError
 from outbox.core.runloop import RunLoop
+
+if TYPE_CHECKING:
+    from dispatcher.claims.ports import ClaimLog
 
 log = logging.getLogger("outbox.queue.consumer")
 
@@ -87,6 +96,11 @@ class Consumer:
         concurrency: int = 1,
         poll_interval: float = 1.0,
         renew_check_interval: float = 1.0,
+        claims: ClaimLog | None = None,
+        granularity: str = "message",
+        claim_lease: float = 30.0,
+        claim_owner: str | None = None,
+        look_again: float = 1.0,
     ) -> None:
         self.queue = queue
         self.queue_name = validation.queue_name(queue_name)
@@ -118,6 +132,25 @@ class Consumer:
                 hint="use the SQL inbox (inbox=True) with such a handler, or a handler without "
                 "a Connection argument",
             )
+        self.claimed: ClaimedReceive | None = None
+        if claims is not None:
+            if self._with_connection or self.inbox is not None:
+                raise ConfigurationError(
+                    "a consumer with a claim log takes neither an inbox nor a handler with a "
+                    "Connection: the claim log decides what runs and cannot join a SQL "
+                    "transaction",
+                    hint="drop inbox=... and take only the message in the handler",
+                )
+            self.claimed = ClaimedReceive(
+                claims,
+                self.queue_name,
+                self.clock,
+                granularity=granularity,
+                lease=claim_lease,
+                owner=claim_owner,
+                look_again=look_again,
+                renew_check_interval=renew_check_interval,
+            )
         self._stopping = threading.Event()
         self._in_flight: dict[int, ReceivedMessage] = {}
         self._guard = threading.Lock()
@@ -139,8 +172,14 @@ class Consumer:
         if self._with_connection:  # completed inside the handler's transaction: no renewal
             list(self._pool.map(self._process, batch))
             return len(batch)
-        with LockRenewer(
-            self.queue, self._held, self.clock, check_interval=self.renew_check_interval
+        claims: AbstractContextManager[None] = (
+            self.claimed.renewing() if self.claimed is not None else nullcontext()
+        )
+        with (
+            LockRenewer(
+                self.queue, self._held, self.clock, check_interval=self.renew_check_interval
+            ),
+            claims,
         ):
             list(self._pool.map(self._process, batch))
         return len(batch)
@@ -192,6 +231,9 @@ class Consumer:
                 self._in_flight.pop(msg.sequence_number, None)
 
     def _run_plain(self, msg: ReceivedMessage) -> None:
+        if self.claimed is not None:
+            self.claimed.process(self, msg)
+            return
         if self.inbox is not None and self.inbox.handled(msg.message_id):
             log.info("message %s was already handled; dropping the repeat", msg.message_id)
             self._settle(self.queue.complete, msg)

@@ -1,0 +1,283 @@
+"""The claim-aware receive protocol: one copy of each message in each of two regions, one claim
+log, and each message handled once and in its session's order.
+
+For each message the consumer received (``Consumer(..., claims=log)``)::
+
+    register its key in its session (a no-op when the sender registered it)
+    read the entry
+      completed -> complete our copy, the handler is not called
+      failed    -> dead-letter our copy (another region found it poison)
+    granularity "session": claim the session; held live elsewhere -> abandon, look again later
+    an earlier message of the session not finished -> abandon, look again later (the order rule)
+    claim the message (create -> 409 -> pending: take with CAS; working, lease expired: take over)
+      lost: working elsewhere, lease live -> abandon until that lease ends; finished -> as above
+    run the handler, renewing the claim's lease (and the session's) in the background
+      ok        -> claim completed, then our copy completed
+      permanent -> claim failed, our copy dead-lettered
+      other     -> claim released (pending: any region may retry it), our copy abandoned
+
+Nothing runs without a claim: a claim log that cannot be reached abandons the message with the
+consumer's backoff. The claim is completed before the queue copy, and that completion is retried
+while the lease lasts, so a claim log outage right after the handler does not run it again.
+
+What can still run twice: a handler that outlives its lease without renewing it (the consumer
+was frozen or cut off from the claim log for longer than ``claim_lease``) is taken over by the
+other region. So effects are exactly once outside that window, and the window is the lease.
+
+The order rule: positions come from ``ClaimLog.register`` (the ``GeoReplicatedTransport`` with
+``claims`` registers before it sends), and a message starts only when every earlier registered
+message of its session is completed or failed. That closes the case of per-message claims where
+region B starts message 2 while region A still runs message 1 (B's copy of 1 dead-lettered after
+repeated "working elsewhere", or never delivered).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, Literal, Protocol
+
+from dispatcher.claims.ports import ClaimEntry, ClaimLog, ClaimStatus, message_key, session_key
+from outbox.core.clock import Clock
+from outbox.core.errors import ClaimLogError, ClaimLostError, ConfigurationError
+
+if TYPE_CHECKING:
+    from dispatcher.queue.messages import ReceivedMessage
+    from dispatcher.queue.sql_queue import SqlQueue
+
+log = logging.getLogger("outbox.queue.claims")
+
+Granularity = Literal["session", "message"]
+#: The dead-letter reason of a copy whose message another region dead-lettered.
+FAILED_ELSEWHERE = "ClaimFailedElsewhere"
+
+
+class Consumer(Protocol):
+    """What the protocol uses of ``consumer.Consumer`` (a Protocol: the consumer imports this
+    module, so this module must not import it back)."""
+
+    queue: SqlQueue
+    handler: Any
+    permanent_errors: tuple[type[BaseException], ...]
+    processed: int
+
+    def _abandon(self, msg: ReceivedMessage, error: Exception) -> None: ...
+
+    def _dead_letter(self, msg: ReceivedMessage, error: BaseException) -> None: ...
+
+    def _settle(self, action: Any, msg: ReceivedMessage) -> None: ...
+
+
+def default_owner() -> str:
+    """Unique per consumer instance: a restarted process never mistakes an old claim for its own."""
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+class ClaimedReceive:
+    """The protocol above for one ``Consumer``; its counters say what happened."""
+
+    def __init__(
+        self,
+        claims: ClaimLog,
+        queue_name: str,
+        clock: Clock,
+        *,
+        granularity: str = "message",
+        lease: float = 30.0,
+        owner: str | None = None,
+        look_again: float = 1.0,
+        renew_check_interval: float = 1.0,
+    ) -> None:
+        if granularity not in ("session", "message"):
+            raise ConfigurationError(
+                f"claim granularity {granularity!r} is not known",
+                hint="use granularity='message' (each message claimed) or 'session'",
+            )
+        if lease <= 0:
+            raise ConfigurationError(f"claim_lease must be positive, got {lease!r}")
+        self.claims = claims
+        self.queue_name = queue_name
+        self.clock = clock
+        self.granularity = granularity
+        self.lease = timedelta(seconds=lease)
+        self.owner = owner or default_owner()
+        self.look_again = look_again
+        self.renew_check_interval = renew_check_interval
+        self._held: dict[str, datetime] = {}  # claim key -> lease end, renewed in background
+        self._guard = threading.Lock()
+        self.handled = 0  # handler calls that completed
+        self.duplicates = 0  # copies completed without calling the handler
+        self.deferred = 0  # copies abandoned to look again later (held elsewhere, or blocked)
+        self.taken_over = 0  # claims won from an expired lease
+
+    # --- one message --------------------------------------------------------------------------
+
+    def process(self, consumer: Consumer, msg: ReceivedMessage) -> None:
+        now = self.clock.now()
+        key = message_key(self.queue_name, msg.message_id)
+        session = session_key(self.queue_name, msg.session_id) if msg.session_id else None
+        try:
+            entry = self._read(key, session, now)
+            if entry is not None and entry.status.finished:
+                self._settle_finished(consumer, msg, entry)
+                return
+            held = [key]
+            if self.granularity == "session" and session is not None:
+                got = self.claims.claim(session, self.owner, lease=self.lease, at=now)
+                if not got.won:
+                    self._later(consumer, msg, got.entry, "its session is held by")
+                    return
+                held.append(session)
+            if session is not None and entry is not None and entry.position is not None:
+                blocker = self.claims.blocker(session, entry.position)
+                if blocker is not None:
+                    self._later(consumer, msg, blocker, "an earlier message is unfinished:")
+                    return
+            taken = self.claims.claim(key, self.owner, lease=self.lease, at=now, session=session)
+        except ClaimLogError as e:
+            consumer._abandon(msg, e)  # nothing is handled without a claim
+            return
+        if not taken.won:
+            if taken.entry.status.finished:
+                self._settle_finished(consumer, msg, taken.entry)
+            else:
+                self._later(consumer, msg, taken.entry, "it is being handled by")
+            return
+        if taken.entry.attempts > 1 and taken.entry.owner == self.owner:
+            self.taken_over += 1
+        self._run(consumer, msg, key, held, now)
+
+    def _read(self, key: str, session: str | None, now: datetime) -> ClaimEntry | None:
+        if session is not None:
+            self.claims.register(session, [key], at=now)
+        return self.claims.read(key)
+
+    def _run(
+        self, consumer: Consumer, msg: ReceivedMessage, key: str, held: list[str], now: datetime
+    ) -> None:
+        with self._guard:
+            for k in held:
+                self._held[k] = now + self.lease
+        try:
+            try:
+                consumer.handler(msg)
+            except consumer.permanent_errors as e:
+                self._settle_claim("fail", key)
+                consumer._dead_letter(msg, e)
+                return
+            except Exception as e:
+                self._settle_claim("release", key)
+                consumer._abandon(msg, e)
+                return
+            if self._complete(key):
+                consumer._settle(consumer.queue.complete, msg)
+                consumer.processed += 1
+                self.handled += 1
+            else:
+                consumer._abandon(msg, ClaimLogError(f"claim {key!r} could not be completed"))
+        finally:
+            with self._guard:  # a session claim is not renewed any more: it ends by itself
+                for k in held:
+                    self._held.pop(k, None)
+
+    def _complete(self, key: str) -> bool:
+        """Complete the claim, retrying while our lease lasts. True when the queue copy may be
+        completed: the claim is completed, or another region took it over (it settles it)."""
+        delay = 0.05
+        while True:
+            try:
+                self.claims.complete(key, self.owner, at=self.clock.now())
+                return True
+            except ClaimLostError as e:
+                log.warning("%s; the other region completes it (the effect may be repeated)", e)
+                return True
+            except ClaimLogError as e:
+                with self._guard:
+                    until = self._held.get(key)
+                left = 0.0 if until is None else (until - self.clock.now()).total_seconds()
+                if not e.retryable or left <= 0:
+                    log.warning(
+                        "claim %s not completed: %s; the message will be redelivered", key, e
+                    )
+                    return False
+                self.clock.sleep(min(delay, left))
+                delay = min(delay * 2, 1.0)
+
+    def _settle_claim(self, action: Literal["fail", "release"], key: str) -> None:
+        try:
+            getattr(self.claims, action)(key, self.owner, at=self.clock.now())
+        except ClaimLogError as e:  # the lease ends by itself; another region may retry then
+            log.warning("could not %s claim %s: %s", action, key, e)
+
+    def _settle_finished(self, consumer: Consumer, msg: ReceivedMessage, entry: ClaimEntry) -> None:
+        self.duplicates += 1
+        if entry.status is ClaimStatus.COMPLETED:
+            log.info(
+                "message %s was handled already (%s); completing this copy",
+                msg.message_id,
+                entry.owner,
+            )
+            consumer._settle(consumer.queue.complete, msg)
+        else:
+            consumer._settle(
+                lambda m: consumer.queue.dead_letter(
+                    m, FAILED_ELSEWHERE, f"dead-lettered by {entry.owner}"
+                ),
+                msg,
+            )
+
+    def _later(self, consumer: Consumer, msg: ReceivedMessage, entry: ClaimEntry, why: str) -> None:
+        """Abandon our copy until the other holder's lease ends (or ``look_again`` seconds)."""
+        now = self.clock.now()
+        delay = self.look_again
+        if entry.live(now) and entry.lease_until is not None:
+            delay = min(
+                max((entry.lease_until - now).total_seconds(), self.look_again),
+                self.lease.total_seconds(),
+            )
+        log.info("message %s waits %.1fs: %s %s", msg.message_id, delay, why, entry.key)
+        self.deferred += 1
+        consumer._settle(lambda m: consumer.queue.abandon(m, delay=delay), msg)
+
+    # --- lease renewal ------------------------------------------------------------------------
+
+    @contextmanager
+    def renewing(self) -> Iterator[None]:
+        """Renew the held claims in the background (halfway through each lease, by the clock)."""
+        done = threading.Event()
+        thread = threading.Thread(
+            target=self._renew_loop, args=(done,), name="outbox-claim-renewer", daemon=True
+        )
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
+    def _renew_loop(self, done: threading.Event) -> None:
+        half = self.lease / 2
+        while not done.wait(self.renew_check_interval):
+            now = self.clock.now()
+            with self._guard:
+                due = [k for k, until in self._held.items() if until - now <= half]
+            for key in due:
+                try:
+                    entry = self.claims.renew(key, self.owner, lease=self.lease, at=now)
+                except ClaimLostError as e:
+                    log.warning("%s", e)
+                    with self._guard:
+                        self._held.pop(key, None)
+                    continue
+                except ClaimLogError as e:  # retried next tick, while the lease lasts
+                    log.warning("could not renew claim %s: %s", key, e)
+                    continue
+                with self._guard:
+                    if key in self._held and entry.lease_until is not None:
+                        self._held[key] = entry.lease_until
