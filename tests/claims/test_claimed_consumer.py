@@ -313,12 +313,17 @@ def test_the_claim_is_renewed_while_the_handler_runs(regions: Regions, clock: Ma
         for _ in range(3):  # 3 x 8 s of handler time on a 10 s lease
             clock.advance(8)
             now = clock.now()
-            _wait(
-                lambda: (
-                    (e := regions.claims.read(key)) is not None
+
+            def renewed(now: Any = now) -> bool:
+                e = regions.claims.read(key)
+                return (
+                    e is not None
                     and e.lease_until is not None
-                    and e.lease_until - now > _td(LEASE / 2)
-                ),
+                    and (e.lease_until - now > _td(LEASE / 2))
+                )
+
+            _wait(
+                renewed,
                 "the claim was not renewed",
             )
             stolen.append(regions.claims.claim(key, "west", lease=_td(LEASE), at=now).won)
