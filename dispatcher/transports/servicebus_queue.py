@@ -545,7 +545,7 @@ def connect(env: Mapping[str, str] | None = None) -> tuple[Any, Any]:
             ServiceBusAdministrationClient(namespace, credential),
         )
     raise ConfigurationError(
-        f"command_transport 'servicebus' needs {sdk.ENV_CONNECTION_STRING} (or "
-        f"{sdk.ENV_NAMESPACE} with azure-identity installed)",
-        hint="or set command_transport = 'sql'",
+        f"Service Bus (command_transport or transport 'servicebus') needs "
+        f"{sdk.ENV_CONNECTION_STRING} (or {sdk.ENV_NAMESPACE} with azure-identity installed)",
+        hint="or set command_transport = 'sql' and a transport other than servicebus",
     )
