@@ -32,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import Counter
+from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -136,8 +137,12 @@ class MqttGateway:
         broker: MqttBroker | None = None,
         connection: MqttConnection | None = None,
         clock: Clock | None = None,
+        observe_ack: Callable[[float], None] | None = None,
     ) -> None:
+        """``observe_ack`` (benchmarks, metrics) gets each ack's round trip in seconds, from the
+        last publish of the task to the ack's arrival; it runs on the network thread."""
         self.queue = queue
+        self.observe_ack = observe_ack
         self.options = options.checked()
         self.clock = clock or SystemClock()
         self.stats = GatewayStats()
@@ -273,6 +278,7 @@ class MqttGateway:
             if self.stopping:
                 self._abandon(held)
                 return
+            held.last_publish = self.clock.now()  # before: an instant ack may beat the PUBACK
             try:
                 self.transport.send([self._transport_message(msg)])
             except PermanentTransportError as e:
@@ -283,7 +289,6 @@ class MqttGateway:
                 log.warning("gateway: %s; trying again in %gs", e, opts.retry_interval)
             else:
                 held.tries += 1
-                held.last_publish = self.clock.now()
                 self.stats.publishes += 1
                 if held.tries > 1:
                     self.stats.republishes += 1
@@ -346,6 +351,8 @@ class MqttGateway:
                 self.stats.unknown_acks += 1
                 log.debug("ack for %s from %s: not a task this gateway holds", mid, device)
         for held in holders:
+            if self.observe_ack is not None and held.last_publish is not None:
+                self.observe_ack((self.clock.now() - held.last_publish).total_seconds())
             held.acked.set()
 
     # --- settling -----------------------------------------------------------------------------
