@@ -19,6 +19,7 @@ from dispatcher.queue.sql_queue import SqlQueue
 from dispatcher.transports.mqtt_client import MqttBroker
 from migrations.sql import upgrade
 from outbox.testing.devices import DeviceSimulator
+from tests.mqtt.broker import MosquittoServer
 
 DEST = "devices"
 
@@ -227,3 +228,33 @@ def test_ack_ids_are_read_from_json_or_text() -> None:
     assert ack_id(b" c \n") == "c"
     assert ack_id(b"{broken") is None
     assert ack_id(b"") is None
+
+
+def test_a_broker_restart_costs_time_not_order_or_flow_control(
+    mosquitto: object, queue: SqlQueue, prefix: str
+) -> None:
+    """The broker goes away mid-run and comes back on the same port (no persistence: it forgets
+    every subscription and queued message). Gateway and devices reconnect and subscribe again;
+    publishes that failed are retried, acks that were lost are answered by re-publishes."""
+    if isinstance(mosquitto, str):
+        pytest.skip("restarts only a broker the tests started")
+    own = MosquittoServer()
+    own.start()
+    try:
+        plan = enqueue(queue, 5, 4)
+        with devices(own.url, prefix, ack_delay=0.05) as sim:
+            gw = MqttGateway(queue, options(prefix, max_tries=50), broker=MqttBroker.parse(own.url))
+            run = Running(gw)
+            assert sim.wait_for(lambda s: sum(len(r.tasks) for r in s.records().values()) >= 5, 10)
+            own.stop()
+            own.start()
+            assert drained(queue, 30)
+            stats = run.finish()
+    finally:
+        own.cleanup()
+    assert stats.completed == 20
+    assert stats.dead_lettered == {}
+    assert stats.publish_failures + stats.republishes > 0, "the restart hit tasks in flight"
+    for dev, ids in plan.items():
+        assert sim.record(dev).tasks == ids
+        assert sim.record(dev).max_in_flight == 1
