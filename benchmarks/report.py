@@ -157,7 +157,36 @@ def readme_performance() -> str:
     for backend, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
         rows.append(_queue_row(q[backend], label))
     rows += _rescuer_rows(r)
+    rows += _spark_rows(load("spark_write"))
     return _table(["what", "figure", "source"], rows)
+
+
+def _spark_rows(sw: dict[str, Any]) -> list[list[str]]:
+    ratio, disp, py = sw["ratio"], sw["dispatch"], sw["python_path_same_batch"]
+    return [
+        [
+            f"Spark `SparkOutbox.apply` of {n(ratio['rows'])} changes vs a raw delta-spark MERGE "
+            "of the same rows (validation + MERGE + finding the commit), median of "
+            f"{ratio['rounds']}",
+            f"{ratio['apply_over_raw_merge']:.2f}× (load average "
+            f"{_slash([n(x, 1) for x in sw['load_average_1m']])})",
+            "`spark_write.json` `apply_over_raw_merge`",
+        ],
+        [
+            f"Spark apply of {n(disp['messages'])} messages, commit→settled on the SQL queue / "
+            "the same batch through one Python unit of work",
+            f"{n(disp['messages_per_second'])} / {n(py['messages_per_second'])} messages/s "
+            f"({sw['dispatch_over_python_path']:.2f}×); reading the commit's change data "
+            f"{n(disp['where_the_time_goes_s']['read_commit_changes'], 1)} s, sending "
+            f"{n(disp['where_the_time_goes_s']['send_sql_queue'], 1)} s, watermark MERGE "
+            f"{n(disp['where_the_time_goes_s']['watermark_merge'], 1)} s",
+            "`spark_write.json` `dispatch`",
+        ],
+    ]
+
+
+def spark_write() -> str:
+    return _table(["what", "figure", "source"], _spark_rows(load("spark_write")))
 
 
 def _sig(value: float) -> str:
@@ -394,6 +423,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "rescuer-planner": rescuer_planner,
     "sql-queue": sql_queue,
     "dispatch": dispatch,
+    "spark-write": spark_write,
     "checker-soak": checker_soak,
     "checker-soak-before-recreate": lambda: checker_soak("checker_soak_before_recreate"),
 }

@@ -9,7 +9,8 @@
   same run. Goal <= 1.3.
 * ``messages_per_second``: one apply of a batch with that many messages (one per document),
   commit -> settled (reading the commit's change data, sending through the SQL-queue transport,
-  one watermark MERGE), with where the time goes.
+  one watermark MERGE), with where the time goes; ``python_path_same_batch`` is its floor: the
+  same batch through one Python unit of work and its immediate dispatch, same run.
 
 Results go to benchmarks/results/spark_write.json (its ``quick`` field says which sizes).
 """
@@ -17,6 +18,7 @@ Results go to benchmarks/results/spark_write.json (its ``quick`` field says whic
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import statistics
 import tempfile
@@ -166,6 +168,36 @@ def bench_dispatch(spark: Any, base: Path, messages: int) -> dict[str, Any]:
     }
 
 
+def bench_python_path(base: Path, messages: int) -> dict[str, Any]:
+    """The floor for ``messages_per_second``: the same batch (one message per document, one
+    commit) through the Python write path's unit of work and immediate dispatch, same run.
+    Commit -> watermark written, as the Spark figure (its dispatch_s) counts it."""
+    from outbox.app import Outbox
+
+    with Outbox.open(
+        base / "python", default_destination="shipments", transport="sql", compact_every=0
+    ) as ob:
+        runtime = ob.runtime
+        with ob.unit_of_work() as uow:  # warm up: table, queue, connection pool, thread pool
+            uow.create("warm-up", type="shipment").send("Created", {"i": 0})
+        runtime.metrics.reset()
+        t0 = time.perf_counter()
+        with ob.unit_of_work() as uow:
+            for i in range(messages):
+                uow.create(f"doc-{i}", type="shipment", state={"round": 0}).send(
+                    "Scanned", {"hub": "AMS"}
+                )
+        total_s = time.perf_counter() - t0
+        settled_s = list(runtime.metrics.dispatch_latency)[-1]
+        sent = runtime.metrics["messages_sent"]
+    return {
+        "messages": sent,
+        "unit_of_work_s": round(total_s, 3),
+        "commit_to_settled_s": round(settled_s, 3),
+        "messages_per_second": round(sent / settled_s, 1),
+    }
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small sizes, under 3 minutes")
@@ -174,12 +206,14 @@ def main(argv: list[str] | None = None) -> None:
 
     rows, rounds, messages = (1_000, 2, 10_000) if args.quick else (10_000, 3, 100_000)
     started = time.perf_counter()
+    load_before = os.getloadavg()[0]
     spark = get_spark()
     spark_start = time.perf_counter() - started
     base = Path(tempfile.mkdtemp(prefix="spark-write-"))
     try:
         ratio = bench_ratio(spark, base, rows, rounds)
         dispatch = bench_dispatch(spark, base, messages)
+        python_path = bench_python_path(base, messages)
     finally:
         shutil.rmtree(base, ignore_errors=True)
     import pyspark
@@ -195,7 +229,13 @@ def main(argv: list[str] | None = None) -> None:
         "messages_per_second": dispatch["messages_per_second"],
         "ratio": ratio,
         "dispatch": dispatch,
+        "python_path_same_batch": python_path,
+        "dispatch_over_python_path": round(
+            dispatch["messages_per_second"] / python_path["messages_per_second"], 2
+        ),
         "took_s": round(time.perf_counter() - started, 1),
+        # the machine is shared: a ratio measured at load 3 on 2 cores is not one at load 0
+        "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
     path = write_results("spark_write", out)  # "quick" in the file says which sizes
     print(
