@@ -85,13 +85,16 @@ class MqttTransport:
         clock: Clock | None = None,
         client_id: str | None = None,
         connection: MqttConnection | None = None,
+        connect_timeout: float = 10.0,
     ) -> None:
         self.broker = MqttBroker.parse(broker) if isinstance(broker, str) else broker
         self.topic = check_template(topic)
         self.timeout = timeout
         self.clock = clock or SystemClock()
         self._owned = connection is None
-        self.connection = connection or MqttConnection(self.broker, client_id=client_id)
+        self.connection = connection or MqttConnection(
+            self.broker, client_id=client_id, connect_timeout=connect_timeout
+        )
         self._closed = False
 
     def send(self, batch: Sequence[TransportMessage]) -> None:

@@ -146,6 +146,7 @@ class MqttConnection:
         self._subscriptions = list(subscriptions)
         self._on_message = on_message
         self._connected = threading.Event()
+        self._answered = threading.Event()  # a CONNACK came, accepting or refusing
         self._refused: str | None = None
         self._results: dict[int, Any] = {}  # mid -> PUBACK reason code
         self._guard = threading.Lock()
@@ -176,7 +177,9 @@ class MqttConnection:
                 f"cannot use MQTT broker {broker.url}: {e}", hint="check --broker"
             ) from e
         client.loop_start()
-        if wait and not self.wait_connected(connect_timeout):
+        if wait:
+            self._answered.wait(connect_timeout)  # a refusal needs no waiting out the timeout
+        if wait and not self.connected:
             why = self._refused or "no answer"
             self.close()
             raise RetryableTransportError(
@@ -192,12 +195,14 @@ class MqttConnection:
     ) -> None:
         if reason.is_failure:
             self._refused = f"refused: {reason}"
+            self._answered.set()
             log.warning("MQTT broker %s refused the connection: %s", self.broker.url, reason)
             return
         self._refused = None
         for topic in self._subscriptions:  # a clean session forgets them on every reconnect
             client.subscribe(topic, qos=1)
         self._connected.set()
+        self._answered.set()
         log.debug("connected to %s as %s", self.broker.url, self.client_id)
 
     def _handle_disconnect(
