@@ -134,3 +134,35 @@ def test_one_task_in_flight_per_device_across_gateways_with_a_crash_and_lost_ack
         assert not set(ids) & set(dead), f"{dev} acks, yet {set(ids) & set(dead)} dead-lettered"
     assert set(dead) == {m for d in SILENT for m in plan[d]}
     assert sum(len(r.dropped) for r in records.values()) > 0, "the seed drops acks"
+
+
+def test_sigterm_abandons_an_unacked_task_at_once_and_exits_0(
+    tmp_path: Path, mqtt_url: str
+) -> None:
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    sql_url = f"sqlite:///{tmp_path / 'queue.db'}"
+    upgrade(sql_url)
+    env = {**os.environ, "OUTBOX_SQL_URL": sql_url, "OUTBOX_LOCK_DURATION": "60"}
+    prefix = f"p{uuid.uuid4().hex[:8]}"
+    with SqlQueue(sql_url) as queue:
+        queue.send(DEST, [QueueMessage(b"{}", message_id="t0", session_id="gone")])
+        with DeviceSimulator(
+            mqtt_url,
+            topic=f"{prefix}/{{session}}/tasks",
+            ack_topic=f"{prefix}/{{session}}/ack",
+            offline=["gone"],
+        ) as sim:
+            gateway = _gateway(mqtt_url, ws, prefix, env)
+            try:
+                assert sim.wait_for(lambda s: s.record("gone").missed >= 1, 30)
+                gateway.send_signal(signal.SIGTERM)
+                out, err = gateway.communicate(timeout=30)
+            finally:
+                if gateway.poll() is None:
+                    gateway.kill()
+                    gateway.wait()
+        assert gateway.returncode == 0, err[-3000:]
+        assert json.loads(out)["abandoned"] == 1
+        (again,) = queue.receive(DEST, 1)  # now, not after the 60 s lock
+        assert again.message_id == "t0"
