@@ -38,7 +38,7 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
@@ -66,6 +66,7 @@ class Consumer(Protocol):
     handler: Any
     permanent_errors: tuple[type[BaseException], ...]
     processed: int
+    backoff: Callable[[int], float]
 
     def _abandon(self, msg: ReceivedMessage, error: Exception) -> None: ...
 
@@ -140,8 +141,10 @@ class ClaimedReceive:
                     self._later(consumer, msg, blocker, "an earlier message is unfinished:")
                     return
             taken = self.claims.claim(key, self.owner, lease=self.lease, at=now, session=session)
-        except ClaimLogError as e:
-            consumer._abandon(msg, e)  # nothing is handled without a claim
+        except ClaimLogError as e:  # nothing is handled without a claim
+            delay = consumer.backoff(msg.delivery_count)
+            log.warning("message %s waits %.1fs for the claim log: %s", msg.message_id, delay, e)
+            consumer._settle(lambda m: consumer.queue.abandon(m, delay=delay), msg)
             return
         if not taken.won:
             if taken.entry.status.finished:

@@ -7,6 +7,7 @@ import json
 import logging
 import time
 from pathlib import Path
+from typing import Any
 
 from sqlalchemy import (
     Column,
@@ -16,6 +17,7 @@ from sqlalchemy import (
     MetaData,
     String,
     Table,
+    event,
     func,
     insert,
     select,
@@ -92,6 +94,10 @@ def record_effect(engine: Engine, m: ReceivedMessage, region: str) -> None:
         )
 
 
+def _short_busy_timeout(dbapi_conn: Any, _record: Any) -> None:
+    dbapi_conn.execute(f"PRAGMA busy_timeout={int(CLAIMS_BUSY_TIMEOUT * 1000)}")
+
+
 def run_region(
     region: str, queue_url: str, claims_url: str, effects_path: str, workdir: str, hang_on: str
 ) -> None:
@@ -99,9 +105,10 @@ def run_region(
     after writing ``<workdir>/hung`` (the test SIGKILLs the process there)."""
     logging.basicConfig(level=logging.WARNING)
     queue = SqlQueue(queue_url, lock_duration=5, max_delivery_count=10_000)
-    claims = SqlClaimLog(
-        engine=make_engine(claims_url, connect_args={"timeout": CLAIMS_BUSY_TIMEOUT})
-    )
+    claims_engine = make_engine(claims_url)
+    # after the framework's pragmas (busy_timeout 30 s): a locked claim log fails fast instead
+    event.listen(claims_engine, "connect", _short_busy_timeout)
+    claims = SqlClaimLog(engine=claims_engine)
     engine = effects_engine(effects_path)
 
     def handler(m: ReceivedMessage) -> None:

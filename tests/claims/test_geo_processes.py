@@ -34,7 +34,9 @@ from outbox.testing.faulty import FaultyTransport
 from tests.claims import geo_workers as w
 
 pytestmark = pytest.mark.slow
-ctx = multiprocessing.get_context("spawn")
+ctx = multiprocessing.get_context("forkserver")
+# the consumers fork from one server that imported the worker module (and SQLAlchemy) once
+ctx.set_forkserver_preload(["tests.claims.geo_workers"])
 
 SESSIONS, PER_SESSION = 3, 4
 TOTAL = SESSIONS * PER_SESSION
