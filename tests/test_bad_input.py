@@ -73,6 +73,23 @@ def _corrupt_checkpoint(ws: Path) -> None:
         )
 
 
+def _corrupt_log_copy(ws: Path, tmp: Path) -> None:
+    """A copy of the workspace's table whose first commit file is not JSON (the original stays
+    intact for the nothing-lost check)."""
+    import shutil
+
+    shutil.copytree(ws / "documents", tmp / "broken")
+    (tmp / "broken" / "_delta_log" / "00000000000000000000.json").write_text("{not json\n")
+
+
+_DAMAGED_LOG = (
+    "error: the Delta log of the table at {tmp}/broken is damaged: 00000000000000000000.json is "
+    "not valid JSON (Kernel error: Json error: Encountered unexpected 'n' whilst parsing object) "
+    "(fix: restore {tmp}/broken/_delta_log/00000000000000000000.json from a backup or a replica; "
+    "Delta cannot rebuild its log from the data files)"
+)
+
+
 def _write(name: str, text: str) -> Callable[[Path, Path], None]:
     return lambda ws, tmp: (ws / name).write_text(text)
 
@@ -86,6 +103,48 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         None,
         1,
         "error: no Delta table at {tmp}/nope/documents (fix: run `outbox migrate` to create it)",
+    ),
+    (
+        "--workspace after the command",
+        ["status", "--workspace", "{tmp}/nope"],
+        {},
+        None,
+        1,
+        "error: no Delta table at {tmp}/nope/documents (fix: run `outbox migrate` to create it)",
+    ),
+    (
+        "-w after a queue subcommand",
+        ["queue", "stats", "-w", "{tmp}/nope"],
+        {},
+        None,
+        1,
+        "error: the queue database {tmp}/nope/outbox.db does not exist (fix: run `outbox "
+        "migrate` to create the tables)",
+    ),
+    (
+        "demo into a workspace in use",
+        ["-w", "{ws}", "demo"],
+        {},
+        None,
+        1,
+        "error: demo workspace {ws} is not an empty folder (fix: pass a new folder to "
+        "-w/--workspace, or omit it for a temporary one)",
+    ),
+    (
+        "status on a damaged Delta log",
+        ["-w", "{ws}", "status"],
+        {"OUTBOX_TABLE_URI": "{tmp}/broken"},
+        _corrupt_log_copy,
+        1,
+        _DAMAGED_LOG,
+    ),
+    (
+        "rescue on a damaged Delta log",
+        ["-w", "{ws}", "rescue"],
+        {"OUTBOX_TABLE_URI": "{tmp}/broken"},
+        _corrupt_log_copy,
+        1,
+        _DAMAGED_LOG,
     ),
     (
         "workspace is a file",
@@ -589,3 +648,33 @@ def test_unreachable_database_names_each_unreadable_part(ws: Path) -> None:
         "refused (fix: check that the database is reachable, then retry the pass)"
     )
     assert "Traceback" not in result.output
+    _never_all_clear(result.stdout)
+
+
+def _never_all_clear(stdout: str) -> None:
+    """The text of a status that could not read the SQL side says so, and shows no empty tables
+    that would read as all clear."""
+    assert "not read           rescuer checkpoints, queues" in stdout.splitlines()
+    assert "(no rescue pass yet)" not in stdout
+    assert "(empty)" not in stdout
+    assert stdout.count("(could not read: see the error below)") == 2
+
+
+def test_status_text_with_a_corrupt_queue_database_is_not_all_clear(ws: Path) -> None:
+    (ws / "outbox.db").rename(ws / "outbox.db.good")
+    (ws / "outbox.db").write_text("garbage\n")
+    try:
+        result = CliRunner().invoke(main, ["-w", str(ws), "status"])
+        assert result.exit_code == 1, result.output
+        _never_all_clear(result.stdout)
+        lines = [ln for ln in result.stderr.splitlines() if not ln[:4].isdigit()]
+        assert [ln.split(":")[1].strip() for ln in lines] == ["rescuer checkpoints", "queues"]
+        as_json = CliRunner().invoke(main, ["-w", str(ws), "status", "--json"])
+        assert as_json.exit_code == 1
+        import json
+
+        problems = json.loads(as_json.stdout)["problems"]
+        assert [p.split(":")[0] for p in problems] == ["rescuer checkpoints", "queues"]
+    finally:
+        (ws / "outbox.db.good").replace(ws / "outbox.db")
+    _still_there(ws)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from outbox.cli import exit_codes
 from outbox.cli.output import (
@@ -45,12 +46,15 @@ def demo(cli: CliContext, demo_workspace: str | None, packages: int, as_json: bo
 
     quiet_chatty_loggers(cli.verbose)
     target = demo_workspace
+    root = click.get_current_context().find_root()
+    if target is None and root.get_parameter_source("workspace") is ParameterSource.COMMANDLINE:
+        target = cli.workspace  # `outbox -w DIR demo`: DIR, as for every other command
     if target is not None:
         path = Path(target)
         if path.exists() and (not path.is_dir() or any(path.iterdir())):
             raise WorkspaceError(
                 f"demo workspace {path} is not an empty folder",
-                hint="pass a new folder to --workspace, or omit it for a temporary one",
+                hint="pass a new folder to -w/--workspace, or omit it for a temporary one",
             )
     report = run_demo(
         target,

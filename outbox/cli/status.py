@@ -72,9 +72,14 @@ def _age(seconds: float | None) -> str:
 
 
 def _print_status(report: StatusReport) -> None:
+    # A part that could not be read is never shown as empty: "(empty)" or "(no rescue pass yet)"
+    # would read as all clear at 3 a.m. while the database is down.
+    unread = [p.split(":", 1)[0] for p in report.problems]
+    cannot = "(could not read: see the error below)"
     print_kv(
         "outbox status",
         [
+            *([("not read", ", ".join(unread))] if unread else []),
             ("table", f"{report.table_uri} (version {report.table_version})"),
             ("database", report.sql_url),
             ("pending documents", report.pending_documents),
@@ -107,13 +112,22 @@ def _print_status(report: StatusReport) -> None:
             )
             for c in report.checkpoints
         ]
-        or [("(no rescue pass yet)", "", "", "", "", "")],
+        or [
+            (
+                cannot if "rescuer checkpoints" in unread else "(no rescue pass yet)",
+                "",
+                "",
+                "",
+                "",
+                "",
+            )
+        ],
     )
     print_table(
         "queues",
         ["queue", "active", "scheduled", "locked", "dead-lettered"],
         [(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered) for q in report.queues]
-        or [("(empty)", "", "", "", "")],
+        or [(cannot if "queues" in unread else "(empty)", "", "", "", "")],
     )
     if report.dead_lettered_documents:
         print_table(

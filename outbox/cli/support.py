@@ -32,8 +32,39 @@ class CliContext:
         return Settings.load(self.workspace, config_file=self.config, **overrides)
 
 
+def _set_workspace(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    cli = ctx.find_object(CliContext)
+    if value is not None and cli is not None:
+        cli.workspace = value
+
+
+def _add_workspace_option(command: click.Command) -> None:
+    """Give ``command`` (and, for a group, each of its commands) the group's ``--workspace/-w``,
+    so ``outbox status -w X`` works like ``outbox -w X status``. A command with an option of that
+    name of its own (``demo --workspace``) keeps it."""
+    taken = {o for p in command.params for o in getattr(p, "opts", [])}
+    if not taken & {"--workspace", "-w"}:
+        command.params.append(
+            click.Option(
+                ["--workspace", "-w"],
+                metavar="DIR",
+                expose_value=False,
+                callback=_set_workspace,
+                help="Workspace folder (the same as `outbox -w DIR` before the command).",
+            )
+        )
+    if isinstance(command, click.Group):
+        for sub in command.commands.values():
+            _add_workspace_option(sub)
+
+
 class OutboxGroup(click.Group):
-    """A click group that prints ``OutboxError`` as one line (no traceback) with exit code 1."""
+    """A click group that prints ``OutboxError`` as one line (no traceback) with exit code 1, and
+    accepts ``--workspace/-w`` before or after the command name."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _add_workspace_option(cmd)
+        super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -50,6 +81,20 @@ class OutboxGroup(click.Group):
         except KeyboardInterrupt:
             echo_err("interrupted: stopped before finishing; nothing committed was lost")
             ctx.exit(exit_codes.INTERRUPTED)
+        except (click.exceptions.Exit, click.Abort, click.ClickException):
+            raise
+        except Exception as e:
+            # A failure no adapter translated (a driver's own exception): during an incident the
+            # operator still gets one line; -v keeps the traceback for a bug report.
+            obj = ctx.find_object(CliContext)
+            if obj is not None and obj.verbose:
+                raise
+            first = (str(e).splitlines() or [""])[0]
+            echo_err(
+                f"error: unexpected {type(e).__name__}: {first} (fix: rerun with -v for the "
+                "traceback, and report it if nothing in the workspace explains it)"
+            )
+            ctx.exit(exit_codes.ERROR)
 
 
 def json_option(f: F) -> F:

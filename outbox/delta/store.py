@@ -25,6 +25,7 @@ to be read in several places; the pure helpers at the bottom are small.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import threading
@@ -158,6 +159,7 @@ class DeltaDocumentStore:
 
     def _open(self) -> Any:
         dl = _deltalake()
+        from deltalake.exceptions import DeltaError as DlDeltaError
         from deltalake.exceptions import TableNotFoundError as DlNotFound
 
         try:
@@ -168,6 +170,8 @@ class DeltaDocumentStore:
             ) from e
         except OSError as e:
             raise TableNotFoundError(f"cannot open the Delta table at {self.uri}: {e}") from e
+        except DlDeltaError as e:  # a damaged log: one line, not a kernel traceback
+            raise _unreadable_log(self.uri, e) from e
 
     def _validate(self) -> TableInfo:
         meta = self._dt.metadata()
@@ -630,6 +634,34 @@ class DeltaDocumentStore:
             f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
             hint="the rescuer will finish the job; check for a hot bucket",
         )
+
+
+def _unreadable_log(uri: str, error: Exception) -> StoreError:
+    """The error for a table whose log deltalake cannot read, naming the damaged commit file
+    when the table is local (deltalake's own message names no file)."""
+    log_dir = _local_log_dir(uri)
+    damaged = None
+    if log_dir is not None and log_dir.is_dir():
+        for f in sorted(log_dir.glob("*.json")):
+            try:
+                for line in f.read_text().splitlines():
+                    if line.strip():
+                        json.loads(line)
+            except (ValueError, OSError):
+                damaged = f
+                break
+    first = str(error).splitlines()[0] if str(error) else type(error).__name__
+    if damaged is not None:
+        return StoreError(
+            f"the Delta log of the table at {uri} is damaged: {damaged.name} is not valid JSON "
+            f"({first})",
+            hint=f"restore {damaged} from a backup or a replica; Delta cannot rebuild its log "
+            "from the data files",
+        )
+    return StoreError(
+        f"the Delta log of the table at {uri} cannot be read: {first}",
+        hint="restore the damaged file in _delta_log from a backup or a replica",
+    )
 
 
 def _local_log_dir(uri: str) -> Path | None:
