@@ -134,8 +134,7 @@ class MqttGateway:
         queue: QueueReceiver,
         options: GatewayOptions,
         *,
-        broker: MqttBroker | None = None,
-        connection: MqttConnection | None = None,
+        broker: MqttBroker,
         clock: Clock | None = None,
         observe_ack: Callable[[float], None] | None = None,
     ) -> None:
@@ -151,21 +150,15 @@ class MqttGateway:
         self._stop = threading.Event()
         self._match_ack = session_matcher(options.ack_topic)
         ack_filter = options.ack_topic.replace("{session}", "+")
-        if connection is None:
-            if broker is None:
-                raise ConfigurationError("the gateway needs a broker", hint="pass --broker")
-            connection = MqttConnection(broker, subscriptions=[ack_filter], on_message=self._on_ack)
-            self._owned = True
-        else:
-            connection.subscribe(ack_filter)
-            self._owned = False
-        self.connection = connection
+        self.connection = MqttConnection(
+            broker, subscriptions=[ack_filter], on_message=self._on_ack
+        )
         self.transport = MqttTransport(
-            connection.broker,
+            broker,
             topic=options.topic,
             timeout=options.publish_timeout,
             clock=self.clock,
-            connection=connection,
+            connection=self.connection,
         )
 
     # --- running ------------------------------------------------------------------------------
@@ -219,8 +212,7 @@ class MqttGateway:
         return self._stop.is_set()
 
     def close(self) -> None:
-        if self._owned:
-            self.connection.close()
+        self.connection.close()
 
     @staticmethod
     def _unavailable(error: Exception, delay: float) -> None:
@@ -229,11 +221,6 @@ class MqttGateway:
     def _held_messages(self) -> list[ReceivedMessage]:
         with self._guard:
             return [h.msg for h in self._held.values()]
-
-    def held(self) -> dict[str, tuple[str | None, int, datetime | None]]:
-        """message id -> (device, tries, last publish) of the tasks in flight now."""
-        with self._guard:
-            return {k: (h.msg.session_id, h.tries, h.last_publish) for k, h in self._held.items()}
 
     # --- one task -----------------------------------------------------------------------------
 
