@@ -221,7 +221,7 @@ class ClaimedReceive:
     def _settle_finished(self, consumer: Consumer, msg: ReceivedMessage, entry: ClaimEntry) -> None:
         self.duplicates += 1
         if entry.status is ClaimStatus.COMPLETED:
-            log.info(
+            log.debug(
                 "message %s was handled already (%s); completing this copy",
                 msg.message_id,
                 entry.owner,
@@ -244,7 +244,7 @@ class ClaimedReceive:
                 max((entry.lease_until - now).total_seconds(), self.look_again),
                 self.lease.total_seconds(),
             )
-        log.info("message %s waits %.1fs: %s %s", msg.message_id, delay, why, entry.key)
+        log.debug("message %s waits %.1fs: %s %s", msg.message_id, delay, why, entry.key)
         self.deferred += 1
         consumer._settle(lambda m: consumer.queue.abandon(m, delay=delay), msg)
 

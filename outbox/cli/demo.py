@@ -21,6 +21,7 @@ from outbox.core.errors import WorkspaceError
 
 
 @click.command()
+@click.argument("story", required=False, type=click.Choice(["geo"]))
 @click.option(
     "--workspace",
     "demo_workspace",
@@ -37,11 +38,14 @@ from outbox.core.errors import WorkspaceError
 )
 @json_option
 @pass_cli
-def demo(cli: CliContext, demo_workspace: str | None, packages: int, as_json: bool) -> None:
+def demo(
+    cli: CliContext, story: str | None, demo_workspace: str | None, packages: int, as_json: bool
+) -> None:
     """The shipment-tracking story: packages get ordered status updates, the dispatcher is
     SIGKILLed mid-batch, the rescuer notices after its delay (the clock is moved forward, and the
     output says so), the worker finishes, and a consumer checks every package's statuses arrived
-    in order. Exit 0 when every invariant held, 5 when one broke."""
+    in order. `outbox demo geo`: the same packages across two regions (two queues, one claim
+    log), the east region failing mid-run. Exit 0 when every invariant held, 5 when one broke."""
     from outbox.demo import iter_rows, run_demo
 
     quiet_chatty_loggers(cli.verbose)
@@ -56,6 +60,9 @@ def demo(cli: CliContext, demo_workspace: str | None, packages: int, as_json: bo
                 f"demo workspace {path} is not an empty folder",
                 hint="pass a new folder to -w/--workspace, or omit it for a temporary one",
             )
+    if story == "geo":
+        _geo(target, packages, as_json)
+        return
     report = run_demo(
         target,
         packages=packages,
@@ -70,6 +77,22 @@ def demo(cli: CliContext, demo_workspace: str | None, packages: int, as_json: bo
             echo(f"problem: {p}")
         if report.kept:
             echo(f"workspace kept in {report.workspace}; try `outbox -w {report.workspace} status`")
+    if not report.ok:
+        raise SystemExit(exit_codes.INVARIANT_BROKEN)
+
+
+def _geo(target: str | None, packages: int, as_json: bool) -> None:
+    from outbox.demo_geo import iter_rows, run_geo_demo
+
+    report = run_geo_demo(target, packages=packages, step=stepper(as_json, "outbox.demo"))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        print_kv("delta-outbox demo geo: shipment tracking across two regions", iter_rows(report))
+        for p in report.problems:
+            echo(f"problem: {p}")
+        if report.kept:
+            echo(f"workspace kept in {report.workspace}")
     if not report.ok:
         raise SystemExit(exit_codes.INVARIANT_BROKEN)
 
