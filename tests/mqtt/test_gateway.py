@@ -258,3 +258,23 @@ def test_a_broker_restart_costs_time_not_order_or_flow_control(
     for dev, ids in plan.items():
         assert sim.record(dev).tasks == ids
         assert sim.record(dev).max_in_flight == 1
+
+
+def test_a_device_that_goes_offline_waits_and_then_gets_its_tasks_in_order(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    plan = enqueue(queue, 2, 3)
+    with devices(mqtt_url, prefix, offline=["dev0"]) as sim:
+        run = Running(
+            MqttGateway(queue, options(prefix, max_tries=100), broker=MqttBroker.parse(mqtt_url))
+        )
+        assert sim.wait_for(lambda s: s.record("dev0").missed >= 2, 10), "re-published meanwhile"
+        assert sim.wait_for(lambda s: len(s.record("dev1").tasks) == 3, 10), "others go on"
+        assert sim.record("dev0").tasks == []
+        sim.online("dev0")
+        assert drained(queue)
+        stats = run.finish()
+    assert sim.record("dev0").tasks == plan["dev0"]
+    assert sim.record("dev0").max_in_flight == 1
+    assert stats.completed == 6
+    assert stats.dead_lettered == {}
