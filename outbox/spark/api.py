@@ -327,8 +327,8 @@ def _is_commit_conflict(e: Exception) -> bool:
     try:
         from delta.exceptions import base
     except ImportError:  # pragma: no cover - delta-spark is what raised it
-        base = None
-    if base is not None and isinstance(
+        return "DELTA_CONCURRENT_" in str(e)
+    if isinstance(
         e,
         (
             base.DeltaConcurrentModificationException,
