@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from dispatcher.command_handler import CommandHandler, WorkerStats
@@ -33,12 +34,29 @@ from outbox.core.errors import ValidationError
 from outbox.core.runloop import RunLoop, stop_on_signals
 
 if TYPE_CHECKING:
-    from dispatcher.queue.messages import ReceivedMessage
+    from dispatcher.queue.messages import QueueStats, ReceivedMessage
     from dispatcher.runtime import DispatcherRuntime
 
 log = logging.getLogger("outbox.worker")
 
-__all__ = ["DispatcherWorker", "WorkerStats"]
+__all__ = ["DispatcherWorker", "WorkerStats", "describe_wait"]
+
+
+def describe_wait(queue: str, depth: QueueStats | None) -> str:
+    """What an idle worker waits for, from the command queue's depth, in an operator's words."""
+    if depth is None or depth.total == 0:
+        return f"the command queue {queue!r} is empty"
+    parts = []
+    if depth.locked:
+        parts.append(
+            f"{depth.locked} command(s) locked by another worker (or by a stopped one, until "
+            "its lock expires)"
+        )
+    if depth.scheduled:
+        parts.append(f"{depth.scheduled} command(s) backing off after a failure, or scheduled")
+    if depth.active:
+        parts.append(f"{depth.active} command(s) ready whose document another worker holds")
+    return f"{queue!r}: " + "; ".join(parts)
 
 
 class DispatcherWorker:
@@ -58,7 +76,11 @@ class DispatcherWorker:
         backoff_max: float = 300.0,
         seed: int | None = None,
         renew_check_interval: float = 1.0,
+        wait_log_interval: float = 30.0,
     ) -> None:
+        """``wait_log_interval``: while nothing is deliverable, how often (at most) the worker
+        logs what it waits for (an empty queue, commands locked by another or a stopped worker,
+        commands backing off), so a quiet worker is never a mystery."""
         if concurrency < 1 or batch_size < 1:
             raise ValidationError(
                 f"concurrency ({concurrency!r}) and batch_size ({batch_size!r}) must be at least 1"
@@ -83,6 +105,8 @@ class DispatcherWorker:
         self._stats_lock = threading.Lock()
         self.stats = WorkerStats()
         self._failure: BaseException | None = None
+        self.wait_log_interval = wait_log_interval
+        self._wait_logged_at: datetime | None = None
         self.queue.ensure_pool_size(runtime.pool_size(concurrency))
 
     # --- control ----------------------------------------------------------------------------
@@ -160,12 +184,28 @@ class DispatcherWorker:
             # Idle: a good moment for the queue's housekeeping (bounded, at most every half
             # duplicate-detection window, never raises).
             self.queue.maybe_forget_expired_duplicates()
+            self._log_wait()
             return 0
         if self._stop.is_set():
             self._release(received)  # stopped while receiving: give the locks back now
             return 0
         self.handle_batch(received)
         return len(received)
+
+    def _log_wait(self) -> None:
+        """Say what the idle worker waits for, at most once per ``wait_log_interval``."""
+        now = self.clock.now()
+        with self._stats_lock:
+            last = self._wait_logged_at
+            if last is not None and (now - last).total_seconds() < self.wait_log_interval:
+                return
+            self._wait_logged_at = now
+        try:
+            depth = self.queue.stats(self.command_queue).get(self.command_queue)
+        except Exception as e:  # only a log line: the next receive reports a real outage
+            log.debug("waiting: queue depth unavailable (%s)", e)
+            return
+        log.info("waiting: %s", describe_wait(self.command_queue, depth))
 
     def _queue_unavailable(self, error: Exception, delay: float) -> None:
         self.metrics.inc("worker_queue_errors")

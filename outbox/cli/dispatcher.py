@@ -6,7 +6,8 @@ import logging
 
 import click
 
-from outbox.cli.output import emit_json, print_kv
+from outbox.cli import exit_codes
+from outbox.cli.output import echo_err, emit_json, print_kv
 from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.durations import parse_duration
 
@@ -40,6 +41,13 @@ log = logging.getLogger("outbox.worker")
     show_default=True,
     help="Wait between receives when the queue has nothing ready.",
 )
+@click.option(
+    "--max-backoff",
+    default="5m",
+    show_default=True,
+    metavar="DURATION",
+    help="Longest wait before a failed command is tried again (the wait doubles per failure).",
+)
 @json_option
 @pass_cli
 def run_dispatcher(
@@ -50,18 +58,27 @@ def run_dispatcher(
     once: bool,
     until_idle: bool,
     poll_interval: str,
+    max_backoff: str,
     as_json: bool,
 ) -> None:
     """Send what ProcessDocument commands name: documents left pending by a crash, a failed send,
-    deferred dispatch or another writer. Stops cleanly on SIGTERM/SIGINT (exit 0)."""
+    deferred dispatch or another writer. Stops cleanly on SIGTERM/SIGINT (exit 0).
+
+    With --once or --until-idle the exit code tells cron how it went: 0 every command received
+    was completed, 1 one was abandoned (it is retried later), dead-lettered or lost its lock."""
     from dispatcher.worker import DispatcherWorker
     from outbox.app import Outbox
 
     interval = parse_duration(poll_interval, name="--poll-interval")
+    backoff_max = parse_duration(max_backoff, name="--max-backoff")
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
         worker = DispatcherWorker(
-            ob.runtime, concurrency=concurrency, batch_size=batch_size, poll_interval=interval
+            ob.runtime,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            poll_interval=interval,
+            backoff_max=backoff_max,
         )
         log.info(
             "run-dispatcher: queue %r (%s), table %s, concurrency %d%s",
@@ -76,6 +93,14 @@ def run_dispatcher(
         emit_json(stats.to_dict())
     else:
         print_kv("run-dispatcher", stats.to_dict().items())
+    unfinished = stats.abandoned + stats.dead_lettered + stats.lock_lost
+    if (once or until_idle) and unfinished:
+        echo_err(
+            f"error: {unfinished} of {stats.commands} command(s) not completed ({stats.abandoned} "
+            f"abandoned, {stats.dead_lettered} dead-lettered, {stats.lock_lost} lock lost) "
+            "(fix: the warnings above say why; `outbox status` shows what is left)"
+        )
+        raise SystemExit(exit_codes.ERROR)
 
 
 def register(group: click.Group) -> None:

@@ -88,8 +88,26 @@ def echo_err(line: str) -> None:
     click.echo(line, err=True)
 
 
+def text_value(value: Any) -> str:
+    """A value as a person reads it: no Python reprs in text output (``yes``/``no``, not
+    ``True``; ``a=1, b=2``, not ``{'a': 1}``; nothing for None)."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ", timespec="seconds")
+    if isinstance(value, bytes):
+        return value.decode("utf-8", "replace")
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={text_value(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(text_value(v) for v in value) or "-"
+    return str(value)
+
+
 def _cells(rows: Iterable[Sequence[Any]]) -> list[list[str]]:
-    return [[("" if v is None else str(v)) for v in r] for r in rows]
+    return [[text_value(v) for v in r] for r in rows]
 
 
 def aligned(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:

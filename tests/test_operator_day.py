@@ -1,0 +1,92 @@
+"""The operator's day (issue 17): a quiet worker says what it waits for, ``--once`` tells cron
+when a command was not completed, ``--max-backoff`` caps the retry wait, and text output shows
+no Python reprs."""
+
+from __future__ import annotations
+
+import errno
+import logging
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from dispatcher.queue.messages import QueueMessage
+from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
+from outbox import Outbox
+from outbox.cli import main, output
+from outbox.core.clock import ManualClock, utc
+from outbox.delta.store import DeltaDocumentStore
+
+
+def _waits(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.getMessage().startswith("waiting: ")]
+
+
+def test_idle_worker_says_what_it_waits_for_once_per_interval(
+    workspace: Path, clock: ManualClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="outbox.worker")
+    with Outbox.open(workspace, clock=clock, transport=InMemoryTransport()) as ob:
+        worker = DispatcherWorker(ob.runtime, wait_log_interval=30)
+        queue = ob.runtime.queue
+        assert worker._poll() == 0
+        assert _waits(caplog) == ["waiting: the command queue 'outbox-commands' is empty"]
+        clock.advance(29)
+        assert worker._poll() == 0
+        assert len(_waits(caplog)) == 1  # not again within the interval
+        # A command held by a worker that died: its lock has not expired yet.
+        queue.send("outbox-commands", QueueMessage(body=b"{}", message_id="c-1", session_id="d"))
+        assert len(queue.receive("outbox-commands", 1)) == 1
+        assert worker._poll() == 0
+        assert len(_waits(caplog)) == 1
+        clock.advance(1)
+        assert worker._poll() == 0
+        assert _waits(caplog)[1:] == [
+            "waiting: 'outbox-commands': 1 command(s) locked by another worker (or by a stopped "
+            "one, until its lock expires)"
+        ]
+
+
+def test_once_exits_1_when_a_command_was_not_completed_and_max_backoff_caps_the_wait(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, dispatch="deferred", default_destination="shipments") as ob:
+        with ob.unit_of_work() as uow:
+            uow.create("pkg-1", type="Package").send("Left", {"at": "Seattle"})
+        table_version = ob.store.version()
+
+    def unreadable(*_a: Any, **_k: Any) -> Any:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(DeltaDocumentStore, "read", unreadable)
+    started = datetime.now().astimezone()
+    result = CliRunner().invoke(
+        main, ["-w", str(ws), "run-dispatcher", "--once", "--max-backoff", "500ms"]
+    )
+    assert result.exit_code == 1, result.output
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("error: ")]
+    assert errors == [
+        "error: 1 of 1 command(s) not completed (1 abandoned, 0 dead-lettered, 0 lock lost) "
+        "(fix: the warnings above say why; `outbox status` shows what is left)"
+    ]
+    assert "abandoned          1" in result.stdout.splitlines()
+    assert "stopped_by_signal  no" in result.stdout.splitlines()
+    monkeypatch.undo()
+    with Outbox.open(ws, create=False) as ob:
+        (cmd,) = ob.runtime.queue.peek("outbox-commands")
+        assert cmd.not_before is not None
+        # backoff base 1s, capped at 0.5s (+10% jitter); uncapped it would be 1s or more
+        assert (utc(cmd.not_before) - started).total_seconds() < 0.9
+        assert ob.store.refresh() == table_version  # nothing written, nothing lost
+
+
+def test_text_values_are_not_python_reprs() -> None:
+    assert [
+        output.text_value(v)
+        for v in (True, False, None, {"numFilesAdded": 0, "b": None}, [1, "a"], b"x", {}, 3)
+    ] == ["yes", "no", "", "numFilesAdded=0, b=", "1, a", "x", "-", "3"]
