@@ -52,6 +52,8 @@ class DeviceRecord:
     max_in_flight: int = 0
     in_flight: set[str] = field(default_factory=set)
     done: set[str] = field(default_factory=set)
+    #: bumped when the device goes offline: acks it had scheduled are lost with it
+    epoch: int = 0
 
 
 class DeviceSimulator:
@@ -84,7 +86,7 @@ class DeviceSimulator:
         self._records: dict[str, DeviceRecord] = {}
         self._offline = set(offline)
         self._changed = threading.Condition()
-        self._due: list[tuple[float, int, str, str]] = []  # (due, n, device, id)
+        self._due: list[tuple[float, int, str, str, int]] = []  # (due, n, device, id, epoch)
         self._n = itertools.count()
         self._stop = False
         self._acker = threading.Thread(target=self._ack_loop, name="device-acks", daemon=True)
@@ -124,7 +126,9 @@ class DeviceSimulator:
         """The device drops off: it receives nothing, and the task it held is lost."""
         with self._changed:
             self._offline.add(device)
-            self.record(device).in_flight.clear()
+            rec = self.record(device)
+            rec.in_flight.clear()
+            rec.epoch += 1
 
     def online(self, device: str) -> None:
         with self._changed:
@@ -170,15 +174,19 @@ class DeviceSimulator:
                 self._schedule(0.0, device, task)
             elif task in rec.in_flight:
                 rec.repeats += 1  # the pending ack answers it
-            else:
-                rec.tasks.append(task)
+            else:  # new, or lost when the device went offline: it takes the task (again)
+                if task in rec.tasks:
+                    rec.repeats += 1
+                else:
+                    rec.tasks.append(task)
                 rec.in_flight.add(task)
                 rec.max_in_flight = max(rec.max_in_flight, len(rec.in_flight))
                 self._schedule(self.ack_delay, device, task)
             self._changed.notify_all()
 
     def _schedule(self, delay: float, device: str, task: str) -> None:
-        heapq.heappush(self._due, (time.monotonic() + delay, next(self._n), device, task))
+        epoch = self.record(device).epoch
+        heapq.heappush(self._due, (time.monotonic() + delay, next(self._n), device, task, epoch))
         self._changed.notify_all()
 
     def _ack_loop(self) -> None:
@@ -189,10 +197,10 @@ class DeviceSimulator:
                     self._changed.wait(wait)  # the device's own work time, or a new task
                 if self._stop:
                     return
-                _, _, device, task = heapq.heappop(self._due)
+                _, _, device, task, epoch = heapq.heappop(self._due)
                 rec = self.record(device)
-                if device in self._offline:
-                    continue
+                if device in self._offline or epoch != rec.epoch:
+                    continue  # offline now, or went offline since: the task was lost with it
                 rec.in_flight.discard(task)
                 rec.done.add(task)
                 out: list[tuple[str, str]] = []

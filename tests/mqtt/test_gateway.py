@@ -278,3 +278,24 @@ def test_a_device_that_goes_offline_waits_and_then_gets_its_tasks_in_order(
     assert sim.record("dev0").max_in_flight == 1
     assert stats.completed == 6
     assert stats.dead_lettered == {}
+
+
+def test_a_device_that_drops_off_holding_a_task_gets_it_again_when_back(
+    queue: SqlQueue, mqtt_url: str, prefix: str
+) -> None:
+    enqueue(queue, 1, 2)
+    with devices(mqtt_url, prefix, ack_delay=0.5) as sim:
+        run = Running(
+            MqttGateway(queue, options(prefix, max_tries=100), broker=MqttBroker.parse(mqtt_url))
+        )
+        assert sim.wait_for(lambda s: s.record("dev0").in_flight == {"dev0-t0"}, 10)
+        sim.offline("dev0")  # its scheduled ack is lost with it
+        assert sim.wait_for(lambda s: s.record("dev0").missed >= 1, 10)
+        sim.online("dev0")
+        assert drained(queue)
+        stats = run.finish()
+    rec = sim.record("dev0")
+    assert rec.tasks == ["dev0-t0", "dev0-t1"]
+    assert rec.repeats >= 1, "the lost task came again, same id"
+    assert rec.max_in_flight == 1
+    assert stats.completed == 2
