@@ -26,6 +26,7 @@ from outbox.core.model import (
     validate_destination,
     validate_id,
 )
+from outbox.core.settings import did_you_mean
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 
 if TYPE_CHECKING:
@@ -92,6 +93,14 @@ class Document:
         if not isinstance(type, str) or not type.strip():
             raise ValidationError(f"message type must be a non-empty string, got {type!r}")
         dest = validate_destination(destination or self._uow.default_destination)
+        declared = self._uow.declared_destinations
+        if declared and dest not in declared:  # a typo would commit to a queue no one reads
+            raise ValidationError(
+                f"destination {dest!r} is not declared{did_you_mean(dest, declared)}; nothing "
+                "was written",
+                hint=f"send to one of {', '.join(sorted(declared))}, or add it to the "
+                "destinations setting (OUTBOX_DESTINATIONS)",
+            )
         if isinstance(body, bytes):
             try:
                 text = body.decode("utf-8")
@@ -181,6 +190,7 @@ class UnitOfWork:
         self._clock = clock
         self._on_commit = on_commit
         self.default_destination = settings.default_destination
+        self.declared_destinations = settings.declared_destinations
         self.max_message_bytes = settings.max_message_bytes
         self.table_id = store.table_id
         self._docs: dict[str, Document] = {}

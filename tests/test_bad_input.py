@@ -271,10 +271,11 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         {},
         _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
         1,
-        "error: unknown setting 'rescue_dely' (fix: known settings: buckets, checkpoint_store, "
+        "error: unknown setting 'rescue_dely' (did you mean 'rescue_delay'?) (fix: known "
+        "settings: buckets, checkpoint_store, "
         "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
-        "default_destination, dispatch, duplicate_detection_window, group_commit, "
+        "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
         "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "
         "max_message_bytes, "
         "rescue_delay, rescue_interval, rescuer_name, servicebus_destinations, sql_url, "
@@ -367,7 +368,22 @@ def _save(ob: Outbox, doc_id: str, body: Any, **send: Any) -> None:
         doc.send("StatusChanged", body, **send)
 
 
+def _save_declared(ob: Outbox, destination: str) -> None:
+    with Outbox.open(
+        ob.settings.workspace, transport="memory", destinations=("shipments", "returns")
+    ) as declared:
+        _save(declared, "pkg-2", {"a": 1}, destination=destination)
+
+
 LIBRARY_CASES: list[tuple[str, Callable[[Outbox], Any], str, str]] = [
+    (
+        "misspelt declared destination",
+        lambda ob: _save_declared(ob, "shipmnets"),
+        "ValidationError",
+        "destination 'shipmnets' is not declared (did you mean 'shipments'?); nothing was "
+        "written (fix: send to one of returns, shipments, or add it to the destinations setting "
+        "(OUTBOX_DESTINATIONS))",
+    ),
     (
         "message too large",
         lambda ob: _save(ob, "pkg-2", "x" * 300_000, destination="shipments"),
@@ -522,6 +538,15 @@ def test_real_process_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
         "(see `outbox run-dispatcher --help`)"
     )
     assert "Traceback" not in missing.stderr + bad.stderr
+
+
+def test_a_misspelt_variable_is_warned_about_in_a_real_process(ws: Path) -> None:
+    result = _run("-w", str(ws), "status", "--json", OUTBOX_RESCUE_DELY="30s")
+    assert result.returncode == 0, result.stderr
+    assert [ln.split(" ", 2)[2] for ln in result.stderr.splitlines()] == [
+        "WARNING outbox.settings: ignoring the environment variable OUTBOX_RESCUE_DELY: no "
+        "setting has that name (did you mean 'OUTBOX_RESCUE_DELAY'?)"
+    ]
 
 
 @pytest.mark.slow

@@ -7,6 +7,8 @@ an invalid value raises ``ConfigurationError`` naming the setting and what it ac
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import logging
 import os
 import re
 import tomllib
@@ -17,6 +19,8 @@ from typing import Any, Literal
 
 from outbox.core.durations import parse_duration
 from outbox.core.errors import ConfigurationError, ValidationError
+
+log = logging.getLogger("outbox.settings")
 
 SETTINGS_FILE = "outbox.toml"
 TABLE_DIR = "documents"
@@ -56,6 +60,11 @@ class Settings:
     command_queue: str = "outbox-commands"
     command_transport: CommandTransport = "sql"  # where ProcessDocument goes (sql or servicebus)
     default_destination: str | None = None
+    # The destinations ``doc.send`` may name (env: comma-separated). Empty: any valid name (a
+    # typo creates a queue no one reads). Declared: an unknown name fails before the commit with
+    # a did-you-mean. The names in ``servicebus_destinations`` count as declared too, so on
+    # Service Bus each destination is listed once, there (``declared_destinations``).
+    destinations: tuple[str, ...] = ()
     # Destinations ``outbox migrate`` creates on Service Bus (docs/servicebus.md): queue names,
     # and ``topic:NAME`` for topics. Env: comma-separated, e.g. "shipments,topic:events".
     servicebus_destinations: tuple[str, ...] = ()
@@ -86,6 +95,7 @@ class Settings:
             "servicebus_destinations",
             _coerce("servicebus_destinations", self.servicebus_destinations, "list"),
         )
+        object.__setattr__(self, "destinations", _coerce("destinations", self.destinations, "list"))
         self._validate()
 
     def _validate(self) -> None:
@@ -126,6 +136,7 @@ class Settings:
             raise bad("command_transport", f"{self.command_transport!r}; use sql or servicebus")
         self._validate_cosmos(bad)
         self._validate_servicebus_destinations(bad)
+        self._validate_destinations(bad)
         if "://" not in self.sql_url:
             raise bad(
                 "sql_url",
@@ -168,6 +179,30 @@ class Settings:
                     f"{name!r} is the command_queue, which outbox migrate creates on its own",
                 )
             seen.add(name)
+
+    def _validate_destinations(self, bad: Any) -> None:
+        for name in self.destinations:
+            if not _ENTITY_NAME.match(name) or len(name) > 260:
+                raise bad(
+                    "destinations",
+                    f"{name!r} is not a queue or topic name; names are 1-260 letters, digits, "
+                    "'.', '-', '_' or '/', starting with a letter or digit",
+                )
+        declared = self.declared_destinations
+        if declared and self.default_destination and self.default_destination not in declared:
+            raise bad(
+                "default_destination",
+                f"{self.default_destination!r} is not a declared destination"
+                f"{did_you_mean(self.default_destination, declared)}; declared: "
+                f"{', '.join(sorted(declared))}",
+            )
+
+    @property
+    def declared_destinations(self) -> frozenset[str]:
+        """Where ``doc.send`` may send: ``destinations`` and the names in
+        ``servicebus_destinations`` (without ``topic:``). Empty: not declared, anything goes."""
+        names = {e.removeprefix(TOPIC_PREFIX) for e in self.servicebus_destinations}
+        return frozenset(names | set(self.destinations))
 
     @property
     def cosmos_configured(self) -> bool:
@@ -229,7 +264,7 @@ class Settings:
         for key, value in raw.items():
             if key not in names:
                 raise ConfigurationError(
-                    f"unknown setting {key!r}",
+                    f"unknown setting {key!r}{did_you_mean(key, names)}",
                     hint=f"known settings: {', '.join(sorted(names))}",
                 )
             kwargs[key] = _coerce(key, value, cls._kind(key))
@@ -247,7 +282,7 @@ class Settings:
             return "path"
         if name == "group_commit":
             return "bool"
-        if name == "servicebus_destinations":
+        if name in ("servicebus_destinations", "destinations"):
             return "list"
         return "str"
 
@@ -333,4 +368,45 @@ def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
         name = key[len(ENV_PREFIX) :].lower()
         if name in names:
             out[name] = value
+        elif key not in OTHER_VARIABLES and not key.startswith(OTHER_PREFIXES):
+            _warn_unknown_variable(key, names)
     return out
+
+
+#: ``OUTBOX_*`` variables that are not settings but are read elsewhere (the Service Bus
+#: connection, the Spark JARs, crash injection, the gateway's options, the test suites).
+OTHER_VARIABLES = frozenset(
+    f"{ENV_PREFIX}{n}"
+    for n in (
+        "WORKSPACE",
+        "CONFIG",
+        "DELTA_JARS",
+        "CRASH_AT",
+        "SERVICEBUS_CONNECTION_STRING",
+        "SERVICEBUS_NAMESPACE",
+        "SERVICEBUS_TOPICS",
+        "SERVICEBUS_QUEUE",
+        "SERVICEBUS_SESSIONS",
+    )
+)
+OTHER_PREFIXES = (f"{ENV_PREFIX}GATEWAY_", f"{ENV_PREFIX}TEST_", f"{ENV_PREFIX}CHECK_")
+_warned: set[str] = set()
+
+
+def did_you_mean(name: str, known: Any) -> str:
+    """`` (did you mean 'x'?)`` for the closest known name, or nothing."""
+    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _warn_unknown_variable(key: str, names: set[str]) -> None:
+    """Once per process: a misspelt variable is otherwise silently ignored."""
+    if key in _warned:
+        return
+    _warned.add(key)
+    known = {f"{ENV_PREFIX}{n.upper()}" for n in names if n != "workspace"} | OTHER_VARIABLES
+    log.warning(
+        "ignoring the environment variable %s: no setting has that name%s",
+        key,
+        did_you_mean(key, known) or " (the settings table in README.md lists them)",
+    )
