@@ -251,6 +251,9 @@ class MqttGateway:
     def _see_through(self, held: _Held) -> None:
         msg, opts = held.msg, self.options
         while True:
+            if held.acked.is_set():  # an ack that came just as the wait ran out still counts
+                self._complete(held)
+                return
             if self._expired(msg):
                 self._dead_letter(msg, EXPIRED, "past its expiry before the device acked it")
                 return
@@ -279,9 +282,7 @@ class MqttGateway:
                 self.stats.publishes += 1
                 if held.tries > 1:
                     self.stats.republishes += 1
-            if self._wait(held.acked, opts.retry_interval):
-                self._complete(held)
-                return
+            self._wait(held.acked, opts.retry_interval)
 
     def _transport_message(self, msg: ReceivedMessage) -> TransportMessage:
         return TransportMessage(
