@@ -5,7 +5,6 @@ and the ``once`` / ``until_idle`` / ``max_iterations`` modes."""
 from __future__ import annotations
 
 import itertools
-import os
 import signal
 import subprocess
 import sys
@@ -268,7 +267,7 @@ def test_the_first_signal_drains_and_stops(clock: ManualClock, signum: signal.Si
     def poll() -> int:
         polls.append("start")
         if polls.count("start") == 2:
-            os.kill(os.getpid(), signum)  # handled synchronously, in the main thread
+            signal.raise_signal(signum)  # handled synchronously, in the main thread
         polls.append("end")
         return 1
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import signal
 import threading
 
@@ -28,11 +27,11 @@ def test_a_second_signal_gets_the_default_handling() -> None:
     stopped = threading.Event()
     interrupted = False
     with stop_on_signals(stopped.set) as state:
-        os.kill(os.getpid(), signal.SIGTERM)  # handled synchronously in the main thread
+        signal.raise_signal(signal.SIGTERM)  # handled synchronously in the main thread
         assert stopped.is_set()
         assert state.received == "SIGTERM"
         try:
-            os.kill(os.getpid(), signal.SIGINT)  # the second: Python's own KeyboardInterrupt
+            signal.raise_signal(signal.SIGINT)  # the second: Python's own KeyboardInterrupt
         except KeyboardInterrupt:
             interrupted = True
     assert interrupted

@@ -141,7 +141,7 @@ def test_scheduler_runs_on_the_clock_until_sigterm() -> None:
     def on_report(_r: Any) -> None:
         seen.append(_r)
         if len(seen) == 3:
-            os.kill(os.getpid(), signal.SIGTERM)
+            signal.raise_signal(signal.SIGTERM)
 
     scheduler = Scheduler(rescue, every=30.0, clock=clock, on_report=on_report)  # type: ignore[arg-type]
     passes = scheduler.run(full_first=True)  # the scheduler's own loop handles SIGTERM
@@ -158,7 +158,7 @@ def test_the_scheduler_stops_on_sigint_too_after_the_pass_in_hand() -> None:
     finished: list[int] = []
 
     def on_report(_r: Any) -> None:
-        os.kill(os.getpid(), signal.SIGINT)  # no KeyboardInterrupt: the loop's handler takes it
+        signal.raise_signal(signal.SIGINT)  # no KeyboardInterrupt: the loop's handler takes it
         finished.append(len(rescue.calls))
 
     scheduler = Scheduler(rescue, every=30.0, clock=clock, on_report=on_report)  # type: ignore[arg-type]
