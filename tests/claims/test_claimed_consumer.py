@@ -20,7 +20,6 @@ from dispatcher.queue.claimed import FAILED_ELSEWHERE
 from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.transports.geo import GeoReplicatedTransport
 from dispatcher.transports.sql import SqlQueueTransport
-from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
 from outbox.core.errors import (
     ClaimLogUnavailableError,
@@ -92,15 +91,12 @@ def drain(*consumers: Consumer) -> None:
 
 
 @pytest.fixture
-def regions(tmp_path: Path, clock: ManualClock) -> Iterator[Regions]:
+def regions(tmp_path: Path, clock: ManualClock, migrated_sqlite: Any) -> Iterator[Regions]:
     queues = []
     for name in ("east", "west"):
-        url = f"sqlite:///{tmp_path / name}.db"
-        upgrade(url)
+        url = migrated_sqlite(tmp_path / f"{name}.db")
         queues.append(SqlQueue(url, clock=clock, lock_duration=30, max_delivery_count=100))
-    url = f"sqlite:///{tmp_path / 'claims.db'}"
-    upgrade(url)
-    claims = SqlClaimLog(url)
+    claims = SqlClaimLog(migrated_sqlite(tmp_path / "claims.db"))
     faulty = [FaultyTransport(SqlQueueTransport(q)) for q in queues]
     geo = GeoReplicatedTransport(
         faulty[0], faulty[1], "15s", claims=claims, clock=clock, region_backoff=0

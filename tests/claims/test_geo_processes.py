@@ -29,7 +29,6 @@ from dispatcher.queue import SqlQueue
 from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.transports.geo import GeoReplicatedTransport
 from dispatcher.transports.sql import SqlQueueTransport
-from migrations.sql import upgrade
 from outbox.testing.faulty import FaultyTransport
 from tests.claims import geo_workers as w
 
@@ -64,11 +63,9 @@ class Report:
 
 
 class Regions:
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, migrated_sqlite: Any) -> None:
         self.root = root
-        self.urls = {r: f"sqlite:///{root / r}.db" for r in ("east", "west", "claims")}
-        for url in self.urls.values():
-            upgrade(url)
+        self.urls = {r: migrated_sqlite(root / f"{r}.db") for r in ("east", "west", "claims")}
         self.effects_path = str(root / "effects.db")
         self.effects = w.effects_engine(self.effects_path)
         self.queues = {r: SqlQueue(self.urls[r]) for r in ("east", "west")}
@@ -175,8 +172,8 @@ def wait_for(condition: Any, what: str, timeout: float = DEADLINE) -> None:
 
 
 @pytest.fixture
-def regions(tmp_path: Path) -> Iterator[Regions]:
-    r = Regions(tmp_path)
+def regions(tmp_path: Path, migrated_sqlite: Any) -> Iterator[Regions]:
+    r = Regions(tmp_path, migrated_sqlite)
     yield r
     r.close()
 
