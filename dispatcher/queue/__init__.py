@@ -16,12 +16,18 @@ if TYPE_CHECKING:
     from dispatcher.queue.consumer import Consumer
     from dispatcher.queue.messages import (
         DeadLetter,
+        DeferMessage,
         PeekedMessage,
         QueueMessage,
         QueueStats,
         ReceivedMessage,
     )
-    from dispatcher.queue.ports import QueueAdministration, QueueReceiver, QueueSender
+    from dispatcher.queue.ports import (
+        DeferringReceiver,
+        QueueAdministration,
+        QueueReceiver,
+        QueueSender,
+    )
     from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON, SqlQueue
     from outbox.core.backoff import ExponentialBackoff
     from outbox.core.errors import UnprocessableMessageError
@@ -29,6 +35,8 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Consumer": "dispatcher.queue.consumer",
     "DeadLetter": "dispatcher.queue.messages",
+    "DeferMessage": "dispatcher.queue.messages",
+    "DeferringReceiver": "dispatcher.queue.ports",
     "PeekedMessage": "dispatcher.queue.messages",
     "QueueMessage": "dispatcher.queue.messages",
     "QueueStats": "dispatcher.queue.messages",
@@ -46,6 +54,8 @@ __all__ = [
     "MAX_DELIVERY_REASON",
     "Consumer",
     "DeadLetter",
+    "DeferMessage",
+    "DeferringReceiver",
     "ExponentialBackoff",
     "PeekedMessage",
     "QueueAdministration",

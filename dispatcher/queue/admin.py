@@ -64,11 +64,14 @@ class SqlQueueAdministration:
             validation.queue_name(queue)
         now = self._options.now()
         is_locked = and_(M.c.locked_until.is_not(None), M.c.locked_until > now)
+        is_deferred = and_(~is_locked, M.c.deferred)
+        is_scheduled = and_(~is_locked, ~M.c.deferred, M.c.not_before > now)
         live_stmt = select(
             M.c.queue,
             func.count().label("total"),
             func.sum(case((is_locked, 1), else_=0)).label("locked"),
-            func.sum(case((and_(~is_locked, M.c.not_before > now), 1), else_=0)).label("scheduled"),
+            func.sum(case((is_scheduled, 1), else_=0)).label("scheduled"),
+            func.sum(case((is_deferred, 1), else_=0)).label("deferred"),
         ).group_by(M.c.queue)
         dead_stmt = select(D.c.queue, func.count()).group_by(D.c.queue)
         if queue is not None:
@@ -78,15 +81,25 @@ class SqlQueueAdministration:
             live = conn.execute(live_stmt).all()
             dead = conn.execute(dead_stmt).all()
         out: dict[str, QueueStats] = {}
-        for name, total, locked_raw, scheduled_raw in live:
+        for name, total, locked_raw, scheduled_raw, deferred_raw in live:
             locked, scheduled = int(locked_raw or 0), int(scheduled_raw or 0)
+            deferred = int(deferred_raw or 0)
             out[name] = QueueStats(
-                name, active=int(total) - locked - scheduled, scheduled=scheduled, locked=locked
+                name,
+                active=int(total) - locked - scheduled - deferred,
+                scheduled=scheduled,
+                locked=locked,
+                deferred=deferred,
             )
         for name, count in dead:
             base = out.get(name, QueueStats(name))
             out[name] = QueueStats(
-                name, base.active, base.scheduled, base.locked, dead_lettered=int(count)
+                name,
+                base.active,
+                base.scheduled,
+                base.locked,
+                dead_lettered=int(count),
+                deferred=base.deferred,
             )
         return dict(sorted(out.items()))
 

@@ -1,7 +1,8 @@
 """A consumer that runs a handler per message and settles by outcome.
 
 * success -> complete; an exception -> abandon with exponential backoff; a declared permanent
-  error -> dead-letter (the handler said retrying cannot help).
+  error -> dead-letter (the handler said retrying cannot help); ``DeferMessage`` raised or
+  returned -> defer (set aside; ``queue.receive_deferred`` brings it back by sequence number).
 * A background thread renews the locks of running handlers, so a long handler keeps its message.
 * Order within a session holds because the queue only hands out a session's head.
 * Inbox (optional): a message_id already handled is completed without running the handler again.
@@ -43,7 +44,7 @@ from dispatcher.queue import validation
 from dispatcher.queue.claimed import ClaimedReceive
 from dispatcher.queue.inbox import Inbox, SqlInbox, TransactionalInbox
 from dispatcher.queue.lock_renewer import LockRenewer
-from dispatcher.queue.messages import ReceivedMessage
+from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import queue_messages
 from outbox.core.backoff import ExponentialBackoff
@@ -239,12 +240,18 @@ class Consumer:
             self._settle(self.queue.complete, msg)
             return
         try:
-            self.handler(msg)  # type: ignore[call-arg]
+            result = self.handler(msg)  # type: ignore[call-arg]
+        except DeferMessage as e:
+            self._defer(msg, e)
+            return
         except self.permanent_errors as e:
             self._dead_letter(msg, e)
             return
         except Exception as e:
             self._abandon(msg, e)
+            return
+        if isinstance(result, DeferMessage):
+            self._defer(msg, result)
             return
         if self.inbox is not None:
             self._complete_with_inbox(msg)
@@ -264,12 +271,16 @@ class Consumer:
                 if self.inbox is not None and not self._record(conn, msg):
                     return  # already handled: the delete above completes it
                 try:
-                    self.handler(msg, conn)  # type: ignore[call-arg]
+                    result = self.handler(msg, conn)  # type: ignore[call-arg]
                 except Exception as e:  # the handler's own: kept apart from the queue's errors
                     raise _HandlerFailed(e) from e
+                if isinstance(result, DeferMessage):  # roll the handler's work back, then defer
+                    raise _HandlerFailed(result)
         except _HandlerFailed as failed:
             error = failed.error
-            if isinstance(error, self.permanent_errors):
+            if isinstance(error, DeferMessage):
+                self._defer(msg, error)
+            elif isinstance(error, self.permanent_errors):
                 self._dead_letter(msg, error)
             else:
                 self._abandon(msg, error)
@@ -335,6 +346,11 @@ class Consumer:
             error,
         )
         self._settle(lambda m: self.queue.abandon(m, delay=delay), msg)
+
+    def _defer(self, msg: ReceivedMessage, outcome: DeferMessage) -> None:
+        """The handler said "not now": set the message aside (``receive_deferred`` by number)."""
+        log.info("message %s (seq %d) deferred: %s", msg.message_id, msg.sequence_number, outcome)
+        self._settle(self.queue.defer, msg)
 
     def _dead_letter(self, msg: ReceivedMessage, error: BaseException) -> None:
         log.error("message %s is poison, dead-lettering: %r", msg.message_id, error)

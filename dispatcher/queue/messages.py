@@ -14,14 +14,16 @@ from datetime import datetime
 from typing import Any
 
 from outbox.core.clock import utc
+from outbox.core.errors import OutboxError
 
 
 @dataclass(frozen=True, slots=True)
 class QueueMessage:
     """A message to send. Without a ``message_id`` a random one is generated (so it is never
-    deduplicated); give a deterministic one to make re-sends safe."""
+    deduplicated); give a deterministic one to make re-sends safe. The body may be empty (or
+    None): a signal whose meaning is in its subject and headers is an ordinary message."""
 
-    body: bytes | str
+    body: bytes | str | None
     message_id: str = field(default_factory=lambda: str(uuid.uuid4()))
     session_id: str | None = None
     not_before: datetime | None = None
@@ -32,6 +34,9 @@ class QueueMessage:
 
     @property
     def body_bytes(self) -> bytes:
+        """The body as bytes: ``None`` is an empty body, as on Service Bus."""
+        if self.body is None:
+            return b""
         return self.body.encode("utf-8") if isinstance(self.body, str) else self.body
 
 
@@ -67,7 +72,8 @@ class ReceivedMessage:
 
 @dataclass(frozen=True, slots=True)
 class PeekedMessage:
-    """A message seen without locking it: its state is ``active``, ``scheduled`` or ``locked``."""
+    """A message seen without locking it: its state is ``active``, ``scheduled``, ``locked`` or
+    ``deferred`` (set aside by ``defer``, received only by sequence number)."""
 
     queue: str
     message_id: str
@@ -113,10 +119,22 @@ class QueueStats:
     scheduled: int = 0
     locked: int = 0
     dead_lettered: int = 0
+    #: set aside by ``defer`` and not locked (a received deferred message counts as locked)
+    deferred: int = 0
 
     @property
     def total(self) -> int:
-        return self.active + self.scheduled + self.locked
+        return self.active + self.scheduled + self.locked + self.deferred
+
+
+class DeferMessage(OutboxError):
+    """A handler's outcome "not now": raise it, or return an instance, and the consumer defers the
+    message (``receive_deferred`` brings it back by sequence number). Why an exception as well as
+    a result: a handler deep in a call stack can say so without threading a value back up."""
+
+    def __init__(self, reason: str = "") -> None:
+        super().__init__(reason or "deferred by the handler")
+        self.reason = reason
 
 
 def as_utc(value: datetime | None) -> datetime | None:

@@ -136,11 +136,49 @@ class QueueReceiver(Protocol):
 
 
 @runtime_checkable
+class DeferringReceiver(QueueReceiver, Protocol):
+    """A receiver with the fourth peek-lock settlement, defer (optional ability; a separate
+    protocol so receivers written against ``QueueReceiver`` stay conforming).
+
+    A deferred message stays in the queue but leaves its line: ``receive`` never returns it (and a
+    session's later messages go on without it); only ``receive_deferred`` by its sequence number
+    does, locked and counted as a delivery like any other, then settled the usual ways. Abandoning
+    it, or letting its lock expire, leaves it deferred.
+    """
+
+    def defer(self, target: Settleable) -> None:
+        """Set a locked message aside; ``LockLostError`` if the lock is gone."""
+        ...
+
+    def receive_deferred(
+        self,
+        queue: str,
+        sequence_numbers: int | Sequence[int],
+        *,
+        session_id: str | None = None,
+    ) -> list[ReceivedMessage]:
+        """Lock and return the deferred messages with these sequence numbers, in order.
+
+        ``MessageNotFoundError`` (and nothing locked) when one of them is not a deferred message
+        of ``queue`` free to receive. ``session_id``: the session they are in (Service Bus opens
+        that session to receive them; the SQL queue only checks it). A message already delivered
+        ``max_delivery_count`` times goes to dead letters instead of being returned.
+        """
+        ...
+
+    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
+        """``QueueReceiver.peek``, deferred messages in state ``deferred``; ``deferred=True``
+        shows only those."""
+        ...
+
+
+@runtime_checkable
 class QueueAdministration(Protocol):
     """Looks at and tends the queues: depths, dead letters, and housekeeping."""
 
     def stats(self, queue: str | None = None) -> dict[str, QueueStats]:
-        """Depth per queue (or of ``queue`` only): active, scheduled, locked and dead-lettered.
+        """Depth per queue (or of ``queue`` only): active, scheduled, locked, deferred and
+        dead-lettered.
 
         Queues that hold nothing (no messages, no dead letters) are not listed."""
         ...

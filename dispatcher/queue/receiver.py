@@ -7,8 +7,11 @@ How receiving stays correct under concurrency:
   each other and never take the same row.
 * SQLite: every write transaction is ``BEGIN IMMEDIATE`` and short, so writers run one at a time
   (WAL lets readers go on); an idle poll only reads, and never takes the write lock.
-* Sessions: only a session's *head* (its lowest sequence number) can be delivered, so while the
-  head is locked nothing else of that session is, and order holds across redeliveries.
+* Sessions: only a session's *head* (its lowest sequence number) can be delivered, and nothing of
+  a session while any of its messages is locked, so it has one holder and order holds across
+  redeliveries. Deferred messages, and scheduled ones before their time, are not in the line.
+* Defer: a deferred message keeps its row (and delivery count) but leaves the line; it comes back
+  only through ``receive_deferred`` by sequence number, locked like any received message.
 
 A settlement matches the row only while the caller's lock is valid (same token, not expired), so
 a receiver whose lock ran out gets ``LockLostError`` and changes nothing.
@@ -17,6 +20,7 @@ a receiver whose lock ran out gets ``LockLostError`` and changes nothing.
 from __future__ import annotations
 
 import uuid
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from sqlalchemy import (
@@ -38,7 +42,7 @@ from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import Settleable
 from dispatcher.queue.rows import move_to_dead_letters, received
 from migrations.sql.tables import queue_messages
-from outbox.core.errors import LockLostError, ValidationError
+from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationError
 
 M = queue_messages
 #: The dead-letter reason of a message delivered ``max_delivery_count`` times.
@@ -66,21 +70,34 @@ class SqlQueueReceiver:
     def _deliverable(
         self, queue: str, now: datetime, session_id: str | None
     ) -> list[ColumnElement[bool]]:
-        earlier = M.alias("earlier")
-        head_of_session = ~exists().where(
-            earlier.c.queue == M.c.queue,
-            earlier.c.session_id == M.c.session_id,
-            earlier.c.sequence_number < M.c.sequence_number,
+        other = M.alias("other")
+        # A session is delivered from its head, to one holder: nothing of it is delivered while
+        # an earlier message waits or any of its messages is locked. Two kinds of earlier message
+        # are not in the session's line: a deferred one (set aside until asked for by number)
+        # and a scheduled one before its time (as on Service Bus; an abandon's delay is not a
+        # schedule and does hold the session).
+        earlier_in_line = and_(
+            other.c.sequence_number < M.c.sequence_number,
+            ~other.c.deferred,
+            ~and_(other.c.scheduled, other.c.not_before > now),
+        )
+        held = and_(other.c.locked_until.is_not(None), other.c.locked_until > now)
+        session_free = ~exists().where(
+            other.c.queue == M.c.queue,
+            other.c.session_id == M.c.session_id,
+            other.c.sequence_number != M.c.sequence_number,
+            or_(earlier_in_line, held),
         )
         conditions: list[ColumnElement[bool]] = [
             M.c.queue == queue,
+            ~M.c.deferred,
             M.c.not_before <= now,
             or_(M.c.locked_until.is_(None), M.c.locked_until <= now),
         ]
         if session_id is None:
-            conditions.append(or_(M.c.session_id.is_(None), head_of_session))
+            conditions.append(or_(M.c.session_id.is_(None), session_free))
         else:
-            conditions += [M.c.session_id == session_id, head_of_session]
+            conditions += [M.c.session_id == session_id, session_free]
         return conditions
 
     def _exhausted_description(self) -> str:
@@ -225,7 +242,10 @@ class SqlQueueReceiver:
                 update(M)
                 .where(M.c.sequence_number == seq)
                 .values(
-                    lock_token=None, locked_until=None, not_before=now + timedelta(seconds=delay)
+                    lock_token=None,
+                    locked_until=None,
+                    not_before=now + timedelta(seconds=delay),
+                    scheduled=False,  # a retry's delay holds its session (docs/sql_queue.md)
                 )
             )
 
@@ -240,6 +260,80 @@ class SqlQueueReceiver:
             if row is None:
                 raise self._lost(label)
             move_to_dead_letters(conn, [row[0]], reason=reason, description=description, now=now)
+
+    def defer(self, target: Settleable) -> None:
+        """See ``DeferringReceiver.defer``."""
+        with self._db.write("defer a message") as conn:
+            where, label = self._locked_by(target, self._options.now())
+            done = conn.execute(
+                update(M).where(where).values(deferred=True, lock_token=None, locked_until=None)
+            )
+            if done.rowcount != 1:
+                raise self._lost(label)
+
+    def receive_deferred(
+        self,
+        queue: str,
+        sequence_numbers: int | Sequence[int],
+        *,
+        session_id: str | None = None,
+    ) -> list[ReceivedMessage]:
+        """See ``DeferringReceiver.receive_deferred``."""
+        validation.queue_name(queue)
+        validation.identifier("session_id", session_id, optional=True)
+        wanted = [sequence_numbers] if isinstance(sequence_numbers, int) else sequence_numbers
+        seqs = sorted({validation.positive("sequence number", n) for n in wanted})
+        if not seqs:
+            return []
+        max_deliveries = self._options.max_delivery_count
+        with self._db.write("receive deferred messages") as conn:
+            now = self._options.now()
+            stmt = select(M).where(
+                M.c.queue == queue,
+                M.c.sequence_number.in_(seqs),
+                M.c.deferred,
+                or_(M.c.locked_until.is_(None), M.c.locked_until <= now),
+            )
+            if session_id is not None:
+                stmt = stmt.where(M.c.session_id == session_id)
+            if self._db.postgres:
+                stmt = stmt.with_for_update(skip_locked=True)
+            rows = conn.execute(stmt.order_by(M.c.sequence_number)).mappings().all()
+            missing = sorted(set(seqs) - {int(r["sequence_number"]) for r in rows})
+            if missing:
+                raise MessageNotFoundError(
+                    f"queue {queue}: no deferred message with sequence number(s) "
+                    f"{', '.join(map(str, missing))} is free to receive",
+                    hint="it was settled, is not deferred, or another receiver holds it "
+                    "(see `outbox queue peek --deferred`)",
+                )
+            exhausted = [
+                r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries
+            ]
+            move_to_dead_letters(
+                conn,
+                exhausted,
+                reason=MAX_DELIVERY_REASON,
+                description=self._exhausted_description(),
+                now=now,
+            )
+            until = now + self._options.lock_duration
+            out = []
+            for row in rows:
+                if row["delivery_count"] >= max_deliveries:
+                    continue
+                token = str(uuid.uuid4())
+                conn.execute(
+                    update(M)
+                    .where(M.c.sequence_number == row["sequence_number"])
+                    .values(
+                        lock_token=token,
+                        locked_until=until,
+                        delivery_count=M.c.delivery_count + 1,
+                    )
+                )
+                out.append(received(row, lock_token=token, locked_until=until))
+        return out
 
     def renew_lock(self, target: Settleable) -> datetime:
         """See ``QueueReceiver.renew_lock``."""
@@ -263,15 +357,16 @@ class SqlQueueReceiver:
 
     # --- looking ---------------------------------------------------------------------------
 
-    def peek(self, queue: str, limit: int = 10) -> list[PeekedMessage]:
-        """See ``QueueReceiver.peek``."""
+    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
+        """See ``QueueReceiver.peek``; ``deferred=True`` shows only deferred messages."""
         validation.queue_name(queue)
         validation.positive("limit", limit)
         now = self._options.now()
+        stmt = select(M).where(M.c.queue == queue)
+        if deferred:
+            stmt = stmt.where(M.c.deferred)
         with self._db.read("peek messages") as conn:
-            rows = conn.execute(
-                select(M).where(M.c.queue == queue).order_by(M.c.sequence_number).limit(limit)
-            ).mappings()
+            rows = conn.execute(stmt.order_by(M.c.sequence_number).limit(limit)).mappings()
             out = []
             for r in rows:
                 locked_until = as_utc(r["locked_until"])
@@ -279,6 +374,8 @@ class SqlQueueReceiver:
                 assert not_before is not None
                 if locked_until is not None and locked_until > now:
                     state = "locked"
+                elif r["deferred"]:
+                    state = "deferred"
                 elif not_before > now:
                     state = "scheduled"
                 else:

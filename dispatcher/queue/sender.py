@@ -118,6 +118,9 @@ class SqlQueueSender:
             "enqueued_at": now,
             "not_before": utc(not_before) if not_before is not None else now,
             "delivery_count": 0,
+            # scheduled for later: not in its session until its time (docs/sql_queue.md)
+            "scheduled": not_before is not None and utc(not_before) > now,
+            "deferred": False,
         }
 
     def close(self) -> None:

@@ -221,9 +221,24 @@ class SqlQueue:
         """Extend the lock by ``lock_duration`` from now; returns the new expiry."""
         return self.receiver.renew_lock(target)
 
-    def peek(self, queue: str, limit: int = 10) -> list[PeekedMessage]:
-        """Messages in sequence (FIFO) order, without locking or removing them."""
-        return self.receiver.peek(queue, limit)
+    def defer(self, target: Settleable) -> None:
+        """Set a locked message aside: only ``receive_deferred`` brings it back."""
+        self.receiver.defer(target)
+
+    def receive_deferred(
+        self,
+        queue: str,
+        sequence_numbers: int | Sequence[int],
+        *,
+        session_id: str | None = None,
+    ) -> list[ReceivedMessage]:
+        """Lock and return deferred messages by sequence number (see ``DeferringReceiver``)."""
+        return self.receiver.receive_deferred(queue, sequence_numbers, session_id=session_id)
+
+    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
+        """Messages in sequence (FIFO) order, without locking or removing them (``deferred``:
+        only the deferred ones)."""
+        return self.receiver.peek(queue, limit, deferred=deferred)
 
     # --- QueueAdministration -----------------------------------------------------------------
 

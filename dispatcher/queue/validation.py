@@ -37,6 +37,9 @@ def identifier(kind: str, value: object, *, optional: bool = False) -> str | Non
 
 
 def body(data: object, message_id: str, max_bytes: int) -> bytes:
+    """The body as bytes; ``None`` and empty are an empty body (as ``ServiceBusMessage`` takes)."""
+    if data is None:
+        data = b""
     if isinstance(data, str):
         data = data.encode("utf-8")
     if not isinstance(data, bytes | bytearray | memoryview):
@@ -44,11 +47,7 @@ def body(data: object, message_id: str, max_bytes: int) -> bytes:
             f"message {message_id}: body must be bytes or str, not {type(data).__name__}",
             hint="serialize the payload (e.g. json.dumps(...).encode()) before sending",
         )
-    raw = bytes(data)
-    if not raw:
-        raise ValidationError(
-            f"message {message_id}: body is empty", hint="send at least one byte of payload"
-        )
+    raw = bytes(data)  # empty is fine: Service Bus takes it, and a signal may be all headers
     if len(raw) > max_bytes:
         raise MessageTooLargeError(
             f"message {message_id}: body is {len(raw)} bytes, over the {max_bytes}-byte limit",

@@ -45,6 +45,9 @@ def properties(m: Any) -> dict[str, Any]:
 
 
 def body(m: Any) -> bytes:
+    """The body as bytes; a message sent with ``ServiceBusMessage(None)`` has no body (b"")."""
+    if m.body is None:
+        return b""
     return m.body if isinstance(m.body, bytes) else b"".join(m.body)
 
 

@@ -63,6 +63,7 @@ from outbox.core.errors import (
     ClosedError,
     ConfigurationError,
     LockLostError,
+    MessageNotFoundError,
     MissingDependencyError,
     QueueUnavailableError,
     ValidationError,
@@ -83,6 +84,7 @@ class _Held:
     received: ReceivedMessage
     original_id: str
     lock: threading.Lock
+    deferred: bool = False  # received by receive_deferred: an abandon leaves it deferred
 
 
 class ServiceBusCommandQueue:
@@ -115,6 +117,9 @@ class ServiceBusCommandQueue:
         self._lock = threading.Lock()
         self._senders: dict[str, tuple[Any, threading.Lock]] = {}
         self._held: dict[str, _Held] = {}
+        # sequence number -> Service Bus session of the messages this instance deferred: the
+        # service receives a deferred message only through its session
+        self._deferred_sessions: dict[int, str] = {}
         self._closed = False
         self.dead_letters = DeadLetterQueue(
             self._sb,
@@ -343,6 +348,13 @@ class ServiceBusCommandQueue:
     def complete(self, target: ReceivedMessage | str) -> None:
         held = self._find(target, take=True)
         self._settle(held, "complete", lambda: held.receiver.complete_message(held.sdk_message))
+        self._forget_deferred(held)
+
+    def _forget_deferred(self, held: _Held) -> None:
+        """A settled deferred message is gone: its session need not be remembered."""
+        if held.deferred:
+            with self._lock:
+                self._deferred_sessions.pop(held.received.sequence_number, None)
 
     def dead_letter(
         self, target: ReceivedMessage | str, reason: str, description: str = ""
@@ -355,6 +367,7 @@ class ServiceBusCommandQueue:
                 held.sdk_message, reason=reason, error_description=description
             ),
         )
+        self._forget_deferred(held)
 
     def abandon(self, target: ReceivedMessage | str, delay: float = 0) -> None:
         """Release for another delivery, after ``delay`` seconds (a scheduled copy, see above).
@@ -366,7 +379,7 @@ class ServiceBusCommandQueue:
                 self._held[held.received.lock_token or ""] = held
             self.dead_letter(target, MAX_DELIVERY_REASON, f"abandoned after {count} deliveries")
             return
-        if delay <= 0:
+        if delay <= 0 or held.deferred:  # a deferred message stays deferred: no copy, no delay
             self._settle(held, "abandon", lambda: held.receiver.abandon_message(held.sdk_message))
             return
         self._settle(held, "abandon", lambda: self._retry_later(held, delay))
@@ -391,6 +404,92 @@ class ServiceBusCommandQueue:
         self._send_sdk(r.queue, [sdk_copy])
         held.receiver.complete_message(m)
 
+    def defer(self, target: ReceivedMessage | str) -> None:
+        """Set the message aside (``defer_message``): only ``receive_deferred`` brings it back."""
+        held = self._find(target, take=True)
+        self._settle(held, "defer", lambda: held.receiver.defer_message(held.sdk_message))
+        with self._lock:
+            self._deferred_sessions[held.received.sequence_number] = str(
+                held.sdk_message.session_id
+            )
+
+    def receive_deferred(
+        self,
+        queue: str,
+        sequence_numbers: int | Sequence[int],
+        *,
+        session_id: str | None = None,
+    ) -> list[ReceivedMessage]:
+        """Each deferred message through a receiver of its session (the session this instance
+        deferred it from, or ``session_id``); one message per session, as each received message
+        holds its session's lock until it is settled."""
+        self._check_open()
+        validation.queue_name(queue)
+        validation.identifier("session_id", session_id, optional=True)
+        wanted = [sequence_numbers] if isinstance(sequence_numbers, int) else sequence_numbers
+        seqs = sorted({validation.positive("sequence number", n) for n in wanted})
+        sessions: dict[int, str] = {}
+        with self._lock:
+            for n in seqs:
+                sid = session_id or self._deferred_sessions.get(n)
+                if sid is None:
+                    raise MessageNotFoundError(
+                        f"queue {queue}: this queue deferred no message with sequence number "
+                        f"{n}, and Service Bus receives a deferred message only through its "
+                        "session",
+                        hint="pass session_id=... (a message sent without one is in the session "
+                        "named by its message id)",
+                    )
+                sessions[n] = sid
+        if len(set(sessions.values())) != len(sessions):
+            raise ValidationError(
+                "receive_deferred on Service Bus takes one deferred message per session at a "
+                "time (a received message holds its session until it is settled)",
+                hint="settle it, then receive the next one of that session",
+            )
+        out: list[ReceivedMessage] = []
+        try:
+            for n in seqs:
+                got = self._receive_deferred_one(queue, n, sessions[n])
+                if got is not None:
+                    out.append(got)
+        except Exception:
+            for m in out:  # all or nothing, as on the SQL queue: release what was taken
+                with contextlib.suppress(Exception):
+                    self._find(m, take=True).receiver.close()
+            raise
+        return out
+
+    def _receive_deferred_one(self, queue: str, n: int, session: str) -> ReceivedMessage | None:
+        with self._lock:
+            receiver = self._client.get_queue_receiver(
+                queue_name=queue, session_id=session, max_wait_time=self.max_wait_time
+            )
+        try:
+            [m] = receiver.receive_deferred_messages([n])
+        except (self._errors.MessageNotFoundError, self._errors.SessionCannotBeLockedError) as e:
+            receiver.close()
+            raise MessageNotFoundError(
+                f"queue {queue}: no deferred message with sequence number {n} is free to receive "
+                f"({type(e).__name__})",
+                hint="it was settled, is not deferred, or another receiver holds its session",
+            ) from e
+        except Exception as e:
+            with contextlib.suppress(Exception):
+                receiver.close()
+            raise self.unavailable(f"cannot receive deferred message {n} from {queue!r}", e) from e
+        held = self._hold(queue, receiver, m)
+        held.deferred = True
+        if held.received.delivery_count <= self.max_delivery_count:
+            return held.received
+        with contextlib.suppress(LockLostError):
+            self.dead_letter(
+                held.received,
+                MAX_DELIVERY_REASON,
+                f"delivered {held.received.delivery_count - 1} times",
+            )
+        return None
+
     def renew_lock(self, target: ReceivedMessage | str) -> datetime:
         held = self._find(target, take=False)
         try:
@@ -406,7 +505,7 @@ class ServiceBusCommandQueue:
             raise self.unavailable(f"message {held.original_id}: renew failed", e) from e
         return utc(until)
 
-    def peek(self, queue: str, limit: int = 10) -> list[PeekedMessage]:
+    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
         raise ValidationError(
             "Service Bus cannot peek a session-enabled queue across sessions",
             hint="use `outbox status` for its depths",

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Index,
@@ -20,6 +21,7 @@ from sqlalchemy import (
     String,
     Table,
     Text,
+    false,
 )
 
 #: SQLite only auto-increments an ``INTEGER PRIMARY KEY``; PostgreSQL gets a 64-bit identity.
@@ -48,6 +50,11 @@ queue_messages = Table(
     Column("delivery_count", Integer, nullable=False, default=0),
     Column("lock_token", String(36), nullable=True),
     Column("locked_until", DateTime(timezone=True), nullable=True),
+    # Set aside by ``defer``: received only by sequence number (``receive_deferred``).
+    Column("deferred", Boolean, nullable=False, default=False, server_default=false()),
+    # Sent with a future ``not_before``: not in its session until that time (as on Service Bus);
+    # an abandon's delay is not a schedule and keeps holding the session.
+    Column("scheduled", Boolean, nullable=False, default=False, server_default=false()),
     # The receive hot path scans one queue in sequence order.
     Index("ix_outbox_queue_messages_receive", "queue", "sequence_number"),
     # "Is there an earlier message in this session?" (session FIFO, one holder per session).

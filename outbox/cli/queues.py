@@ -11,7 +11,9 @@ _BODY_PREVIEW = 60
 
 
 def _preview(body: bytes) -> str:
-    """A message body cut to one table cell."""
+    """A message body cut to one table cell; an empty body (a signal) says so."""
+    if not body:
+        return "(empty)"
     text = body.decode("utf-8", "replace")
     return text if len(text) <= _BODY_PREVIEW else text[: _BODY_PREVIEW - 1] + "…"
 
@@ -25,7 +27,7 @@ def queue_group() -> None:
 @json_option
 @pass_cli
 def stats_cmd(cli: CliContext, as_json: bool) -> None:
-    """Depth per queue: active, scheduled, locked, dead-lettered."""
+    """Depth per queue: active, scheduled, locked, deferred, dead-lettered."""
     with open_queue(cli) as queue:
         stats = queue.stats()
     if as_json:
@@ -35,6 +37,7 @@ def stats_cmd(cli: CliContext, as_json: bool) -> None:
                     "active": s.active,
                     "scheduled": s.scheduled,
                     "locked": s.locked,
+                    "deferred": s.deferred,
                     "dead_lettered": s.dead_lettered,
                 }
                 for name, s in stats.items()
@@ -43,20 +46,28 @@ def stats_cmd(cli: CliContext, as_json: bool) -> None:
         return
     print_table(
         "queues",
-        ["queue", "active", "scheduled", "locked", "dead-lettered"],
-        [(s.queue, s.active, s.scheduled, s.locked, s.dead_lettered) for s in stats.values()],
+        ["queue", "active", "scheduled", "locked", "deferred", "dead-lettered"],
+        [
+            (s.queue, s.active, s.scheduled, s.locked, s.deferred, s.dead_lettered)
+            for s in stats.values()
+        ],
     )
 
 
 @queue_group.command("peek")
 @click.argument("queue_name", metavar="QUEUE")
 @click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(min=1))
+@click.option(
+    "--deferred",
+    is_flag=True,
+    help="Only deferred messages (received only by sequence number: receive_deferred).",
+)
 @json_option
 @pass_cli
-def peek_cmd(cli: CliContext, queue_name: str, limit: int, as_json: bool) -> None:
+def peek_cmd(cli: CliContext, queue_name: str, limit: int, deferred: bool, as_json: bool) -> None:
     """Show messages in delivery order without locking or removing them."""
     with open_queue(cli) as queue:
-        messages = queue.peek(queue_name, limit)
+        messages = queue.peek(queue_name, limit, deferred=deferred)
     if as_json:
         emit_json(
             [
@@ -78,7 +89,7 @@ def peek_cmd(cli: CliContext, queue_name: str, limit: int, as_json: bool) -> Non
         )
         return
     print_table(
-        f"{queue_name}: first {limit}",
+        f"{queue_name}: first {limit}{' deferred' if deferred else ''}",
         ["seq", "message_id", "session", "state", "deliveries", "subject", "body"],
         [
             (

@@ -21,6 +21,12 @@ checked):
 * settling twice is ``MessageAlreadySettled``; settling on a closed receiver is ``ValueError``;
 * scheduled messages (``scheduled_enqueue_time_utc`` or ``schedule_messages``) are invisible until
   their time; ``cancel_scheduled_messages`` removes them;
+* defer: ``defer_message`` releases the lock and sets the message aside (its delivery count kept);
+  ``receive_messages`` and ``NEXT_AVAILABLE_SESSION`` skip it; only
+  ``receive_deferred_messages(sequence_numbers)`` returns it, locked and counted, and a session
+  receiver only its own session's; a number that is not a deferred message is
+  ``MessageNotFoundError``; abandoning it, or its lock expiring, leaves it deferred (the runtime
+  properties, as the SDK's have no deferred count, count it as active);
 * duplicate detection drops a repeated ``message_id`` inside the window and reports success;
 * the dead-letter subqueue of a session-enabled queue is received without sessions;
 * ``application_properties`` come back with bytes keys and bytes string values;
@@ -132,6 +138,7 @@ class Stored:
     holder: str | None = None  # the receiver that holds the lock
     dead_letter_reason: str | None = None
     dead_letter_description: str | None = None
+    deferred: bool = False  # set aside by defer_message: received only by sequence number
 
 
 @dataclass
@@ -181,6 +188,13 @@ class FakeReceivedMessage:
 
     def __str__(self) -> str:
         return self._body.decode("utf-8", "replace")
+
+
+def _body_bytes(body: Any) -> bytes:
+    """A sent body as bytes: data sections joined; ``ServiceBusMessage(None)`` has none (b"")."""
+    if body is None:
+        return b""
+    return body if isinstance(body, bytes) else b"".join(body)
 
 
 class FakeServiceBus:
@@ -283,7 +297,7 @@ class FakeServiceBus:
                 q.seen[mid] = now
                 self._seq += 1
                 at = when or m.scheduled_enqueue_time_utc
-                body = b"".join(m.body) if not isinstance(m.body, bytes) else m.body
+                body = _body_bytes(m.body)
                 q.active.append(
                     Stored(
                         self._seq,
@@ -315,7 +329,7 @@ class FakeServiceBus:
                 continue
             t.seen[mid] = now
             self._seq += 1
-            body = b"".join(m.body) if not isinstance(m.body, bytes) else m.body
+            body = _body_bytes(m.body)
             t.accepted.append(
                 Stored(
                     self._seq,
@@ -364,7 +378,7 @@ class FakeServiceBus:
         q.dead.append(s)
 
     def deliverable(self, q: _Queue, s: Stored) -> bool:
-        return s.lock_token is None and s.visible_at <= self.now()
+        return s.lock_token is None and not s.deferred and s.visible_at <= self.now()
 
     def lock_session(self, q: _Queue, holder: str, wanted: object) -> str:
         """Lock ``wanted`` (a session id or NEXT_AVAILABLE_SESSION) for ``holder``."""
@@ -502,13 +516,48 @@ class FakeReceiver:
                     break
                 if self.session is not None and s.session_id != self.session.session_id:
                     continue
-                if s.lock_token is not None or s.visible_at > self.bus.now():
+                if s.lock_token is not None or s.visible_at > self.bus.now() or s.deferred:
                     continue
                 if self.receive_mode == ServiceBusReceiveMode.RECEIVE_AND_DELETE:
                     pool.remove(s)
                     s.deliveries += 1
                     out.append(FakeReceivedMessage(s, self.queue_name))
                     continue
+                s.deliveries += 1
+                s.lock_token, s.locked_until, s.holder = str(uuid.uuid4()), until, self.id
+                out.append(FakeReceivedMessage(s, self.queue_name))
+            return out
+
+    def receive_deferred_messages(
+        self, sequence_numbers: int | Sequence[int], *, timeout: float | None = None
+    ) -> list[FakeReceivedMessage]:
+        """The deferred messages with these numbers, locked (a session receiver: of its session)."""
+        wanted = [sequence_numbers] if isinstance(sequence_numbers, int) else list(sequence_numbers)
+        if not wanted:
+            return []
+        with self.bus.lock:
+            q = self._open()
+            if self.session is not None:
+                q = self.held_session_queue()
+            found = {
+                s.seq: s
+                for s in q.active
+                if s.seq in wanted
+                and s.deferred
+                and s.lock_token is None
+                and (self.session is None or s.session_id == self.session.session_id)
+            }
+            if len(found) != len(set(wanted)):
+                raise sb_errors.MessageNotFoundError(
+                    message="Failed to retrieve the deferred message(s) with sequence number(s) "
+                    f"{sorted(set(wanted) - set(found))}."
+                )
+            until = self.bus.now() + q.spec.lock_duration
+            if self.session is not None:
+                until = q.sessions[self.session.session_id][1]
+            out = []
+            for seq in sorted(found):
+                s = found[seq]
                 s.deliveries += 1
                 s.lock_token, s.locked_until, s.holder = str(uuid.uuid4()), until, self.id
                 out.append(FakeReceivedMessage(s, self.queue_name))
@@ -563,6 +612,15 @@ class FakeReceiver:
                 s.lock_token = s.locked_until = s.holder = None
             else:
                 self.bus._release(q, s, counted=True)
+
+    def defer_message(self, message: FakeReceivedMessage) -> None:
+        with self.bus.lock:
+            _, s = self._held(message)
+            if self.dead_letter:
+                raise sb_errors.ServiceBusError(message="Cannot defer a dead letter.")
+            message.settled = True
+            s.deferred = True
+            s.lock_token = s.locked_until = s.holder = None
 
     def dead_letter_message(
         self,

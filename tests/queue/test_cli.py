@@ -35,7 +35,7 @@ def test_stats_and_peek(ws: Path) -> None:
     code, out = run(ws, "queue", "stats", "--json")
     assert code == 0
     assert json.loads(out) == {
-        "orders": {"active": 2, "scheduled": 0, "locked": 0, "dead_lettered": 3}
+        "orders": {"active": 2, "scheduled": 0, "locked": 0, "deferred": 0, "dead_lettered": 3}
     }
     code, out = run(ws, "queue", "peek", "orders", "--limit", "1", "--json")
     [m] = json.loads(out)

@@ -27,8 +27,6 @@ from outbox.core.errors import (
 from tests.pg import PostgresServer
 
 BAD_SENDS: list[tuple[str, Any, type[Exception], str]] = [
-    ("q", QueueMessage(b""), ValidationError, "body is empty"),
-    ("q", QueueMessage(""), ValidationError, "body is empty"),
     ("q", QueueMessage(b"x" * 1025), MessageTooLargeError, "over the 1024-byte limit"),
     ("q", QueueMessage(123), ValidationError, "body must be bytes or str"),  # type: ignore[arg-type]
     ("", QueueMessage(b"x"), ValidationError, "invalid queue name"),
@@ -116,7 +114,8 @@ def test_missing_or_unmigrated_database_says_migrate(tmp_path: Path) -> None:
 
 def test_upgrade_is_idempotent(sql_url: str) -> None:
     assert current_revision(sql_url) is None
-    assert len(upgrade(sql_url)) == 1
+    applied = upgrade(sql_url)
+    assert applied[-1].startswith(f"sql schema: applied {head_revision()} ")
     assert upgrade(sql_url) == []
     assert current_revision(sql_url) == head_revision()
 

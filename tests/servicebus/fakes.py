@@ -19,13 +19,22 @@ class InspectableQueue(ServiceBusCommandQueue):
         super().__init__(bus.client(), bus.admin(), **kw)  # type: ignore[arg-type]
         self.bus = bus
 
-    def peek(self, queue: str, limit: int = 10) -> list[PeekedMessage]:
+    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
         if queue not in self.bus.queues:
             return []
         now = self.bus.now()
         out = []
-        for s in self.bus.messages(queue)[:limit]:
-            state = "locked" if s.lock_token else "scheduled" if s.visible_at > now else "active"
+        stored = [s for s in self.bus.messages(queue) if s.deferred or not deferred]
+        for s in stored[:limit]:
+            state = (
+                "locked"
+                if s.lock_token
+                else "deferred"
+                if s.deferred
+                else "scheduled"
+                if s.visible_at > now
+                else "active"
+            )
             out.append(
                 PeekedMessage(
                     queue=queue,

@@ -70,6 +70,10 @@ class QueueContract:
     supports_duplicate_cleanup = True
     #: ``reopen_queue``: a second instance over the same storage sees the same messages
     supports_reopen = True
+    #: ``defer`` and ``receive_deferred`` (the fourth peek-lock settlement)
+    supports_defer = True
+    #: ``stats()`` counts deferred messages apart (Service Bus's runtime properties do not)
+    supports_deferred_count = True
 
     def make_queue(self, clock: ManualClock) -> Any:
         """A fresh, empty queue on ``clock``, configured with ``LOCK_DURATION``,
@@ -139,8 +143,27 @@ class QueueContract:
 
     def test_batch_is_atomic_when_one_message_is_invalid(self, queue: Any) -> None:
         with pytest.raises(ValidationError, match="bad"):
-            queue.send("q", [msg("ok"), QueueMessage(b"", message_id="bad")])
+            queue.send("q", [msg("ok"), QueueMessage(b"x" * 2000, message_id="bad")])
         assert queue.peek("q") == []
+
+    @pytest.mark.parametrize("empty", [b"", "", None], ids=["bytes", "str", "None"])
+    def test_empty_body_is_an_ordinary_message(self, queue: Any, empty: bytes | str | None) -> None:
+        """Service Bus takes an empty body (``ServiceBusMessage(b"")`` or ``None``): a signal
+        whose meaning is in its subject and headers. It is received, abandoned, dead-lettered and
+        requeued like any other."""
+        queue.send("q", QueueMessage(empty, message_id="e1", subject="Ping", headers={"k": "v"}))
+        [m] = queue.receive("q")
+        assert (m.body, m.subject, m.headers) == (b"", "Ping", {"k": "v"})
+        queue.abandon(m)
+        [m] = queue.receive("q")
+        assert m.body == b""
+        queue.dead_letter(m, "Empty")
+        [dl] = queue.list_dead_letters("q")
+        assert (dl.message_id, dl.body) == ("e1", b"")
+        if self.supports_dead_letter_admin:
+            assert queue.requeue([dl.id]) == 1
+            [again] = queue.receive("q")
+            assert (again.message_id, again.body) == ("e1", b"")
 
     def test_duplicate_inside_window_is_accepted_and_dropped(
         self, queue: Any, clock: ManualClock
@@ -213,14 +236,142 @@ class QueueContract:
         clock.advance(10)
         assert ids(queue.receive("q", 10)) == ["a1"]
 
-    def test_scheduled_head_holds_its_session(self, queue: Any, clock: ManualClock) -> None:
+    def test_scheduled_message_joins_its_session_at_its_time(
+        self, queue: Any, clock: ManualClock
+    ) -> None:
+        """As on Service Bus: a scheduled message is not in its session until its time, so it
+        holds back none of the session's due messages; once due it waits for the session's
+        holder like any other (one holder per session)."""
         self.require("sessions", "scheduled_delivery")
         queue.send(
             "q", [msg("a1", "A", not_before=clock.now() + timedelta(seconds=5)), msg("a2", "A")]
         )
+        [a2] = queue.receive("q")
+        assert a2.message_id == "a2"
+        clock.advance(5)  # a1 is due now, but a2 still holds the session
+        assert queue.receive("q", 10) == []
+        assert queue.receive("q", 10, session_id="A") == []
+        queue.complete(a2)
+        [a1] = queue.receive("q")
+        assert (a1.message_id, a1.session_id) == ("a1", "A")
+
+    def test_scheduled_message_alone_in_its_session_waits_for_its_time(
+        self, queue: Any, clock: ManualClock
+    ) -> None:
+        self.require("sessions", "scheduled_delivery")
+        queue.send("q", msg("a1", "A", not_before=clock.now() + timedelta(seconds=5)))
         assert queue.receive("q") == []
         clock.advance(5)
         assert ids(queue.receive("q")) == ["a1"]
+
+    # --- defer --------------------------------------------------------------------------------
+
+    def test_defer_sets_aside_until_received_by_number(
+        self, queue: Any, clock: ManualClock
+    ) -> None:
+        self.require("defer")
+        queue.send("q", [msg("a"), msg("b")])
+        [a] = queue.receive("q")
+        queue.defer(a)
+        [b] = queue.receive("q", 10)  # a is out of the line
+        assert b.message_id == "b"
+        queue.complete(b)
+        clock.advance(3600)
+        assert queue.receive("q", 10) == []
+        if self.supports_deferred_count:
+            stats = queue.stats("q")["q"]
+            assert (stats.active, stats.deferred, stats.total) == (0, 1, 1)
+        [again] = queue.receive_deferred("q", [a.sequence_number])
+        assert (again.message_id, again.sequence_number) == ("a", a.sequence_number)
+        assert again.delivery_count == 2  # a deferral keeps the count; this is a delivery
+        assert again.locked_until == clock.now() + timedelta(seconds=30)
+        assert again.body == b"body-a"
+        queue.complete(again)
+        assert queue.stats("q") == {}
+
+    def test_deferred_head_lets_its_session_go_on(self, queue: Any) -> None:
+        self.require("defer", "sessions")
+        queue.send("q", [msg("a1", "A"), msg("a2", "A"), msg("a3", "A")])
+        [a1] = queue.receive("q")
+        queue.defer(a1)
+        [a2] = queue.receive("q", 10)
+        assert a2.message_id == "a2"
+        queue.complete(a2)
+        [a3] = queue.receive("q", 10, session_id="A")
+        assert a3.message_id == "a3"
+        queue.complete(a3)
+        [back] = queue.receive_deferred("q", a1.sequence_number, session_id="A")
+        assert (back.message_id, back.session_id) == ("a1", "A")
+        queue.complete(back)
+        assert queue.receive("q", 10) == []
+
+    def test_deferred_message_abandoned_stays_deferred_then_dead_letters(self, queue: Any) -> None:
+        self.require("defer")
+        queue.send("q", msg("a"))
+        [a] = queue.receive("q")  # delivery 1
+        queue.defer(a)
+        [d] = queue.receive_deferred("q", [a.sequence_number])  # delivery 2
+        queue.abandon(d)
+        assert queue.receive("q", 10) == []  # abandoned, still deferred
+        [d] = queue.receive_deferred("q", [a.sequence_number])  # delivery 3 = the limit
+        assert d.delivery_count == 3
+        queue.abandon(d)
+        [dl] = queue.list_dead_letters("q")
+        assert (dl.message_id, dl.reason) == ("a", "MaxDeliveryCountExceeded")
+
+    def test_deferred_message_settles_every_way(self, queue: Any) -> None:
+        self.require("defer")
+        queue.send("q", [msg("a"), msg("b")])
+        a, b = queue.receive("q", 2)
+        queue.defer(a)
+        queue.defer(b)
+        [a2] = queue.receive_deferred("q", [a.sequence_number])
+        queue.defer(a2)  # deferred again
+        [a3] = queue.receive_deferred("q", [a.sequence_number])
+        queue.dead_letter(a3, "Later")
+        [b2] = queue.receive_deferred("q", [b.sequence_number])
+        queue.complete(b2)
+        assert [d.message_id for d in queue.list_dead_letters("q")] == ["a"]
+        assert queue.receive("q", 10) == []
+
+    def test_receive_deferred_of_what_is_not_deferred_is_not_found(self, queue: Any) -> None:
+        self.require("defer")
+        queue.send("q", [msg("a"), msg("b")])
+        a, b = queue.receive("q", 2)
+        queue.defer(a)
+        with pytest.raises(MessageNotFoundError):
+            queue.receive_deferred("q", [b.sequence_number])  # locked, not deferred
+        [got] = queue.receive_deferred("q", [a.sequence_number])
+        with pytest.raises(MessageNotFoundError):
+            queue.receive_deferred("q", [a.sequence_number])  # held by this receiver already
+        queue.complete(got)
+        with pytest.raises(MessageNotFoundError):
+            queue.receive_deferred("q", [a.sequence_number])  # settled
+        queue.complete(b)
+
+    def test_defer_needs_the_lock(self, queue: Any, clock: ManualClock) -> None:
+        self.require("defer")
+        queue.send("q", msg("a"))
+        [a] = queue.receive("q")
+        clock.advance(30)
+        with pytest.raises(LockLostError):
+            queue.defer(a)
+        [again] = queue.receive("q")  # not deferred: it is redelivered as usual
+        assert again.delivery_count == 2
+
+    def test_deferred_lock_expiry_keeps_it_deferred(self, queue: Any, clock: ManualClock) -> None:
+        self.require("defer")
+        queue.send("q", msg("a"))
+        [a] = queue.receive("q")
+        queue.defer(a)
+        [d] = queue.receive_deferred("q", [a.sequence_number])
+        clock.advance(30)  # the lock of the deferred delivery runs out
+        assert queue.receive("q", 10) == []
+        with pytest.raises(LockLostError):
+            queue.complete(d)
+        [d] = queue.receive_deferred("q", [a.sequence_number])
+        assert d.delivery_count == 3
+        queue.complete(d)
 
     def test_complete_removes(self, queue: Any, clock: ManualClock) -> None:
         queue.send("q", msg("a"))
