@@ -7,8 +7,8 @@ For each message the consumer received (``Consumer(..., claims=log)``)::
     read the entry
       completed -> complete our copy, the handler is not called
       failed    -> dead-letter our copy (another region found it poison)
-    granularity "session": claim the session; held live elsewhere -> abandon, look again later
     an earlier message of the session not finished -> abandon, look again later (the order rule)
+    granularity "session": claim the session; held live elsewhere -> abandon, look again later
     claim the message (create -> 409 -> pending: take with CAS; working, lease expired: take over)
       lost: working elsewhere, lease live -> abandon until that lease ends; finished -> as above
     run the handler, renewing the claim's lease (and the session's) in the background
@@ -115,7 +115,7 @@ class ClaimedReceive:
         self.handled = 0  # handler calls that completed
         self.duplicates = 0  # copies completed without calling the handler
         self.deferred = 0  # copies abandoned to look again later (held elsewhere, or blocked)
-        self.taken_over = 0  # claims won from an expired lease
+        self.taken_over = 0  # claims won after an earlier attempt (expired lease, or released)
 
     # --- one message --------------------------------------------------------------------------
 
@@ -128,6 +128,13 @@ class ClaimedReceive:
             if entry is not None and entry.status.finished:
                 self._settle_finished(consumer, msg, entry)
                 return
+            if session is not None and entry is not None and entry.position is not None:
+                blocker = self.claims.blocker(session, entry.position)
+                if blocker is not None:
+                    self._later(consumer, msg, blocker, "an earlier message is unfinished:")
+                    return
+            # the session only after the order check: a region waiting for an earlier message
+            # it does not hold must not keep the session from the region that holds it
             held = [key]
             if self.granularity == "session" and session is not None:
                 got = self.claims.claim(session, self.owner, lease=self.lease, at=now)
@@ -135,11 +142,6 @@ class ClaimedReceive:
                     self._later(consumer, msg, got.entry, "its session is held by")
                     return
                 held.append(session)
-            if session is not None and entry is not None and entry.position is not None:
-                blocker = self.claims.blocker(session, entry.position)
-                if blocker is not None:
-                    self._later(consumer, msg, blocker, "an earlier message is unfinished:")
-                    return
             taken = self.claims.claim(key, self.owner, lease=self.lease, at=now, session=session)
         except ClaimLogError as e:  # nothing is handled without a claim
             delay = consumer.backoff(msg.delivery_count)

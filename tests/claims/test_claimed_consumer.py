@@ -357,3 +357,23 @@ def test_bad_settings_are_refused(regions: Regions) -> None:
         regions.consumer(0, granularity="row")
     with pytest.raises(ConfigurationError, match="inbox"):
         regions.consumer(0, inbox=True)
+
+
+def test_session_granularity_a_region_waiting_for_an_earlier_message_leaves_the_session(
+    regions: Regions, clock: ManualClock
+) -> None:
+    """East lacks message 1 (down for that send) and holds message 2; west holds both. East must
+    not keep the session while it waits for message 1, or west could never handle it."""
+    regions.faulty[0].outage()
+    regions.geo.send([msg(1)])
+    regions.faulty[0].outage(False)
+    regions.geo.send([msg(2)])
+    east = regions.consumer(0, granularity="session")
+    west = regions.consumer(1, granularity="session")
+    for _ in range(60):
+        drain(east, west)
+        if regions.empty():
+            break
+        clock.advance(1)
+    assert [mid for _, mid in regions.calls] == ["m-s1-1", "m-s1-2"]
+    assert regions.empty()
