@@ -90,3 +90,30 @@ def test_text_values_are_not_python_reprs() -> None:
         output.text_value(v)
         for v in (True, False, None, {"numFilesAdded": 0, "b": None}, [1, "a"], b"x", {}, 3)
     ] == ["yes", "no", "", "numFilesAdded=0, b=", "1, a", "x", "-", "3"]
+
+
+def test_outbox_open_keeps_alembic_out_of_the_applications_log(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import subprocess
+    import sys
+
+    caplog.set_level(logging.INFO)
+    for _ in range(2):  # the first open migrates, the second checks the revision
+        with Outbox.open(tmp_path / "ws"):
+            pass
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("alembic")] == []
+    # Importing alembic announces its plugins at INFO: not in an application that logs INFO.
+    code = "import logging; logging.basicConfig(level=logging.INFO); import migrations.sql"
+    imported = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert imported.stderr == ""
+    # An application that asks for alembic's INFO lines still gets them.
+    logging.getLogger("alembic").setLevel(logging.INFO)
+    try:
+        with Outbox.open(tmp_path / "ws"):
+            pass
+    finally:
+        logging.getLogger("alembic").setLevel(logging.NOTSET)
+    assert any(r.name.startswith("alembic") for r in caplog.records)

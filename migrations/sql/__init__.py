@@ -7,6 +7,9 @@ this package, and Alembic runs on our own engine (so SQLite gets WAL and the bus
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from alembic import command
@@ -20,6 +23,22 @@ from outbox.core.sql import READ_ONLY, translate
 
 HERE = Path(__file__).resolve().parent
 VERSION_TABLE = "outbox_sql_version"
+
+
+@contextmanager
+def _quiet_alembic() -> Iterator[None]:
+    """Alembic logs at INFO on every context it opens ("Context impl SQLiteImpl.", "Running
+    upgrade ..."); inside ``Outbox.open`` that lands in the application's own log. Quiet it unless
+    the application gave the ``alembic`` logger a level of its own (then it wants them)."""
+    logger = logging.getLogger("alembic")
+    if logger.level != logging.NOTSET:
+        yield
+        return
+    logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(logging.NOTSET)
 
 
 def _config() -> Config:
@@ -49,7 +68,7 @@ def current_revision(engine_or_url: Engine | str) -> str | None:
     try:
         # Read-only: on SQLite a deferred BEGIN, so opening a queue (which checks the revision)
         # never waits for, or holds up, the single writer.
-        with engine.connect().execution_options(**READ_ONLY) as conn:
+        with engine.connect().execution_options(**READ_ONLY) as conn, _quiet_alembic():
             if not inspect(conn).has_table(VERSION_TABLE):
                 return None
             ctx = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
@@ -73,7 +92,7 @@ def upgrade(engine_or_url: Engine | str) -> list[str]:
         if before == head_revision():
             return []
         cfg = _config()
-        with engine.connect() as conn:
+        with engine.connect() as conn, _quiet_alembic():
             cfg.attributes["connection"] = conn
             command.upgrade(cfg, "head")
             conn.commit()
