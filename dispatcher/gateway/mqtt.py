@@ -188,7 +188,11 @@ class MqttGateway:
                 self.queue,
                 self._held_messages,
                 self.clock,
-                check_interval=self.options.renew_check_interval,
+                # renewals start at half the lock: look often enough to catch that half
+                check_interval=min(
+                    self.options.renew_check_interval,
+                    self.queue.lock_duration.total_seconds() / 4,
+                ),
             ),
         ):
             threads = [
