@@ -7,12 +7,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from dispatcher.claims.cosmos import CosmosClaimLog
 from dispatcher.claims.ports import ClaimLog, ClaimStatus, message_key, session_key
 from dispatcher.claims.sql import SqlClaimLog
 from dispatcher.queue import Consumer, SqlQueue
@@ -55,7 +57,7 @@ class Switchable:
 class Regions:
     clock: ManualClock
     queues: list[SqlQueue]
-    claims: SqlClaimLog
+    claims: ClaimLog
     faulty: list[FaultyTransport]
     geo: GeoReplicatedTransport
     calls: list[tuple[str, str]] = field(default_factory=list)  # (region, message id)
@@ -92,11 +94,19 @@ def drain(*consumers: Consumer) -> None:
 
 @pytest.fixture
 def regions(tmp_path: Path, clock: ManualClock, migrated_sqlite: Any) -> Iterator[Regions]:
+    claims = SqlClaimLog(migrated_sqlite(tmp_path / "claims.db"))
+    with _regions(tmp_path, clock, migrated_sqlite, claims) as r:
+        yield r
+
+
+@contextmanager
+def _regions(
+    tmp_path: Path, clock: ManualClock, migrated_sqlite: Any, claims: Any
+) -> Iterator[Regions]:
     queues = []
     for name in ("east", "west"):
         url = migrated_sqlite(tmp_path / f"{name}.db")
         queues.append(SqlQueue(url, clock=clock, lock_duration=30, max_delivery_count=100))
-    claims = SqlClaimLog(migrated_sqlite(tmp_path / "claims.db"))
     faulty = [FaultyTransport(SqlQueueTransport(q)) for q in queues]
     geo = GeoReplicatedTransport(
         faulty[0], faulty[1], "15s", claims=claims, clock=clock, region_backoff=0
@@ -169,6 +179,19 @@ def test_per_message_claims_never_start_message_2_while_1_runs_elsewhere(
     """The open case: the secondary has message 2 at the head of its session (its copy of message
     1 never arrived: the region was down for that send) while the primary is still on message 1.
     It must wait for message 1 to complete, not start message 2."""
+    _open_case(regions, clock)
+
+
+@pytest.mark.filterwarnings("ignore::urllib3.exceptions.InsecureRequestWarning")
+def test_the_open_case_with_the_claim_log_on_cosmos(
+    tmp_path: Path, clock: ManualClock, migrated_sqlite: Any, cosmos_claims_container: Any
+) -> None:
+    """The same interleaving with the claim log on the Cosmos-protocol server."""
+    with _regions(tmp_path, clock, migrated_sqlite, CosmosClaimLog(cosmos_claims_container)) as r:
+        _open_case(r, clock)
+
+
+def _open_case(regions: Regions, clock: ManualClock) -> None:
     regions.faulty[1].outage()
     regions.geo.send([msg(1)])  # only east holds message 1
     regions.faulty[1].outage(False)
