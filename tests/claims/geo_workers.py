@@ -106,8 +106,9 @@ def run_region(
     logging.basicConfig(level=logging.WARNING)
     queue = SqlQueue(queue_url, lock_duration=5, max_delivery_count=10_000)
     claims_engine = make_engine(claims_url)
-    # after the framework's pragmas (busy_timeout 30 s): a locked claim log fails fast instead
-    event.listen(claims_engine, "connect", _short_busy_timeout)
+    if claims_url.startswith("sqlite"):
+        # after the framework's pragmas (busy_timeout 30 s): a locked claim log fails fast
+        event.listen(claims_engine, "connect", _short_busy_timeout)
     claims = SqlClaimLog(engine=claims_engine)
     engine = effects_engine(effects_path)
 

@@ -29,6 +29,7 @@ from dispatcher.queue import SqlQueue
 from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.transports.geo import GeoReplicatedTransport
 from dispatcher.transports.sql import SqlQueueTransport
+from migrations.sql import upgrade
 from outbox.testing.faulty import FaultyTransport
 from tests.claims import geo_workers as w
 
@@ -63,9 +64,9 @@ class Report:
 
 
 class Regions:
-    def __init__(self, root: Path, migrated_sqlite: Any) -> None:
+    def __init__(self, root: Path, urls: dict[str, str]) -> None:
         self.root = root
-        self.urls = {r: migrated_sqlite(root / f"{r}.db") for r in ("east", "west", "claims")}
+        self.urls = urls
         self.effects_path = str(root / "effects.db")
         self.effects = w.effects_engine(self.effects_path)
         self.queues = {r: SqlQueue(self.urls[r]) for r in ("east", "west")}
@@ -171,9 +172,26 @@ def wait_for(condition: Any, what: str, timeout: float = DEADLINE) -> None:
         time.sleep(0.02)
 
 
+NAMES = ("east", "west", "claims")
+
+
+@pytest.fixture
+def pg_regions(tmp_path: Path, pg_server: Any) -> Iterator[Regions]:
+    """The regions' queues and the claim log as three databases on the PostgreSQL server."""
+    if isinstance(pg_server, str):
+        pytest.skip("three databases are needed; OUTBOX_TEST_PG_URL names only one")
+    stamp = f"{os.getpid()}_{int(time.time() * 1000) % 10**8}"
+    urls = {n: pg_server.create_database(f"geo_{n}_{stamp}") for n in NAMES}
+    for url in urls.values():
+        upgrade(url)
+    r = Regions(tmp_path, urls)
+    yield r
+    r.close()
+
+
 @pytest.fixture
 def regions(tmp_path: Path, migrated_sqlite: Any) -> Iterator[Regions]:
-    r = Regions(tmp_path, migrated_sqlite)
+    r = Regions(tmp_path, {n: migrated_sqlite(tmp_path / f"{n}.db") for n in NAMES})
     yield r
     r.close()
 
@@ -216,7 +234,14 @@ def test_the_primary_queue_unavailable_the_secondary_handles_everything(
     assert report.failover_latency >= DELAY - 0.1  # not before the secondary copy is due
 
 
-def test_the_primary_consumer_killed_inside_a_handler(regions: Regions) -> None:
+@pytest.mark.parametrize(
+    "backend", ["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)]
+)
+def test_the_primary_consumer_killed_inside_a_handler(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """On SQLite files, and on three PostgreSQL databases (two queues and the claim log)."""
+    regions: Regions = request.getfixturevalue("regions" if backend == "sqlite" else "pg_regions")
     regions.start("east", hang_on="s0-2")
     regions.start("west")
     regions.wait_ready()
@@ -226,7 +251,7 @@ def test_the_primary_consumer_killed_inside_a_handler(regions: Regions) -> None:
     os.kill(regions.procs["east"].pid, signal.SIGKILL)
     wait_for(lambda: regions.done(("west",)), "the secondary finishing every message")
     region, at = regions.effect_at("s0-2")
-    report = regions.report("primary SIGKILLed in a handler", at - killed)
+    report = regions.report(f"primary SIGKILLed in a handler ({backend})", at - killed)
     _check(report)
     assert region == "west"
     assert report.failover_latency is not None
