@@ -159,9 +159,13 @@ class ClaimedReceive:
         self._run(consumer, msg, key, held, now)
 
     def _read(self, key: str, session: str | None, now: datetime) -> ClaimEntry | None:
-        if session is not None:
+        """The entry, registered first when the sender did not (a read before a write: the
+        sender normally registered it)."""
+        entry = self.claims.read(key)
+        if entry is None and session is not None:
             self.claims.register(session, [key], at=now)
-        return self.claims.read(key)
+            entry = self.claims.read(key)
+        return entry
 
     def _run(
         self, consumer: Consumer, msg: ReceivedMessage, key: str, held: list[str], now: datetime

@@ -43,6 +43,7 @@ from outbox.core.durations import parse_duration
 from outbox.core.errors import (
     ClaimLogError,
     ClaimLostError,
+    ClosedError,
     OutboxError,
     PermanentTransportError,
     RetryableTransportError,
@@ -85,6 +86,7 @@ class GeoReplicatedTransport:
         self._lock = threading.Lock()
         self._down_until: list[datetime | None] = [None, None]
         self._pool = ThreadPoolExecutor(2, thread_name_prefix="outbox-geo-send")
+        self._closed = False
         #: messages each region missed while the other settled them
         self.missed = [0, 0]
 
@@ -94,18 +96,18 @@ class GeoReplicatedTransport:
         batch = list(batch)
         if not batch:
             return
+        if self._closed:
+            raise ClosedError("the geo-replicated transport is closed", hint="build a new one")
         now = self.clock.now()
         if self.claims is not None:
             self._register(batch, now)
         copies = (batch, [self._delayed(m, now) for m in batch])
         targets = self._targets(now)
-        futures = {i: self._pool.submit(self.regions[i].send, copies[i]) for i in targets}
-        errors: dict[int, Exception] = {}
-        for i, future in futures.items():
-            try:
-                future.result()
-            except Exception as e:  # a region's own failure: judged below
-                errors[i] = e
+        errors = self._send_to(targets, copies)
+        skipped = [i for i in (0, 1) if i not in targets]
+        if len(errors) == len(targets) and skipped:  # the only region tried failed: try the other
+            targets = [0, 1]
+            errors.update(self._send_to(skipped, copies))
         ok = [i for i in targets if i not in errors]
         for i, err in errors.items():
             if isinstance(err, PermanentTransportError):  # the messages, not the region
@@ -121,6 +123,19 @@ class GeoReplicatedTransport:
                 self._mark_up(i)
             return
         self._refused(batch, errors, now)
+
+    def _send_to(
+        self, regions: list[int], copies: tuple[list[TransportMessage], list[TransportMessage]]
+    ) -> dict[int, Exception]:
+        """Send each region its copy, in parallel; the regions that failed, with their error."""
+        futures = {i: self._pool.submit(self.regions[i].send, copies[i]) for i in regions}
+        errors: dict[int, Exception] = {}
+        for i, future in futures.items():
+            try:
+                future.result()
+            except Exception as e:  # a region's own failure: judged by the caller
+                errors[i] = e
+        return errors
 
     def _delayed(self, m: TransportMessage, now: datetime) -> TransportMessage:
         base = m.scheduled_at if m.scheduled_at is not None and m.scheduled_at > now else now
@@ -208,4 +223,5 @@ class GeoReplicatedTransport:
 
     def close(self) -> None:
         """The regions' transports belong to whoever built them; only the send pool is ours."""
+        self._closed = True
         self._pool.shutdown(wait=True)

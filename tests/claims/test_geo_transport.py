@@ -20,6 +20,7 @@ from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
 from outbox.core.errors import (
     ClaimLogUnavailableError,
+    ClosedError,
     PermanentTransportError,
     RetryableTransportError,
 )
@@ -170,3 +171,19 @@ def test_an_unreachable_claim_log_sends_nothing(clock: ManualClock) -> None:
     with pytest.raises(RetryableTransportError, match="claim log"):
         geo.send([msg(1)])
     assert east.deliveries == west.deliveries == []
+
+
+def test_a_skipped_region_is_tried_when_the_other_fails(clock: ManualClock) -> None:
+    east, west = _regions()
+    a, b = FaultyTransport(east), FaultyTransport(west)
+    geo = GeoReplicatedTransport(a, b, clock=clock, region_backoff="30s")
+    a.outage()
+    geo.send([msg(1)])  # east fails: skipped for 30 s
+    a.outage(False)
+    b.outage()
+    geo.send([msg(2)])  # west fails now: east is tried at once rather than nothing settling
+    assert [m.message_id for m in east.deliveries] == ["m-s1-2"]
+    assert [m.message_id for m in west.deliveries] == ["m-s1-1"]
+    geo.close()
+    with pytest.raises(ClosedError):
+        geo.send([msg(3)])
