@@ -8,9 +8,14 @@ import pytest
 
 from outbox.core.cosmos import ensure_container
 from outbox.core.settings import Settings
-from tests.cosmos.conftest import cosmos_client, cosmos_endpoint, cosmos_settings
+from tests.cosmos.conftest import (
+    cosmos_client,
+    cosmos_endpoint,
+    cosmos_settings,
+    live_cosmos_settings,
+)
 
-__all__ = ["cosmos_client", "cosmos_endpoint", "cosmos_settings"]
+__all__ = ["cosmos_client", "cosmos_endpoint", "cosmos_settings", "live_cosmos_settings"]
 
 CLAIMS_CONTAINER = "outbox-claims"
 
