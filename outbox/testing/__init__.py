@@ -36,6 +36,8 @@ Contents:
 - ``tables.Table`` - a Delta document table with one-line saves, dispatches and deletes
 - ``faulty.FaultyTransport`` - a transport wrapper that fails on command, deterministically
 - ``crash_points`` - named steps where a test kills the dispatcher (``install()`` first)
+- ``devices.DeviceSimulator`` - MQTT devices that handle one task at a time and ack each (drops,
+  doubles, offline spells); records each device's most tasks in flight at once (needs ``[mqtt]``)
 
 Importing ``outbox.testing`` itself imports nothing: pick the module you need.
 """
