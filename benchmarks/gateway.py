@@ -5,7 +5,7 @@ round trip, and the ratio to the queue's own receive+complete rate measured in t
     python -m benchmarks.gateway --quick    # 200 devices x 5 tasks, well under a minute
 
 Both runs use SQLite and the gateway talks to a throwaway mosquitto on 127.0.0.1
-(tests/mqtt/broker.py) with ``--concurrency`` slots. The baseline does what the gateway does
+(outbox.testing.mosquitto) with ``--concurrency`` slots. The baseline does what the gateway does
 minus MQTT: a thread receives one session head and completes it, with 1, 4 and
 ``--concurrency`` threads (SQLite has one writer, so more threads need not be faster); the ratio
 is to the best of the three. The gateway adds a QoS 1 publish (waiting for the PUBACK) and the
@@ -29,7 +29,7 @@ from dispatcher.queue import QueueMessage, SqlQueue
 from dispatcher.transports.mqtt_client import MqttBroker
 from migrations.sql import upgrade
 from outbox.testing.devices import DeviceSimulator
-from tests.mqtt.broker import MosquittoServer
+from outbox.testing.mosquitto import MosquittoServer
 
 DEST = "devices"
 BODY = b'{"task":"open","door":"D-12"}'
