@@ -30,3 +30,29 @@ def test_demo_geo_fails_over_and_every_invariant_holds(tmp_path: Path) -> None:
     assert report["duplicate_effects"] == 0
     assert report["packages_in_order"] == 4
     assert all(report["invariants"].values())
+
+
+def test_a_broken_invariant_is_reported_and_exits_5(monkeypatch: pytest.MonkeyPatch) -> None:
+    from outbox import demo_geo
+
+    effects = demo_geo._Effects()
+    handle = demo_geo._Effects.handler(effects, "west")
+
+    class Msg:
+        def __init__(self, mid: str, step: int) -> None:
+            self.message_id = mid
+            self.body = json.dumps({"package": "pkg-0000", "step": step}).encode()
+
+    for mid, step in (("a", 1), ("c", 3), ("b", 2), ("b", 2)):  # out of order, then a repeat
+        handle(Msg(mid, step))
+    report = demo_geo.GeoDemoReport(workspace="ws", kept=False, packages=1)
+    demo_geo._verify(report, effects, 1)
+    assert report.invariants == {
+        "every status handled (nothing lost)": True,
+        "each handled once (no duplicate effect)": False,
+        "in order per package, across regions": False,
+    }
+    monkeypatch.setattr(demo_geo, "run_geo_demo", lambda *_a, **_k: report)
+    result = CliRunner().invoke(main, ["demo", "geo"])
+    assert result.exit_code == 5
+    assert "BROKEN" in result.output
