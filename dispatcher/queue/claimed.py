@@ -3,8 +3,7 @@ log, and each message handled once and in its session's order.
 
 For each message the consumer received (``Consumer(..., claims=log)``)::
 
-    register its key in its session (a no-op when the sender registered it)
-    read the entry
+    read the entry (unknown and in a session: register it there first; the sender normally did)
       completed -> complete our copy, the handler is not called
       failed    -> dead-letter our copy (another region found it poison)
     an earlier message of the session not finished -> abandon, look again later (the order rule)
