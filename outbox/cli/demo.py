@@ -21,7 +21,7 @@ from outbox.core.errors import WorkspaceError
 
 
 @click.command()
-@click.argument("story", required=False, type=click.Choice(["geo"]))
+@click.argument("story", required=False, type=click.Choice(["geo", "devices"]))
 @click.option(
     "--workspace",
     "demo_workspace",
@@ -45,7 +45,9 @@ def demo(
     SIGKILLed mid-batch, the rescuer notices after its delay (the clock is moved forward, and the
     output says so), the worker finishes, and a consumer checks every package's statuses arrived
     in order. `outbox demo geo`: the same packages across two regions (two queues, one claim
-    log), the east region failing mid-run. Exit 0 when every invariant held, 5 when one broke."""
+    log), the east region failing mid-run. `outbox demo devices`: door terminals served one task
+    at a time over MQTT (a local mosquitto), one offline while its tasks wait, then in order.
+    Exit 0 when every invariant held, 5 when one broke."""
     from outbox.demo import iter_rows, run_demo
 
     quiet_chatty_loggers(cli.verbose)
@@ -62,6 +64,11 @@ def demo(
             )
     if story == "geo":
         _geo(target, packages, as_json)
+        return
+    if story == "devices":
+        from outbox.cli.demo_devices import devices_story
+
+        devices_story(target, as_json)
         return
     report = run_demo(
         target,

@@ -1,0 +1,24 @@
+"""``outbox demo devices``: the door-terminal story (``outbox.demo_devices``), printed the way
+every demo prints; ``outbox.cli.demo`` hands the ``devices`` story here."""
+
+from __future__ import annotations
+
+from outbox.cli import exit_codes
+from outbox.cli.output import echo, emit_json, print_kv, stepper
+
+
+def devices_story(target: str | None, as_json: bool) -> None:
+    from outbox.demo_devices import iter_rows, run_devices_demo
+
+    report = run_devices_demo(target, step=stepper(as_json, "outbox.demo"))
+    if as_json:
+        emit_json(report.to_dict())
+    else:
+        print_kv("delta-outbox demo devices: one task at a time per device", iter_rows(report))
+        for p in report.problems:
+            echo(f"problem: {p}")
+        if report.kept:
+            ws = report.workspace
+            echo(f"workspace kept in {ws}; try `outbox -w {ws} devices list`")
+    if not report.ok:
+        raise SystemExit(exit_codes.INVARIANT_BROKEN)
