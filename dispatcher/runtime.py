@@ -35,9 +35,14 @@ from dispatcher.commands import DocRef, commands_for
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
-from dispatcher.transports.base import Transport
+from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.clock import Clock, SystemClock
-from outbox.core.errors import ConfigurationError, MissingDependencyError
+from outbox.core.errors import (
+    ConfigurationError,
+    MissingDependencyError,
+    OutboxError,
+    RetryableTransportError,
+)
 from outbox.core.model import DocumentRow
 
 if TYPE_CHECKING:
@@ -48,6 +53,52 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outbox.dispatcher")
 
+
+class _SqlTransportWhenReachable:
+    """The SQL transport, built when its database answers, so writes never depend on the queue
+    database being up: ``Outbox.open`` and every commit succeed while it is down (each dispatch
+    fails retryably, is logged and counted, and the rescuer delivers later). A database that
+    answers but is wrong (not migrated) still fails ``Outbox.open`` at once."""
+
+    atomic_batches = True
+
+    def __init__(self, queue_factory: Callable[[], SqlQueue]) -> None:
+        self._factory = queue_factory
+        self._inner: Transport | None = None
+        try:
+            self._build()
+        except OutboxError as e:
+            if not e.retryable:
+                raise
+            log.warning(
+                "the queue database is unreachable (%s); commits go on, and the rescuer "
+                "delivers their messages once it is back",
+                e,
+            )
+
+    def _build(self) -> Transport:
+        if self._inner is None:
+            from dispatcher.transports.sql import SqlQueueTransport
+
+            self._inner = SqlQueueTransport(self._factory())
+        return self._inner
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        try:
+            inner = self._build()
+        except OutboxError as e:
+            if not batch:
+                return
+            raise RetryableTransportError(
+                f"the SQL queue is not reachable: {e}", message_id=batch[0].message_id
+            ) from e
+        inner.send(batch)
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()
+
+
 #: Seconds before the worker picks up the command for a failed immediate dispatch.
 DEFAULT_RETRY_DELAY = 2.0
 
@@ -55,10 +106,7 @@ DEFAULT_RETRY_DELAY = 2.0
 def build_transport(settings: Settings, queue_factory: Callable[[], SqlQueue]) -> Transport:
     """The transport named by ``settings.transport``; ``queue_factory()`` gives the SQL queue."""
     if settings.transport == "sql":
-        from dispatcher.transports.sql import SqlQueueTransport
-
-        transport: Transport = SqlQueueTransport(queue_factory())
-        return transport
+        return _SqlTransportWhenReachable(queue_factory)
     if settings.transport == "memory":
         from dispatcher.transports.memory import InMemoryTransport
 
