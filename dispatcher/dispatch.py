@@ -22,6 +22,22 @@ many documents' messages go out in one ``send`` of up to ``max_batch_messages`` 
 turns 1,000 round trips into two. If such a batch fails, nothing of it was accepted, and each of
 its documents is retried on its own, so one poisoned document does not hold back the others.
 
+**Per-key order (one process).** An ordering key (the session, per destination) may span
+documents. ``KeyOrder`` serializes the sends of one key across documents in the order
+``dispatch`` was called (each call takes a ticket per chunk under one lock, and a chunk waits
+until it is first in line for every key it holds; chunks reach the pool in ticket order, so the
+wait never deadlocks). When a document stops with unsent messages (a failed send, or a paused
+key), every key among them is **paused** at its first unsent message: later messages of that key,
+from any document, are not sent (their documents stop there and are retried like a failed
+send), while other keys go on. The key resumes when its paused message is delivered: by this
+dispatcher (a retry command or the rescuer's command runs the document again, and the paused
+message itself is let through), or by anyone else, seen as the document's watermark at or past
+it in a later dispatch; or by ``resume(key)``. Across processes nothing of this holds: each
+process has its own line and pauses (docs/dispatcher.md, "Order per ordering key").
+
+Why one module: the key line wraps the same send loop it orders (a chunk waits its turn, sends,
+pauses or resumes keys from the outcome); apart, the two would share every piece of state.
+
 Nothing here raises ``Exception`` to the caller: failures are logged, counted and reported in the
 ``DispatchReport`` (the commit already happened; a command or the rescuer finishes the job).
 ``InjectedCrash`` (a ``BaseException``) passes through, standing for the process dying.
@@ -32,7 +48,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -41,7 +58,7 @@ from dispatcher import hooks
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
 from dispatcher.transports.base import Transport, TransportMessage
-from outbox.core.errors import PermanentTransportError, ValidationError
+from outbox.core.errors import PermanentTransportError, RetryableTransportError, ValidationError
 from outbox.core.model import DocumentRow, OutboxMessage
 
 log = logging.getLogger("outbox.dispatcher")
@@ -49,6 +66,106 @@ log = logging.getLogger("outbox.dispatcher")
 DEFAULT_MAX_BATCH_MESSAGES = 500
 
 Plan = tuple[DocumentRow, list[OutboxMessage]]
+#: An ordering key as the broker sees it: (destination, session). Sessions are per entity.
+Key = tuple[str, str]
+
+
+def key_of(message: OutboxMessage, doc_id: str) -> Key:
+    """The message's ordering key: its session (``ordering_key``, else the document id) on its
+    destination."""
+    return (message.destination, message.ordering_key or doc_id)
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    """Why a key is paused: the first unsent message of that key (its document and seq)."""
+
+    doc_id: str
+    seq: int
+    message_id: str
+
+
+class KeyOrder:
+    """One process's line per ordering key, and its paused keys (thread safe)."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._next = 0
+        self._lines: dict[Key, deque[int]] = {}
+        self._paused: dict[Key, Pause] = {}
+
+    def take(self, keys: Iterable[Key]) -> int:
+        """A ticket at the end of each key's line."""
+        with self._cond:
+            ticket = self._next
+            self._next += 1
+            for k in set(keys):
+                self._lines.setdefault(k, deque()).append(ticket)
+            return ticket
+
+    def wait_turn(self, ticket: int, keys: Iterable[Key]) -> None:
+        """Block until ``ticket`` is first in every one of ``keys``' lines."""
+        wanted = set(keys)
+        with self._cond:
+            self._cond.wait_for(lambda: all(self._lines[k][0] == ticket for k in wanted))
+
+    def release(self, ticket: int, keys: Iterable[Key]) -> None:
+        with self._cond:
+            for k in set(keys):
+                line = self._lines.get(k)
+                if line is not None and ticket in line:
+                    line.remove(ticket)
+                    if not line:
+                        del self._lines[k]
+            self._cond.notify_all()
+
+    def pause(self, key: Key, pause: Pause) -> None:
+        """Pause ``key`` at ``pause`` (a key already paused keeps its first pause)."""
+        with self._cond:
+            if key not in self._paused:
+                self._paused[key] = pause
+                log.warning(
+                    "ordering key %s/%s paused at message %s (document %r seq %d): later messages "
+                    "of this key wait until it is delivered",
+                    key[0],
+                    key[1],
+                    pause.message_id,
+                    pause.doc_id,
+                    pause.seq,
+                )
+
+    def blocking(self, key: Key, message_id: str) -> Pause | None:
+        """The pause that holds ``message_id`` back, or None (the paused message itself passes)."""
+        with self._cond:
+            p = self._paused.get(key)
+        return None if p is None or p.message_id == message_id else p
+
+    def delivered(self, message_ids: Iterable[str]) -> None:
+        """Resume every key whose paused message is among ``message_ids``."""
+        ids = set(message_ids)
+        with self._cond:
+            for k, p in list(self._paused.items()):
+                if p.message_id in ids:
+                    del self._paused[k]
+                    log.info("ordering key %s/%s resumed: %s was delivered", *k, p.message_id)
+
+    def seen(self, rows: Iterable[DocumentRow]) -> None:
+        """Resume keys whose paused message a row's watermark shows delivered (by anyone)."""
+        marks = {r.id: r.dispatched_seq for r in rows}
+        with self._cond:
+            for k, p in list(self._paused.items()):
+                if marks.get(p.doc_id, -1) >= p.seq:
+                    del self._paused[k]
+                    log.info("ordering key %s/%s resumed: %s was delivered", *k, p.message_id)
+
+    def resume(self, key: Key) -> bool:
+        """Resume ``key`` by hand (its paused message was given up on); False if not paused."""
+        with self._cond:
+            return self._paused.pop(key, None) is not None
+
+    def paused(self) -> dict[Key, Pause]:
+        with self._cond:
+            return dict(self._paused)
 
 
 class WatermarkStore(Protocol):
@@ -160,6 +277,8 @@ class Dispatcher:
         self.crash_points = crash_points or hooks.installed()
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
+        self.keys = KeyOrder()
+        self._line_lock = threading.Lock()  # tickets are taken in the order chunks are submitted
 
     # --- the whole job ----------------------------------------------------------------------
 
@@ -186,11 +305,15 @@ class Dispatcher:
             (r, p) for r in unique.values() if r.has_pending and (p := r.pending())
         ]
         report = DispatchReport()
+        self.keys.seen(unique.values())  # delivered elsewhere since it paused its key
         if not plans:
             return report
         chunks = self._chunks(plans)
         if len(chunks) == 1:
-            results = [self._run_chunk(chunks[0], started)]
+            keys = _keys(chunks[0])
+            with self._line_lock:
+                ticket = self.keys.take(keys)
+            results = [self._run_in_line(chunks[0], started, ticket, keys)]
         else:
             results = self._run_concurrently(chunks, started)
         for outcomes in results:
@@ -255,23 +378,44 @@ class Dispatcher:
                     self.max_in_flight, thread_name_prefix="outbox-send"
                 )
             pool = self._pool
-        futures: list[Future[list[DocumentOutcome]]] = [
-            pool.submit(self._run_chunk, c, started) for c in chunks
-        ]
+        # Tickets and submissions in one order: the pool starts tasks first in, first out, so a
+        # task waiting for its turn only waits for tasks already running.
+        lined: list[tuple[int, set[Key]]] = []
+        futures: list[Future[list[DocumentOutcome]]] = []
+        with self._line_lock:
+            for c in chunks:
+                keys = _keys(c)
+                ticket = self.keys.take(keys)
+                lined.append((ticket, keys))
+                futures.append(pool.submit(self._run_in_line, c, started, ticket, keys))
         # On a crash, cancel what has not started and wait for every send already running, so
         # nothing is still in flight when the crash reaches the caller.
         wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:
             f.cancel()
         wait(futures)
+        for f, (ticket, keys) in zip(futures, lined, strict=True):
+            if f.cancelled():  # never ran: its place in line is given up
+                self.keys.release(ticket, keys)
         for f in futures:
             error = None if f.cancelled() else f.exception()
             if error is not None:
                 raise error
         return [f.result() for f in futures]
 
+    def _run_in_line(
+        self, chunk: list[Plan], started: float, ticket: int, keys: set[Key]
+    ) -> list[DocumentOutcome]:
+        """Send ``chunk`` once it is first in line for each of its keys."""
+        try:
+            self.keys.wait_turn(ticket, keys)
+            return self._run_chunk(chunk, started)
+        finally:
+            self.keys.release(ticket, keys)
+
     def _run_chunk(self, chunk: list[Plan], started: float) -> list[DocumentOutcome]:
-        if len(chunk) > 1:
+        held_back = any(self._held_back(row, m) is not None for row, msgs in chunk for m in msgs)
+        if len(chunk) > 1 and not held_back:
             try:
                 batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
                 self._send(batch, started)
@@ -281,6 +425,7 @@ class Dispatcher:
                     "a batch of %d documents failed (%s); sending each on its own", len(chunk), e
                 )
             else:
+                self.keys.delivered(m.message_id for _, msgs in chunk for m in msgs)
                 return [
                     DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, msgs[-1].seq)
                     for row, msgs in chunk
@@ -290,10 +435,24 @@ class Dispatcher:
     def _send_document(
         self, row: DocumentRow, msgs: list[OutboxMessage], started: float
     ) -> DocumentOutcome:
-        """One document in seq order, ``max_batch_messages`` at a time; stop at a failure."""
+        """One document in seq order, ``max_batch_messages`` at a time; stop at a failure or at a
+        message whose key is paused, and pause the keys of whatever is left unsent."""
         sent = row.dispatched_seq
-        for i in range(0, len(msgs), self.max_batch_messages):
-            part = msgs[i : i + self.max_batch_messages]
+        stop: Exception | None = None
+        sendable = msgs
+        for i, m in enumerate(msgs):
+            pause = self._held_back(row, m)
+            if pause is not None:
+                sendable = msgs[:i]
+                stop = RetryableTransportError(
+                    f"document {row.id!r} seq {m.seq}: ordering key {m.ordering_key or row.id!r} "
+                    f"is paused until message {pause.message_id} is delivered",
+                    message_id=m.message_id,
+                )
+                self.metrics.inc("key_paused_stops")
+                break
+        for i in range(0, len(sendable), self.max_batch_messages):
+            part = sendable[i : i + self.max_batch_messages]
             try:
                 self._send([to_transport_message(m, row.id) for m in part], started)
             except Exception as e:
@@ -306,9 +465,24 @@ class Dispatcher:
                     msgs[-1].seq,
                     e,
                 )
-                return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent, e)
+                stop = e
+                break
+            self.keys.delivered(m.message_id for m in part)
             sent = part[-1].seq
-        return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent)
+        if stop is None:
+            return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent)
+        for m in msgs:  # every key with an unsent message waits for its first unsent one
+            if m.seq > sent:
+                self.keys.pause(key_of(m, row.id), Pause(row.id, m.seq, m.message_id))
+        return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent, stop)
+
+    def _held_back(self, row: DocumentRow, m: OutboxMessage) -> Pause | None:
+        """The pause that holds ``m`` back: none when its key's paused message is ``m`` or an
+        earlier message of the same document (sent first in this run, or the run stops there)."""
+        pause = self.keys.blocking(key_of(m, row.id), m.message_id)
+        if pause is not None and pause.doc_id == row.id and pause.seq < m.seq:
+            return None
+        return pause
 
     def _send(self, batch: list[TransportMessage], started: float) -> None:
         self.metrics.inc("send_calls")
@@ -316,11 +490,20 @@ class Dispatcher:
         self.metrics.observe_settle(time.perf_counter() - started, len(batch))
         self.crash_points.hit("mid_batch")
 
+    def resume(self, destination: str, ordering_key: str) -> bool:
+        """Resume a paused key by hand (its paused message was given up on: dead-lettered,
+        say). Returns False when the key was not paused."""
+        return self.keys.resume((destination, ordering_key))
+
     def close(self) -> None:
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+def _keys(chunk: list[Plan]) -> set[Key]:
+    return {key_of(m, row.id) for row, msgs in chunk for m in msgs}
 
 
 def _count_sent(outcome: DocumentOutcome, row: DocumentRow) -> int:
