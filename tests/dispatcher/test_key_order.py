@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dispatcher.dispatch import Dispatcher
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
+from outbox.app import Outbox
 from outbox.core.errors import RetryableTransportError
 from outbox.core.model import DocumentRow, OutboxMessage
 
@@ -172,3 +173,12 @@ def test_across_processes_a_pause_holds_nothing() -> None:
     one.dispatch([row("A", "k")])
     two.dispatch([row("B", "k")])
     assert sent(t) == ["B-1"]
+
+
+def test_doc_send_accepts_an_empty_body(outbox: Outbox, memory: InMemoryTransport) -> None:
+    """docs/dispatcher.md: an empty body is a signal like any other; doc.send does not refuse it."""
+    with outbox.unit_of_work() as uow:
+        doc = uow.create("d-1", type="t")
+        doc.send("Ping", "", headers={"kind": "signal"})
+        doc.send("Pong", b"")
+    assert [(m.subject, m.body) for m in memory.deliveries] == [("Ping", b""), ("Pong", b"")]
