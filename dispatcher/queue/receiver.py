@@ -15,6 +15,9 @@ How receiving stays correct under concurrency:
 
 A settlement matches the row only while the caller's lock is valid (same token, not expired), so
 a receiver whose lock ran out gets ``LockLostError`` and changes nothing.
+
+Why one module: receiving, the four settlements and receiving deferred messages share one rule of
+what a valid lock is and one rule of what a session's line is; apart, each would restate them.
 """
 
 from __future__ import annotations
