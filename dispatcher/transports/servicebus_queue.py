@@ -20,6 +20,11 @@ Mapping (docs/servicebus.md, "Service Bus as the command queue"):
   still dropped. Unlike the SQL queue, the session is not held while the copy waits: a later
   command of the same document may run first, which is harmless because every command sends all
   that is pending up to the document's *current* ``last_seq``.
+* **defer**: ``defer_message``; ``receive_deferred`` opens a receiver on the message's session
+  (remembered from ``defer``, or named by the caller) and calls ``receive_deferred_messages``; one
+  deferred message per session at a time, since a received message holds its session until
+  settled. Abandoning a deferred message leaves it deferred (no delayed copy). The runtime
+  properties have no deferred count: ``stats`` counts deferred messages as active.
 * **delivery counts**: the SDK's ``delivery_count`` is the AMQP header (deliveries - 1); ours is
   that + 1 + the count a copy carries. At ``max_delivery_count`` we dead-letter with
   ``MaxDeliveryCountExceeded`` ourselves, as the broker does for an uncopied message.
