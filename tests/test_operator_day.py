@@ -117,3 +117,82 @@ def test_outbox_open_keeps_alembic_out_of_the_applications_log(
     finally:
         logging.getLogger("alembic").setLevel(logging.NOTSET)
     assert any(r.name.startswith("alembic") for r in caplog.records)
+
+
+def _pass(**changes: Any) -> Any:
+    from rescuer.runner import PassReport
+
+    fields: dict[str, Any] = {
+        "table_uri": "/t",
+        "rescuer_name": "default",
+        "engine": "local",
+        "mode": None,
+        "started_at": datetime(2026, 1, 1).astimezone(),
+        "duration_s": 0.1,
+        "delay_s": 15.0,
+        "latest_version": 2,
+        "checkpoint_before": None,
+        "checkpoint_after": None,
+        "window_start": None,
+        "window_end": None,
+        "versions_scanned": 0,
+        "change_rows": 0,
+        "documents_examined": 0,
+        "pending_documents": 0,
+        "commands_enqueued": 0,
+        "duplicates_dropped": 0,
+        "lag_versions": 0,
+        "lag_seconds": 0.0,
+    }
+    return PassReport(**{**fields, **changes})
+
+
+def test_rescue_text_has_no_reprs_says_what_was_queued_and_is_quiet_when_idle(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from outbox.cli import rescue
+
+    rescue._show(_pass(), as_json=False, looping=True, first=True)
+    rescue._show(_pass(), as_json=False, looping=True, first=False)  # idle: nothing printed
+    busy = _pass(
+        mode="feed",
+        window_start=2,
+        window_end=5,
+        versions_scanned=3,
+        pending_documents=600,
+        duplicates_dropped=600,
+        checkpoint_before=2,
+        checkpoint_after=5,
+    )
+    rescue._show(busy, as_json=False, looping=True, first=False)
+    assert capsys.readouterr().out.splitlines() == [
+        "rescue /t [default/local] mode=idle window=(-,-] versions=0 pending_docs=0 enqueued=0 "
+        "already_queued=0 checkpoint=-->- lag=0v/0ms",
+        "rescue /t [default/local] mode=feed window=(2,5] versions=3 pending_docs=600 enqueued=0 "
+        "already_queued=600 checkpoint=2->5 lag=0v/0ms",
+    ]
+
+
+def test_rescue_prints_its_result_once_and_maintain_dry_run_writes_nothing(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import json
+
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, transport="memory", default_destination="shipments") as ob:
+        with ob.unit_of_work() as uow:
+            uow.create("pkg-1", type="Package").send("Left", {})
+        version = ob.store.version()
+    caplog.set_level(logging.INFO)
+    result = CliRunner().invoke(main, ["-w", str(ws), "rescue"])
+    assert result.exit_code == 0, result.output
+    assert len(result.stdout.splitlines()) == 1
+    assert [r for r in caplog.records if r.name == "outbox.rescuer" and r.levelno < 30] == []
+    assert logging.getLogger("outbox.rescuer").level == logging.NOTSET  # put back
+    log_files = sorted((ws / "documents" / "_delta_log").iterdir())
+    dry = CliRunner().invoke(main, ["-w", str(ws), "maintain", "--dry-run", "--json"])
+    assert dry.exit_code == 0, dry.output
+    report = json.loads(dry.stdout)
+    assert (report["checkpoint_written"], report["compacted"]) == (False, {})
+    assert report["version_before"] == report["version_after"] == version
+    assert sorted((ws / "documents" / "_delta_log").iterdir()) == log_files

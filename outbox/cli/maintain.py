@@ -29,7 +29,12 @@ from outbox.core.settings import Settings
     help="Skip trimming the Delta log (commit files older than log_retention, never past the "
     "oldest rescuer checkpoint).",
 )
-@click.option("--dry-run", is_flag=True, help="Report what vacuum and the log trim would delete.")
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Change nothing: report what vacuum and the log trim would delete (no compaction, no "
+    "checkpoint).",
+)
 @json_option
 @pass_cli
 def maintain(
@@ -56,8 +61,8 @@ def maintain(
         clock=SystemClock(),
         sql_url=settings.sql_url,
         rescue_delay_seconds=settings.rescue_delay,
-        do_compact=not no_compact,
-        do_checkpoint=not no_checkpoint,
+        do_compact=not (no_compact or dry_run),  # a dry run writes nothing
+        do_checkpoint=not (no_checkpoint or dry_run),
         vacuum_retention_seconds=retention,
         dry_run=dry_run,
         log_retention_seconds=None if no_trim_log else settings.log_retention,
@@ -65,7 +70,7 @@ def maintain(
         settings=settings,
     )
     result = report.to_dict()
-    result["expired_duplicate_ids_deleted"] = _forget_duplicates(settings)
+    result["expired_duplicate_ids_deleted"] = None if dry_run else _forget_duplicates(settings)
     if as_json:
         emit_json(result)
     else:

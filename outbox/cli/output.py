@@ -54,6 +54,21 @@ def quiet_chatty_loggers(verbose: bool) -> None:
             logging.getLogger(name).setLevel(logging.WARNING)
 
 
+@contextmanager
+def quiet_logger(name: str, verbose: bool) -> Iterator[None]:
+    """Within the block, only warnings from ``name`` unless ``--verbose``: for a command whose
+    result on stdout would otherwise be repeated by that logger's INFO line on stderr. The level
+    is put back afterwards (the CLI also runs in-process, under tests)."""
+    logger = logging.getLogger(name)
+    before = logger.level
+    if not verbose:
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        logger.setLevel(before)
+
+
 def is_terminal() -> bool:
     return sys.stdout.isatty()
 

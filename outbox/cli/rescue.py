@@ -9,7 +9,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from outbox.cli import exit_codes
-from outbox.cli.output import echo, echo_err, emit_json, emit_json_line, is_terminal, print_kv
+from outbox.cli.output import (
+    echo,
+    echo_err,
+    emit_json,
+    emit_json_line,
+    is_terminal,
+    print_kv,
+    quiet_logger,
+)
 from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 from outbox.core.durations import format_duration, parse_duration
@@ -25,7 +33,29 @@ INTERRUPTED = (
 )
 
 
-def _show(report: PassReport, *, as_json: bool, looping: bool) -> None:
+def _v(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def summary(report: PassReport) -> str:
+    """One pass on one line for a log or a pipe: what it read, what it enqueued and what the
+    queue already held (``already_queued``: commands the queue dropped as duplicates)."""
+    return (
+        f"rescue {report.table_uri} [{report.rescuer_name}/{report.engine}] "
+        f"mode={report.mode or 'idle'} window=({_v(report.window_start)},"
+        f"{_v(report.window_end)}] versions={report.versions_scanned} "
+        f"pending_docs={report.pending_documents} enqueued={report.commands_enqueued} "
+        f"already_queued={report.duplicates_dropped} "
+        f"checkpoint={_v(report.checkpoint_before)}->{_v(report.checkpoint_after)} "
+        f"lag={report.lag_versions}v/{format_duration(report.lag_seconds)}"
+    )
+
+
+def _idle(report: PassReport) -> bool:
+    return not (report.pending_documents or report.warnings or report.versions_scanned)
+
+
+def _show(report: PassReport, *, as_json: bool, looping: bool, first: bool = True) -> None:
     for w in report.warnings:
         echo_err(f"WARNING: {w}")
     if as_json:
@@ -34,22 +64,24 @@ def _show(report: PassReport, *, as_json: bool, looping: bool) -> None:
         else:
             emit_json(report.to_dict())
         return
+    if looping and not first and _idle(report):
+        return  # `rescue --every` in text: quiet while there is nothing to do (-v logs each pass)
     if not is_terminal():
-        echo(report.summary())
+        echo(summary(report))
         return
     print_kv(
         f"rescue pass ({report.engine}, {report.mode or 'nothing old enough yet'})",
         [
             ("table", report.table_uri),
             ("rescuer", report.rescuer_name),
-            ("window", f"({report.window_start}, {report.window_end}]"),
+            ("window", f"({_v(report.window_start)}, {_v(report.window_end)}]"),
             ("versions scanned", report.versions_scanned),
             ("change rows read", report.change_rows),
             ("documents examined", report.documents_examined),
             ("pending documents", report.pending_documents),
             ("commands enqueued", report.commands_enqueued),
-            ("duplicates dropped", report.duplicates_dropped),
-            ("checkpoint", f"{report.checkpoint_before} -> {report.checkpoint_after}"),
+            ("already queued (dropped)", report.duplicates_dropped),
+            ("checkpoint", f"{_v(report.checkpoint_before)} -> {_v(report.checkpoint_after)}"),
             ("lag", f"{report.lag_versions} versions, {format_duration(report.lag_seconds)}"),
             ("took", format_duration(report.duration_s)),
         ],
@@ -119,38 +151,49 @@ def rescue(
     )
     checkpoints = checkpoint_store_from_settings(settings)
     sink = QueueSink.from_settings(settings, clock=clock)
+    # The pass's own INFO line would repeat the result printed on stdout.
     closers: list[Any] = [sink, checkpoints, store]
-    try:
-        rescue_pass = RescuePass(
-            store,
-            make_engine(engine, storage_options=settings.storage_options),
-            checkpoints,
-            sink,
-            clock=clock,
-            delay=delay_s,
-            name=name or settings.rescuer_name,
-        )
-        if every_s is None:
-            _show(rescue_pass.run(full=full), as_json=as_json, looping=False)
-            return
-        scheduler = Scheduler(
-            rescue_pass,
-            every=every_s,
-            clock=clock,
-            on_report=lambda r: _show(r, as_json=as_json, looping=True),
-            on_error=lambda e: echo_err(
-                f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}"
-            ),
-        )
-        scheduler.run(full_first=full)  # stops on SIGTERM/SIGINT between passes
-        echo_err(f"stopped after {scheduler.passes} pass(es)")
-    except KeyboardInterrupt:
-        echo_err(INTERRUPTED)
-        sys.exit(exit_codes.INTERRUPTED)
-    finally:
-        for c in closers:
-            with contextlib.suppress(OutboxError):  # best effort on shutdown
-                c.close()
+    with quiet_logger("outbox.rescuer", cli.verbose):
+        try:
+            rescue_pass = RescuePass(
+                store,
+                make_engine(engine, storage_options=settings.storage_options),
+                checkpoints,
+                sink,
+                clock=clock,
+                delay=delay_s,
+                name=name or settings.rescuer_name,
+            )
+            if every_s is None:
+                _show(rescue_pass.run(full=full), as_json=as_json, looping=False)
+                return
+            shown = 0
+
+            def on_report(r: PassReport) -> None:
+                nonlocal shown
+                _show(r, as_json=as_json, looping=True, first=shown == 0)
+                shown += 1
+
+            scheduler = Scheduler(
+                rescue_pass,
+                every=every_s,
+                clock=clock,
+                on_report=on_report,
+                on_error=lambda e: echo_err(
+                    f"error: {e}"
+                    if isinstance(e, OutboxError)
+                    else f"error: {type(e).__name__}: {e}"
+                ),
+            )
+            scheduler.run(full_first=full)  # stops on SIGTERM/SIGINT between passes
+            echo_err(f"stopped after {scheduler.passes} pass(es)")
+        except KeyboardInterrupt:
+            echo_err(INTERRUPTED)
+            sys.exit(exit_codes.INTERRUPTED)
+        finally:
+            for c in closers:
+                with contextlib.suppress(OutboxError):  # best effort on shutdown
+                    c.close()
 
 
 def _forget(cli: CliContext, name: str | None, *, as_json: bool) -> None:
