@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,6 @@ from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.transports.geo import GeoReplicatedTransport
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.transports.sql import SqlQueueTransport
-from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
 from outbox.core.errors import (
     ClaimLogUnavailableError,
@@ -47,10 +47,8 @@ class TestGeoReplicatedTransportWithClaims(TestGeoReplicatedTransport):
     """The same, registering every session's messages in a SQL claim log first."""
 
     @pytest.fixture(autouse=True)
-    def _claims(self, tmp_path: Path) -> Iterator[None]:
-        url = f"sqlite:///{tmp_path / 'claims.db'}"
-        upgrade(url)
-        self.claims = SqlClaimLog(url)
+    def _claims(self, tmp_path: Path, migrated_sqlite: Any) -> Iterator[None]:
+        self.claims = SqlClaimLog(migrated_sqlite(tmp_path / "claims.db"))
         yield
         self.claims.close()
 
@@ -85,13 +83,11 @@ def test_both_regions_get_the_same_ids_and_sessions_the_secondary_later(
 
 
 def test_the_secondary_queue_delivers_its_copy_only_after_the_delay(
-    tmp_path: Path, clock: ManualClock
+    tmp_path: Path, clock: ManualClock, migrated_sqlite: Any
 ) -> None:
-    queues = []
-    for name in ("east", "west"):
-        url = f"sqlite:///{tmp_path / name}.db"
-        upgrade(url)
-        queues.append(SqlQueue(url, clock=clock))
+    queues = [
+        SqlQueue(migrated_sqlite(tmp_path / f"{name}.db"), clock=clock) for name in ("east", "west")
+    ]
     geo = GeoReplicatedTransport(
         SqlQueueTransport(queues[0]), SqlQueueTransport(queues[1]), "15s", clock=clock
     )
@@ -140,11 +136,9 @@ def test_both_regions_down_is_a_retryable_failure(clock: ManualClock) -> None:
 
 
 def test_claims_are_registered_in_batch_order_before_sending(
-    tmp_path: Path, clock: ManualClock
+    tmp_path: Path, clock: ManualClock, migrated_sqlite: Any
 ) -> None:
-    url = f"sqlite:///{tmp_path / 'claims.db'}"
-    upgrade(url)
-    claims = SqlClaimLog(url)
+    claims = SqlClaimLog(migrated_sqlite(tmp_path / "claims.db"))
     east, west = _regions()
     geo = GeoReplicatedTransport(east, west, claims=claims, clock=clock)
     geo.send([msg(1), msg(2), msg(1, "other")])
