@@ -15,8 +15,10 @@ from __future__ import annotations
 
 import logging
 import os
+import shutil
 import threading
 import time
+import zipfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -137,6 +139,39 @@ def find_jars(env: Mapping[str, str] | None = None, roots: list[Path] | None = N
     return []
 
 
+_HOW_TO_GET_JAVA = (
+    "install Java 17 (e.g. apt-get install openjdk-17-jre-headless) and set JAVA_HOME to it, "
+    "or unset JAVA_HOME to use the java on PATH"
+)
+
+
+def check_local_spark(jars: list[str], env: Mapping[str, str] | None = None) -> None:
+    """Before a local Spark starts: a broken JAR or a missing Java otherwise shows up as 40 lines
+    of ``ClassNotFoundException`` or ``spark-class: CMD: bad array subscript`` and a dead Py4J
+    gateway. Both are checked here, each as one error naming the file and the fix."""
+    env = os.environ if env is None else env
+    for jar in jars:
+        path = Path(jar)
+        if not path.is_file() or path.stat().st_size == 0 or not zipfile.is_zipfile(path):
+            raise EngineError(
+                f"the Delta JAR {path} is empty or not a JAR file (an interrupted download?)",
+                hint="delete it and run scripts/fetch-jars.sh again (or point OUTBOX_DELTA_JARS "
+                "at good copies)",
+            )
+    java_home = env.get("JAVA_HOME", "")
+    if java_home:
+        if not (Path(java_home) / "bin" / "java").is_file():
+            raise EngineError(
+                f"JAVA_HOME={java_home} has no bin/java: Spark cannot start",
+                hint=_HOW_TO_GET_JAVA,
+            )
+    elif shutil.which("java", path=env.get("PATH")) is None:
+        raise EngineError(
+            "no Java found (JAVA_HOME is not set and java is not on PATH): Spark cannot start",
+            hint=_HOW_TO_GET_JAVA,
+        )
+
+
 def _has_delta(session: Any) -> bool:
     if os.environ.get("DATABRICKS_RUNTIME_VERSION"):
         return True
@@ -183,6 +218,7 @@ def get_spark(
                 "(delta-spark_4.2_2.13-4.4.0.jar and delta-storage-4.4.0.jar)",
                 hint=_HOW_TO_GET_JARS,
             )
+        check_local_spark(jars, env)
         builder = (
             SparkSession.builder.master(master)
             .appName("outbox-rescuer")

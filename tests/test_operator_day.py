@@ -196,3 +196,50 @@ def test_rescue_prints_its_result_once_and_maintain_dry_run_writes_nothing(
     assert (report["checkpoint_written"], report["compacted"]) == (False, {})
     assert report["version_before"] == report["version_after"] == version
     assert sorted((ws / "documents" / "_delta_log").iterdir()) == log_files
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        pytest.param(
+            {"OUTBOX_DELTA_JARS": "{tmp}/jars"},
+            "error: the Delta JAR {tmp}/jars/delta-spark_4.2_2.13-4.4.0.jar is empty or not a JAR "
+            "file (an interrupted download?) (fix: delete it and run scripts/fetch-jars.sh again "
+            "(or point OUTBOX_DELTA_JARS at good copies))",
+            id="empty JARs",
+        ),
+        pytest.param(
+            {"OUTBOX_DELTA_JARS": "{tmp}/good", "JAVA_HOME": "/nonexistent"},
+            "error: JAVA_HOME=/nonexistent has no bin/java: Spark cannot start (fix: install "
+            "Java 17 (e.g. apt-get install openjdk-17-jre-headless) and set JAVA_HOME to it, or "
+            "unset JAVA_HOME to use the java on PATH)",
+            id="no Java",
+        ),
+    ],
+)
+def test_spark_that_cannot_start_is_one_line_naming_the_fix(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: str
+) -> None:
+    """Checked before the JVM starts (no ClassNotFoundException wall, no spark-class noise)."""
+    import zipfile
+
+    pyspark_sql = pytest.importorskip("pyspark.sql")
+    # Another test in this process may hold a session; this one is about starting a new one.
+    monkeypatch.setattr(pyspark_sql.SparkSession, "getActiveSession", staticmethod(lambda: None))
+    ws = tmp_path / "ws"
+    Outbox.open(ws, transport="memory").close()
+    for folder, empty in (("jars", True), ("good", False)):
+        (tmp_path / folder).mkdir()
+        for name in ("delta-spark_4.2_2.13-4.4.0.jar", "delta-storage-4.4.0.jar"):
+            if empty:
+                (tmp_path / folder / name).write_bytes(b"")
+            else:
+                with zipfile.ZipFile(tmp_path / folder / name, "w") as z:
+                    z.writestr("META-INF/MANIFEST.MF", "Manifest-Version: 1.0\n")
+    result = CliRunner().invoke(
+        main,
+        ["-w", str(ws), "rescue", "--engine", "spark"],
+        env={k: v.replace("{tmp}", str(tmp_path)) for k, v in env.items()},
+    )
+    assert result.exit_code == 1, result.output
+    assert result.stderr.splitlines() == [expected.replace("{tmp}", str(tmp_path))]
