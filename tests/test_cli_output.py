@@ -93,3 +93,15 @@ def test_help_imports_nothing_heavy() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout
     assert out.strip() == "[]"
+
+
+def test_readme_exit_code_table_matches_the_module() -> None:
+    """One table in the README, the same codes as ``exit_codes.ALL``: adding a code means
+    documenting it where operators look."""
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    tables = [t for t in readme.split("\n\n") if t.startswith("| exit code | meaning |")]
+    assert len(tables) == 1
+    rows = tables[0].splitlines()[2:]
+    assert sorted(int(r.split("|")[1]) for r in rows) == sorted(exit_codes.ALL.values())
+    assert exit_codes.ERROR == 1
+    assert "run-dispatcher --once" in rows[1]

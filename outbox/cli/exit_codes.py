@@ -11,7 +11,8 @@ code   name                 meaning
 1      ERROR                an ``OutboxError`` (bad setting, missing workspace, unreachable
                             database, ...): one ``error: ...`` line on stderr says why and how
                             to fix it; ``status`` also uses it when it cannot read a part of
-                            the workspace
+                            the workspace; ``run-dispatcher --once``/``--until-idle``: a
+                            command was abandoned, dead-lettered or lost its lock
 2      USAGE                a malformed command line (unknown option, bad option value):
                             click's code, one ``error: ...`` line on stderr
 3      PENDING_TOO_OLD      ``status --fail-if-pending-older-than``: the oldest pending message
