@@ -250,6 +250,14 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "example --delay 30s))",
     ),
     (
+        "rescue --every 0s (exit 1, like --delay)",
+        ["-w", "{ws}", "rescue", "--every", "0s"],
+        {},
+        None,
+        1,
+        "error: --every: '0s' is not a positive duration (fix: write it like 30s, 5m or 1h)",
+    ),
+    (
         "rescue delay too short",
         ["-w", "{ws}", "status"],
         {"OUTBOX_RESCUE_DELAY": "5s"},

@@ -24,7 +24,12 @@ code   name                 meaning
                             lost (128 + SIGINT, as shells report it)
 =====  ===================  ===================================================================
 
-SIGTERM stops ``run-dispatcher`` and ``rescue --every`` cleanly with 0.
+The long-running commands (``run-dispatcher``, ``rescue --every``, ``run-gateway``) take the first
+SIGTERM or Ctrl-C as "stop": they finish the work in hand and exit 0 (``--once``/``--until-idle``:
+0 or 1 by what they did), since nothing was cut short. 130 is for a command Ctrl-C cut short (a
+one-shot command, or the second Ctrl-C). A bad duration or setting value is an ``OutboxError``
+(1); 2 is click's own checks of the command line (unknown option, a value not of the option's
+type or range).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from outbox.cli.output import (
 from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 from outbox.core.durations import format_duration, parse_duration
-from outbox.core.errors import ConfigurationError, OutboxError
+from outbox.core.errors import ConfigurationError, OutboxError, ValidationError
 from rescuer.engines import ENGINES
 
 if TYPE_CHECKING:  # the runner pulls in SQLAlchemy and deltalake: import it when a pass runs
@@ -143,8 +143,10 @@ def rescue(
             ", or set rescue_delay instead of --delay",
         )
     every_s = parse_duration(every, name="--every") if every is not None else None
-    if every_s is not None and every_s <= 0:
-        raise click.BadParameter("must be a positive duration like 30s", param_hint="--every")
+    if every_s is not None and every_s <= 0:  # like every other bad duration: an error (exit 1)
+        raise ValidationError(
+            f"--every: {every!r} is not a positive duration", hint="write it like 30s, 5m or 1h"
+        )
     clock = SystemClock()
     store = DeltaDocumentStore(
         settings.table_uri, storage_options=settings.storage_options, clock=clock
