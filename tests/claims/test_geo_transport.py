@@ -181,3 +181,28 @@ def test_a_skipped_region_is_tried_when_the_other_fails(clock: ManualClock) -> N
     geo.close()
     with pytest.raises(ClosedError):
         geo.send([msg(3)])
+
+
+def test_any_two_transports_a_sql_queue_and_service_bus(
+    tmp_path: Path, clock: ManualClock, migrated_sqlite: Any
+) -> None:
+    """The secondary on Service Bus (the SDK fake): the same ids and session, and its copy
+    scheduled ``secondary_delay`` later through scheduled_enqueue_time_utc."""
+    pytest.importorskip("azure.servicebus")
+    from dispatcher.transports.servicebus import ServiceBusTransport
+    from tests.dispatcher.test_servicebus import FakeNamespace, FakeServiceBusClient
+
+    ns = FakeNamespace()
+    ns.create(DEST)
+    bus = ServiceBusTransport(FakeServiceBusClient(ns))
+    queue = SqlQueue(migrated_sqlite(tmp_path / "east.db"), clock=clock)
+    geo = GeoReplicatedTransport(SqlQueueTransport(queue), bus, "15s", clock=clock)
+    geo.send([msg(1), msg(2)])
+    [copy1, copy2] = [s.message for s in ns.entities[DEST].stored]
+    assert [copy1.message_id, copy2.message_id] == ["m-s1-1", "m-s1-2"]
+    assert copy1.session_id == copy2.session_id == "s1"
+    assert copy1.scheduled_enqueue_time_utc == clock.now() + timedelta(seconds=15)
+    assert [m.message_id for m in queue.peek(DEST)] == ["m-s1-1", "m-s1-2"]
+    geo.close()
+    bus.close()
+    queue.close()
