@@ -9,6 +9,7 @@ tests skip with a message that names the flag.
 - ``queue.QueueContract`` - the durable queue (``dispatcher.queue.SqlQueue``'s surface)
 - ``checkpoint_store.CheckpointStoreContract`` - ``rescuer.checkpoint.CheckpointStore``
 - ``inbox.InboxContract`` - ``dispatcher.queue.inbox.Inbox`` (a consumer's handled message ids)
+- ``claim_log.ClaimLogContract`` - ``dispatcher.claims.ClaimLog`` (two regions' claims)
 - ``command_sink.CommandSinkContract`` - ``rescuer.sink.CommandSink``
 - ``rescuer_engine.RescuerEngineContract`` - ``rescuer.planner.Engine``, through whole passes
 
