@@ -4,6 +4,10 @@ A failure after the commit is never raised to the application (I4), so counting 
 anyone learns of it: these counters are what ``outbox status``, the demo and the benchmark read.
 Latencies keep a bounded window (the newest ``window`` samples) so a long-running process does not
 grow without bound.
+
+Every counter and latency is also recorded through OpenTelemetry (``outbox.core.telemetry``) here,
+at this one choke point, as ``outbox.<counter>`` counters and ``outbox.*.duration`` histograms in
+seconds (docs/observability.md lists them): no call site knows about OpenTelemetry.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
+
+from outbox.core import telemetry
 
 COUNTERS = (
     "commits_seen",
@@ -30,6 +36,25 @@ COUNTERS = (
     "commands_dead_lettered",
     "lock_lost",
 )
+
+#: latency window -> (OpenTelemetry histogram, description); unit: seconds.
+HISTOGRAMS = {
+    "settle_latency": ("outbox.dispatch.settle.duration", "commit to send settled, per message"),
+    "watermark_latency": ("outbox.watermark.duration", "one watermark MERGE"),
+    "dispatch_latency": ("outbox.dispatch.duration", "commit to watermark written, per commit"),
+}
+
+
+def _count(name: str, n: int) -> None:
+    if n:
+        telemetry.instrument("counter", f"outbox.{name}", "1", name.replace("_", " ")).add(n)
+
+
+def _observe(window: str, seconds: float, n: int = 1) -> None:
+    metric, description = HISTOGRAMS[window]
+    histogram = telemetry.instrument("histogram", metric, "s", description)
+    for _ in range(n):
+        histogram.record(seconds)
 
 
 @dataclass
@@ -51,19 +76,23 @@ class DispatchMetrics:
     def inc(self, name: str, n: int = 1) -> None:
         with self._lock:
             self.counts[name] = self.counts.get(name, 0) + n
+        _count(name, n)
 
     def observe_settle(self, seconds: float, n: int = 1) -> None:
         """Record ``n`` messages that settled ``seconds`` after their commit."""
         with self._lock:
             self.settle_latency.extend([seconds] * n)
+        _observe("settle_latency", seconds, n)
 
     def observe_watermark(self, seconds: float) -> None:
         with self._lock:
             self.watermark_latency.append(seconds)
+        _observe("watermark_latency", seconds)
 
     def observe_dispatch(self, seconds: float) -> None:
         with self._lock:
             self.dispatch_latency.append(seconds)
+        _observe("dispatch_latency", seconds)
 
     def __getitem__(self, name: str) -> int:
         return self.counts.get(name, 0)

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import copy
 import json
+import time
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from outbox.core import telemetry
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import ClosedError, ConcurrencyError, SerializationError, ValidationError
 from outbox.core.model import (
@@ -134,6 +136,8 @@ class Document:
                 hint="use datetime.now(UTC) + timedelta(...); a naive time is ambiguous",
             )
         seq = self.last_seq + 1
+        carried = dict(headers or {})
+        telemetry.inject_headers(carried)  # the request's trace goes with the message
         msg = OutboxMessage(
             seq=seq,
             message_id=message_id_for(self._uow.table_id, self.id, seq, self.incarnation),
@@ -141,7 +145,7 @@ class Document:
             type=type,
             body=text,
             content_type=ctype,
-            headers=dict(headers or {}),
+            headers=carried,
             ordering_key=key,
             correlation_id=correlation_id,
             deliver_at=utc(deliver_at) if deliver_at is not None else None,
@@ -265,16 +269,26 @@ class UnitOfWork:
     def commit(self) -> int | None:
         """Save every changed document in one Delta commit; returns the table version."""
         self._check_open()
-        try:
-            now = self._clock.now()
-            writes = [d._write(now) for d in self._docs.values() if d._changed()]
-            if not writes:
-                return None
-            version = self._store.save(writes)
-            self.committed_version = version
-            self.saved = [w.row for w in writes]
-        finally:
-            self._closed = True
+        started = time.perf_counter()
+        with telemetry.span("outbox.commit") as span:
+            try:
+                now = self._clock.now()
+                writes = [d._write(now) for d in self._docs.values() if d._changed()]
+                if not writes:
+                    return None
+                version = self._store.save(writes)
+                self.committed_version = version
+                self.saved = [w.row for w in writes]
+            finally:
+                self._closed = True
+            span.set_attribute("outbox.documents", len(writes))
+            span.set_attribute(
+                "outbox.messages", sum(len(d.new_messages) for d in self._docs.values())
+            )
+            span.set_attribute("outbox.delta.version", version)
+        telemetry.instrument(
+            "histogram", "outbox.commit.duration", "s", "one unit-of-work commit"
+        ).record(time.perf_counter() - started)
         if self._on_commit is not None:
             self._on_commit(self.saved, version)
         return version
