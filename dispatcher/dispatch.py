@@ -58,6 +58,7 @@ from dispatcher import hooks
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
 from dispatcher.transports.base import Transport, TransportMessage
+from outbox.core import telemetry
 from outbox.core.errors import PermanentTransportError, RetryableTransportError, ValidationError
 from outbox.core.model import DocumentRow, OutboxMessage
 
@@ -290,9 +291,17 @@ class Dispatcher:
         ``started`` is the ``time.perf_counter()`` of the commit, for commit-to-settled latency.
         """
         started = time.perf_counter() if started is None else started
-        report = self.send_pending(rows, started=started)
-        self.crash_points.hit("after_send")
-        self.advance(report)
+        pending = [m for r in rows if r.has_pending for m in r.pending()]
+        parent, links = telemetry.batch_parent(m.headers for m in pending)
+        attributes = {
+            "messaging.system": type(self.transport).__name__,
+            "messaging.destination.name": ",".join(sorted({m.destination for m in pending})),
+            "messaging.batch.message_count": len(pending),
+        }
+        with telemetry.span("outbox.dispatch", parent=parent, links=links, attributes=attributes):
+            report = self.send_pending(rows, started=started)
+            self.crash_points.hit("after_send")
+            self.advance(report)
         return report
 
     def send_pending(
@@ -333,7 +342,8 @@ class Dispatcher:
         self.crash_points.hit("during_watermark")
         t0 = time.perf_counter()
         try:
-            report.watermark_version = self.store.advance_watermarks(marks)
+            with telemetry.span("outbox.watermark", attributes={"outbox.documents": len(marks)}):
+                report.watermark_version = self.store.advance_watermarks(marks)
         except Exception as e:
             report.watermark_error = e
             self.metrics.inc("watermark_failures")
