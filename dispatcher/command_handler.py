@@ -26,9 +26,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.trace import SpanKind
+
 from dispatcher.commands import ProcessDocument
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON
+from outbox.core import telemetry
 from outbox.core.errors import LockLostError, OutboxError
 
 if TYPE_CHECKING:
@@ -117,8 +120,16 @@ class CommandHandler:
         t0 = time.perf_counter()
         batch = WorkerStats(batches=1, commands=len(received))
         held = _Held(received)  # this batch's own: another thread's renewer never sees it
+        parent, links = telemetry.batch_parent(m.headers for m in received)
         try:
-            self._handle_batch(batch, held, received)
+            with telemetry.span(
+                "outbox.worker.commands",
+                parent=parent,
+                links=links,
+                attributes={"messaging.batch.message_count": len(received)},
+                kind=SpanKind.CONSUMER,
+            ):
+                self._handle_batch(batch, held, received)
         finally:
             held.clear()  # settled or not, the renewer must not keep these locks any longer
         log.info(

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from outbox.core import telemetry
 from outbox.core.errors import ValidationError
 from outbox.core.model import command_id_for
 
@@ -70,8 +71,11 @@ class ProcessDocument:
         """The queue message; ``not_before`` schedules it (a retry after a failed dispatch)."""
         from dispatcher.queue.messages import QueueMessage
 
+        headers: dict[str, str] = {}
+        telemetry.inject_headers(headers)  # the rescue pass (or dispatch) that asked for it
         return QueueMessage(
             body=self.to_json(),
+            headers=dict(headers),
             message_id=self.command_id,
             session_id=self.id,
             not_before=not_before,
