@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.commands import commands_for
+from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock, utc
 from outbox.core.errors import (
     CheckpointConflictError,
@@ -137,6 +138,22 @@ class RescuePass:
         return cp
 
     def run(self, *, full: bool = False) -> PassReport:
+        """One pass, traced as ``outbox.rescue`` (its commands carry this trace) and measured."""
+        with telemetry.span("outbox.rescue", attributes={"outbox.rescuer": self.name}) as span:
+            report = self._run(full=full)
+            span.set_attributes(
+                {
+                    "outbox.rescue.versions_scanned": report.versions_scanned,
+                    "outbox.rescue.documents_examined": report.documents_examined,
+                    "outbox.rescue.commands_enqueued": report.commands_enqueued,
+                    "outbox.rescue.lag_versions": report.lag_versions,
+                    "outbox.rescue.lag_seconds": report.lag_seconds,
+                }
+            )
+        _record_pass(report)
+        return report
+
+    def _run(self, *, full: bool = False) -> PassReport:
         t0 = time.perf_counter()
         started = utc(self.clock.now())
         warnings: list[str] = []
@@ -282,6 +299,24 @@ class RescuePass:
             "checkpoint was not advanced",
             hint="run one rescuer per table and name; the next pass will advance it",
         )
+
+
+def _record_pass(report: PassReport) -> None:
+    """Rescue lag and work as OpenTelemetry gauges/counters (docs/observability.md)."""
+    gauge = telemetry.instrument
+    gauge("gauge", "outbox.rescue.lag.versions", "1", "table versions behind").set(
+        report.lag_versions
+    )
+    gauge("gauge", "outbox.rescue.lag.seconds", "s", "age of the oldest unscanned commit").set(
+        report.lag_seconds
+    )
+    gauge("gauge", "outbox.rescue.pending_documents", "1", "documents a pass found pending").set(
+        report.pending_documents
+    )
+    gauge("counter", "outbox.rescue.passes", "1", "rescue passes").add(1)
+    gauge("counter", "outbox.rescue.commands_enqueued", "1", "commands enqueued").add(
+        report.commands_enqueued
+    )
 
 
 def _raw_generation(store: CheckpointStore, uri: str, name: str) -> Checkpoint | None:
