@@ -34,9 +34,11 @@ from outbox.testing.faulty import FaultyTransport
 from tests.claims import geo_workers as w
 
 pytestmark = pytest.mark.slow
+#: The consumers fork from one server that imported the worker module (and SQLAlchemy) once. The
+#: server is shared by the whole test session: the preload is set when starting a child (it only
+#: counts before the server starts, and a child imports whatever the preload lacks itself).
 ctx = multiprocessing.get_context("forkserver")
-# the consumers fork from one server that imported the worker module (and SQLAlchemy) once
-ctx.set_forkserver_preload(["tests.claims.geo_workers"])
+PRELOAD = ["tests.claims.geo_workers"]
 
 SESSIONS, PER_SESSION = 3, 4
 TOTAL = SESSIONS * PER_SESSION
@@ -87,6 +89,7 @@ class Regions:
         )
 
     def start(self, region: str, hang_on: str = "") -> None:
+        ctx.set_forkserver_preload(PRELOAD)
         p = ctx.Process(
             target=w.run_region,
             args=(
