@@ -38,6 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry.trace import SpanKind
 from sqlalchemy import Connection, delete
 
 from dispatcher.queue import validation
@@ -47,6 +48,7 @@ from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql.tables import queue_messages
+from outbox.core import telemetry
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock
 from outbox.core.errors import ConfigurationError, LockLostError, UnprocessableMessageError
@@ -222,11 +224,21 @@ class Consumer:
             return
         with self._guard:
             self._in_flight[msg.sequence_number] = msg
+        attributes = {
+            "messaging.destination.name": msg.queue,
+            "messaging.message.id": msg.message_id,
+        }
         try:
-            if self._with_connection:
-                self._run_in_transaction(msg)
-            else:
-                self._run_plain(msg)
+            with telemetry.span(
+                "outbox.consume",
+                parent=telemetry.extract_context(msg.headers),  # the sender's request
+                attributes=attributes,
+                kind=SpanKind.CONSUMER,
+            ):
+                if self._with_connection:
+                    self._run_in_transaction(msg)
+                else:
+                    self._run_plain(msg)
         finally:
             with self._guard:
                 self._in_flight.pop(msg.sequence_number, None)
@@ -337,6 +349,7 @@ class Consumer:
         self._settle(self.queue.complete, msg)
 
     def _abandon(self, msg: ReceivedMessage, error: Exception) -> None:
+        telemetry.record_error(error)
         delay = self.backoff(msg.delivery_count)
         log.warning(
             "handler failed for message %s (delivery %d), retrying in %.1fs: %r",
@@ -354,6 +367,8 @@ class Consumer:
 
     def _dead_letter(self, msg: ReceivedMessage, error: BaseException) -> None:
         log.error("message %s is poison, dead-lettering: %r", msg.message_id, error)
+        telemetry.record_error(error)
+        telemetry.instrument("counter", "outbox.consumer.dead_lettered", "1", "dead letters").add(1)
         reason = type(error).__name__[:256]
         self._settle(lambda m: self.queue.dead_letter(m, reason, str(error)), msg)
 

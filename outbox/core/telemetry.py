@@ -164,6 +164,13 @@ def span(
             raise
 
 
+def record_error(error: BaseException) -> None:
+    """Mark the current span failed with ``error`` (a handler's failure that was handled)."""
+    current = otel_trace.get_current_span()
+    current.record_exception(error)
+    current.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, type(error).__name__))
+
+
 # --- the SDK (the ``otel`` extra) ---------------------------------------------------------
 
 
