@@ -12,8 +12,9 @@ When a send counts as settled (the point is send availability):
 * one took it, the other failed: **settled** - every message is held by at least one region. The
   miss is logged and counted (``missed``), and the region that failed is skipped for
   ``region_backoff`` seconds so a region that is down (a connect timeout per send) does not slow
-  the outbox down; it is tried again after that. The messages it missed are not re-sent to it:
-  the other region's consumer handles them (its copy is only ``secondary_delay`` late);
+  the outbox down; it is tried again after that, and at once when the only region tried fails.
+  The messages it missed are not re-sent to it: the other region's consumer handles them (its
+  copy is only ``secondary_delay`` late);
 * both failed: the send raises (``PermanentTransportError`` when both refused the messages
   themselves, else ``RetryableTransportError``) and the outbox's normal retry and rescue re-send
   the batch later, with the same ids, to both.
