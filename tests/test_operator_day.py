@@ -184,6 +184,7 @@ def test_rescue_prints_its_result_once_and_maintain_dry_run_writes_nothing(
             uow.create("pkg-1", type="Package").send("Left", {})
         version = ob.store.version()
     caplog.set_level(logging.INFO)
+    logging.getLogger("outbox.rescuer").setLevel(logging.NOTSET)  # whatever ran before in here
     result = CliRunner().invoke(main, ["-w", str(ws), "rescue"])
     assert result.exit_code == 0, result.output
     assert len(result.stdout.splitlines()) == 1

@@ -2,6 +2,10 @@
 
 The CLI and the library read the same ``Settings``. Validation happens once, at construction, and
 an invalid value raises ``ConfigurationError`` naming the setting and what it accepts.
+
+Why one module: every source of a value (file, ``OUTBOX_*`` variables, arguments), its coercion,
+its validation and the did-you-mean for a misspelt name meet in one dataclass; split, a new
+setting would need edits in several places that must agree.
 """
 
 from __future__ import annotations
