@@ -424,8 +424,8 @@ LIBRARY_CASES: list[tuple[str, Callable[[Outbox], Any], str, str]] = [
         "creating a document that exists",
         lambda ob: _save(ob, "pkg-1", {"a": 1}, destination="shipments"),
         "ConcurrencyError",
-        "document 'pkg-1' already exists since it was read (expected version 0); nothing was "
-        "written (fix: reload the document and apply the change again)",
+        "document 'pkg-1' already exists; nothing was written (fix: change it "
+        "through uow.get('pkg-1'), or create it under a new id)",
     ),
     (
         "unknown rescuer engine",

@@ -673,6 +673,12 @@ def _local_log_dir(uri: str) -> Path | None:
 
 
 def _stale(w: DocumentWrite, found: int | None, *, reborn: bool = False) -> ConcurrencyError:
+    if w.expected_version == 0 and not reborn:  # a create: the id is taken, nothing was "read"
+        seen = "" if found is None else f" (at version {found})"
+        return ConcurrencyError(
+            f"document {w.row.id!r} already exists{seen}; nothing was written",
+            hint=f"change it through uow.get({w.row.id!r}), or create it under a new id",
+        )
     what = "already exists" if w.expected_version == 0 else "was changed"
     if reborn and w.expected_version:
         what = "was deleted and created again"
