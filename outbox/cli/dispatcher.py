@@ -9,6 +9,7 @@ import click
 from outbox.cli import exit_codes
 from outbox.cli.output import echo_err, emit_json, print_kv
 from outbox.cli.support import CliContext, json_option, pass_cli
+from outbox.cli.telemetry_options import metrics_port_option, start_telemetry
 from outbox.core.durations import parse_duration
 
 log = logging.getLogger("outbox.worker")
@@ -48,11 +49,13 @@ log = logging.getLogger("outbox.worker")
     metavar="DURATION",
     help="Longest wait before a failed command is tried again (the wait doubles per failure).",
 )
+@metrics_port_option
 @json_option
 @pass_cli
 def run_dispatcher(
     cli: CliContext,
     *,
+    metrics_port: int | None,
     concurrency: int,
     batch_size: int,
     once: bool,
@@ -73,6 +76,8 @@ def run_dispatcher(
     backoff_max = parse_duration(max_backoff, name="--max-backoff")
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
+        queue = ob.runtime.queue if settings.command_transport == "sql" else None
+        start_telemetry(metrics_port, service_name="outbox-dispatcher", queue=queue)
         worker = DispatcherWorker(
             ob.runtime,
             concurrency=concurrency,

@@ -19,12 +19,13 @@ a late child fine. Operator jobs (a rescue pass, a worker command) keep their ow
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
+from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from outbox.core.errors import ConfigurationError
@@ -37,6 +38,13 @@ if TYPE_CHECKING:
 SCOPE = "delta-outbox"
 TRACE_HEADERS = ("traceparent", "tracestate")
 MAX_LINKS = 32  # a batch of 500 messages from 500 requests links the first 32
+
+#: seconds, from a fast commit to an hour-late rescue
+SECONDS_BUCKETS: tuple[float, ...] = (
+    *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
+    *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0),
+)
+QUEUE_STATES = ("active", "scheduled", "locked", "deferred", "dead_lettered")
 
 _propagator = TraceContextTextMapPropagator()
 _tracer_provider: TracerProvider | None = None
@@ -77,9 +85,34 @@ def instrument(kind: str, name: str, unit: str, description: str) -> Any:
     key = f"{kind}:{name}"
     inst = _cache.get(key)
     if inst is None:
+        extra: dict[str, Any] = {}
+        if kind == "histogram" and unit == "s":  # the SDK's default buckets are milliseconds
+            extra["explicit_bucket_boundaries_advisory"] = SECONDS_BUCKETS
         factory = getattr(meter(), f"create_{kind}")
-        inst = _cache[key] = factory(name, unit=unit, description=description)
+        inst = _cache[key] = factory(name, unit=unit, description=description, **extra)
     return inst
+
+
+def observe_queue_depth(stats: Callable[[], Mapping[str, Any]]) -> None:
+    """``outbox.queue.messages{queue, state}``: each queue's depth, read by ``stats()`` (a
+    ``QueueStats`` per queue) when the metrics are collected; a failed read reports nothing."""
+    if "queue_depth" in _cache:
+        return
+
+    def callback(_options: CallbackOptions) -> Iterable[Observation]:
+        try:
+            snapshot = stats()
+        except Exception:  # the queue is unreachable: no sample beats a wrong one
+            return []
+        return [
+            Observation(getattr(s, state), {"queue": name, "state": state})
+            for name, s in snapshot.items()
+            for state in QUEUE_STATES
+        ]
+
+    _cache["queue_depth"] = meter().create_observable_gauge(
+        "outbox.queue.messages", [callback], unit="{message}", description="queue depth by state"
+    )
 
 
 # --- trace context in message headers -----------------------------------------------------
