@@ -19,6 +19,7 @@ from outbox.cli.output import (
     quiet_logger,
 )
 from outbox.cli.support import CliContext, json_option, pass_cli
+from outbox.cli.telemetry_options import metrics_port_option, start_telemetry
 from outbox.core.clock import SystemClock
 from outbox.core.durations import format_duration, parse_duration
 from outbox.core.errors import ConfigurationError, OutboxError, ValidationError
@@ -106,10 +107,12 @@ def _show(report: PassReport, *, as_json: bool, looping: bool, first: bool = Tru
     help="Delete this rescuer's checkpoint and exit. Do it for a rescuer you no longer run: the "
     "oldest checkpoint holds back log trimming and vacuum.",
 )
+@metrics_port_option
 @json_option
 @pass_cli
 def rescue(
     cli: CliContext,
+    metrics_port: int | None,
     every: str | None,
     delay: str | None,
     engine: str,
@@ -147,6 +150,10 @@ def rescue(
         raise ValidationError(
             f"--every: {every!r} is not a positive duration", hint="write it like 30s, 5m or 1h"
         )
+    if metrics_port is not None and every_s is None:
+        raise ValidationError(
+            "--metrics-port serves a long-running rescuer", hint="add --every 30s (or drop it)"
+        )
     clock = SystemClock()
     store = DeltaDocumentStore(
         settings.table_uri, storage_options=settings.storage_options, clock=clock
@@ -169,6 +176,7 @@ def rescue(
             if every_s is None:
                 _show(rescue_pass.run(full=full), as_json=as_json, looping=False)
                 return
+            start_telemetry(metrics_port, service_name="outbox-rescuer")
             shown = 0
 
             def on_report(r: PassReport) -> None:
