@@ -6,7 +6,8 @@ PostgreSQL URL every seed gets a database of its own on that server, created for
 dropped after it passed (a failed seed's database is kept with its folder), so seeds can run
 concurrently against one server and none sees another's queue or checkpoints. With the Spark
 engine the rescuer's passes plan on Spark; the session is the process's one (``get_spark``
-reuses it), so it starts once for every pass and every seed.
+reuses it), so it starts once for every pass and every seed. ``--writer spark`` adds a Spark
+driver process to each seed's writers (``outbox.checker.spark_writer``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from outbox.core.errors import ConfigurationError
 
 ENGINES = ("local", "spark")
+WRITERS = ("python", "spark")
 _counter = itertools.count()
 
 
@@ -67,6 +69,14 @@ def check_engine(engine: str) -> str:
             f"--engine {engine!r} is not a rescuer engine", hint="use local or spark"
         )
     return engine
+
+
+def check_writer(writer: str) -> str:
+    if writer not in WRITERS:
+        raise ConfigurationError(
+            f"--writer {writer!r} is not a writer mode", hint="use python or spark"
+        )
+    return writer
 
 
 def _execute(url: str, statement: str, what: str) -> None:

@@ -37,7 +37,7 @@ log = logging.getLogger("outbox.checker")
 
 TICK = 0.02
 PASS_EVERY = 0.3
-WRITE_PHASE_LIMIT = 300.0
+WRITE_PHASE_LIMIT = 900.0  # a Spark writer's batches (--writer spark) take minutes under load
 
 Progress = Callable[[str], None]
 

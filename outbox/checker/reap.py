@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from outbox.checker import procs
+from outbox.checker import procs, spark_writer
 
 MAX_WRITER_RESTARTS = 3  # a killed writer is restarted (without a fired crash point) this often
 
@@ -73,6 +73,8 @@ class Children:
 
     def start(self, child: Child) -> None:
         target = procs.writer_main if child.role == "writer" else procs.worker_main
+        if child.cfg.get("spark"):
+            target = spark_writer.spark_writer_main
         child.proc = self.ctx.Process(
             target=target,
             args=(child.cfg,),

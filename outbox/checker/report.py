@@ -72,6 +72,9 @@ class CheckReport:
     mutation: str = ""  # the deliberately broken build this seed ran against ("" = none)
     sql: str = "sqlite"  # the queue's and checkpoints' database: sqlite or postgresql
     engine: str = "local"  # the rescuer's engine: local or spark
+    writer: str = "python"  # python, or spark: a Spark driver among the writers
+    spark_batches: int = 0  # batches the Spark writer committed (its crashed one included)
+    spark_commit_retries: int = 0  # its MERGEs that lost a race to a concurrent commit
 
     @property
     def ok(self) -> bool:

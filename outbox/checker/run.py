@@ -11,12 +11,13 @@ from __future__ import annotations
 import os
 import random
 import shutil
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from outbox.checker.backends import SeedDatabase, check_engine, seed_database
+from outbox.checker.backends import SeedDatabase, check_engine, check_writer, seed_database
 from outbox.checker.execute import Run, drain, worker_child, write_phase
 from outbox.checker.reap import Child, Children, context
 from outbox.checker.recreate import delete_and_recreate
@@ -29,13 +30,14 @@ from outbox.checker.rescue import (
     RecordingSink,
     run_rescue_pass,
 )
-from outbox.checker.scenario import Scenario
+from outbox.checker.scenario import Scenario, SparkPlan
 from outbox.core.clock import SystemClock
 from outbox.testing import mutations
 
 __all__ = ["InterruptedPass", "OffsetClock", "run_check", "run_rescue_pass"]
 
 LOCK_DURATION = 2.0  # a SIGKILLed worker's commands come back after this long
+SPARK_READY_LIMIT = 600.0  # a Spark writer's JVM must be up by then (minutes on a loaded box)
 
 Progress = Callable[[str], None]
 
@@ -51,19 +53,22 @@ def run_check(
     mutation: str | None = None,
     sql: str = "sqlite",
     engine: str = "local",
+    writer: str = "python",
 ) -> CheckReport:
     """Run one seed end to end in ``workdir/seed-<seed>`` and return the verdict.
 
     ``mutation``: the name of a deliberately broken build (default: ``OUTBOX_CHECK_MUTATION``).
     ``sql``: ``sqlite`` or a PostgreSQL URL (a database per seed on that server); ``engine``:
-    the rescuer's engine, ``local`` or ``spark`` (``outbox.checker.backends``).
+    the rescuer's engine, ``local`` or ``spark`` (``outbox.checker.backends``); ``writer``:
+    ``python``, or ``spark`` for a Spark driver among the writers (``spark_writer``).
     """
     mutation = os.environ.get(mutations.ENV_VAR, "") if mutation is None else mutation
     broken = mutations.get(mutation)
     say = progress or (lambda _m: None)
-    sc = Scenario.from_seed(seed, scale=scale)
+    sc = Scenario.from_seed(seed, scale=scale, writer=check_writer(writer))
     report = CheckReport(seed=seed, scenario=sc.describe(), mutation=mutation)
     report.engine = check_engine(engine)
+    report.writer = writer
     t_start = time.monotonic()
     root = Path(workdir) / f"seed-{seed}"
     if root.exists():
@@ -74,7 +79,12 @@ def run_check(
     report.sql = db.backend
     run, sink, close = _prepare(sc, report, root, mutation, broken, say, db)
     try:
-        for child in run.children.writers + run.children.workers[:1]:
+        python_writers = [w for w in run.children.writers if not w.cfg.get("spark")]
+        for child in run.children.writers:
+            if child.cfg.get("spark"):  # its JVM first: the batches must meet the writers
+                run.children.start(child)
+                _await_ready(run, child)
+        for child in python_writers + run.children.workers[:1]:
             run.children.start(child)
         write_phase(run)
         drain(run, drain_timeout)
@@ -85,6 +95,7 @@ def run_check(
         from outbox.checker.verify import verify
 
         verify(run, root, sink.first_command_at)
+        _spark_counts(run)
     finally:
         close()
     report.duration_s = round(time.monotonic() - t_start, 2)
@@ -93,6 +104,30 @@ def run_check(
         db.drop()
     say(report.summary())
     return report
+
+
+def _await_ready(run: Run, child: Child) -> None:
+    """Wait (on its journal, with a deadline) until the Spark writer's session is up."""
+    deadline = time.monotonic() + SPARK_READY_LIMIT
+    while time.monotonic() < deadline:
+        if any(e.get("event") == "ready" for e in child.journal()):
+            run.say(f"Spark writer ready after {run.elapsed():.1f}s")
+            return
+        if not child.alive:
+            if child.proc.exitcode == -signal.SIGKILL:  # a planned fault (or a mutation)
+                return
+            break
+        time.sleep(0.1)
+    log_tail = Path(child.cfg["stderr"]).read_text("utf-8")[-2000:] if child.cfg else ""
+    raise RuntimeError(f"the Spark writer did not start (exit {child.proc.exitcode}): {log_tail}")
+
+
+def _spark_counts(run: Run) -> None:
+    for child in run.children.writers:
+        if child.cfg.get("spark"):
+            rounds = [e for e in child.journal() if e.get("event") == "round" and e.get("saved")]
+            run.report.spark_batches = len({e["round"] for e in rounds})
+            run.report.spark_commit_retries = sum(int(e.get("commit_retries", 0)) for e in rounds)
 
 
 def _prepare(
@@ -127,6 +162,8 @@ def _prepare(
     base = _base_config(sc, root, overrides, mutation)
     children = Children(context())
     children.writers = [_writer_child(w, base, sc, root) for w in sc.writers]
+    if sc.spark is not None:
+        children.writers.append(_spark_child(sc.spark, base, sc, root))
     children.workers = [worker_child(k.index, base, k.seed, k.crash, root) for k in sc.workers]
     for kill in sc.kills:
         (children.writers if kill.role == "writer" else children.workers)[
@@ -173,6 +210,24 @@ def _prepare(
         store.close()
 
     return run, recording, close
+
+
+def _spark_child(plan: SparkPlan, base: dict[str, Any], sc: Scenario, root: Path) -> Child:
+    cfg = {
+        **base,
+        "spark": True,
+        "index": plan.index,
+        "seed": plan.seed,
+        "rounds": plan.rounds,
+        "start": 0,
+        "crash": plan.crash,
+        "plan": [[list(p) for p in batch] for batch in plan.batches],
+        "app_id": f"outbox-check-{sc.seed}",
+        "journal": str(root / f"writer-{plan.index}.jsonl"),
+        "stderr": str(root / f"writer-{plan.index}.log"),
+        "await_kill": False,
+    }
+    return Child("writer", plan.index, cfg)
 
 
 def _base_config(

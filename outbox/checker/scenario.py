@@ -42,6 +42,25 @@ class WorkerPlan:
 
 
 @dataclass(frozen=True, slots=True)
+class SparkPlan:
+    """The Spark writer of ``outbox check --writer spark`` (``outbox.checker.spark_writer``).
+
+    ``batches[b]``: (document, messages) pairs applied in one ``SparkOutbox.apply``: a few of
+    the Python writers' shared documents (the same ids and buckets they commit to) and the
+    writer's own. ``crash``: the ``after_commit`` crash point on one batch (kill or raise).
+    """
+
+    index: int
+    seed: int
+    batches: tuple[tuple[tuple[str, int], ...], ...]
+    crash: str
+
+    @property
+    def rounds(self) -> int:
+        return len(self.batches)
+
+
+@dataclass(frozen=True, slots=True)
 class Kill:
     """A SIGKILL from the supervisor. A writer is killed once its journal shows ``after_round``
     rounds done (a point it surely reaches alive, wherever its own crash point sent it); a worker
@@ -80,13 +99,16 @@ class Scenario:
     workers: list[WorkerPlan] = field(default_factory=list)
     kills: list[Kill] = field(default_factory=list)
     outages: list[Outage] = field(default_factory=list)
+    spark: SparkPlan | None = None  # ``--writer spark``: one Spark driver beside the writers
 
     @classmethod
-    def from_seed(cls, seed: int, *, scale: float = 1.0) -> Scenario:
+    def from_seed(cls, seed: int, *, scale: float = 1.0, writer: str = "python") -> Scenario:
         """``scale`` multiplies the work (rounds per writer); the soak uses more than the tests.
 
         Every fault is placed where it fires: crash points on an early hit, writer kills at a
         round the writer reaches, worker kills and outages no later than the end of the writes.
+        ``writer="spark"`` adds a Spark writer, drawn from a generator of its own so that the
+        rest of the plan is the same seed's plan without it.
         """
         rng = random.Random(seed)
         n_writers = rng.randint(2, 3)
@@ -106,10 +128,14 @@ class Scenario:
             Outage(round(rng.uniform(0.2, horizon), 2), round(rng.uniform(0.2, 0.8), 2))
             for _ in range(rng.randint(0, 2))
         ]
+        private_share = rng.choice((0.0, 0.3, 0.6))  # drawn in this order: seeds replay plans
+        pool = rng.randint(6, 16)
+        spark = _spark(seed, len(writers), pool, scale) if writer == "spark" else None
         return cls(
             seed=seed,
-            private_share=rng.choice((0.0, 0.3, 0.6)),
-            pool=rng.randint(6, 16),
+            spark=spark,
+            private_share=private_share,
+            pool=pool,
             buckets=rng.choice((1, 2, 4)),
             docs_per_round=(1, rng.randint(2, 4)),
             msgs_per_doc=(1, rng.randint(1, 3)),
@@ -128,6 +154,8 @@ class Scenario:
         out += [f"worker {w.index} crash {w.crash}" for w in self.workers if w.crash]
         out += [k.describe() for k in self.kills]
         out += [f"stranded writer {w.index} round {r}" for w in self.writers for r in w.stranded]
+        if self.spark is not None:
+            out.append(f"writer {self.spark.index} crash {self.spark.crash}")
         return out
 
     def to_dict(self) -> dict[str, Any]:
@@ -146,6 +174,13 @@ class Scenario:
             f"outages {[(o.at, o.seconds) for o in self.outages]}; send failure rate "
             f"{self.failure_rate}, latency {self.latency_ms} ms, rescue failure rate "
             f"{self.rescue_failure_rate}, private rounds {self.private_share:.0%}"
+            + (
+                f"; Spark writer {self.spark.index}: {self.spark.rounds} batches of "
+                f"{'/'.join(str(len(b)) for b in self.spark.batches)} docs, crash "
+                f"{self.spark.crash}"
+                if self.spark is not None
+                else ""
+            )
         )
 
 
@@ -168,6 +203,20 @@ def _writer(rng: random.Random, index: int, scale: float) -> WriterPlan:
     normal = [r for r in range(rounds) if r not in stranded]
     conflicted = (rng.choice(normal),) if index == 0 else ()
     return WriterPlan(index, rng.randrange(2**31), rounds, crash, stranded, conflicted)
+
+
+def _spark(seed: int, index: int, pool: int, scale: float) -> SparkPlan:
+    """A Spark writer's batches: 2-3 of them, each on 1-3 shared documents and its own (about
+    8-24 at scale 1), 1-2 messages a document; the crash point on one batch's commit."""
+    rng = random.Random(seed ^ 0x5A4B)
+    shared = [f"pkg-{i:03d}" for i in range(pool)]
+    own = [f"spark-{i:03d}" for i in range(max(4, round(rng.randint(8, 24) * scale)))]
+    batches = []
+    for _ in range(rng.randint(2, 3)):
+        docs = sorted(rng.sample(shared, rng.randint(1, 3))) + own
+        batches.append(tuple((d, rng.randint(1, 2)) for d in docs))
+    crash = f"after_commit@{rng.randint(1, len(batches))}={rng.choice(('kill', 'kill', 'raise'))}"
+    return SparkPlan(index, rng.randrange(2**31), tuple(batches), crash)
 
 
 def _kill(rng: random.Random, writers: list[WriterPlan], n_workers: int, horizon: float) -> Kill:

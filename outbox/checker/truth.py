@@ -8,10 +8,13 @@ exactly "what was committed", whoever wrote it and whatever happened to them aft
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlparse
 
 from outbox.core.model import OutboxMessage
 
@@ -41,14 +44,66 @@ class Truth:
     doc_ids: set[str] = field(default_factory=set)  # the table's document ids
 
 
+WRITTEN = ("insert", "update_postimage")
+
+
 def read_truth(delta_table: Any) -> Truth:
     import pyarrow as pa
 
-    reader = delta_table.load_cdf(starting_version=0, columns=FEED_COLUMNS)
-    rows = pa.RecordBatchReader.from_stream(reader).read_all().to_pylist()
-    return truth_from_images(
-        r for r in rows if str(r["_change_type"]) in ("insert", "update_postimage")
-    )
+    try:
+        reader = delta_table.load_cdf(starting_version=0, columns=FEED_COLUMNS)
+        rows = pa.RecordBatchReader.from_stream(reader).read_all().to_pylist()
+    except pa.ArrowInvalid as e:
+        if "nullable" not in str(e):
+            raise
+        # Change files written by Spark (``--writer spark``): delta-rs refuses them (below).
+        return truth_from_images(read_feed_files(delta_table.table_uri))
+    return truth_from_images(r for r in rows if str(r["_change_type"]) in WRITTEN)
+
+
+def read_feed_files(table_uri: str) -> list[dict[str, Any]]:
+    """The feed's inserts and post-images read from the log and the files themselves.
+
+    Why: delta-spark writes every Parquet field nullable (and timestamps as INT96), and
+    deltalake's ``load_cdf`` then refuses to cast the ``outbox`` structs to the table's
+    non-nullable fields ("Cannot cast nullable struct field 'seq' to non-nullable field"); its
+    plain scans accept the same files. Per commit, the change files (``cdc`` actions) when there
+    are any, else the added files as inserts, as the Delta protocol defines the feed. Local
+    tables only: the checker's workspace is a folder, and its log is never trimmed (see
+    ``run._prepare``).
+    """
+    import pyarrow.parquet as pq
+
+    root = _local_path(table_uri)
+    log = root / "_delta_log"
+    versions = sorted(int(p.stem) for p in log.glob("*.json") if p.stem.isdigit())
+    if versions and versions[0] != 0:
+        raise RuntimeError(f"the log of {table_uri} starts at version {versions[0]}, not 0")
+    out: list[dict[str, Any]] = []
+    wanted = [c for c in FEED_COLUMNS if not c.startswith("_commit")]
+    for v in versions:
+        actions = [
+            json.loads(line)
+            for line in (log / f"{v:020d}.json").read_text("utf-8").splitlines()
+            if line.strip()
+        ]
+        info: dict[str, Any] = next((a["commitInfo"] for a in actions if "commitInfo" in a), {})
+        at = info.get("inCommitTimestamp") or info.get("timestamp") or 0
+        cdc = [a["cdc"]["path"] for a in actions if "cdc" in a]
+        files = cdc or [a["add"]["path"] for a in actions if a.get("add", {}).get("dataChange")]
+        for path in files:
+            table = pq.read_table(root / unquote(path))
+            names = [c for c in wanted if c in table.column_names]
+            for r in table.select(names).to_pylist():
+                if str(r.get("_change_type") or "insert") in WRITTEN:
+                    out.append({**r, "_commit_version": v, "_commit_timestamp": at})
+    return out
+
+
+def _local_path(table_uri: str) -> Path:
+    if "://" in table_uri and not table_uri.startswith("file://"):
+        raise RuntimeError(f"{table_uri}: the checker reads a local table's change files only")
+    return Path(unquote(urlparse(table_uri).path) if table_uri.startswith("file://") else table_uri)
 
 
 def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:

@@ -80,6 +80,15 @@ _COLUMNS = [
     "OUTBOX_DELTA_JARS or .cache/jars) and reuses it for every pass and seed.",
 )
 @click.option(
+    "--writer",
+    type=click.Choice(["python", "spark"]),
+    default="python",
+    show_default=True,
+    help="spark: one writer per seed is a Spark driver applying batches through SparkOutbox "
+    "(its own JVM; Delta JARs as for --engine spark) beside the Python writers, on some of "
+    "the same documents; its planned crash is a kill or raise right after a batch's commit.",
+)
+@click.option(
     "--results",
     "results_file",
     metavar="FILE",
@@ -97,6 +106,7 @@ def check(
     workdir: str | None,
     sql: str,
     engine: str,
+    writer: str,
     results_file: str | None,
     as_json: bool,
 ) -> None:
@@ -123,6 +133,7 @@ def check(
             progress=logging.getLogger("outbox.check").info,
             sql=sql,
             engine=engine,
+            writer=writer,
         )
         if not as_json:
             say(r.summary())
@@ -137,6 +148,7 @@ def check(
                 "minutes": minutes,
                 "sql": "sqlite" if sql == "sqlite" else "postgresql",
                 "engine": engine,
+                "writer": writer,
             }
             write_results(Path(results_file), results_document(reports, options))
     total = aggregate(reports)

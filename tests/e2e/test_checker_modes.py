@@ -1,6 +1,7 @@
 """The checker on the real parts: the command queue and the rescuer's checkpoints on a PostgreSQL
-server (``outbox check --sql URL``: a database per seed), and the rescuer's passes on the Spark
-engine (``outbox check --engine spark``: one SparkSession for every pass and seed).
+server (``outbox check --sql URL``: a database per seed), the rescuer's passes on the Spark
+engine (``outbox check --engine spark``: one SparkSession for every pass and seed), and a Spark
+driver among the writers (``outbox check --writer spark``: its own JVM, in a child process).
 
 Both must FAIL, not skip, under ``CI=true`` when their server or Spark cannot start (the
 ``pg_server`` fixture and ``spark_for_checker`` below follow the suite's pattern).
@@ -17,6 +18,7 @@ import pytest
 
 from outbox.checker.report import CheckReport
 from outbox.checker.run import run_check
+from outbox.checker.scenario import Scenario
 from tests.e2e.conftest import RunSeed, seed_runner
 from tests.pg import PostgresServer
 
@@ -108,6 +110,56 @@ def test_seed_on_spark(seed: int, spark_for_checker: Any, tmp_path: Path) -> Non
     _holds(report)
 
 
+#: Seed 12's Spark writer is killed after its last batch's commit: one JVM start per seed (a
+#: kill in an earlier batch restarts the driver, a second JVM; ``outbox check --writer spark``
+#: runs those seeds, e.g. seed 1).
+SPARK_WRITER_SEEDS = [12]
+
+
+@pytest.fixture(scope="session")
+def spark_writer_parts() -> None:
+    """What the Spark writer's child process needs (PySpark, delta-spark, the Delta JARs, a
+    java): checked here without starting a JVM in the test process."""
+    import shutil
+
+    why = ""
+    try:
+        import delta  # noqa: F401
+        import pyspark  # noqa: F401
+
+        from rescuer.cdf_spark import find_jars
+
+        if not find_jars():
+            why = "no Delta JARs (OUTBOX_DELTA_JARS or .cache/jars)"
+        elif not (shutil.which("java") or os.environ.get("JAVA_HOME")):
+            why = "no java on PATH and no JAVA_HOME"
+    except Exception as e:  # ImportError, EngineError (OUTBOX_DELTA_JARS names no JAR)
+        why = f"{type(e).__name__}: {e}"
+    if why:
+        if _in_ci():
+            pytest.fail(f"Spark is required under CI=true: {why}")
+        pytest.skip(f"a Spark writer cannot start here: {why}; run scripts/test.sh")
+
+
+@pytest.mark.slow
+@pytest.mark.spark
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("seed", SPARK_WRITER_SEEDS)
+def test_seed_with_a_spark_writer(seed: int, spark_writer_parts: None, tmp_path: Path) -> None:
+    report = run_check(seed, tmp_path, scale=SCALE, drain_timeout=60, writer="spark")
+    assert report.writer == "spark"
+    _holds(report)
+    plan = Scenario.from_seed(seed, scale=SCALE, writer="spark").spark
+    assert plan is not None
+    # its crash right after a batch's commit was planned and fired (``_holds``: none unfired)
+    assert report.faults[f"writer {plan.index} crash {plan.crash}"], report.faults
+    assert report.spark_batches == plan.rounds, report.to_dict()
+    print(
+        f"{report.summary()}; Spark batches {report.spark_batches}, MERGE retries "
+        f"{report.spark_commit_retries}, crashes {report.crashes}"
+    )
+
+
 def test_the_sql_option_takes_sqlite_or_a_postgresql_url(tmp_path: Path) -> None:
     from outbox.core.errors import ConfigurationError
 
@@ -115,3 +167,5 @@ def test_the_sql_option_takes_sqlite_or_a_postgresql_url(tmp_path: Path) -> None
         run_check(1, tmp_path, sql="mysql://u@h/db")
     with pytest.raises(ConfigurationError, match="not a rescuer engine"):
         run_check(1, tmp_path, engine="duckdb")
+    with pytest.raises(ConfigurationError, match="not a writer mode"):
+        run_check(1, tmp_path, writer="java")
