@@ -549,7 +549,8 @@ def test_real_process_prints_one_line_and_no_traceback(tmp_path: Path) -> None:
 
 
 def test_a_misspelt_variable_is_warned_about_in_a_real_process(ws: Path) -> None:
-    result = _run("-w", str(ws), "status", "--json", OUTBOX_RESCUE_DELY="30s")
+    """... and ``--quiet`` leaves only warnings on stderr (the worker's INFO lines go)."""
+    result = _run("-q", "-w", str(ws), "run-dispatcher", "--once", OUTBOX_RESCUE_DELY="30s")
     assert result.returncode == 0, result.stderr
     assert [ln.split(" ", 2)[2] for ln in result.stderr.splitlines()] == [
         "WARNING outbox.settings: ignoring the environment variable OUTBOX_RESCUE_DELY: no "

@@ -39,11 +39,14 @@ from outbox.cli.support import CliContext, OutboxGroup
     help="Settings file (TOML). Default <workspace>/outbox.toml.",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr.")
 @click.version_option(package_name="delta-outbox")
 @click.pass_context
-def main(ctx: click.Context, workspace: str | None, config: str | None, verbose: bool) -> None:
+def main(
+    ctx: click.Context, workspace: str | None, config: str | None, verbose: bool, quiet: bool
+) -> None:
     """delta-outbox: a transactional outbox on Delta Lake with a change-feed rescuer."""
-    setup_logging(verbose)
+    setup_logging(verbose, quiet=quiet)
     ctx.obj = CliContext(workspace=workspace, config=config, verbose=verbose)
 
 

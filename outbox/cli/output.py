@@ -36,10 +36,11 @@ _NOISY_LIBRARIES = ("py4j", "alembic", "urllib3")
 _GAP = "  "
 
 
-def setup_logging(verbose: bool) -> None:
-    """Logs go to stderr (stdout is the result's): INFO by default, DEBUG with ``--verbose``."""
+def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
+    """Logs go to stderr (stdout is the result's): INFO by default, DEBUG with ``--verbose``,
+    WARNING with ``--quiet`` (for cron: only what needs a look)."""
     logging.basicConfig(
-        level=logging.DEBUG if verbose else logging.INFO,
+        level=logging.DEBUG if verbose else logging.WARNING if quiet else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         stream=sys.stderr,
     )
