@@ -29,7 +29,11 @@ from dispatcher.queue import QueueMessage, SqlQueue
 from tests.queue import order_workers
 
 pytestmark = pytest.mark.slow
-ctx = multiprocessing.get_context("spawn")
+# A fork server that imported the workers (and SQLAlchemy, the drivers) once: each process then
+# starts in milliseconds instead of re-importing everything, and the server is single-threaded,
+# so forking it is safe where forking pytest would not be.
+ctx = multiprocessing.get_context("forkserver")
+ctx.set_forkserver_preload(["tests.queue.order_workers", "psycopg"])
 SESSIONS = {"A": 10, "B": 10, "C": 10, "D": 10, "P": 6}
 POISON = "P-2"
 WORKERS = 2
