@@ -1,0 +1,93 @@
+"""``outbox run-dispatcher --metrics-port``: a real process serves Prometheus text, and its
+numbers are what the test made it do (3 commands for 3 documents holding 6 messages)."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from outbox.app import Outbox
+from outbox.testing.crash_points import InjectedCrash, crash_points
+
+OUTBOX = str(Path(sys.executable).with_name("outbox"))
+DOCS, MSGS = 3, 2
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    return {
+        (s.name, frozenset((k, v) for k, v in s.labels.items() if not k.startswith("otel_"))): (
+            s.value
+        )
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def value(
+    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
+) -> float:
+    return samples.get((name, frozenset(labels.items())), 0.0)
+
+
+def write(ob: Outbox, doc_id: str) -> None:
+    with ob.unit_of_work() as uow:
+        doc = uow.create(doc_id, type="order")
+        for n in range(MSGS):
+            doc.send("OrderPlaced", {"n": n})
+
+
+def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, default_destination="shipments") as ob:
+        for i in range(DOCS):  # the dispatcher dies after each commit: commands finish the job
+            crash_points.arm("after_commit")
+            with pytest.raises(InjectedCrash):
+                write(ob, f"order-{i}")
+        crash_points.disarm()
+        pending = ob.store.scan_pending().to_pylist()
+        assert ob.runtime.enqueue_commands((str(r["id"]), int(r["last_seq"])) for r in pending) == 3
+        commands = ob.settings.command_queue
+    port = free_port()
+    port_option = ["--metrics-port", str(port)]
+    worker = subprocess.Popen(
+        [OUTBOX, "-w", str(ws), "run-dispatcher", "--poll-interval", "50ms", *port_option],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        while value(samples, "outbox_commands_completed_total") < DOCS:
+            assert worker.poll() is None, worker.communicate()[1]
+            assert time.monotonic() < deadline, f"never completed {DOCS} commands: {samples}"
+            try:
+                samples = scrape(port)
+            except OSError:  # not listening yet
+                time.sleep(0.05)  # poll again; the loop's condition has its deadline
+        assert value(samples, "outbox_messages_sent_total") == DOCS * MSGS
+        assert value(samples, "outbox_dispatch_settle_duration_seconds_count") == DOCS * MSGS
+        assert value(samples, "outbox_watermark_merges_total") >= 1
+        assert value(samples, "outbox_queue_messages", queue="shipments", state="active") == 6
+        assert value(samples, "outbox_queue_messages", queue=commands, state="active") == 0
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        _out, err = worker.communicate(timeout=30)
+    assert worker.returncode == 0, err
+    assert "Traceback" not in err
