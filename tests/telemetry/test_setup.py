@@ -1,0 +1,34 @@
+"""Starting telemetry: a missing SDK and a misplaced option each give one line with the fix."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from outbox.cli import main
+from outbox.core import telemetry
+from outbox.core.errors import ConfigurationError
+
+
+def test_without_the_sdk_the_error_says_which_extra_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.metrics", None)  # import fails
+    with pytest.raises(ConfigurationError, match=r"pip install 'delta-outbox\[otel\]'"):
+        telemetry.configure(metrics_port=1)
+
+
+def test_nothing_is_installed_when_nothing_is_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_ENDPOINT", raising=False)
+    monkeypatch.setitem(sys.modules, "opentelemetry.sdk.metrics", None)
+    telemetry.configure(metrics_port=None)  # no SDK needed, no error
+
+
+def test_rescue_metrics_port_needs_every(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["-w", str(tmp_path), "rescue", "--metrics-port", "9464"])
+    assert result.exit_code != 0
+    assert "--metrics-port serves a long-running rescuer" in result.output
+    assert "Traceback" not in result.output
