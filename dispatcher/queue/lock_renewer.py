@@ -15,6 +15,7 @@ from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from outbox.core import telemetry
 from outbox.core.clock import Clock
 from outbox.core.errors import OutboxError
 
@@ -69,6 +70,9 @@ class LockRenewer:
                 try:
                     expiries[msg.sequence_number] = self.queue.renew_lock(msg)
                     self.renewals += 1
+                    telemetry.instrument(
+                        "counter", "outbox.lock.renewals", "{renewal}", "message locks renewed"
+                    ).add(1)
                 except OutboxError as e:  # lost or settled meanwhile: nothing more to keep
                     log.warning("could not renew the lock of %s: %s", msg.message_id, e)
                     expiries.pop(msg.sequence_number, None)

@@ -37,6 +37,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import (
     ChangeDataFeedDisabledError,
@@ -283,6 +284,9 @@ class DeltaDocumentStore:
 
     def _backoff(self, attempt: int) -> None:
         self.commit_retries += 1
+        telemetry.instrument(
+            "counter", "outbox.conflict_retries", "{retry}", "Delta commit conflicts retried"
+        ).add(1)
         delay = self._retry_base * (2 ** min(attempt, 6)) * (0.5 + random.random())
         self._clock.sleep(delay)
 
