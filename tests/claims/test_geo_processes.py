@@ -186,11 +186,18 @@ def pg_regions(tmp_path: Path, pg_server: Any) -> Iterator[Regions]:
     """The regions' queues and the claim log as three databases on the PostgreSQL server."""
     if isinstance(pg_server, str):
         pytest.skip("three databases are needed; OUTBOX_TEST_PG_URL names only one")
+    import psycopg
+
     stamp = f"{os.getpid()}_{int(time.time() * 1000) % 10**8}"
-    urls = {n: pg_server.create_database(f"geo_{n}_{stamp}") for n in NAMES}
-    for url in urls.values():
-        upgrade(url)
-    r = Regions(tmp_path, urls)
+    template = f"geo_template_{stamp}"
+    upgrade(pg_server.create_database(template))  # migrated once, then copied three times
+    with psycopg.connect(
+        f"host=127.0.0.1 port={pg_server.port} user=outbox dbname=postgres", autocommit=True
+    ) as c:
+        for n in NAMES:
+            c.execute(f'CREATE DATABASE "geo_{n}_{stamp}" TEMPLATE "{template}"')
+    base = f"postgresql+psycopg://outbox@127.0.0.1:{pg_server.port}"
+    r = Regions(tmp_path, {n: f"{base}/geo_{n}_{stamp}" for n in NAMES})
     yield r
     r.close()
 
