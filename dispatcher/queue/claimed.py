@@ -14,6 +14,7 @@ For each message the consumer received (``Consumer(..., claims=log)``)::
       ok        -> claim completed, then our copy completed
       permanent -> claim failed, our copy dead-lettered
       other     -> claim released (pending: any region may retry it), our copy abandoned
+      deferred  -> claim released, our copy deferred (DeferMessage raised or returned)
 
 Nothing runs without a claim: a claim log that cannot be reached abandons the message with the
 consumer's backoff. The claim is completed before the queue copy, and that completion is retried
@@ -43,6 +44,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dispatcher.claims.ports import ClaimEntry, ClaimLog, ClaimStatus, message_key, session_key
+from dispatcher.queue.messages import DeferMessage
 from outbox.core.clock import Clock
 from outbox.core.errors import ClaimLogError, ClaimLostError, ConfigurationError
 
@@ -70,6 +72,8 @@ class Consumer(Protocol):
     def _abandon(self, msg: ReceivedMessage, error: Exception) -> None: ...
 
     def _dead_letter(self, msg: ReceivedMessage, error: BaseException) -> None: ...
+
+    def _defer(self, msg: ReceivedMessage, outcome: DeferMessage) -> None: ...
 
     def _settle(self, action: Any, msg: ReceivedMessage) -> None: ...
 
@@ -174,7 +178,11 @@ class ClaimedReceive:
                 self._held[k] = now + self.lease
         try:
             try:
-                consumer.handler(msg)
+                result = consumer.handler(msg)
+            except DeferMessage as e:  # "not now": nobody holds it meanwhile
+                self._settle_claim("release", key)
+                consumer._defer(msg, e)
+                return
             except consumer.permanent_errors as e:
                 self._settle_claim("fail", key)
                 consumer._dead_letter(msg, e)
@@ -182,6 +190,10 @@ class ClaimedReceive:
             except Exception as e:
                 self._settle_claim("release", key)
                 consumer._abandon(msg, e)
+                return
+            if isinstance(result, DeferMessage):
+                self._settle_claim("release", key)
+                consumer._defer(msg, result)
                 return
             if self._complete(key):
                 consumer._settle(consumer.queue.complete, msg)

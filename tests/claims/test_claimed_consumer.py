@@ -19,7 +19,7 @@ from dispatcher.claims.ports import ClaimLog, ClaimStatus, message_key, session_
 from dispatcher.claims.sql import SqlClaimLog
 from dispatcher.queue import Consumer, SqlQueue
 from dispatcher.queue.claimed import FAILED_ELSEWHERE
-from dispatcher.queue.messages import ReceivedMessage
+from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.transports.geo import GeoReplicatedTransport
 from dispatcher.transports.sql import SqlQueueTransport
 from outbox.core.clock import ManualClock
@@ -400,3 +400,24 @@ def test_session_granularity_a_region_waiting_for_an_earlier_message_leaves_the_
         clock.advance(1)
     assert [mid for _, mid in regions.calls] == ["m-s1-1", "m-s1-2"]
     assert regions.empty()
+
+
+@pytest.mark.parametrize("how", ["return", "raise"])
+def test_a_deferred_message_releases_its_claim(
+    regions: Regions, clock: ManualClock, how: str
+) -> None:
+    regions.geo.send([msg(1)])
+
+    def later(_m: ReceivedMessage) -> DeferMessage:
+        if how == "raise":
+            raise DeferMessage("waiting for the customs form")
+        return DeferMessage("waiting for the customs form")
+
+    drain(regions.consumer(0, later))  # type: ignore[arg-type]
+    entry = regions.claims.read(message_key(Q, "m-s1-1"))
+    assert entry is not None
+    assert (entry.status, entry.owner) == (ClaimStatus.PENDING, None)
+    [deferred] = regions.queues[0].receive_deferred(
+        Q, [regions.queues[0].peek(Q)[0].sequence_number]
+    )
+    assert deferred.message_id == "m-s1-1"
