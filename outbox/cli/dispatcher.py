@@ -77,7 +77,9 @@ def run_dispatcher(
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
         queue = ob.runtime.queue if settings.command_transport == "sql" else None
-        start_telemetry(metrics_port, service_name="outbox-dispatcher", queue=queue)
+        start_telemetry(
+            metrics_port, service_name="outbox-dispatcher", queue=queue, settings=settings
+        )
         worker = DispatcherWorker(
             ob.runtime,
             concurrency=concurrency,

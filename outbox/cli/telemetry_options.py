@@ -6,15 +6,19 @@ start-up, and their modules are edited for other reasons; each needs one decorat
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from outbox.core import telemetry
+from outbox.core.clock import utc
 
 if TYPE_CHECKING:
     from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.core.settings import Settings
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -31,10 +35,64 @@ def metrics_port_option(f: F) -> F:
 
 
 def start_telemetry(
-    metrics_port: int | None, *, service_name: str, queue: SqlQueue | None = None
+    metrics_port: int | None,
+    *,
+    service_name: str,
+    queue: SqlQueue | None = None,
+    settings: Settings | None = None,
 ) -> None:
     """Install the SDK (when asked for by the option or the OTLP variables); with ``queue``,
-    its depth per queue is reported as ``outbox.queue.messages``."""
+    its depth per queue is reported as ``outbox.queue.messages``; with ``settings``, the table's
+    pending messages and the oldest one's age (read at each scrape, like ``outbox status``)."""
     telemetry.configure(metrics_port=metrics_port, service_name=service_name)
     if queue is not None:
         telemetry.observe_queue_depth(queue.stats)
+    if settings is not None and metrics_port is not None:
+        probe = PendingProbe(settings)
+        telemetry.observe(
+            "outbox.pending.messages",
+            "{message}",
+            "messages committed and not yet sent",
+            lambda: [(probe.read(fresh=True)[0], {})],
+        )
+        telemetry.observe(
+            "outbox.pending.oldest_age",
+            "s",
+            "age of the oldest pending message (0 when none)",
+            lambda: [(probe.read(fresh=False)[1], {})],
+        )
+
+
+class PendingProbe:
+    """Pending messages and the oldest one's age: one table scan per scrape, both gauges read
+    it. Its own store: the scrape runs on the HTTP server's thread."""
+
+    def __init__(self, settings: Settings) -> None:
+        from outbox.delta.store import DeltaDocumentStore
+
+        self.store = DeltaDocumentStore(
+            settings.table_uri, storage_options=settings.storage_options
+        )
+        self._lock = threading.Lock()
+        self._value: tuple[float, float] | None = None
+
+    def read(self, *, fresh: bool) -> tuple[float, float]:
+        """``fresh``: scan now (the first gauge of a scrape); else the scan the first gauge
+        just made (a collection calls the callbacks in the order they were registered)."""
+        with self._lock:
+            if fresh or self._value is None:
+                self._value = self._scan()
+            return self._value
+
+    def _scan(self) -> tuple[float, float]:
+        self.store.refresh()
+        rows = self.store.scan_pending(columns=["dispatched_seq", "last_seq", "outbox"])
+        now = datetime.now(UTC)
+        messages, oldest = 0, now
+        for r in rows.to_pylist():
+            messages += int(r["last_seq"]) - int(r["dispatched_seq"])
+            for m in r["outbox"] or []:
+                created = m.get("created_at")
+                if int(m["seq"]) > int(r["dispatched_seq"]) and created is not None:
+                    oldest = min(oldest, utc(created))
+        return float(messages), (now - oldest).total_seconds()

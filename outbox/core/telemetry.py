@@ -93,25 +93,37 @@ def instrument(kind: str, name: str, unit: str, description: str) -> Any:
     return inst
 
 
-def observe_queue_depth(stats: Callable[[], Mapping[str, Any]]) -> None:
-    """``outbox.queue.messages{queue, state}``: each queue's depth, read by ``stats()`` (a
-    ``QueueStats`` per queue) when the metrics are collected; a failed read reports nothing."""
-    if "queue_depth" in _cache:
+def observe(
+    name: str, unit: str, description: str, read: Callable[[], Iterable[tuple[float, Any]]]
+) -> None:
+    """An observable gauge: ``read()`` gives (value, attributes) pairs when metrics are
+    collected (a scrape); a failed read reports nothing, since no sample beats a wrong one."""
+    key = f"observable:{name}"
+    if key in _cache:
         return
 
     def callback(_options: CallbackOptions) -> Iterable[Observation]:
         try:
-            snapshot = stats()
-        except Exception:  # the queue is unreachable: no sample beats a wrong one
+            return [Observation(value, attributes) for value, attributes in read()]
+        except Exception:
             return []
-        return [
-            Observation(getattr(s, state), {"queue": name, "state": state})
-            for name, s in snapshot.items()
-            for state in QUEUE_STATES
-        ]
 
-    _cache["queue_depth"] = meter().create_observable_gauge(
-        "outbox.queue.messages", [callback], unit="{message}", description="queue depth by state"
+    _cache[key] = meter().create_observable_gauge(
+        name, [callback], unit=unit, description=description
+    )
+
+
+def observe_queue_depth(stats: Callable[[], Mapping[str, Any]]) -> None:
+    """``outbox.queue.messages{queue, state}``: each queue's depth (``QueueStats`` per queue)."""
+    observe(
+        "outbox.queue.messages",
+        "{message}",
+        "queue depth by state",
+        lambda: [
+            (getattr(s, state), {"queue": name, "state": state})
+            for name, s in stats().items()
+            for state in QUEUE_STATES
+        ],
     )
 
 

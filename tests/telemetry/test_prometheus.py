@@ -59,8 +59,11 @@ def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
             crash_points.arm("after_commit")
             with pytest.raises(InjectedCrash):
                 write(ob, f"order-{i}")
-        crash_points.disarm()
         pending = ob.store.scan_pending().to_pylist()
+        crash_points.arm("after_commit")
+        with pytest.raises(InjectedCrash):
+            write(ob, "stuck")  # pending, and no command names it: the rescuer's job
+        crash_points.disarm()
         assert ob.runtime.enqueue_commands((str(r["id"]), int(r["last_seq"])) for r in pending) == 3
         commands = ob.settings.command_queue
     port = free_port()
@@ -86,6 +89,8 @@ def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
         assert value(samples, "outbox_watermark_merges_total") >= 1
         assert value(samples, "outbox_queue_messages", queue="shipments", state="active") == 6
         assert value(samples, "outbox_queue_messages", queue=commands, state="active") == 0
+        assert value(samples, "outbox_pending_messages") == MSGS  # the stuck document's
+        assert value(samples, "outbox_pending_oldest_age_seconds") > 0
     finally:
         worker.send_signal(signal.SIGTERM)
         _out, err = worker.communicate(timeout=30)
