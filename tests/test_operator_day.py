@@ -244,3 +244,32 @@ def test_spark_that_cannot_start_is_one_line_naming_the_fix(
     )
     assert result.exit_code == 1, result.output
     assert result.stderr.splitlines() == [expected.replace("{tmp}", str(tmp_path))]
+
+
+def test_check_prints_each_line_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The checker's narration (its summary last) reaches the operator once: on stdout in text,
+    as log lines with --json; never both."""
+    import json
+
+    from outbox.checker import run as checker_run
+    from outbox.checker.report import CheckReport
+
+    def fake_run_check(seed: int, root: Path, *, progress: Any, **_k: Any) -> CheckReport:
+        report = CheckReport(seed=seed, scenario="fake")
+        progress("scenario: fake")
+        progress(report.summary())
+        return report
+
+    monkeypatch.setattr(checker_run, "run_check", fake_run_check)
+    caplog.set_level(logging.INFO)
+    argv = ["check", "--seeds", "1", "--minutes", "0", "--workdir", str(tmp_path)]
+    text = CliRunner().invoke(main, argv)
+    summary = CheckReport(seed=1, scenario="fake").summary()
+    assert text.stdout.count(summary) == 1, text.output
+    assert [r for r in caplog.records if summary in r.getMessage()] == []
+    caplog.clear()
+    as_json = CliRunner().invoke(main, [*argv, "--json"])
+    assert json.loads(as_json.stdout)["seeds"][0]["seed"] == 1
+    assert [r.getMessage() for r in caplog.records].count(summary) == 1

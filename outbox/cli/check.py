@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 import tempfile
 import time
 from pathlib import Path
@@ -130,13 +129,11 @@ def check(
             seed,
             root,
             scale=scale,
-            progress=logging.getLogger("outbox.check").info,
+            progress=say,  # its lines, the summary last, once: stdout, or stderr with --json
             sql=sql,
             engine=engine,
             writer=writer,
         )
-        if not as_json:
-            say(r.summary())
         if not r.ok:
             say(f"seed {seed} FAILED: its files are in {root / f'seed-{seed}'}")
         reports.append(r)
