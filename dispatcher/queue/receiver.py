@@ -267,12 +267,26 @@ class SqlQueueReceiver:
     def defer(self, target: Settleable) -> None:
         """See ``DeferringReceiver.defer``."""
         with self._db.write("defer a message") as conn:
-            where, label = self._locked_by(target, self._options.now())
-            done = conn.execute(
-                update(M).where(where).values(deferred=True, lock_token=None, locked_until=None)
-            )
-            if done.rowcount != 1:
+            now = self._options.now()
+            where, label = self._locked_by(target, now)
+            row = self._select_locked(conn, where)
+            if row is None:
                 raise self._lost(label)
+            seq, delivery_count = row
+            if delivery_count >= self._options.max_delivery_count:  # as Service Bus does
+                move_to_dead_letters(
+                    conn,
+                    [seq],
+                    reason=MAX_DELIVERY_REASON,
+                    description=self._exhausted_description(),
+                    now=now,
+                )
+                return
+            conn.execute(
+                update(M)
+                .where(M.c.sequence_number == seq)
+                .values(deferred=True, lock_token=None, locked_until=None)
+            )
 
     def receive_deferred(
         self,

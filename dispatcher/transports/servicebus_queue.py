@@ -412,6 +412,12 @@ class ServiceBusCommandQueue:
     def defer(self, target: ReceivedMessage | str) -> None:
         """Set the message aside (``defer_message``): only ``receive_deferred`` brings it back."""
         held = self._find(target, take=True)
+        count = held.received.delivery_count
+        if count >= self.max_delivery_count:  # a defer counts like an abandon (and a copy's
+            with self._lock:  # deliveries are ours to count)
+                self._held[held.received.lock_token or ""] = held
+            self.dead_letter(target, MAX_DELIVERY_REASON, f"deferred after {count} deliveries")
+            return
         self._settle(held, "defer", lambda: held.receiver.defer_message(held.sdk_message))
         with self._lock:
             self._deferred_sessions[held.received.sequence_number] = str(

@@ -25,8 +25,10 @@ checked):
   ``receive_messages`` and ``NEXT_AVAILABLE_SESSION`` skip it; only
   ``receive_deferred_messages(sequence_numbers)`` returns it, locked and counted, and a session
   receiver only its own session's; a number that is not a deferred message is
-  ``MessageNotFoundError``; abandoning it, or its lock expiring, leaves it deferred (the runtime
-  properties, as the SDK's have no deferred count, count it as active);
+  ``MessageNotFoundError``; abandoning it, or its lock expiring, leaves it deferred; deferring a
+  message delivered ``max_delivery_count`` times dead-letters it (Azure/azure-service-bus#375); the
+  runtime properties count deferred messages as active (they "remain in the main queue along with
+  all other active messages", Microsoft Learn "Message deferral");
 * duplicate detection drops a repeated ``message_id`` inside the window and reports success;
 * the dead-letter subqueue of a session-enabled queue is received without sessions;
 * ``application_properties`` come back with bytes keys and bytes string values;
@@ -615,12 +617,12 @@ class FakeReceiver:
 
     def defer_message(self, message: FakeReceivedMessage) -> None:
         with self.bus.lock:
-            _, s = self._held(message)
+            q, s = self._held(message)
             if self.dead_letter:
                 raise sb_errors.ServiceBusError(message="Cannot defer a dead letter.")
             message.settled = True
             s.deferred = True
-            s.lock_token = s.locked_until = s.holder = None
+            self.bus._release(q, s, counted=True)  # at max_delivery_count: dead-lettered
 
     def dead_letter_message(
         self,

@@ -319,6 +319,21 @@ class QueueContract:
         [dl] = queue.list_dead_letters("q")
         assert (dl.message_id, dl.reason) == ("a", "MaxDeliveryCountExceeded")
 
+    def test_deferring_at_max_delivery_count_dead_letters(self, queue: Any) -> None:
+        """As on Service Bus (Azure/azure-service-bus#375): a defer counts like an abandon."""
+        self.require("defer")
+        queue.send("q", msg("a"))
+        [a] = queue.receive("q")  # delivery 1
+        queue.defer(a)
+        [d] = queue.receive_deferred("q", [a.sequence_number])  # delivery 2
+        queue.defer(d)
+        [d] = queue.receive_deferred("q", [a.sequence_number])  # delivery 3 = the limit
+        queue.defer(d)
+        [dl] = queue.list_dead_letters("q")
+        assert (dl.message_id, dl.reason) == ("a", "MaxDeliveryCountExceeded")
+        with pytest.raises(MessageNotFoundError):
+            queue.receive_deferred("q", [a.sequence_number])
+
     def test_deferred_message_settles_every_way(self, queue: Any) -> None:
         self.require("defer")
         queue.send("q", [msg("a"), msg("b")])
