@@ -56,6 +56,8 @@ def describe_wait(queue: str, depth: QueueStats | None) -> str:
         parts.append(f"{depth.scheduled} command(s) backing off after a failure, or scheduled")
     if depth.active:
         parts.append(f"{depth.active} command(s) ready whose document another worker holds")
+    if depth.deferred:
+        parts.append(f"{depth.deferred} command(s) deferred (received only by sequence number)")
     return f"{queue!r}: " + "; ".join(parts)
 
 

@@ -38,6 +38,8 @@ class QueueDepth:
     scheduled: int
     locked: int
     dead_lettered: int
+    #: set aside by ``defer`` (the same fields as ``outbox queue stats --json``)
+    deferred: int = 0
 
 
 @dataclass
@@ -190,7 +192,7 @@ def _queues(
             _dead_lettered_commands(report, queue, settings.command_queue, table_id, pending)
         for q in queue.stats().values():
             report.queues.append(
-                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered)
+                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered, q.deferred)
             )
         dead = queue.list_dead_letters(limit=1)
         if dead:
@@ -222,7 +224,7 @@ def _servicebus_commands(
         _dead_lettered_commands(report, sb, settings.command_queue, table_id, pending)
         for q in sb.stats().values():
             report.queues.append(
-                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered)
+                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered, q.deferred)
             )
     finally:
         sb.close()

@@ -273,3 +273,19 @@ def test_check_prints_each_line_once(
     as_json = CliRunner().invoke(main, [*argv, "--json"])
     assert json.loads(as_json.stdout)["seeds"][0]["seed"] == 1
     assert [r.getMessage() for r in caplog.records].count(summary) == 1
+
+
+def test_status_and_queue_stats_report_the_same_queue_fields(tmp_path: Path) -> None:
+    import json
+
+    from dispatcher.queue import QueueMessage, SqlQueue
+
+    ws = tmp_path / "ws"
+    Outbox.open(ws, transport="memory").close()
+    with SqlQueue(f"sqlite:///{ws / 'outbox.db'}") as queue:
+        queue.send("shipments", QueueMessage(body=b"{}", message_id="m-1"))
+    status = json.loads(CliRunner().invoke(main, ["-w", str(ws), "status", "--json"]).stdout)
+    stats = json.loads(CliRunner().invoke(main, ["-w", str(ws), "queue", "stats", "--json"]).stdout)
+    [depth] = status["queues"]
+    assert {k: v for k, v in depth.items() if k != "queue"} == stats[depth["queue"]]
+    assert stats["shipments"]["active"] == 1

@@ -125,9 +125,12 @@ def _print_status(report: StatusReport) -> None:
     )
     print_table(
         "queues",
-        ["queue", "active", "scheduled", "locked", "dead-lettered"],
-        [(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered) for q in report.queues]
-        or [(cannot if "queues" in unread else "(empty)", "", "", "", "")],
+        ["queue", "active", "scheduled", "locked", "deferred", "dead-lettered"],
+        [
+            (q.queue, q.active, q.scheduled, q.locked, q.deferred, q.dead_lettered)
+            for q in report.queues
+        ]
+        or [(cannot if "queues" in unread else "(empty)", "", "", "", "", "")],
     )
     if report.dead_lettered_documents:
         print_table(
