@@ -43,6 +43,16 @@ class QueueDepth:
 
 
 @dataclass
+class UnreadQueue:
+    """A queue whose oldest message was never received, though older than a lock duration: no
+    consumer reads it (a misspelt ``destination=``, or its consumer is down)."""
+
+    queue: str
+    active: int
+    oldest_age_seconds: float
+
+
+@dataclass
 class DeadLetterInfo:
     id: int
     queue: str
@@ -95,6 +105,9 @@ class StatusReport:
     #: (or ``--where reason=...``) once the cause is gone. None when the queue could not be read.
     dead_lettered_documents: int | None = None
     dead_lettered_commands: list[DeadLetteredCommand] = field(default_factory=list)
+    #: Queues (other than the command queue) with messages nobody has received: see
+    #: ``UnreadQueue``. Declaring ``destinations`` stops the misspelt ones at ``send``.
+    unread_queues: list[UnreadQueue] = field(default_factory=list)
     #: Parts that could not be read (a corrupt checkpoint, a database that is down). The rest of
     #: the report is still filled in: at 3 a.m. the queue depths matter even when a checkpoint
     #: is broken.
@@ -194,6 +207,7 @@ def _queues(
             report.queues.append(
                 QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered, q.deferred)
             )
+        _unread(report, queue, settings, now)
         dead = queue.list_dead_letters(limit=1)
         if dead:
             d = dead[0]
@@ -206,6 +220,18 @@ def _queues(
                 d.dead_lettered_at,
                 round((now - utc(d.dead_lettered_at)).total_seconds(), 1),
             )
+
+
+def _unread(report: StatusReport, queue: Any, settings: Settings, now: datetime) -> None:
+    for depth in report.queues:
+        if depth.queue == settings.command_queue or not depth.active or depth.locked:
+            continue
+        head = queue.peek(depth.queue, 1)
+        if not head or head[0].state != "active" or head[0].delivery_count:
+            continue
+        age = (now - utc(head[0].enqueued_at)).total_seconds()
+        if age > settings.lock_duration:
+            report.unread_queues.append(UnreadQueue(depth.queue, depth.active, round(age, 1)))
 
 
 def _servicebus_commands(

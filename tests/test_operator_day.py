@@ -289,3 +289,33 @@ def test_status_and_queue_stats_report_the_same_queue_fields(tmp_path: Path) -> 
     [depth] = status["queues"]
     assert {k: v for k, v in depth.items() if k != "queue"} == stats[depth["queue"]]
     assert stats["shipments"]["active"] == 1
+
+
+def test_status_names_queues_nobody_receives_from(tmp_path: Path) -> None:
+    """Without declared destinations a typo commits and fills a queue no one reads: status
+    names it once its oldest message has waited a lock duration without being received."""
+    from datetime import UTC, timedelta
+
+    from dispatcher.queue import QueueMessage, SqlQueue
+    from outbox.cli.status import _print_status
+    from outbox.core.settings import Settings
+    from outbox.status import collect_status
+
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, default_destination="shipments") as ob, ob.unit_of_work() as uow:
+        uow.create("pkg-1", type="Package").send("Left", {}, destination="shipmnets")
+        uow.create("pkg-2", type="Package").send("Left", {})
+    with SqlQueue(f"sqlite:///{ws / 'outbox.db'}") as queue:
+        queue.send("read", QueueMessage(body=b"{}", message_id="m-1"))
+        queue.send("read", QueueMessage(body=b"{}", message_id="m-2"))
+        [held] = queue.receive("read", 1)
+        queue.abandon(held, 0)  # received once: someone reads this queue
+    settings = Settings.load(ws)
+    soon = collect_status(settings, ManualClock(datetime.now(UTC) + timedelta(seconds=5)))
+    assert soon.unread_queues == []  # younger than a lock duration: a consumer may be on it
+    later = collect_status(settings, ManualClock(datetime.now(UTC) + timedelta(seconds=60)))
+    assert [(u.queue, u.active) for u in later.unread_queues] == [
+        ("shipments", 1),
+        ("shipmnets", 1),
+    ]
+    _print_status(later)  # the text output renders it (no repr, aligned)

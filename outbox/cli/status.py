@@ -132,6 +132,13 @@ def _print_status(report: StatusReport) -> None:
         ]
         or [(cannot if "queues" in unread else "(empty)", "", "", "", "", "")],
     )
+    if report.unread_queues:
+        print_table(
+            "queues nobody receives from (a misspelt destination, or no consumer running; "
+            "the destinations setting stops typos at send)",
+            ["queue", "active", "oldest, never received"],
+            [(u.queue, u.active, _age(u.oldest_age_seconds)) for u in report.unread_queues],
+        )
     if report.dead_lettered_documents:
         print_table(
             f"{report.dead_lettered_documents} pending document(s) whose command is dead-lettered "
