@@ -135,9 +135,17 @@ def inject_headers(headers: dict[str, str]) -> None:
 
     Nothing is added outside a recording span, and headers the application set itself win.
     """
-    if "traceparent" in headers or not otel_trace.get_current_span().get_span_context().is_valid:
+    if "traceparent" in headers:
         return
-    _propagator.inject(headers)
+    sc = otel_trace.get_current_span().get_span_context()
+    if not sc.is_valid:
+        return
+    last = _cache.get("last_injected")
+    if last is None or last[0] is not sc:  # a unit of work's sends share one span: format once
+        carrier: dict[str, str] = {}
+        _propagator.inject(carrier)
+        last = _cache["last_injected"] = (sc, carrier)
+    headers.update(last[1])
 
 
 def extract_context(headers: Mapping[str, str] | None) -> Context | None:
@@ -161,7 +169,12 @@ def batch_parent(
     distinct message context (up to ``MAX_LINKS``) is also a link, so none is lost.
     """
     contexts: dict[tuple[int, int], Context] = {}
+    seen: set[str] = set()
     for h in headers:
+        raw = h.get("traceparent") if h else None
+        if raw is None or raw in seen:  # one commit's messages share one: parse it once
+            continue
+        seen.add(raw)
         ctx = extract_context(h)
         if ctx is not None:
             sc = _span_context(ctx)
