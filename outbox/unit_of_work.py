@@ -276,7 +276,9 @@ class UnitOfWork:
                 writes = [d._write(now) for d in self._docs.values() if d._changed()]
                 if not writes:
                     return None
+                retries = self._store.commit_retries
                 version = self._store.save(writes)
+                span.set_attribute("outbox.commit.retries", self._store.commit_retries - retries)
                 self.committed_version = version
                 self.saved = [w.row for w in writes]
             finally:

@@ -88,6 +88,9 @@ def test_one_trace_from_the_request_to_the_consumer(
         assert worker.parent is not None
         assert worker.parent.span_id == rescue.context.span_id
         assert {lk.context.span_id for lk in retried.links} >= {worker.context.span_id, root}
+        assert commit[0].attributes is not None
+        assert commit[0].attributes["outbox.messages"] == 1
+        assert commit[0].attributes["outbox.commit.retries"] == 0
         assert rescue.attributes is not None
         assert rescue.attributes["outbox.rescue.commands_enqueued"] == 1
 
