@@ -20,6 +20,25 @@ _db_counter = itertools.count()
 _crash_points.install()
 
 
+#: Fixtures that start a JVM: their tests share one xdist worker, so one SparkSession serves them.
+_SPARK_FIXTURES = {"spark", "spark_session", "spark_for_checker", "sob", "spark_writer_parts"}
+#: Fixtures behind which a process pool runs the checker's seeds (several at a time).
+_SEED_FIXTURES = {"ci_seed", "pg_seed"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Under pytest-xdist (``scripts/test.sh`` runs ``-n 2 --dist loadgroup``) the tests that
+    start Spark run on one worker and the checker's seed pools on one worker: a second JVM would
+    cost its start-up and memory, and a seed pool must see all of its seeds to run them
+    concurrently. Without xdist the marks change nothing."""
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        if names & _SPARK_FIXTURES or item.get_closest_marker("spark"):
+            item.add_marker(pytest.mark.xdist_group("spark"))
+        elif names & _SEED_FIXTURES:
+            item.add_marker(pytest.mark.xdist_group("checker-seeds"))
+
+
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()

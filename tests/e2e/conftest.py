@@ -3,9 +3,10 @@ a core), so ``SEED_JOBS`` seeds at a time finish the 50 in a fraction of the ser
 
 Why a process pool behind a session fixture rather than ``pytest -n``: the suite stays one pytest
 run (``scripts/test.sh`` passes its arguments through unchanged), each seed is still its own test
-(``-k 'seed_holds and 23'`` runs seed 23 alone), and nothing else in the suite has to be safe under
-xdist. The fixture submits every collected seed at the start; each test waits for its own. Under
-xdist (``PYTEST_XDIST_WORKER``) each worker runs its seeds itself, one at a time.
+(``-k 'seed_holds and 23'`` runs seed 23 alone), and the seeds need no xdist of their own. The
+fixture submits every collected seed at the start; each test waits for its own. Under xdist the
+seed tests of one pool share a worker (``tests/conftest.py`` groups them), so that worker's pool
+still sees them all.
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def seed_runner(
     """A session fixture's body: every collected seed of ``test_name`` starts at once, ``jobs``
     of them running at a time."""
     workdir = tmp_path_factory.mktemp(name)
-    if os.environ.get("PYTEST_XDIST_WORKER") or jobs <= 1:
+    if jobs <= 1:
         yield lambda seed: run_check(seed, workdir, **kwargs)
         return
     pool = SeedPool(workdir, kwargs, jobs)
