@@ -24,6 +24,7 @@ from outbox.cli import (
 )
 from outbox.cli.output import setup_logging
 from outbox.cli.support import CliContext, OutboxGroup
+from outbox.cli.telemetry_options import use_log_format
 
 
 @click.group(cls=OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,13 +41,26 @@ from outbox.cli.support import CliContext, OutboxGroup
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
 @click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="OUTBOX_LOG_FORMAT",
+    help="json: one object per log line, with the trace id when there is a span.",
+)
 @click.version_option(package_name="delta-outbox")
 @click.pass_context
 def main(
-    ctx: click.Context, workspace: str | None, config: str | None, verbose: bool, quiet: bool
+    ctx: click.Context,
+    workspace: str | None,
+    config: str | None,
+    verbose: bool,
+    quiet: bool,
+    log_format: str,
 ) -> None:
     """delta-outbox: a transactional outbox on Delta Lake with a change-feed rescuer."""
     setup_logging(verbose, quiet=quiet)
+    use_log_format(log_format)
     ctx.obj = CliContext(workspace=workspace, config=config, verbose=verbose)
 
 

@@ -6,6 +6,7 @@ start-up, and their modules are edited for other reasons; each needs one decorat
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -13,7 +14,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from outbox.core import telemetry
 from outbox.core.clock import utc
 
 if TYPE_CHECKING:
@@ -44,6 +44,8 @@ def start_telemetry(
     """Install the SDK (when asked for by the option or the OTLP variables); with ``queue``,
     its depth per queue is reported as ``outbox.queue.messages``; with ``settings``, the table's
     pending messages and the oldest one's age (read at each scrape, like ``outbox status``)."""
+    from outbox.core import telemetry  # the OpenTelemetry API: loaded when a command runs
+
     telemetry.configure(metrics_port=metrics_port, service_name=service_name)
     if queue is not None:
         telemetry.observe_queue_depth(queue.stats)
@@ -96,3 +98,12 @@ class PendingProbe:
                 if int(m["seq"]) > int(r["dispatched_seq"]) and created is not None:
                     oldest = min(oldest, utc(created))
         return float(messages), (now - oldest).total_seconds()
+
+
+def use_log_format(log_format: str) -> None:
+    """``--log-format json``: every handler on the root logger writes JSON lines."""
+    if log_format == "json":
+        from outbox.core.telemetry import JsonLogFormatter
+
+        for handler in logging.getLogger().handlers:
+            handler.setFormatter(JsonLogFormatter())

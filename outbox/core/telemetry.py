@@ -18,9 +18,12 @@ a late child fine. Operator jobs (a rescue pass, a worker command) keep their ow
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics as otel_metrics
@@ -227,6 +230,26 @@ def record_error(error: BaseException) -> None:
     current = otel_trace.get_current_span()
     current.record_exception(error)
     current.set_status(otel_trace.Status(otel_trace.StatusCode.ERROR, type(error).__name__))
+
+
+class JsonLogFormatter(logging.Formatter):
+    """One JSON object per line, with the current span's ``trace_id``/``span_id`` when there is
+    one, so a log search can jump to the trace."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        context = otel_trace.get_current_span().get_span_context()
+        if context.is_valid:
+            line["trace_id"] = f"{context.trace_id:032x}"
+            line["span_id"] = f"{context.span_id:016x}"
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        return json.dumps(line, default=str)
 
 
 # --- the SDK (the ``otel`` extra) ---------------------------------------------------------
