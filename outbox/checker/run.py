@@ -81,7 +81,7 @@ def run_check(
     try:
         python_writers = [w for w in run.children.writers if not w.cfg.get("spark")]
         for child in run.children.writers:
-            if child.cfg.get("spark"):  # its JVM first: the batches must meet the writers
+            if child.cfg.get("spark"):  # its JVM first: its MERGE must meet the writers
                 run.children.start(child)
                 _await_ready(run, child)
         for child in python_writers + run.children.workers[:1]:
@@ -107,11 +107,11 @@ def run_check(
 
 
 def _await_ready(run: Run, child: Child) -> None:
-    """Wait (on its journal, with a deadline) until the Spark writer's session is up."""
+    """Wait (on its journal, with a deadline) until the Spark writer starts its first MERGE."""
     deadline = time.monotonic() + SPARK_READY_LIMIT
     while time.monotonic() < deadline:
-        if any(e.get("event") == "ready" for e in child.journal()):
-            run.say(f"Spark writer ready after {run.elapsed():.1f}s")
+        if any(e.get("event") == "merging" for e in child.journal()):
+            run.say(f"Spark writer's first MERGE after {run.elapsed():.1f}s")
             return
         if not child.alive:
             if child.proc.exitcode == -signal.SIGKILL:  # a planned fault (or a mutation)

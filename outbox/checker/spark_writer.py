@@ -2,12 +2,14 @@
 batches through ``SparkOutbox.apply`` beside the Python writers, on the same table.
 
 One Spark writer per seed: a SparkSession is a JVM, and two per seed would not fit the two cores
-the CI seeds share. It opens its session first and journals ``ready``; the supervisor starts the
-Python writers and workers only then, so the batches run while they write (a JVM start takes
-longer than a small seed's whole write phase). Each batch changes a few documents of the Python
-writers' shared pool (the same documents, the same buckets: its MERGE races their commits and
-retries, ``commit_retries``) and documents of its own, with messages, dispatched immediately
-through the checker's fault-injecting broker like a Python writer's. Each apply carries
+the CI seeds share. It opens its session first and journals ``merging`` right before each MERGE
+attempt; the supervisor starts the Python writers and workers at the first one, so they commit
+while that MERGE runs (a JVM start, and on a loaded machine a first apply, take longer than a
+small seed's whole write phase, which would otherwise be over before any batch met it). Each
+batch changes a few documents of the Python writers' shared pool (the same documents, the same
+buckets: its MERGE races their commits and retries, ``commit_retries``) and documents of its own,
+with messages, dispatched immediately through the checker's fault-injecting broker like a Python
+writer's. Each apply carries
 ``txn=(app id, batch)``: a batch replayed after a restart is skipped by Delta, not applied twice.
 
 Its planned fault is the shipped ``after_commit`` crash point on one batch (SIGKILL, or an
@@ -71,6 +73,20 @@ class _SparkWriter:
         self.spark = get_spark(jars=jars or None)
         self.sob, self.retries = self._open()
         journal.write({"event": "ready", "at": time.time()})
+        self._signal_merges()
+
+    def _signal_merges(self) -> None:
+        """Journal each MERGE attempt right before it runs: the supervisor's cue to start the
+        Python writers (``run._await_ready``). Wraps the product's ``run_merge``, nothing else."""
+        from outbox.spark import merge
+
+        real = merge.run_merge
+
+        def run_merge(*args: Any, **kwargs: Any) -> dict[str, int]:
+            self.journal.write({"event": "merging", "batch": self.batch, "at": time.time()})
+            return real(*args, **kwargs)
+
+        setattr(merge, "run_merge", run_merge)  # noqa: B010 - api.py calls M.run_merge
 
     def _arm(self, spec: str) -> None:
         """``point@batch=kill|raise``: fires on that batch's hit (one hit per committed apply)."""
