@@ -123,9 +123,18 @@ def build_transport(settings: Settings, queue_factory: Callable[[], SqlQueue]) -
             ) from e
         built: Transport = servicebus.ServiceBusTransport.from_settings(settings)
         return built
+    if settings.transport == "mqtt":
+        try:
+            from dispatcher.transports.mqtt import MqttTransport
+        except ImportError as e:
+            raise MissingDependencyError(
+                f"transport 'mqtt' is not available: paho-mqtt is not installed ({e})",
+                hint="pip install 'delta-outbox[mqtt]', or set transport = 'sql'",
+            ) from e
+        return MqttTransport(settings.mqtt_broker, topic=settings.mqtt_topic, wait_for_broker=False)
     raise ConfigurationError(  # pragma: no cover - Settings validates the name
         f"setting 'transport' is invalid: {settings.transport!r}",
-        hint="use sql, memory or servicebus",
+        hint="use sql, memory, servicebus or mqtt",
     )
 
 

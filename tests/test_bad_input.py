@@ -271,7 +271,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         {"OUTBOX_TRANSPORT": "kafka"},
         None,
         1,
-        "error: setting 'transport' is invalid: 'kafka'; use one of sql, memory, servicebus",
+        "error: setting 'transport' is invalid: 'kafka'; use one of sql, memory, servicebus, mqtt",
     ),
     (
         "misspelt setting in outbox.toml",
@@ -285,7 +285,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
         "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
         "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "
-        "max_message_bytes, "
+        "max_message_bytes, mqtt_broker, mqtt_topic, "
         "rescue_delay, rescue_interval, rescuer_name, servicebus_destinations, sql_url, "
         "storage_options, table_uri, transport, workspace)",
     ),

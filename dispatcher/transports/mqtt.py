@@ -86,14 +86,21 @@ class MqttTransport:
         client_id: str | None = None,
         connection: MqttConnection | None = None,
         connect_timeout: float = 10.0,
+        wait_for_broker: bool = True,
     ) -> None:
+        """``wait_for_broker=False`` returns at once and connects in the background: the
+        outbox's own transport is built that way, so a broker that is down does not stop
+        ``Outbox.open`` and the writes (sends fail retryably until it is back)."""
         self.broker = MqttBroker.parse(broker) if isinstance(broker, str) else broker
         self.topic = check_template(topic)
         self.timeout = timeout
         self.clock = clock or SystemClock()
         self._owned = connection is None
         self.connection = connection or MqttConnection(
-            self.broker, client_id=client_id, connect_timeout=connect_timeout
+            self.broker,
+            client_id=client_id,
+            connect_timeout=connect_timeout,
+            wait=wait_for_broker,
         )
         self._closed = False
 

@@ -31,7 +31,7 @@ TABLE_DIR = "documents"
 SQLITE_FILE = "outbox.db"
 ENV_PREFIX = "OUTBOX_"
 
-TransportName = Literal["sql", "memory", "servicebus"]
+TransportName = Literal["sql", "memory", "servicebus", "mqtt"]
 CommandTransport = Literal["sql", "servicebus"]
 DispatchMode = Literal["immediate", "deferred"]
 CheckpointStoreName = Literal["sql", "cosmos"]
@@ -72,6 +72,11 @@ class Settings:
     # Destinations ``outbox migrate`` creates on Service Bus (docs/servicebus.md): queue names,
     # and ``topic:NAME`` for topics. Env: comma-separated, e.g. "shipments,topic:events".
     servicebus_destinations: tuple[str, ...] = ()
+    # MQTT as the transport (``transport = "mqtt"``): the broker's URL (mqtt://host:port, or
+    # mqtts:// for TLS; a password is better in OUTBOX_MQTT_BROKER than in a file) and the topic
+    # template each message goes to ({destination}, and {session} for per-device topics).
+    mqtt_broker: str = field(default="", repr=False)
+    mqtt_topic: str = "{destination}"
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
@@ -106,8 +111,13 @@ class Settings:
         def bad(name: str, why: str) -> ConfigurationError:
             return ConfigurationError(f"setting {name!r} is invalid: {why}")
 
-        if self.transport not in ("sql", "memory", "servicebus"):
-            raise bad("transport", f"{self.transport!r}; use one of sql, memory, servicebus")
+        if self.transport not in ("sql", "memory", "servicebus", "mqtt"):
+            raise bad("transport", f"{self.transport!r}; use one of sql, memory, servicebus, mqtt")
+        if self.transport == "mqtt" and not self.mqtt_broker:
+            raise ConfigurationError(
+                "setting 'mqtt_broker' is missing: transport 'mqtt' needs the broker's URL",
+                hint="set OUTBOX_MQTT_BROKER=mqtt://host:1883 (mqtts:// for TLS)",
+            )
         if self.dispatch not in ("immediate", "deferred"):
             raise bad("dispatch", f"{self.dispatch!r}; use immediate or deferred")
         if not MIN_RESCUE_DELAY <= self.rescue_delay <= MAX_RESCUE_DELAY:
