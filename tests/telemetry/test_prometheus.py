@@ -1,5 +1,5 @@
-"""``outbox run-dispatcher --metrics-port``: a real process serves Prometheus text, and its
-numbers are what the test made it do (3 commands for 3 documents holding 6 messages)."""
+"""``--metrics-port``: real ``run-dispatcher`` and ``rescue --every`` processes serve Prometheus
+text, and the numbers are what the test made them do."""
 
 from __future__ import annotations
 
@@ -95,4 +95,35 @@ def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
         worker.send_signal(signal.SIGTERM)
         _out, err = worker.communicate(timeout=30)
     assert worker.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_rescue_every_serves_prometheus_metrics(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, default_destination="shipments") as ob:
+        write(ob, "sent")  # dispatched at once: nothing for the rescuer
+    port = free_port()
+    rescuer = subprocess.Popen(
+        [OUTBOX, "-w", str(ws), "rescue", "--every", "1s", "--metrics-port", str(port)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
+        while value(samples, "outbox_rescue_passes_total") < 1:
+            assert rescuer.poll() is None, rescuer.communicate()[1]
+            assert time.monotonic() < deadline, f"no rescue pass reported: {samples}"
+            try:
+                samples = scrape(port)
+            except OSError:  # not listening yet
+                time.sleep(0.05)  # poll again; the loop's condition has its deadline
+        assert ("outbox_rescue_lag_versions", frozenset()) in samples
+        assert value(samples, "outbox_rescue_commands_enqueued_total") == 0
+        assert value(samples, "outbox_rescue_pending_documents") == 0
+    finally:
+        rescuer.send_signal(signal.SIGTERM)
+        _out, err = rescuer.communicate(timeout=30)
+    assert rescuer.returncode == 0, err
     assert "Traceback" not in err
