@@ -32,3 +32,22 @@ def test_rescue_metrics_port_needs_every(tmp_path: Path) -> None:
     assert result.exit_code != 0
     assert "--metrics-port serves a long-running rescuer" in result.output
     assert "Traceback" not in result.output
+
+
+def test_otlp_endpoint_installs_otlp_exporters(monkeypatch: pytest.MonkeyPatch) -> None:
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # never reached
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "3600000")  # no export during the test
+    try:
+        telemetry.configure(metrics_port=None)
+        tracer_provider, meter_provider = telemetry._tracer_provider, telemetry._meter_provider
+        assert isinstance(tracer_provider, TracerProvider)
+        assert isinstance(meter_provider, MeterProvider)
+        processors = tracer_provider._active_span_processor._span_processors
+        assert [type(p.span_exporter).__name__ for p in processors] == ["OTLPSpanExporter"]  # type: ignore[attr-defined]
+        readers = meter_provider._metric_readers
+        assert [type(r._exporter).__name__ for r in readers] == ["OTLPMetricExporter"]  # type: ignore[attr-defined]
+    finally:
+        telemetry.use(None, None)
