@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -53,6 +54,7 @@ _propagator = TraceContextTextMapPropagator()
 _tracer_provider: TracerProvider | None = None
 _meter_provider: MeterProvider | None = None
 _cache: dict[str, Any] = {}
+_create_lock = threading.Lock()
 
 
 def use(
@@ -88,11 +90,14 @@ def instrument(kind: str, name: str, unit: str, description: str) -> Any:
     key = f"{kind}:{name}"
     inst = _cache.get(key)
     if inst is None:
-        extra: dict[str, Any] = {}
-        if kind == "histogram" and unit == "s":  # the SDK's default buckets are milliseconds
-            extra["explicit_bucket_boundaries_advisory"] = SECONDS_BUCKETS
-        factory = getattr(meter(), f"create_{kind}")
-        inst = _cache[key] = factory(name, unit=unit, description=description, **extra)
+        with _create_lock:  # the dispatcher's threads may ask for the same one at once
+            inst = _cache.get(key)
+            if inst is None:
+                extra: dict[str, Any] = {}
+                if kind == "histogram" and unit == "s":  # the SDK's default buckets are ms
+                    extra["explicit_bucket_boundaries_advisory"] = SECONDS_BUCKETS
+                factory = getattr(meter(), f"create_{kind}")
+                inst = _cache[key] = factory(name, unit=unit, description=description, **extra)
     return inst
 
 
