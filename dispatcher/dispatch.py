@@ -84,6 +84,7 @@ class Pause:
     doc_id: str
     seq: int
     message_id: str
+    incarnation: str | None = None  # the document's life the message belongs to
 
 
 class KeyOrder:
@@ -152,10 +153,13 @@ class KeyOrder:
 
     def seen(self, rows: Iterable[DocumentRow]) -> None:
         """Resume keys whose paused message a row's watermark shows delivered (by anyone)."""
-        marks = {r.id: r.dispatched_seq for r in rows}
+        marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
         with self._cond:
             for k, p in list(self._paused.items()):
-                if marks.get(p.doc_id, -1) >= p.seq:
+                mark, life = marks.get(p.doc_id, (-1, p.incarnation))
+                # delivered, or the document was deleted and created again: a message of its
+                # old life will never be sent, and waiting for it would stop the key for good
+                if mark >= p.seq or life != p.incarnation:
                     del self._paused[k]
                     log.info("ordering key %s/%s resumed: %s was delivered", *k, p.message_id)
 
@@ -483,15 +487,25 @@ class Dispatcher:
             return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent)
         for m in msgs:  # every key with an unsent message waits for its first unsent one
             if m.seq > sent:
-                self.keys.pause(key_of(m, row.id), Pause(row.id, m.seq, m.message_id))
+                self.keys.pause(
+                    key_of(m, row.id), Pause(row.id, m.seq, m.message_id, row.incarnation)
+                )
         return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent, stop)
 
     def _held_back(self, row: DocumentRow, m: OutboxMessage) -> Pause | None:
         """The pause that holds ``m`` back: none when its key's paused message is ``m`` or an
         earlier message of the same document (sent first in this run, or the run stops there)."""
-        pause = self.keys.blocking(key_of(m, row.id), m.message_id)
-        if pause is not None and pause.doc_id == row.id and pause.seq < m.seq:
-            return None
+        key = key_of(m, row.id)
+        pause = self.keys.blocking(key, m.message_id)
+        if pause is not None and pause.doc_id == row.id:
+            if pause.incarnation != row.incarnation:
+                # The document was deleted and created again since it paused the key: its old
+                # life's message will never be delivered (found by the checker's seed 23: the
+                # re-created document's commands were dead-lettered behind that pause).
+                self.keys.resume(key)
+                return None
+            if pause.seq < m.seq:
+                return None
         return pause
 
     def _send(self, batch: list[TransportMessage], started: float) -> None:

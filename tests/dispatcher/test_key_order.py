@@ -9,6 +9,7 @@ test takes milliseconds. Nothing sleeps: concurrent dispatches are ordered with 
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Mapping, Sequence
 
@@ -92,6 +93,25 @@ def test_a_failed_send_pauses_its_key_across_documents_until_delivered() -> None
     d.dispatch([row("A", "customer-7", "customer-7")])  # the retry path delivers A-1: resumed
     d.dispatch([row("B", "customer-7")])
     assert sent(t) == ["C-1", "A-1", "A-2", "B-1"]
+    assert d.keys.paused() == {}
+
+
+def test_a_document_deleted_and_created_again_is_not_held_back_by_its_old_life() -> None:
+    """Its old life's paused message will never be delivered; the new life's seq 1 (another
+    message id) must not wait for it, or the key stops for good and its commands dead-letter."""
+    t = Flaky()
+    d = Dispatcher(Marks(), t, max_in_flight=1)
+    old = row("A", "k")
+    t.failing = {"A-1"}
+    d.dispatch([old])
+    assert d.keys.paused()
+    t.failing = set()
+    reborn = row("A", "k")
+    reborn.outbox[0] = dataclasses.replace(reborn.outbox[0], message_id="A-1-reborn")
+    reborn = dataclasses.replace(reborn, incarnation="second-life")
+    report = d.dispatch([reborn])
+    assert report.failed == []
+    assert sent(t) == ["A-1-reborn"]
     assert d.keys.paused() == {}
 
 

@@ -24,6 +24,16 @@ def test_backoff_has_replayable_jitter() -> None:
 
 def test_a_second_signal_gets_the_default_handling() -> None:
     assert threading.current_thread() is threading.main_thread()
+    # as in a terminal: a pytest-xdist worker starts with SIGINT ignored, and "the default
+    # handling" restores what was there before
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        _second_signal_gets_default_handling()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def _second_signal_gets_default_handling() -> None:
     stopped = threading.Event()
     interrupted = False
     with stop_on_signals(stopped.set) as state:
