@@ -17,5 +17,7 @@ echo "==> import-linter (layers)"
 .venv/bin/lint-imports
 echo "==> mypy (strict)"
 .venv/bin/mypy
-echo "==> pytest"
-.venv/bin/pytest "$@"
+echo "==> pytest (2 workers; the Spark tests share one, the checker's seed pools one)"
+# -n 2: much of the suite waits on child processes, a JVM or a server, so two workers overlap
+# those waits on the 2 cores; tests/conftest.py groups the tests that must share a worker.
+.venv/bin/pytest -n 2 --dist loadgroup "$@"
