@@ -20,8 +20,10 @@ _db_counter = itertools.count()
 _crash_points.install()
 
 
-#: Fixtures that start a JVM: their tests share one xdist worker, so one SparkSession serves them.
-_SPARK_FIXTURES = {"spark", "spark_session", "spark_for_checker", "sob", "spark_writer_parts"}
+#: Fixtures that start a JVM in the test process: their tests share one xdist worker, so one
+#: SparkSession serves them. (Tests whose JVMs run in child processes - spark-submit, a killed
+#: driver, the Spark writer - are left to xdist: they balance the long Spark group.)
+_SPARK_FIXTURES = {"spark", "spark_session", "spark_for_checker", "sob"}
 #: Fixtures behind which a process pool runs the checker's seeds (several at a time).
 _SEED_FIXTURES = {"ci_seed", "pg_seed"}
 
@@ -33,7 +35,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     concurrently. Without xdist the marks change nothing."""
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
-        if names & _SPARK_FIXTURES or item.get_closest_marker("spark"):
+        if names & _SPARK_FIXTURES:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif names & _SEED_FIXTURES:
             item.add_marker(pytest.mark.xdist_group("checker-seeds"))
