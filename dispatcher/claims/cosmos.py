@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from dispatcher.claims.ports import ClaimEntry, ClaimStatus, Taken
+from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from outbox.core.clock import utc
 from outbox.core.cosmos import make_client, status_code, translate
 from outbox.core.errors import (
@@ -64,7 +64,7 @@ def _entry(item: dict[str, Any]) -> ClaimEntry:
     )
 
 
-class CosmosClaimLog:
+class CosmosClaimLog(OwnedMoves):
     """A ``ClaimLog`` in ``container`` (an azure-cosmos ``ContainerProxy``, partition key
     ``/pk``). Entries are never deleted; give the container a default time-to-live longer than
     any resend or redelivery window if it should not grow forever."""
@@ -257,7 +257,7 @@ class CosmosClaimLog:
         return Taken(True, _entry(done))
 
     def _move(
-        self, action: str, key: str, holder: str, at: datetime, changes: dict[str, Any]
+        self, action: str, key: str, owner: str, at: datetime, changes: dict[str, Any]
     ) -> ClaimEntry:
         for _ in range(_CAS_ATTEMPTS):
             item = self._find(_h(key))
@@ -265,11 +265,11 @@ class CosmosClaimLog:
             if (
                 item is None
                 or current is None
-                or not (current.status is ClaimStatus.WORKING and current.owner == holder)
+                or not (current.status is ClaimStatus.WORKING and current.owner == owner)
             ):
                 state = "unknown" if current is None else f"{current.status} by {current.owner}"
                 raise ClaimLostError(
-                    f"cannot {action} claim {key!r}: {holder} does not hold it (it is {state})",
+                    f"cannot {action} claim {key!r}: {owner} does not hold it (it is {state})",
                     hint="the lease expired and another consumer took over; settle nothing",
                 )
             done = self._replace(item, self._body(item, updated_at=utc(at).isoformat(), **changes))
@@ -279,25 +279,6 @@ class CosmosClaimLog:
 
     def renew(self, key: str, owner: str, *, lease: timedelta, at: datetime) -> ClaimEntry:
         return self._move("renew", key, owner, at, {"lease_until": utc(at + lease).isoformat()})
-
-    def complete(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
-        return self._move(
-            "complete", key, owner, at, {"status": ClaimStatus.COMPLETED.value, "lease_until": None}
-        )
-
-    def fail(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
-        return self._move(
-            "fail", key, owner, at, {"status": ClaimStatus.FAILED.value, "lease_until": None}
-        )
-
-    def release(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
-        return self._move(
-            "release",
-            key,
-            owner,
-            at,
-            {"status": ClaimStatus.PENDING.value, "owner": None, "lease_until": None},
-        )
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
         def query() -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 def message_key(queue: str, message_id: str) -> str:
@@ -119,3 +119,32 @@ class ClaimLog(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+class OwnedMoves:
+    """``complete``, ``fail`` and ``release`` for a backend: each is a move of a claim its owner
+    holds, differing only in the fields it sets; the backend supplies ``_move`` (its CAS)."""
+
+    def _move(
+        self, action: str, key: str, owner: str, at: datetime, changes: dict[str, Any]
+    ) -> ClaimEntry:
+        raise NotImplementedError
+
+    def complete(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
+        return self._move(
+            "complete", key, owner, at, {"status": ClaimStatus.COMPLETED.value, "lease_until": None}
+        )
+
+    def fail(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
+        return self._move(
+            "fail", key, owner, at, {"status": ClaimStatus.FAILED.value, "lease_until": None}
+        )
+
+    def release(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
+        return self._move(
+            "release",
+            key,
+            owner,
+            at,
+            {"status": ClaimStatus.PENDING.value, "owner": None, "lease_until": None},
+        )

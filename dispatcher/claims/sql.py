@@ -19,7 +19,7 @@ from typing import Any, TypeVar
 from sqlalchemy import Connection, Engine, Row, and_, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
-from dispatcher.claims.ports import ClaimEntry, ClaimStatus, Taken
+from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from migrations.sql.tables import claim_sessions, claims
 from outbox.core import sql
 from outbox.core.clock import utc
@@ -49,7 +49,7 @@ def _entry(row: Row[Any]) -> ClaimEntry:
     )
 
 
-class SqlClaimLog:
+class SqlClaimLog(OwnedMoves):
     """A ``ClaimLog`` over ``outbox_claims``; ``url`` or an ``engine`` the caller owns."""
 
     def __init__(self, url: str | None = None, *, engine: Engine | None = None) -> None:
@@ -210,7 +210,7 @@ class SqlClaimLog:
         return self._run("claim", take)
 
     def _move(
-        self, action: str, key: str, owner: str, at: datetime, values: dict[str, Any]
+        self, action: str, key: str, owner: str, at: datetime, changes: dict[str, Any]
     ) -> ClaimEntry:
         def work(conn: Connection) -> ClaimEntry:
             done = conn.execute(
@@ -222,7 +222,7 @@ class SqlClaimLog:
                         C.owner == owner,
                     )
                 )
-                .values(**values, version=C.version + 1, updated_at=at)
+                .values(**changes, version=C.version + 1, updated_at=at)
             )
             current = self._read(conn, key)
             if done.rowcount != 1 or current is None:
@@ -237,25 +237,6 @@ class SqlClaimLog:
 
     def renew(self, key: str, owner: str, *, lease: timedelta, at: datetime) -> ClaimEntry:
         return self._move("renew", key, owner, at, {"lease_until": at + lease})
-
-    def complete(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
-        return self._move(
-            "complete", key, owner, at, {"status": ClaimStatus.COMPLETED.value, "lease_until": None}
-        )
-
-    def fail(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
-        return self._move(
-            "fail", key, owner, at, {"status": ClaimStatus.FAILED.value, "lease_until": None}
-        )
-
-    def release(self, key: str, owner: str, *, at: datetime) -> ClaimEntry:
-        return self._move(
-            "release",
-            key,
-            owner,
-            at,
-            {"status": ClaimStatus.PENDING.value, "owner": None, "lease_until": None},
-        )
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
         def work(conn: Connection) -> ClaimEntry | None:
