@@ -526,16 +526,10 @@ class ServiceBusCommandQueue:
 
     def stats(self, queue: str | None = None) -> dict[str, QueueStats]:
         """Depths from the queue's runtime properties (locked messages count as active)."""
-        self._check_open()
         name = queue or self.command_queue
-        if self._admin is None:
-            raise ConfigurationError("the Service Bus command queue has no administration client")
-        try:
-            props = self._admin.get_queue_runtime_properties(name)
-        except Exception as e:
-            if type(e).__name__ == "ResourceNotFoundError":
-                return {}
-            raise self.unavailable(f"cannot read Service Bus queue {name!r}", e) from e
+        props = self._runtime_properties(name)
+        if props is None:
+            return {}
         stats = QueueStats(
             name,
             active=int(props.active_message_count or 0),
@@ -543,6 +537,36 @@ class ServiceBusCommandQueue:
             dead_lettered=int(props.dead_letter_message_count or 0),
         )
         return {name: stats} if stats.total or stats.dead_lettered else {}
+
+    def depths(self, queue: str | None = None) -> dict[str, dict[str, int]]:
+        """``{queue: {state: count}}`` for the ``outbox.queue.messages`` gauge: every count the
+        runtime properties give (``QueueRuntimeProperties``), the transfer queues too (messages
+        on their way to or from another entity, and those dead-lettered there); an empty queue
+        reports zeros, so a dashboard sees it."""
+        name = queue or self.command_queue
+        props = self._runtime_properties(name)
+        if props is None:
+            return {}
+        fields = {
+            "active": "active_message_count",
+            "scheduled": "scheduled_message_count",
+            "dead_lettered": "dead_letter_message_count",
+            "transfer": "transfer_message_count",
+            "transfer_dead_lettered": "transfer_dead_letter_message_count",
+        }
+        return {name: {state: int(getattr(props, f, 0) or 0) for state, f in fields.items()}}
+
+    def _runtime_properties(self, name: str) -> Any:
+        """``get_queue_runtime_properties(name)``; None when the queue does not exist."""
+        self._check_open()
+        if self._admin is None:
+            raise ConfigurationError("the Service Bus command queue has no administration client")
+        try:
+            return self._admin.get_queue_runtime_properties(name)
+        except Exception as e:
+            if type(e).__name__ == "ResourceNotFoundError":
+                return None
+            raise self.unavailable(f"cannot read Service Bus queue {name!r}", e) from e
 
     def list_dead_letters(
         self, queue: str | None = None, limit: int = 100, *, where: Mapping[str, str] | None = None

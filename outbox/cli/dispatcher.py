@@ -76,9 +76,12 @@ def run_dispatcher(
     backoff_max = parse_duration(max_backoff, name="--max-backoff")
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
-        queue = ob.runtime.queue if settings.command_transport == "sql" else None
         start_telemetry(
-            metrics_port, service_name="outbox-dispatcher", queue=queue, settings=settings
+            metrics_port,
+            service_name="outbox-dispatcher",
+            queue=ob.runtime.commands,
+            queue_name=settings.command_queue,
+            settings=settings,
         )
         worker = DispatcherWorker(
             ob.runtime,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import click
 
@@ -19,13 +19,19 @@ from outbox.cli.output import (
     quiet_logger,
 )
 from outbox.cli.support import CliContext, json_option, pass_cli
-from outbox.cli.telemetry_options import metrics_port_option, start_telemetry
+from outbox.cli.telemetry_options import (
+    POLL_BUDGET,
+    SPARK_PASS_BUDGET,
+    metrics_port_option,
+    start_telemetry,
+)
 from outbox.core.clock import SystemClock
 from outbox.core.durations import format_duration, parse_duration
 from outbox.core.errors import ConfigurationError, OutboxError, ValidationError
 from rescuer.engines import ENGINES
 
 if TYPE_CHECKING:  # the runner pulls in SQLAlchemy and deltalake: import it when a pass runs
+    from dispatcher.queue.command_queue import CommandQueue
     from rescuer.runner import PassReport
 
 INTERRUPTED = (
@@ -176,7 +182,14 @@ def rescue(
             if every_s is None:
                 _show(rescue_pass.run(full=full), as_json=as_json, looping=False)
                 return
-            start_telemetry(metrics_port, service_name="outbox-rescuer")
+            start_telemetry(
+                metrics_port,
+                service_name="outbox-rescuer",
+                queue=cast("CommandQueue", sink.queue),
+                queue_name=settings.command_queue,
+                settings=settings,
+                poll_budget=POLL_BUDGET if engine == "local" else SPARK_PASS_BUDGET,
+            )
             shown = 0
 
             def on_report(r: PassReport) -> None:

@@ -10,15 +10,24 @@ import logging
 import threading
 from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 import click
 
 from outbox.core.clock import utc
 
 if TYPE_CHECKING:
-    from dispatcher.queue.sql_queue import SqlQueue
+    from dispatcher.queue.command_queue import CommandQueue
     from outbox.core.settings import Settings
+    from outbox.delta.store import DeltaDocumentStore
+
+#: the longest one poll may take before ``/healthz`` says the process is stuck (seconds): a batch
+#: of commands or a rescue pass; generous, since a false "dead" restarts a working process
+POLL_BUDGET = 300.0
+#: a rescue pass on Spark (a JVM job on a cluster) may take far longer
+SPARK_PASS_BUDGET = 1800.0
+#: ``outbox.queue.messages`` states of the SQL queue (``QueueStats`` fields)
+QUEUE_STATES = ("active", "scheduled", "locked", "deferred", "dead_lettered")
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -29,8 +38,9 @@ def metrics_port_option(f: F) -> F:
         type=click.IntRange(1, 65535),
         default=None,
         metavar="PORT",
-        help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics (needs the otel extra). "
-        "Traces and metrics also go to OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set.",
+        help="Serve Prometheus metrics on http://0.0.0.0:PORT/metrics, and /healthz (liveness) "
+        "and /readyz (store and queue reachable) for probes (needs the otel extra). Traces and "
+        "metrics also go to OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set.",
     )(f)
 
 
@@ -38,17 +48,29 @@ def start_telemetry(
     metrics_port: int | None,
     *,
     service_name: str,
-    queue: SqlQueue | None = None,
+    queue: CommandQueue | None = None,
+    queue_name: str | None = None,
     settings: Settings | None = None,
+    poll_budget: float = POLL_BUDGET,
 ) -> None:
-    """Install the SDK (when asked for by the option or the OTLP variables); with ``queue``,
-    its depth per queue is reported as ``outbox.queue.messages``; with ``settings``, the table's
-    pending messages and the oldest one's age (read at each scrape, like ``outbox status``)."""
+    """Install the SDK (when asked for by the option or the OTLP variables) and, on the metrics
+    port, ``/healthz`` and ``/readyz`` (``outbox.core.health``). With ``queue``: its depth per
+    queue and state as ``outbox.queue.messages`` (a Service Bus queue: its runtime properties),
+    and readiness asks it for ``queue_name``'s depth. With ``settings``: the table's pending
+    messages and the oldest one's age (read at each scrape, like ``outbox status``), and
+    readiness reads the table's version."""
     from outbox.core import telemetry  # the OpenTelemetry API: loaded when a command runs
+    from outbox.core.health import Check, Health
 
-    telemetry.configure(metrics_port=metrics_port, service_name=service_name)
+    checks: list[Check] = []
+    if settings is not None:
+        checks.append(("store", StoreProbe(settings).check))
     if queue is not None:
-        telemetry.observe_queue_depth(queue.stats)
+        checks.append(("queue", lambda: queue.stats(queue_name)))
+    health = Health(checks, poll_budget=poll_budget)
+    telemetry.configure(metrics_port=metrics_port, service_name=service_name, health=health)
+    if queue is not None:
+        telemetry.observe_queue_depth(queue_depths(queue))
     if settings is not None and metrics_port is not None:
         probe = PendingProbe(settings)
         telemetry.observe(
@@ -63,6 +85,39 @@ def start_telemetry(
             "age of the oldest pending message (0 when none)",
             lambda: [(probe.read(fresh=False)[1], {})],
         )
+
+
+def queue_depths(queue: CommandQueue) -> Callable[[], dict[str, dict[str, int]]]:
+    """``{queue: {state: count}}``: a queue's own ``depths()`` (Service Bus: every runtime
+    property count), else its ``stats()`` (the SQL queue: every queue it holds)."""
+    depths = getattr(queue, "depths", None)
+    if callable(depths):
+        return cast("Callable[[], dict[str, dict[str, int]]]", depths)
+    return lambda: {
+        name: {state: int(getattr(s, state)) for state in QUEUE_STATES}
+        for name, s in queue.stats().items()
+    }
+
+
+class StoreProbe:
+    """Readiness of the Delta table: its latest version can be read. Its own store (the probe
+    runs on the HTTP server's thread), opened at the first probe so a table unreachable at
+    start-up is a "not ready", not a crash."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._lock = threading.Lock()
+        self._store: DeltaDocumentStore | None = None
+
+    def check(self) -> int:
+        from outbox.delta.store import DeltaDocumentStore
+
+        with self._lock:
+            if self._store is None:
+                self._store = DeltaDocumentStore(
+                    self.settings.table_uri, storage_options=self.settings.storage_options
+                )
+            return self._store.refresh()
 
 
 class PendingProbe:

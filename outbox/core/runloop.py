@@ -40,6 +40,7 @@ from typing import Any
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import OutboxError, ValidationError
+from outbox.core.health import beat
 
 log = logging.getLogger("outbox.runloop")
 
@@ -201,6 +202,7 @@ class RunLoop:
         errors_in_a_row = 0
         while not self.stopping:
             started = self.clock.now()
+            beat()  # liveness (outbox.core.health): a poll that never returns stops the beats
             result.iterations += 1
             try:
                 done = self.poll()
@@ -226,6 +228,7 @@ class RunLoop:
                 self.on_error(e, wait)
             if max_iterations is not None and result.iterations >= max_iterations:
                 return "max_iterations"
+            beat(wait)  # back within the wait: alive meanwhile
             if wait > 0:
                 self.wait_until((started if self.periodic else self.clock.now()), wait)
         return "stopped"

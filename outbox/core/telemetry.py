@@ -33,6 +33,7 @@ from opentelemetry.metrics import CallbackOptions, Observation
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from outbox.core.errors import ConfigurationError
+from outbox.core.health import Health, serve
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -48,7 +49,6 @@ SECONDS_BUCKETS: tuple[float, ...] = (
     *(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5),
     *(1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 3600.0),
 )
-QUEUE_STATES = ("active", "scheduled", "locked", "deferred", "dead_lettered")
 
 _propagator = TraceContextTextMapPropagator()
 _tracer_provider: TracerProvider | None = None
@@ -121,16 +121,18 @@ def observe(
     )
 
 
-def observe_queue_depth(stats: Callable[[], Mapping[str, Any]]) -> None:
-    """``outbox.queue.messages{queue, state}``: each queue's depth (``QueueStats`` per queue)."""
+def observe_queue_depth(depths: Callable[[], Mapping[str, Mapping[str, float]]]) -> None:
+    """``outbox.queue.messages{queue, state}``: each queue's depth by state, ``depths()`` giving
+    ``{queue: {state: count}}`` (the SQL queue's ``QueueStats`` fields, or a Service Bus queue's
+    runtime properties)."""
     observe(
         "outbox.queue.messages",
         "{message}",
         "queue depth by state",
         lambda: [
-            (getattr(s, state), {"queue": name, "state": state})
-            for name, s in stats().items()
-            for state in QUEUE_STATES
+            (count, {"queue": name, "state": state})
+            for name, states in depths().items()
+            for state, count in states.items()
         ],
     )
 
@@ -267,10 +269,16 @@ def _sdk_missing(e: ImportError) -> ConfigurationError:
     )
 
 
-def configure(*, metrics_port: int | None = None, service_name: str = "delta-outbox") -> None:
+def configure(
+    *,
+    metrics_port: int | None = None,
+    service_name: str = "delta-outbox",
+    health: Health | None = None,
+) -> None:
     """Install the SDK for a long-running command: Prometheus text on ``metrics_port`` (when
-    given) and OTLP export when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or its traces/metrics variant)
-    is set; the exporter reads the other standard ``OTEL_*`` variables itself.
+    given, with ``/healthz`` and ``/readyz`` from ``health`` on the same server) and OTLP export
+    when ``OTEL_EXPORTER_OTLP_ENDPOINT`` (or its traces/metrics variant) is set; the exporter
+    reads the other standard ``OTEL_*`` variables itself.
     """
     otlp = any(
         os.environ.get(v)
@@ -295,17 +303,15 @@ def configure(*, metrics_port: int | None = None, service_name: str = "delta-out
     if metrics_port is not None:
         try:
             from opentelemetry.exporter.prometheus import PrometheusMetricReader
-            from prometheus_client import start_http_server
+            from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
         except ImportError as e:
             raise _sdk_missing(e) from e
-        try:
-            start_http_server(metrics_port)
-        except OSError as e:
-            raise ConfigurationError(
-                f"--metrics-port {metrics_port}: cannot listen ({e.strerror})",
-                hint="choose a free port",
-            ) from e
-        readers.append(PrometheusMetricReader())
+        readers.append(PrometheusMetricReader())  # its collector joins prometheus' REGISTRY
+        serve(
+            metrics_port,
+            health or Health(),
+            metrics=lambda: (generate_latest(REGISTRY), CONTENT_TYPE_LATEST),
+        )
     tracer_provider = SdkTracerProvider(resource=resource)
     if otlp:
         try:

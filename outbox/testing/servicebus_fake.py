@@ -114,6 +114,9 @@ class RuntimeProperties:
     active_message_count: int
     scheduled_message_count: int
     dead_letter_message_count: int
+    #: the fake has no auto-forwarding, so nothing is ever in transfer
+    transfer_message_count: int = 0
+    transfer_dead_letter_message_count: int = 0
 
     @property
     def total_message_count(self) -> int:
