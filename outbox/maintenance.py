@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
 from outbox.core.errors import StoreError, VacuumRefusedError
-from outbox.delta.log import trim_log
+from outbox.delta.log import commit_actions, removed_by, trim_log
 from outbox.delta.store import DeltaDocumentStore
 
 if TYPE_CHECKING:
@@ -62,7 +62,8 @@ def _one_compactor(store: DeltaDocumentStore) -> Iterator[bool]:
     Why: deltalake 1.6.6 committed two OPTIMIZEs that both read the same version and removed the
     same files (the checker's seed 47: versions 23 and 24), so every compacted row then existed
     twice. Two processes reaching ``compact_every`` together must not both compact. Remote
-    tables (no local log folder) have no such lock yet.
+    tables (no local log folder) have no such lock: their writers do not compact (see
+    ``AutoCompactor``), and ``_check_no_double_compaction`` catches overlapping jobs.
     """
     log_dir = store._log_dir
     if log_dir is None:
@@ -98,10 +99,44 @@ def compact(store: DeltaDocumentStore) -> dict[str, Any]:
             return {"skipped": "conflict"}
         except Exception as e:
             raise _failed("compacting", store, e) from e
+        if metrics.get("numFilesRemoved"):
+            _check_no_double_compaction(store, store.version())
     return {
         k: metrics.get(k)
         for k in ("numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles")
     }
+
+
+def _check_no_double_compaction(store: DeltaDocumentStore, version: int) -> None:
+    """Fail loudly when another compaction, committed after this one read the table, had
+    already removed files this one removed: their rows now exist twice.
+
+    Why: deltalake 1.6.6 does not treat two data-neutral removals of one file as a conflict
+    (docs/delta.md), and the file lock in ``_one_compactor`` covers only processes on one
+    machine. Remote tables turn automatic compaction off for the same reason; this check catches
+    two ``outbox maintain`` jobs that overlap, and any other compactor of the table.
+    """
+    opts = store._storage_options
+    ours = commit_actions(store.uri, version, storage_options=opts)
+    info: dict[str, Any] = next(
+        (a["commitInfo"] for a in ours if isinstance(a.get("commitInfo"), dict)), {}
+    )
+    read = info.get("readVersion")
+    removed, _ = removed_by(ours)
+    if not isinstance(read, int) or not removed:
+        return
+    for other in range(read + 1, version):
+        theirs, neutral = removed_by(commit_actions(store.uri, other, storage_options=opts))
+        both = removed & theirs
+        if both and neutral:
+            raise StoreError(
+                f"compaction commit {version} of {store.uri} removed {len(both)} file(s) that "
+                f"commit {other} (another compaction of the same version {read}) had already "
+                "removed: the rows they held now exist twice",
+                hint=f"stop the writers and restore the table to version {version - 1} "
+                "(DeltaTable.restore) if nothing committed after it; run compaction from one "
+                "process only (compact_every = 0 and one scheduled `outbox maintain`)",
+            )
 
 
 def checkpoint(store: DeltaDocumentStore) -> None:
@@ -299,6 +334,16 @@ class AutoCompactor:
     """
 
     def __init__(self, store: DeltaDocumentStore, every: int) -> None:
+        if every > 0 and store._log_dir is None:
+            # No cross-machine lock exists for an object store, and deltalake commits two
+            # concurrent compactions of one version (every compacted row then twice).
+            log.info(
+                "compact_every = %d ignored for %s: writers on an object store do not compact "
+                "(two could compact at once); schedule one `outbox maintain` instead",
+                every,
+                store.uri,
+            )
+            every = 0
         self._store = store
         self._gate = _EveryVersions(store, every)
         self.runs = 0

@@ -187,6 +187,35 @@ def change_files(
     return out
 
 
+def commit_actions(
+    uri: str,
+    version: int,
+    fs: Any = None,
+    storage_options: Mapping[str, str] | None = None,
+) -> list[dict[str, Any]]:
+    """The actions of one commit file, each a one-key dict as the log stores it."""
+    fs = fs or _filesystem(uri, storage_options or {})
+    path = f"{LOG_DIR}/{version:020d}.json"
+    try:
+        with fs.open_input_stream(path) as stream:
+            text = stream.read().decode("utf-8")
+        return [json.loads(line) for line in text.splitlines() if line.strip()]
+    except (OSError, ValueError) as e:
+        raise StoreError(f"reading commit {version} of {uri} failed: {e}") from e
+
+
+def removed_by(actions: list[dict[str, Any]]) -> tuple[set[str], bool]:
+    """The paths a commit removed, and whether every removal was data-neutral (a compaction)."""
+    paths: set[str] = set()
+    neutral = True
+    for a in actions:
+        r = a.get("remove")
+        if isinstance(r, dict):
+            paths.add(unquote(str(r.get("path", ""))))
+            neutral = neutral and r.get("dataChange") is False
+    return paths, neutral
+
+
 def trim_log(
     uri: str,
     *,

@@ -6,8 +6,11 @@ from __future__ import annotations
 import fcntl
 from pathlib import Path
 
+import pytest
+
 from outbox.app import Outbox
-from outbox.maintenance import compact
+from outbox.core.errors import StoreError
+from outbox.maintenance import AutoCompactor, compact
 
 
 def test_a_compaction_while_another_process_compacts_is_skipped(tmp_path: Path) -> None:
@@ -24,3 +27,40 @@ def test_a_compaction_while_another_process_compacts_is_skipped(tmp_path: Path) 
         assert "skipped" not in done
         _, rows = ob.store.read([f"doc-{i}" for i in range(3)])
         assert sorted(rows) == ["doc-0", "doc-1", "doc-2"]
+
+
+def _stale_handle_compacted_elsewhere(ob: Outbox) -> None:
+    """Another machine's compaction commits while this store's handle still reads the old
+    version: what two `outbox maintain` jobs on an object store (no shared lock) can do."""
+    from deltalake import DeltaTable
+
+    DeltaTable(ob.store.uri).optimize.compact()
+
+
+def test_a_second_compaction_of_the_same_version_is_reported_not_left_silent(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Outbox.open(tmp_path / "ws", transport="memory", default_destination="d") as ob:
+        for i in range(40):  # several files in some bucket: something to compact
+            with ob.unit_of_work() as uow:
+                uow.create(f"doc-{i}", type="Shipment", state={"i": i})
+        monkeypatch.setattr(ob.store, "_log_dir", None)  # as on abfss:// or s3://: no lock
+        monkeypatch.setattr(ob.store, "refresh", ob.store.version)  # stays stale
+        _stale_handle_compacted_elsewhere(ob)
+        with pytest.raises(StoreError, match="already removed: the rows they held now exist"):
+            compact(ob.store)
+
+
+def test_writers_on_an_object_store_never_compact(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Outbox.open(tmp_path / "ws", transport="memory", default_destination="d") as ob:
+        monkeypatch.setattr(ob.store, "_log_dir", None)
+        auto = AutoCompactor(ob.store, every=1)
+        for v in range(1, 5):
+            auto(None, v)
+        assert auto.runs == 0
+        monkeypatch.undo()
+        local = AutoCompactor(ob.store, every=1)
+        local(None, ob.store.version() + 1)
+        assert local.runs == 1
