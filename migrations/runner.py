@@ -115,7 +115,7 @@ def _provision_servicebus(settings: Settings) -> Provisioned:
 
 
 def ensure_cosmos(settings: Settings) -> list[str]:
-    """The Cosmos DB database and its checkpoint and inbox containers, each partitioned on
+    """The Cosmos DB database and its checkpoint, inbox and claim-log containers, each partitioned on
     ``/pk`` (docs/cosmos.md); what was created. A container with another partition key is
     reported, never changed."""
     from outbox.core.cosmos import ensure_container, make_client, translate
@@ -126,7 +126,11 @@ def ensure_cosmos(settings: Settings) -> list[str]:
     )
     actions: list[str] = []
     try:
-        for container in (settings.cosmos_checkpoint_container, settings.cosmos_inbox_container):
+        for container in (
+            settings.cosmos_checkpoint_container,
+            settings.cosmos_inbox_container,
+            settings.cosmos_claims_container,
+        ):
             actions += ensure_container(client, settings.cosmos_database, container)
     except Exception as e:
         raise translate(

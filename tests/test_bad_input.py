@@ -282,6 +282,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "error: unknown setting 'rescue_dely' (did you mean 'rescue_delay'?) (fix: known "
         "settings: buckets, checkpoint_store, "
         "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
+        "cosmos_claims_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
         "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
         "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "

@@ -79,14 +79,18 @@ class CosmosClaimLog(OwnedMoves):
         self._warm = False
 
     @classmethod
-    def from_settings(cls, settings: Settings, container: str) -> CosmosClaimLog:
+    def from_settings(cls, settings: Settings, container: str | None = None) -> CosmosClaimLog:
+        """The claim log in ``container`` (default: the ``cosmos_claims_container`` setting,
+        which ``outbox migrate`` creates)."""
         client = make_client(
             settings.cosmos_endpoint,
             settings.cosmos_key,
             unavailable=ClaimLogUnavailableError,
             failed=ClaimLogError,
         )
-        proxy = client.get_database_client(settings.cosmos_database).get_container_client(container)
+        proxy = client.get_database_client(settings.cosmos_database).get_container_client(
+            container or settings.cosmos_claims_container
+        )
         return cls(proxy, endpoint=settings.cosmos_endpoint, client=client)
 
     def close(self) -> None:

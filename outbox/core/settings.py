@@ -91,6 +91,7 @@ class Settings:
     cosmos_database: str = "outbox"
     cosmos_checkpoint_container: str = "checkpoints"
     cosmos_inbox_container: str = "inbox"
+    cosmos_claims_container: str = "claims"  # the geo claim log (docs/geo.md)
 
     def __post_init__(self) -> None:
         ws = Path(self.workspace)
@@ -169,7 +170,12 @@ class Settings:
             )
         if self.cosmos_endpoint and not self.cosmos_endpoint.startswith(("https://", "http://")):
             raise bad("cosmos_endpoint", f"{self.cosmos_endpoint!r} is not an https:// URL")
-        for name in ("cosmos_database", "cosmos_checkpoint_container", "cosmos_inbox_container"):
+        for name in (
+            "cosmos_database",
+            "cosmos_checkpoint_container",
+            "cosmos_inbox_container",
+            "cosmos_claims_container",
+        ):
             if not getattr(self, name):
                 raise bad(name, "must not be empty")
 

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from dispatcher.claims.cosmos import CosmosClaimLog
 from outbox.cli import main
 from outbox.core.clock import ManualClock
 from outbox.core.cosmos import make_client
@@ -57,10 +58,17 @@ def test_migrate_rescue_status_and_forget_use_cosmos(
         f"created Cosmos DB database {db}",
         f"created Cosmos DB container {db}/checkpoints (partition key /pk)",
         f"created Cosmos DB container {db}/inbox (partition key /pk)",
+        f"created Cosmos DB container {db}/claims (partition key /pk)",
     }
     again = runner.invoke(main, ["-w", ws, "migrate", "--json"], env=env)
     assert again.exit_code == 0, again.output
     assert not [a for a in _json(again.output)["actions"] if "Cosmos" in a]  # idempotent
+    claims = CosmosClaimLog.from_settings(Settings.load(ws, env=env))  # the migrated container
+    try:
+        claims.register("s1", ["k1"], at=datetime.now(UTC))
+        assert claims.read("k1") is not None
+    finally:
+        claims.close()
 
     store = DeltaDocumentStore(cosmos_settings.table_uri)
     v = store.save([DocumentWrite(DocumentRow("d1", "t", 1, {}, 2, 0, []), 0, store.version())])
