@@ -24,6 +24,7 @@ from outbox.core.errors import WorkspaceError
 @click.argument("story", required=False, type=click.Choice(["geo", "devices"]))
 @click.option(
     "--workspace",
+    "-w",
     "demo_workspace",
     metavar="DIR",
     help="Keep the demo's workspace in DIR (a new or empty folder). Default: a temporary folder, "
