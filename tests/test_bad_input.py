@@ -131,6 +131,15 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "-w/--workspace, or omit it for a temporary one)",
     ),
     (
+        "demo -w after the command, into a workspace in use",
+        ["demo", "-w", "{ws}"],
+        {},
+        None,
+        1,
+        "error: demo workspace {ws} is not an empty folder (fix: pass a new folder to "
+        "-w/--workspace, or omit it for a temporary one)",
+    ),
+    (
         "status on a damaged Delta log",
         ["-w", "{ws}", "status"],
         {"OUTBOX_TABLE_URI": "{tmp}/broken"},
@@ -288,7 +297,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "
         "max_message_bytes, mqtt_broker, mqtt_topic, "
         "rescue_delay, rescue_interval, rescuer_name, servicebus_destinations, sql_url, "
-        "storage_options, table_uri, transport, workspace)",
+        "storage_options, table_uri, transport, watermark_window, workspace)",
     ),
     (
         "broken outbox.toml",
