@@ -38,6 +38,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from dispatcher.gateway import metrics
 from dispatcher.gateway.acks import ack_id, session_matcher
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
@@ -222,6 +223,11 @@ class MqttGateway:
     def _unavailable(error: Exception, delay: float) -> None:
         log.warning("gateway: retrying in %.1fs: %s", delay, error)
 
+    def devices_in_flight(self) -> int:
+        """Devices with a task out and no ack yet (the ``devices_in_flight`` gauge)."""
+        with self._guard:
+            return len({h.msg.session_id for h in self._held.values()})
+
     def _held_messages(self) -> list[ReceivedMessage]:
         with self._guard:
             return [h.msg for h in self._held.values()]
@@ -280,12 +286,15 @@ class MqttGateway:
                 return
             except RetryableTransportError as e:  # the broker, not the device: not a try
                 self.stats.publish_failures += 1
+                metrics.count("publish_failures")
                 log.warning("gateway: %s; trying again in %gs", e, opts.retry_interval)
             else:
                 held.tries += 1
                 self.stats.publishes += 1
+                metrics.count("tasks_published")
                 if held.tries > 1:
                     self.stats.republishes += 1
+                    metrics.count("tasks_republished")
             self._wait(held.acked, opts.retry_interval)
 
     def _transport_message(self, msg: ReceivedMessage) -> TransportMessage:
@@ -341,10 +350,14 @@ class MqttGateway:
             ]
             if not holders:
                 self.stats.unknown_acks += 1
+                metrics.count("unknown_acks")
                 log.debug("ack for %s from %s: not a task this gateway holds", mid, device)
         for held in holders:
-            if self.observe_ack is not None and held.last_publish is not None:
-                self.observe_ack((self.clock.now() - held.last_publish).total_seconds())
+            if held.last_publish is not None:
+                seconds = (self.clock.now() - held.last_publish).total_seconds()
+                metrics.observe_ack(seconds)
+                if self.observe_ack is not None:
+                    self.observe_ack(seconds)
             held.acked.set()
 
     # --- settling -----------------------------------------------------------------------------
@@ -353,16 +366,20 @@ class MqttGateway:
         try:
             self.queue.complete(held.msg)
             self.stats.completed += 1
+            metrics.count("tasks_acked")
         except LockLostError as e:  # the next holder publishes it again; the device re-acks
             self.stats.lock_lost += 1
+            metrics.count("lock_lost")
             log.warning("gateway: %s", e)
 
     def _abandon(self, held: _Held) -> None:
         try:
             self.queue.abandon(held.msg)
             self.stats.abandoned += 1
+            metrics.count("tasks_abandoned")
         except LockLostError as e:
             self.stats.lock_lost += 1
+            metrics.count("lock_lost")
             log.warning("gateway: %s", e)
 
     def _dead_letter(self, msg: ReceivedMessage, reason: str, description: str) -> None:
@@ -371,8 +388,10 @@ class MqttGateway:
             self.queue.dead_letter(msg, reason, description)
         except LockLostError as e:
             self.stats.lock_lost += 1
+            metrics.count("lock_lost")
             log.warning("gateway: %s", e)
             return
+        metrics.count("tasks_dead_lettered", reason=reason)
         counts = Counter(self.stats.dead_lettered)
         counts[reason] += 1
         self.stats.dead_lettered = dict(counts)

@@ -12,6 +12,7 @@ import click
 
 from outbox.cli.output import emit_json, print_kv
 from outbox.cli.support import CliContext, json_option, pass_cli
+from outbox.cli.telemetry_options import metrics_port_option, start_gateway_telemetry
 from outbox.core.durations import parse_duration
 
 log = logging.getLogger("outbox.gateway")
@@ -74,11 +75,13 @@ def run_gateway() -> None:
     help="Wait between receives when no device has a task ready.",
 )
 @click.option("--once", is_flag=True, help="Serve what is ready now, then exit.")
+@metrics_port_option
 @json_option
 @pass_cli
 def mqtt(
     cli: CliContext,
     *,
+    metrics_port: int | None,
     destination: str,
     broker: str,
     username: str | None,
@@ -126,6 +129,7 @@ def mqtt(
     queue = SqlQueue.from_settings(cli.settings(), pool_size=concurrency + 2)
     try:
         gateway = MqttGateway(queue, options, broker=endpoint)
+        start_gateway_telemetry(metrics_port, gateway, queue)
         log.info(
             "run-gateway mqtt: queue %r -> %s %s, acks on %s, concurrency %d",
             destination,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
@@ -17,7 +17,10 @@ import click
 from outbox.core.clock import utc
 
 if TYPE_CHECKING:
+    from dispatcher.gateway.mqtt import MqttGateway
     from dispatcher.queue.command_queue import CommandQueue
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.core.health import Check
     from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
 
@@ -51,6 +54,7 @@ def start_telemetry(
     queue: CommandQueue | None = None,
     queue_name: str | None = None,
     settings: Settings | None = None,
+    checks: Sequence[Check] = (),
     poll_budget: float = POLL_BUDGET,
 ) -> None:
     """Install the SDK (when asked for by the option or the OTLP variables) and, on the metrics
@@ -60,14 +64,14 @@ def start_telemetry(
     messages and the oldest one's age (read at each scrape, like ``outbox status``), and
     readiness reads the table's version."""
     from outbox.core import telemetry  # the OpenTelemetry API: loaded when a command runs
-    from outbox.core.health import Check, Health
+    from outbox.core.health import Health
 
-    checks: list[Check] = []
+    parts: list[Check] = []
     if settings is not None:
-        checks.append(("store", StoreProbe(settings).check))
+        parts.append(("store", StoreProbe(settings).check))
     if queue is not None:
-        checks.append(("queue", lambda: queue.stats(queue_name)))
-    health = Health(checks, poll_budget=poll_budget)
+        parts.append(("queue", lambda: queue.stats(queue_name)))
+    health = Health([*parts, *checks], poll_budget=poll_budget)
     telemetry.configure(metrics_port=metrics_port, service_name=service_name, health=health)
     if queue is not None:
         telemetry.observe_queue_depth(queue_depths(queue))
@@ -85,6 +89,29 @@ def start_telemetry(
             "age of the oldest pending message (0 when none)",
             lambda: [(probe.read(fresh=False)[1], {})],
         )
+
+
+def start_gateway_telemetry(
+    metrics_port: int | None, gateway: MqttGateway, queue: SqlQueue
+) -> None:
+    """``start_telemetry`` for ``run-gateway mqtt``: no table; ready when the queue and the
+    broker are reachable; a poll (one device's task) may wait for every try's ack."""
+    from dispatcher.gateway import metrics
+
+    def broker() -> None:
+        if not gateway.connection.connected:
+            raise ConnectionError(f"not connected to MQTT broker {gateway.connection.broker.url}")
+
+    o = gateway.options
+    start_telemetry(
+        metrics_port,
+        service_name="outbox-gateway",
+        queue=queue,
+        queue_name=o.destination,
+        checks=[("broker", broker)],
+        poll_budget=o.max_tries * (o.retry_interval + o.publish_timeout) + 60,
+    )
+    metrics.observe_in_flight(gateway.devices_in_flight)
 
 
 def queue_depths(queue: CommandQueue) -> Callable[[], dict[str, dict[str, int]]]:

@@ -96,7 +96,12 @@ class Health:
             except Exception as e:
                 line = " ".join(str(e).split()) or type(e).__name__
                 return False, f"{name}: {line}"
-        return True, "store and queue reachable" if self.checks else "ready"
+        names = [name for name, _ in self.checks]
+        if not names:
+            return True, "ready"
+        return True, " and ".join([", ".join(names[:-1]), names[-1]] if names[1:] else names) + (
+            " reachable"
+        )
 
 
 def serve(port: int, health: Health, metrics: MetricsText | None = None) -> ThreadingHTTPServer:

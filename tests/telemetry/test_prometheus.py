@@ -4,45 +4,19 @@ text, and the numbers are what the test made them do."""
 from __future__ import annotations
 
 import signal
-import socket
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from outbox.app import Outbox
 from outbox.testing.crash_points import InjectedCrash, crash_points
+from tests.telemetry.scrape import free_port, probe, scrape, value
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 DOCS, MSGS = 3, 2
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def scrape(port: int) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
-    return {
-        (s.name, frozenset((k, v) for k, v in s.labels.items() if not k.startswith("otel_"))): (
-            s.value
-        )
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
-
-
-def value(
-    samples: dict[tuple[str, frozenset[tuple[str, str]]], float], name: str, **labels: str
-) -> float:
-    return samples.get((name, frozenset(labels.items())), 0.0)
 
 
 def write(ob: Outbox, doc_id: str) -> None:
@@ -122,6 +96,15 @@ def test_rescue_every_serves_prometheus_metrics(tmp_path: Path) -> None:
         assert ("outbox_rescue_lag_versions", frozenset()) in samples
         assert value(samples, "outbox_rescue_commands_enqueued_total") == 0
         assert value(samples, "outbox_rescue_pending_documents") == 0
+        # the table and the queue, as run-dispatcher reports them
+        assert ("outbox_pending_messages", frozenset()) in samples
+        assert value(samples, "outbox_pending_messages") == 0
+        assert value(samples, "outbox_queue_messages", queue="shipments", state="active") == MSGS
+        assert probe(port, "/healthz") == (200, {"alive": True, "reason": "ticking"})
+        assert probe(port, "/readyz") == (
+            200,
+            {"ready": True, "reason": "store and queue reachable"},
+        )
     finally:
         rescuer.send_signal(signal.SIGTERM)
         _out, err = rescuer.communicate(timeout=30)
