@@ -31,11 +31,10 @@ from datetime import datetime
 from typing import Any
 
 from outbox.core.clock import utc
-from outbox.core.cosmos import make_client, status_code, translate
+from outbox.core.cosmos import CosmosAdapter, status_code
 from outbox.core.errors import (
     CheckpointError,
     CheckpointUnavailableError,
-    OutboxError,
 )
 from outbox.core.settings import Settings
 from rescuer.checkpoint import Checkpoint, _conflict, _validate
@@ -49,59 +48,30 @@ def item_id(table_uri: str, rescuer_name: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class CosmosCheckpointStore:
+class CosmosCheckpointStore(CosmosAdapter):
     """Checkpoints in the container ``cosmos_checkpoint_container`` (created by ``outbox migrate``).
 
     ``container`` is an azure-cosmos ``ContainerProxy``; ``from_settings`` opens one. The SDK's
     client is thread-safe, so one store may serve rescuers racing in one process.
     """
 
+    unavailable = CheckpointUnavailableError
+    failed = CheckpointError
+
     def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
-        self._container = container
-        self._endpoint = endpoint or "the configured account"
-        self._client = client
+        super().__init__(container, endpoint=endpoint, client=client)
         self._etags: dict[tuple[str, str], tuple[int, str]] = {}  # key -> (generation, etag)
-        self._guard = threading.Lock()
-        # azure-cosmos fills a container's caches on its first request without a lock; racing
-        # first requests from several threads can fail inside the SDK, so the first one goes alone.
-        self._warm = False
+        self._etags_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CosmosCheckpointStore:
-        client = make_client(
-            settings.cosmos_endpoint,
-            settings.cosmos_key,
-            unavailable=CheckpointUnavailableError,
-            failed=CheckpointError,
-        )
-        container = client.get_database_client(settings.cosmos_database).get_container_client(
-            settings.cosmos_checkpoint_container
-        )
+        client, container = cls._open(settings, settings.cosmos_checkpoint_container)
         return cls(container, endpoint=settings.cosmos_endpoint, client=client)
-
-    def close(self) -> None:
-        if self._client is not None:
-            close = getattr(self._client, "close", None)
-            if callable(close):
-                close()
-            self._client = None
-
-    # --- helpers -------------------------------------------------------------------------------
-
-    def _error(self, what: str, e: Exception) -> OutboxError:
-        return translate(
-            e, what, self._endpoint, unavailable=CheckpointUnavailableError, failed=CheckpointError
-        )
 
     def _query(self, what: str, where: str, params: dict[str, Any], pk: str | None) -> list[Any]:
         query = f"SELECT * FROM c{' WHERE ' + where if where else ''}"
         parameters = [{"name": k, "value": v} for k, v in params.items()]
-        if not self._warm:
-            with self._guard:
-                rows = self._run_query(what, query, parameters, pk)
-                self._warm = True
-                return rows
-        return self._run_query(what, query, parameters, pk)
+        return self._once_warm(lambda: self._run_query(what, query, parameters, pk))
 
     def _run_query(self, what: str, query: str, parameters: list[Any], pk: str | None) -> list[Any]:
         try:
@@ -132,7 +102,7 @@ class CosmosCheckpointStore:
             seen = (int(item["generation"]), str(item["_etag"])) if item is not None else None
         except (KeyError, TypeError, ValueError):
             seen = None
-        with self._guard:
+        with self._etags_lock:
             if seen is None:
                 self._etags.pop(key, None)
             else:
@@ -213,7 +183,7 @@ class CosmosCheckpointStore:
     ) -> None:
         from azure.core import MatchConditions
 
-        with self._guard:
+        with self._etags_lock:
             seen = self._etags.get((table_uri, rescuer_name))
         if seen is None or seen[0] != expected:  # not read here at that generation: read now
             current = self._item(table_uri, rescuer_name)

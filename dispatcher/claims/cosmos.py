@@ -20,14 +20,13 @@ a cross-partition query (entries are spread by key, so a hot session is no hot p
 from __future__ import annotations
 
 import hashlib
-import threading
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from outbox.core.clock import utc
-from outbox.core.cosmos import make_client, status_code, translate
+from outbox.core.cosmos import CosmosAdapter, status_code
 from outbox.core.errors import (
     ClaimLogError,
     ClaimLogUnavailableError,
@@ -64,62 +63,30 @@ def _entry(item: dict[str, Any]) -> ClaimEntry:
     )
 
 
-class CosmosClaimLog(OwnedMoves):
+class CosmosClaimLog(CosmosAdapter, OwnedMoves):
     """A ``ClaimLog`` in ``container`` (an azure-cosmos ``ContainerProxy``, partition key
     ``/pk``). Entries are never deleted; give the container a default time-to-live longer than
     any resend or redelivery window if it should not grow forever."""
 
-    def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
-        self._container = container
-        self._endpoint = endpoint or "the configured account"
-        self._client = client
-        # the SDK fills a container's caches on its first request without a lock
-        # (rescuer.checkpoint_cosmos): the first request goes alone
-        self._guard = threading.Lock()
-        self._warm = False
+    unavailable = ClaimLogUnavailableError
+    failed = ClaimLogError
 
     @classmethod
     def from_settings(cls, settings: Settings, container: str | None = None) -> CosmosClaimLog:
         """The claim log in ``container`` (default: the ``cosmos_claims_container`` setting,
         which ``outbox migrate`` creates)."""
-        client = make_client(
-            settings.cosmos_endpoint,
-            settings.cosmos_key,
-            unavailable=ClaimLogUnavailableError,
-            failed=ClaimLogError,
-        )
-        proxy = client.get_database_client(settings.cosmos_database).get_container_client(
-            container or settings.cosmos_claims_container
-        )
+        client, proxy = cls._open(settings, container or settings.cosmos_claims_container)
         return cls(proxy, endpoint=settings.cosmos_endpoint, client=client)
-
-    def close(self) -> None:
-        if self._client is not None:
-            close = getattr(self._client, "close", None)
-            if callable(close):
-                close()
-            self._client = None
 
     # --- the edge ------------------------------------------------------------------------
 
     def _call(self, what: str, call: Callable[[], T]) -> T:
         try:
-            if self._warm:
-                return call()
-            with self._guard:
-                out = call()
-                self._warm = True
-                return out
+            return self._once_warm(call)
         except OutboxError:
             raise
         except Exception as e:
-            raise translate(
-                e,
-                what,
-                self._endpoint,
-                unavailable=ClaimLogUnavailableError,
-                failed=ClaimLogError,
-            ) from e
+            raise self._error(what, e) from e
 
     def _find(self, item_id: str) -> dict[str, Any] | None:
         def query() -> list[dict[str, Any]]:

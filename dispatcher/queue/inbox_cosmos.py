@@ -30,13 +30,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 from datetime import datetime
 from typing import Any
 
 from outbox.core.clock import utc
-from outbox.core.cosmos import make_client, status_code, translate
-from outbox.core.errors import OutboxError, QueueError, QueueUnavailableError
+from outbox.core.cosmos import CosmosAdapter, status_code
+from outbox.core.errors import QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 
 _CONFLICT = 409
@@ -47,7 +46,7 @@ def item_id(consumer: str, message_id: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-class CosmosInbox:
+class CosmosInbox(CosmosAdapter):
     """Handled ids of ``consumer`` in the container ``cosmos_inbox_container`` (partition key
     ``/pk``, created by ``outbox migrate``). ``container`` is an azure-cosmos ``ContainerProxy``.
 
@@ -55,50 +54,19 @@ class CosmosInbox:
     (``defaultTtl``) longer than any redelivery or resend window if it should not grow forever.
     """
 
+    unavailable = QueueUnavailableError
+    failed = QueueError
+
     def __init__(
         self, container: Any, consumer: str, *, endpoint: str = "", client: Any = None
     ) -> None:
-        self._container = container
+        super().__init__(container, endpoint=endpoint, client=client)
         self.consumer = consumer
-        self._endpoint = endpoint or "the configured account"
-        self._client = client
-        # the SDK fills a container's caches on its first request without a lock (see
-        # rescuer.checkpoint_cosmos): the first request goes alone
-        self._guard = threading.Lock()
-        self._warm = False
 
     @classmethod
     def from_settings(cls, settings: Settings, consumer: str) -> CosmosInbox:
-        client = make_client(
-            settings.cosmos_endpoint,
-            settings.cosmos_key,
-            unavailable=QueueUnavailableError,
-            failed=QueueError,
-        )
-        container = client.get_database_client(settings.cosmos_database).get_container_client(
-            settings.cosmos_inbox_container
-        )
+        client, container = cls._open(settings, settings.cosmos_inbox_container)
         return cls(container, consumer, endpoint=settings.cosmos_endpoint, client=client)
-
-    def close(self) -> None:
-        if self._client is not None:
-            close = getattr(self._client, "close", None)
-            if callable(close):
-                close()
-            self._client = None
-
-    def _error(self, what: str, e: Exception) -> OutboxError:
-        return translate(
-            e, what, self._endpoint, unavailable=QueueUnavailableError, failed=QueueError
-        )
-
-    def _once_warm(self, call: Any) -> Any:
-        if self._warm:
-            return call()
-        with self._guard:
-            out = call()
-            self._warm = True
-            return out
 
     def handled(self, message_id: str) -> bool:
         key = item_id(self.consumer, message_id)

@@ -14,11 +14,18 @@ test server answers a read of a missing item with HTTP 500 instead of 404 (docs/
 from __future__ import annotations
 
 import logging
+import threading
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from urllib.parse import urlparse
 
 from outbox.core.errors import ConfigurationError, MissingDependencyError, OutboxError
+
+if TYPE_CHECKING:
+    from outbox.core.settings import Settings
+
+T = TypeVar("T")
 
 PARTITION_KEY_PATH = "/pk"
 INSTALL_HINT = "pip install 'delta-outbox[azure]'"
@@ -166,3 +173,55 @@ def ensure_container(client: Any, database: str, container: str) -> list[str]:
                 f"with partition key {PARTITION_KEY_PATH}",
             ) from None
     return actions
+
+
+class CosmosAdapter:
+    """What every Cosmos DB adapter (checkpoints, inbox, claim log) shares: one container, the
+    client it opened and closes, SDK errors turned into the adapter's own pair, and a first
+    request that goes alone.
+
+    Why the first request goes alone: azure-cosmos fills a container's caches on its first
+    request without a lock, and racing first requests from several threads can fail inside the
+    SDK. Subclasses set ``unavailable`` (retryable) and ``failed``.
+    """
+
+    unavailable: ClassVar[type[OutboxError]] = OutboxError
+    failed: ClassVar[type[OutboxError]] = OutboxError
+
+    def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
+        self._container = container
+        self._endpoint = endpoint or "the configured account"
+        self._client = client
+        self._guard = threading.Lock()
+        self._warm = False
+
+    @classmethod
+    def _open(cls, settings: Settings, container: str) -> tuple[Any, Any]:
+        """(client, container proxy) for ``container`` in the configured database."""
+        client = make_client(
+            settings.cosmos_endpoint,
+            settings.cosmos_key,
+            unavailable=cls.unavailable,
+            failed=cls.failed,
+        )
+        db = client.get_database_client(settings.cosmos_database)
+        return client, db.get_container_client(container)
+
+    def close(self) -> None:
+        if self._client is not None:
+            close = getattr(self._client, "close", None)
+            if callable(close):
+                close()
+            self._client = None
+
+    def _error(self, what: str, e: Exception) -> OutboxError:
+        return translate(e, what, self._endpoint, unavailable=self.unavailable, failed=self.failed)
+
+    def _once_warm(self, call: Callable[[], T]) -> T:
+        """``call()``, alone if no request has completed yet (see the class docstring)."""
+        if self._warm:
+            return call()
+        with self._guard:
+            out = call()
+            self._warm = True
+            return out
