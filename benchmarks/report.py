@@ -417,6 +417,46 @@ def checker_soak(name: str = "checker_soak") -> str:
     return _table(["soak", "result"], rows)
 
 
+def telemetry() -> str:
+    """``python -m benchmarks.telemetry``: off/on pairs per size, the median pair's slowdown."""
+    from benchmarks.telemetry import summarize  # stdlib only at import
+
+    t = load("telemetry")
+    rows = []
+    for k in (1, 100, 1000):
+        c = t["cases"][f"{k}_docs"]
+        s = summarize(c["off_runs"], c["on_runs"])
+        low, high = s["slowdown_quartiles_percent"]
+        off_range = _slash([n(v, 1) for v in s["off_range"]])
+        on_range = _slash([n(v, 1) for v in s["on_range"]])
+        rows.append(
+            [
+                n(k),
+                n(s["pairs"]),
+                f"{n(s['off_messages_per_second'], 1)} ({off_range})",
+                f"{n(s['on_messages_per_second'], 1)} ({on_range})",
+                f"{s['slowdown_percent']:.1f}% ({low:.1f}% to {high:.1f}%)",
+                s["verdict"],
+            ]
+        )
+    header = [
+        "documents per unit of work",
+        "off/on pairs",
+        "off msg/s, median (min / max)",
+        "on msg/s, median (min / max)",
+        "slowdown, median of pairs (quartiles)",
+        "verdict (goal 5%)",
+    ]
+    before, after = t.get("load_average_before"), t.get("load_average_after")
+    machine_load = (
+        f"load average {before[0]:.2f} before, {after[0]:.2f} after"
+        if before and after
+        else "load average not recorded"
+    )
+    cpus = t.get("cpus") or t.get("machine", {}).get("cpus")
+    return _table(header, rows) + f"\nMeasured {t['started']} on {cpus} CPUs, {machine_load}.\n"
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-performance": readme_performance,
     "rescuer-sizes": rescuer_sizes,
@@ -425,6 +465,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "dispatch": dispatch,
     "spark-write": spark_write,
     "checker-soak": checker_soak,
+    "telemetry": telemetry,
     "checker-soak-before-recreate": lambda: checker_soak("checker_soak_before_recreate"),
 }
 
