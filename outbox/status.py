@@ -33,13 +33,27 @@ class CheckpointStatus:
 
 @dataclass
 class QueueDepth:
+    """One queue's statistics: the one shape of ``status --json``'s ``queues`` items and of
+    ``queue stats --json``'s, so a script reads both the same way."""
+
     queue: str
     active: int
     scheduled: int
     locked: int
     dead_lettered: int
-    #: set aside by ``defer`` (the same fields as ``outbox queue stats --json``)
-    deferred: int = 0
+    deferred: int = 0  # set aside by ``defer``
+
+    @classmethod
+    def of(cls, stats: Any) -> QueueDepth:
+        """From a queue's ``stats()`` value (the SQL queue's or Service Bus's)."""
+        return cls(
+            stats.queue,
+            stats.active,
+            stats.scheduled,
+            stats.locked,
+            stats.dead_lettered,
+            stats.deferred,
+        )
 
 
 @dataclass
@@ -204,9 +218,7 @@ def _queues(
         else:
             _dead_lettered_commands(report, queue, settings.command_queue, table_id, pending)
         for q in queue.stats().values():
-            report.queues.append(
-                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered, q.deferred)
-            )
+            report.queues.append(QueueDepth.of(q))
         _unread(report, queue, settings, now)
         dead = queue.list_dead_letters(limit=1)
         if dead:
@@ -249,9 +261,7 @@ def _servicebus_commands(
     try:
         _dead_lettered_commands(report, sb, settings.command_queue, table_id, pending)
         for q in sb.stats().values():
-            report.queues.append(
-                QueueDepth(q.queue, q.active, q.scheduled, q.locked, q.dead_lettered, q.deferred)
-            )
+            report.queues.append(QueueDepth.of(q))
     finally:
         sb.close()
 

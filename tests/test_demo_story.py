@@ -96,9 +96,18 @@ def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
         f"4 ProcessDocument commands enqueued, checkpoint -> version {first['checkpoint_after']}"
         " (no clock was moved)"
     )
+    assert sorted(report["invariants"]) == [  # the one --json key style
+        "i1_no_loss",
+        "i2_order",
+        "i3_no_phantom",
+        "i4_no_interference",
+        "i5_bounded_rescue",
+        "i6_idempotence",
+    ]
     assert report["simulated_s"] == 0
     assert report["ok"] is True
     assert report["not_exercised"] == {}
-    rows = dict(demo.iter_rows(demo.DemoReport(**{k: v for k, v in report.items() if k != "ok"})))
+    fields = {k: v for k, v in report.items() if k not in ("ok", "invariants")}
+    rows = dict(demo.iter_rows(demo.DemoReport(**fields, invariants={"I5 bounded rescue": True})))
     assert rows["max rescue latency"].endswith("s (none simulated; rescue delay 15s)")
     assert rows["I5 bounded rescue"] == "held"

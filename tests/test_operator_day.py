@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import logging
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -286,9 +287,8 @@ def test_status_and_queue_stats_report_the_same_queue_fields(tmp_path: Path) -> 
         queue.send("shipments", QueueMessage(body=b"{}", message_id="m-1"))
     status = json.loads(CliRunner().invoke(main, ["-w", str(ws), "status", "--json"]).stdout)
     stats = json.loads(CliRunner().invoke(main, ["-w", str(ws), "queue", "stats", "--json"]).stdout)
-    [depth] = status["queues"]
-    assert {k: v for k, v in depth.items() if k != "queue"} == stats[depth["queue"]]
-    assert stats["shipments"]["active"] == 1
+    assert status["queues"] == stats  # one shape: a list of objects, each naming its queue
+    assert [(q["queue"], q["active"]) for q in stats] == [("shipments", 1)]
 
 
 def test_status_names_queues_nobody_receives_from(tmp_path: Path) -> None:
@@ -319,3 +319,32 @@ def test_status_names_queues_nobody_receives_from(tmp_path: Path) -> None:
         ("shipmnets", 1),
     ]
     _print_status(later)  # the text output renders it (no repr, aligned)
+
+
+def _keys(data: Any) -> Iterator[str]:
+    if isinstance(data, dict):
+        for k, v in data.items():
+            yield str(k)
+            yield from _keys(v)
+    elif isinstance(data, list):
+        for v in data:
+            yield from _keys(v)
+
+
+def test_every_json_key_is_snake_case(tmp_path: Path) -> None:
+    """One key style in every ``--json`` document, names made for people (the demo's
+    invariants: tests/test_demo_story.py) and deltalake's camelCase metrics (``maintain``'s
+    ``compacted``) included."""
+    import json
+    import re
+
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, default_destination="shipments") as ob, ob.unit_of_work() as uow:
+        uow.create("pkg-1", type="Package").send("Left", {})
+    odd = []
+    for argv in (["maintain"], ["status"], ["queue", "stats"], ["rescue"], ["migrate"]):
+        result = CliRunner().invoke(main, ["-w", str(ws), *argv, "--json"])
+        assert result.exit_code == 0, result.output
+        odd += [f"{argv[0]}: {k}" for k in _keys(json.loads(result.stdout))]
+    assert [k for k in odd if not re.fullmatch(r"[a-z]+: [a-z0-9_]+", k)] == []
+    assert "maintain: num_files_added" in odd

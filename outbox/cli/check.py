@@ -10,7 +10,14 @@ from typing import Any
 import click
 
 from outbox.cli import exit_codes
-from outbox.cli.output import emit_json, print_kv, print_table, quiet_chatty_loggers, stepper
+from outbox.cli.output import (
+    emit_json,
+    print_kv,
+    print_table,
+    quiet_chatty_loggers,
+    snake_keys,
+    stepper,
+)
 from outbox.cli.support import CliContext, json_option, pass_cli
 
 _COLUMNS = [
@@ -150,7 +157,8 @@ def check(
             write_results(Path(results_file), results_document(reports, options))
     total = aggregate(reports)
     if as_json:
-        emit_json({"total": total, "seeds": [r.to_dict() for r in reports]})
+        per_seed = [snake_keys(r.to_dict(), "invariants") for r in reports]
+        emit_json({"total": total, "seeds": per_seed})
     else:
         print_table("outbox check: per seed", _COLUMNS, [_row(r) for r in reports])
         print_kv("outbox check: totals", [(k, v) for k, v in total.items()])

@@ -14,6 +14,7 @@ from outbox.cli.output import (
     print_kv,
     progress,
     quiet_chatty_loggers,
+    snake_keys,
     stepper,
 )
 from outbox.cli.support import CliContext, json_option, pass_cli
@@ -78,7 +79,7 @@ def demo(
         bar=progress,
     )
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(snake_keys(report.to_dict(), "invariants", "not_exercised"))
     else:
         print_kv("delta-outbox demo: shipment tracking", iter_rows(report))
         for p in report.problems:
@@ -94,7 +95,7 @@ def _geo(target: str | None, packages: int, as_json: bool) -> None:
 
     report = run_geo_demo(target, packages=packages, step=stepper(as_json, "outbox.demo"))
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(snake_keys(report.to_dict(), "invariants", "not_exercised"))
     else:
         print_kv("delta-outbox demo geo: shipment tracking across two regions", iter_rows(report))
         for p in report.problems:

@@ -4,7 +4,7 @@ every demo prints; ``outbox.cli.demo`` hands the ``devices`` story here."""
 from __future__ import annotations
 
 from outbox.cli import exit_codes
-from outbox.cli.output import echo, emit_json, print_kv, stepper
+from outbox.cli.output import echo, emit_json, print_kv, snake_keys, stepper
 
 
 def devices_story(target: str | None, as_json: bool) -> None:
@@ -12,7 +12,7 @@ def devices_story(target: str | None, as_json: bool) -> None:
 
     report = run_devices_demo(target, step=stepper(as_json, "outbox.demo"))
     if as_json:
-        emit_json(report.to_dict())
+        emit_json(snake_keys(report.to_dict(), "invariants"))
     else:
         print_kv("delta-outbox demo devices: one task at a time per device", iter_rows(report))
         for p in report.problems:

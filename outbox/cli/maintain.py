@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import click
 
-from outbox.cli.output import emit_json, print_kv
+from outbox.cli.output import emit_json, print_kv, snake_keys
 from outbox.cli.support import CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 from outbox.core.durations import parse_duration
@@ -69,7 +69,7 @@ def maintain(
         storage_options=settings.storage_options,
         settings=settings,
     )
-    result = report.to_dict()
+    result = snake_keys(report.to_dict(), "compacted")
     result["expired_duplicate_ids_deleted"] = None if dry_run else _forget_duplicates(settings)
     if as_json:
         emit_json(result)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -82,6 +83,23 @@ def json_default(value: Any) -> Any:
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
     raise TypeError(f"not JSON serializable: {type(value).__name__}")
+
+
+def snake_case(name: str) -> str:
+    """A ``--json`` key in the one key style: ``I1 no loss`` -> ``i1_no_loss``, deltalake's
+    ``numFilesAdded`` -> ``num_files_added``."""
+    name = re.sub(r"(?<=[a-z0-9])(?=[A-Z])", "_", name.strip())
+    return re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+
+
+def snake_keys(data: dict[str, Any], *fields: str) -> dict[str, Any]:
+    """``data`` with the keys of the mappings under ``fields`` in snake_case: names made for
+    people (invariants) or by a library (deltalake's metrics) are keys like every other one."""
+    out = dict(data)
+    for f in fields:
+        if isinstance(out.get(f), dict):
+            out[f] = {snake_case(str(k)): v for k, v in out[f].items()}
+    return out
 
 
 def emit_json(data: Any) -> None:

@@ -30,19 +30,12 @@ def stats_cmd(cli: CliContext, as_json: bool) -> None:
     """Depth per queue: active, scheduled, locked, deferred, dead-lettered."""
     with open_queue(cli) as queue:
         stats = queue.stats()
-    if as_json:
-        emit_json(
-            {
-                name: {
-                    "active": s.active,
-                    "scheduled": s.scheduled,
-                    "locked": s.locked,
-                    "deferred": s.deferred,
-                    "dead_lettered": s.dead_lettered,
-                }
-                for name, s in stats.items()
-            }
-        )
+    if as_json:  # the shape of `status --json`'s "queues": a list of QueueDepth objects
+        from dataclasses import asdict
+
+        from outbox.status import QueueDepth
+
+        emit_json([asdict(QueueDepth.of(s)) for s in stats.values()])
         return
     print_table(
         "queues",

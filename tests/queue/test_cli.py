@@ -34,9 +34,16 @@ def run(ws: Path, *args: str) -> tuple[int, str]:
 def test_stats_and_peek(ws: Path) -> None:
     code, out = run(ws, "queue", "stats", "--json")
     assert code == 0
-    assert json.loads(out) == {
-        "orders": {"active": 2, "scheduled": 0, "locked": 0, "deferred": 0, "dead_lettered": 3}
-    }
+    assert json.loads(out) == [  # the shape of `status --json`'s "queues"
+        {
+            "queue": "orders",
+            "active": 2,
+            "scheduled": 0,
+            "locked": 0,
+            "deferred": 0,
+            "dead_lettered": 3,
+        }
+    ]
     code, out = run(ws, "queue", "peek", "orders", "--limit", "1", "--json")
     [m] = json.loads(out)
     assert (m["message_id"], m["state"], m["body"]) == ("m3", "active", "body 3")

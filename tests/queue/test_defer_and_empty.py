@@ -71,13 +71,16 @@ def test_the_cli_shows_an_empty_body_and_deferred_messages(tmp_path: Path) -> No
         assert result.exit_code == 0, result.output
         return result.output
 
-    assert json.loads(run("queue", "stats", "--json"))["q"] == {
-        "active": 0,
-        "scheduled": 0,
-        "locked": 1,
-        "deferred": 1,
-        "dead_lettered": 0,
-    }
+    assert json.loads(run("queue", "stats", "--json")) == [
+        {
+            "queue": "q",
+            "active": 0,
+            "scheduled": 0,
+            "locked": 1,
+            "deferred": 1,
+            "dead_lettered": 0,
+        }
+    ]
     assert "(empty)" in run("queue", "peek", "q")
     [only] = json.loads(run("queue", "peek", "q", "--deferred", "--json"))
     assert (only["message_id"], only["state"], only["delivery_count"]) == ("d1", "deferred", 1)
