@@ -437,6 +437,7 @@ def telemetry() -> str:
                 f"{n(s['on_messages_per_second'], 1)} ({on_range})",
                 f"{s['slowdown_percent']:.1f}% ({low:.1f}% to {high:.1f}%)",
                 s["verdict"],
+                f"{c['dispatch_only']['slowdown_percent']:.1f}%" if "dispatch_only" in c else "-",
             ]
         )
     header = [
@@ -446,6 +447,7 @@ def telemetry() -> str:
         "on msg/s, median (min / max)",
         "slowdown, median of pairs (quartiles)",
         "verdict (goal 5%)",
+        "dispatch alone: slowdown",
     ]
     before, after = t.get("load_average_before"), t.get("load_average_after")
     machine_load = (
