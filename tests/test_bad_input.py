@@ -90,8 +90,12 @@ _DAMAGED_LOG = (
 )
 
 
-def _write(name: str, text: str) -> Callable[[Path, Path], None]:
+def _write(name: str, text: str) -> Callable[[Path, Path], object]:
     return lambda ws, tmp: (ws / name).write_text(text)
+
+
+def _with_dead_letter(ws: Path, tmp: Path) -> None:
+    _dead_letter(ws)
 
 
 # (case id, argv after `outbox`, extra env, setup(ws, tmp), exit code, the exact stderr line)
@@ -325,6 +329,35 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "error: no dead letter has id 999 (fix: list them with `outbox dead-letters list`)",
     ),
     (
+        "purge without saying which",
+        ["-w", "{ws}", "dead-letters", "purge"],
+        {},
+        None,
+        1,
+        "error: say which dead letters to purge: ids, --where KEY=VALUE, or --all (exactly one) "
+        "(fix: e.g. outbox dead-letters purge 12 13, purge --where reason=Timeout, or purge "
+        "--all --yes)",
+    ),
+    (
+        "requeue with two selections",
+        ["-w", "{ws}", "dead-letters", "requeue", "12", "--all"],
+        {},
+        None,
+        1,
+        "error: say which dead letters to requeue: ids, --where KEY=VALUE, or --all (exactly "
+        "one) (fix: e.g. outbox dead-letters requeue 12 13, requeue --where reason=Timeout, or "
+        "requeue --all)",
+    ),
+    (
+        "purge --all when stdin is not a terminal",
+        ["-w", "{ws}", "dead-letters", "purge", "--all"],
+        {},
+        _with_dead_letter,
+        1,
+        "error: purge --all would delete 1 dead letter(s) for good and stdin is not a terminal "
+        "to confirm it; nothing was deleted (fix: add --yes to confirm)",
+    ),
+    (
         "queue name with spaces",
         ["-w", "{ws}", "queue", "peek", "my queue"],
         {},
@@ -334,6 +367,22 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "or '/', starting and ending with a letter or digit)",
     ),
 ]
+
+
+def _dead_letter(ws: Path, message_id: str = "poison") -> None:
+    from dispatcher.queue import QueueMessage, SqlQueue
+
+    with SqlQueue(f"sqlite:///{ws / 'outbox.db'}") as queue:
+        queue.send("shipments", QueueMessage(body=b"{}", message_id=message_id))
+        [msg] = queue.receive("shipments", 1)
+        queue.dead_letter(msg, "Poison", "cannot be handled")
+
+
+def _dead_letters_left(ws: Path) -> int:
+    from dispatcher.queue import SqlQueue
+
+    with SqlQueue(f"sqlite:///{ws / 'outbox.db'}") as queue:
+        return queue.count_dead_letters(all=True)
 
 
 def _fmt(value: str, ws: Path, tmp: Path) -> str:
@@ -367,6 +416,8 @@ def test_cli_wrong_use(
     assert "Traceback" not in result.output
     (ws / "outbox.toml").unlink(missing_ok=True)
     _still_there(ws)
+    if setup is _with_dead_letter:
+        assert _dead_letters_left(ws) == 1
 
 
 def _still_there(ws: Path) -> None:
@@ -721,4 +772,41 @@ def test_status_text_with_a_corrupt_queue_database_is_not_all_clear(ws: Path) ->
         assert [p.split(":")[0] for p in problems] == ["rescuer checkpoints", "queues"]
     finally:
         (ws / "outbox.db.good").replace(ws / "outbox.db")
+    _still_there(ws)
+
+
+def test_purge_all_asks_on_a_terminal_and_takes_yes(ws: Path) -> None:
+    """A real terminal on stdin (a pty): "n" deletes nothing, "y" deletes; ``--yes`` never
+    asks. The prompt goes to stderr, stdout keeps the result."""
+    import pty
+
+    def purge(answer: str | None, *flags: str) -> subprocess.CompletedProcess[str]:
+        argv = [OUTBOX, "-w", str(ws), "dead-letters", "purge", "--all", *flags]
+        if answer is None:
+            return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        leader, follower = pty.openpty()
+        try:
+            os.write(leader, answer.encode() + b"\n")
+            return subprocess.run(
+                argv, stdin=follower, capture_output=True, text=True, timeout=60, check=False
+            )
+        finally:
+            os.close(leader)
+            os.close(follower)
+
+    _dead_letter(ws)
+    no = purge("n")
+    assert (no.returncode, no.stdout) == (1, ""), no.stderr
+    assert no.stderr == (
+        "delete all 1 dead letter(s) for good? [y/N]: "
+        "error: purge --all not confirmed; nothing was deleted\n"
+    )
+    assert _dead_letters_left(ws) == 1
+    yes = purge("y")
+    assert (yes.returncode, yes.stdout) == (0, "purged 1 dead letter(s)\n"), yes.stderr
+    assert _dead_letters_left(ws) == 0
+    _dead_letter(ws, "poison-2")
+    scripted = purge(None, "--yes")
+    assert (scripted.returncode, scripted.stdout) == (0, "purged 1 dead letter(s)\n")
+    assert _dead_letters_left(ws) == 0
     _still_there(ws)

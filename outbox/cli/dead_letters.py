@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from outbox.cli.output import echo, emit_json, print_kv, print_table, progress
+from outbox.cli.output import ask, echo, emit_json, print_kv, print_table, progress
 from outbox.cli.support import CliContext, json_option, open_queue, pass_cli
 from outbox.core.errors import ValidationError
 
@@ -142,7 +142,14 @@ def _bulk(
     everything: bool,
     where: tuple[str, ...],
     as_json: bool,
+    yes: bool = False,
 ) -> None:
+    if sum([bool(ids), bool(where), everything]) != 1:
+        raise ValidationError(
+            f"say which dead letters to {verb}: ids, --where KEY=VALUE, or --all (exactly one)",
+            hint=f"e.g. outbox dead-letters {verb} 12 13, {verb} --where reason=Timeout, or "
+            f"{verb} --all" + (" --yes" if verb == "purge" else ""),
+        )
     selection: dict[str, Any] = {
         "ids": list(ids) if ids else None,
         "where": _where(where) or None,
@@ -152,6 +159,8 @@ def _bulk(
         for dead_letter_id in ids:  # an unknown id is a typo: say so instead of "0 requeued"
             queue.get_dead_letter(dead_letter_id)
         total = queue.count_dead_letters(**selection)
+        if verb == "purge" and everything and not yes and total:
+            _confirm_purge_all(total)
         action = queue.requeue if verb == "requeue" else queue.purge
         with progress(f"{verb} dead letters", total) as advance:
             done = action(**selection, on_progress=advance)
@@ -159,6 +168,20 @@ def _bulk(
         emit_json({verb + "d": done})
     else:
         echo(f"{verb}d {done} dead letter(s)")
+
+
+def _confirm_purge_all(total: int) -> None:
+    """Deleting every dead letter cannot be undone: asked on a terminal, refused elsewhere
+    without ``--yes`` (a script must say it means it)."""
+    answer = ask(f"delete all {total} dead letter(s) for good?")
+    if answer is None:
+        raise ValidationError(
+            f"purge --all would delete {total} dead letter(s) for good and stdin is not a "
+            "terminal to confirm it; nothing was deleted",
+            hint="add --yes to confirm",
+        )
+    if not answer:
+        raise ValidationError("purge --all not confirmed; nothing was deleted")
 
 
 @dead_letters_group.command("requeue")
@@ -176,15 +199,26 @@ def requeue_cmd(
 
 @dead_letters_group.command("purge")
 @click.argument("ids", nargs=-1, type=int)
-@click.option("--all", "everything", is_flag=True, help="Every dead letter.")
+@click.option("--all", "everything", is_flag=True, help="Every dead letter (asks first).")
 @click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter (repeatable).")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Do not ask before --all (required for --all when stdin is not a terminal).",
+)
 @json_option
 @pass_cli
 def purge_cmd(
-    cli: CliContext, ids: tuple[int, ...], everything: bool, where: tuple[str, ...], as_json: bool
+    cli: CliContext,
+    ids: tuple[int, ...],
+    everything: bool,
+    where: tuple[str, ...],
+    yes: bool,
+    as_json: bool,
 ) -> None:
     """Delete dead letters for good."""
-    _bulk(cli, "purge", ids=ids, everything=everything, where=where, as_json=as_json)
+    _bulk(cli, "purge", ids=ids, everything=everything, where=where, as_json=as_json, yes=yes)
 
 
 requeue_cmd.help = f"{requeue_cmd.help} {_SELECTION_HELP}"

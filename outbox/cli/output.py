@@ -75,6 +75,14 @@ def is_terminal() -> bool:
     return sys.stdout.isatty()
 
 
+def ask(question: str) -> bool | None:
+    """A yes/no question on the terminal (the prompt on stderr: stdout stays the result's);
+    None when stdin is not a terminal, so nobody could answer."""
+    if not sys.stdin.isatty():
+        return None
+    return click.confirm(question, default=False, err=True)
+
+
 def json_default(value: Any) -> Any:
     if isinstance(value, datetime):
         return value.isoformat()
