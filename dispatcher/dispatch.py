@@ -51,8 +51,8 @@ import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Protocol
 
 from dispatcher import hooks
 from dispatcher.hooks import StepHook
@@ -61,6 +61,9 @@ from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core import telemetry
 from outbox.core.errors import PermanentTransportError, RetryableTransportError, ValidationError
 from outbox.core.model import DocumentRow, OutboxMessage
+
+if TYPE_CHECKING:
+    from dispatcher.watermarks import WatermarkWriter
 
 log = logging.getLogger("outbox.dispatcher")
 
@@ -174,9 +177,12 @@ class KeyOrder:
 
 
 class WatermarkStore(Protocol):
-    """What the dispatcher needs from a document store: one batched, monotonic watermark write."""
+    """What the dispatcher needs from a document store: one batched, monotonic watermark write
+    (with ``incarnations``, each mark applies only to the document's life it names)."""
 
-    def advance_watermarks(self, marks: Mapping[str, int]) -> int | None: ...
+    def advance_watermarks(
+        self, marks: Mapping[str, int], incarnations: Mapping[str, str | None] | None = None
+    ) -> int | None: ...
 
 
 def atomic_batches(transport: object) -> bool:
@@ -240,6 +246,8 @@ class DispatchReport:
     watermark_version: int | None = None
     watermark_error: Exception | None = None
     watermark_seconds: float = 0.0
+    #: The marks went to the ``WatermarkWriter`` (written later, off the caller's path).
+    watermark_deferred: bool = False
 
     @property
     def failed(self) -> list[str]:
@@ -267,6 +275,7 @@ class Dispatcher:
         coalesce: bool | None = None,
         metrics: DispatchMetrics | None = None,
         crash_points: StepHook | None = None,
+        watermarks: WatermarkWriter | None = None,
     ) -> None:
         if max_in_flight < 1 or max_batch_messages < 1:
             raise ValidationError(
@@ -280,6 +289,9 @@ class Dispatcher:
         self.coalesce = atomic_batches(transport) if coalesce is None else coalesce
         self.metrics = metrics or DispatchMetrics()
         self.crash_points = crash_points or hooks.installed()
+        #: Where ``dispatch(..., defer_watermark=True)`` puts its marks; also consulted so this
+        #: process never re-sends what a not-yet-written mark covers.
+        self.watermarks = watermarks
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
         self.keys = KeyOrder()
@@ -288,11 +300,17 @@ class Dispatcher:
     # --- the whole job ----------------------------------------------------------------------
 
     def dispatch(
-        self, rows: Sequence[DocumentRow], *, started: float | None = None
+        self,
+        rows: Sequence[DocumentRow],
+        *,
+        started: float | None = None,
+        defer_watermark: bool = False,
     ) -> DispatchReport:
         """Send what ``rows`` hold pending, then advance their watermarks in one MERGE.
 
         ``started`` is the ``time.perf_counter()`` of the commit, for commit-to-settled latency.
+        With ``defer_watermark`` (and a ``watermarks`` writer), the marks are handed to the writer
+        once the sends returned, and the MERGE happens later, coalesced with other dispatches'.
         """
         started = time.perf_counter() if started is None else started
         pending = [m for r in rows if r.has_pending for m in r.pending()]
@@ -305,7 +323,10 @@ class Dispatcher:
         with telemetry.span("outbox.dispatch", parent=parent, links=links, attributes=attributes):
             report = self.send_pending(rows, started=started)
             self.crash_points.hit("after_send")
-            self.advance(report)
+            if defer_watermark and self.watermarks is not None:
+                self.defer(report, rows)
+            else:
+                self.advance(report, rows)
         return report
 
     def send_pending(
@@ -314,6 +335,11 @@ class Dispatcher:
         """Step 1 and 2 only: send, concurrently across documents, in order within each."""
         started = time.perf_counter() if started is None else started
         unique = {r.id: r for r in rows}  # a later row for the same id wins
+        if self.watermarks is not None:  # accepted earlier, its mark not written yet: not again
+            covered = self.watermarks.covered((r.id, r.incarnation) for r in unique.values())
+            for doc_id, seq in covered.items():
+                if seq > unique[doc_id].dispatched_seq:
+                    unique[doc_id] = replace(unique[doc_id], dispatched_seq=seq)
         plans: list[Plan] = [
             (r, p) for r in unique.values() if r.has_pending and (p := r.pending())
         ]
@@ -338,16 +364,33 @@ class Dispatcher:
         self.metrics.inc("documents_failed", sum(not o.complete for o in report.outcomes.values()))
         return report
 
-    def advance(self, report: DispatchReport) -> None:
+    def defer(self, report: DispatchReport, rows: Sequence[DocumentRow]) -> None:
+        """Step 3, later: hand the marks to the writer. Only ever after the sends returned, so a
+        mark never covers a message the transport has not accepted."""
+        assert self.watermarks is not None
+        lives = {r.id: r.incarnation for r in rows}
+        marks = {
+            d: (o.sent_up_to, lives.get(d)) for d, o in report.outcomes.items() if o.progressed
+        }
+        if not marks:
+            return
+        self.crash_points.hit("during_watermark")  # dying here: sent, never marked
+        self.watermarks.submit(marks)
+        report.watermark_deferred = True
+
+    def advance(self, report: DispatchReport, rows: Sequence[DocumentRow] = ()) -> None:
         """Step 3: one MERGE for every document that made progress; failures are recorded."""
         marks = {d: o.sent_up_to for d, o in report.outcomes.items() if o.progressed}
         if not marks:
             return
+        lives = {r.id: r.incarnation for r in rows}
         self.crash_points.hit("during_watermark")
         t0 = time.perf_counter()
         try:
             with telemetry.span("outbox.watermark", attributes={"outbox.documents": len(marks)}):
-                report.watermark_version = self.store.advance_watermarks(marks)
+                report.watermark_version = self.store.advance_watermarks(
+                    marks, {d: lives[d] for d in marks} if lives.keys() >= marks.keys() else None
+                )
         except Exception as e:
             report.watermark_error = e
             self.metrics.inc("watermark_failures")

@@ -4,7 +4,9 @@ It owns the transport, the command queue (lazily: an application that publishes 
 defers needs no SQL at all), the ``Dispatcher`` and the metrics, and chooses between
 
 * **immediate** dispatch: right after the commit, send what the saved rows hold (they are already
-  in memory; nothing is re-read) and advance the watermarks in one MERGE; and
+  in memory; nothing is re-read); the watermarks go to a ``WatermarkWriter``, which writes them
+  in one MERGE per ``watermark_window`` off the caller's path (``dispatcher/watermarks.py`` has
+  the trade-off: a crash before that MERGE means re-sends with the same ids, never a loss); and
 * **deferred** dispatch: only enqueue a ``ProcessDocument`` command per saved document with
   pending messages; the ``outbox run-dispatcher`` worker publishes.
 
@@ -36,6 +38,7 @@ from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, Dispatch
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
 from dispatcher.transports.base import Transport, TransportMessage
+from dispatcher.watermarks import WatermarkWriter
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import (
     ConfigurationError,
@@ -154,6 +157,7 @@ class DispatcherRuntime:
         crash_points: StepHook | None = None,
         retry_delay: float = DEFAULT_RETRY_DELAY,
         max_batch_messages: int | None = None,
+        watermark_window: float | None = None,
     ) -> None:
         self.store = store
         self.settings = settings
@@ -169,6 +173,13 @@ class DispatcherRuntime:
         self._owns_commands = commands is None
         self._owns_transport = transport is None
         self.transport: Transport = transport or build_transport(settings, lambda: self.queue)
+        # The watermarks of immediate dispatch, coalesced off the caller's path (None: one MERGE
+        # inline per dispatch). Reads in this process flush first, so they see every mark earned.
+        self.watermarks: WatermarkWriter | None = None
+        window = settings.watermark_window if watermark_window is None else watermark_window
+        if window > 0:
+            self.watermarks = WatermarkWriter(store, window=window, metrics=self.metrics)
+            store.read_barrier = self.watermarks.flush
         self.dispatcher = Dispatcher(
             store,
             self.transport,
@@ -176,6 +187,7 @@ class DispatcherRuntime:
             metrics=self.metrics,
             crash_points=self.crash_points,
             max_batch_messages=max_batch_messages or DEFAULT_MAX_BATCH_MESSAGES,
+            watermarks=self.watermarks,
         )
         self.last_report: DispatchReport | None = None
         self._closed = False
@@ -228,7 +240,9 @@ class DispatcherRuntime:
                     (r.id, r.last_seq, r.incarnation) for r in rows if r.has_pending
                 )
                 return
-            report = self.dispatcher.dispatch(rows, started=started)
+            report = self.dispatcher.dispatch(
+                rows, started=started, defer_watermark=self.watermarks is not None
+            )
             self.metrics.observe_dispatch(time.perf_counter() - started)
             self.last_report = report
             if report.failed:
@@ -271,6 +285,10 @@ class DispatcherRuntime:
         if self._closed:
             return
         self._closed = True
+        if self.watermarks is not None:  # before the store closes: written, or re-sent later
+            self.watermarks.close()
+            if self.store.read_barrier == self.watermarks.flush:
+                self.store.read_barrier = None
         self.dispatcher.close()
         if self._owns_transport:
             self.transport.close()

@@ -83,6 +83,9 @@ class Settings:
     compact_every: int = 100  # commits between automatic upkeep (compaction, log trim); 0: off
     log_retention: float = 900.0  # commit files younger than this are never trimmed
     group_commit: bool = True  # concurrent units of work in one process share a Delta commit
+    # Immediate dispatch writes watermarks off the caller's path, one MERGE per window (0: one
+    # inline MERGE per dispatch). A crash inside the window costs re-sends (same ids), not loss.
+    watermark_window: float = 0.2
     # Cosmos DB (docs/cosmos.md): rescuer checkpoints and consumer inboxes. An empty key signs in
     # with DefaultAzureCredential (needs azure-identity).
     checkpoint_store: CheckpointStoreName = "sql"
@@ -137,6 +140,8 @@ class Settings:
             raise bad("lock_duration", f"{self.lock_duration:g}s; must be in (0s, 5m]")
         if self.duplicate_detection_window < 20:
             raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
+        if not 0 <= self.watermark_window <= 5:
+            raise bad("watermark_window", f"{self.watermark_window:g}s is outside 0s..5s")
         if self.compact_every < 0:
             raise bad("compact_every", "must be 0 (off) or more")
         if self.log_retention <= 0:
@@ -313,6 +318,7 @@ _DURATIONS = {
     "lock_duration",
     "duplicate_detection_window",
     "log_retention",
+    "watermark_window",
 }
 _INTS = {
     "buckets",

@@ -71,6 +71,7 @@ class _Ticket:
 
     writes: list[DocumentWrite] = field(default_factory=list)
     marks: dict[str, int] = field(default_factory=dict)
+    incarnations: dict[str, str | None] | None = None
     done: bool = False
     version: int | None = None
     error: BaseException | None = None
@@ -152,6 +153,9 @@ class DeltaDocumentStore:
         self.watermark_groups = 0  # watermark MERGEs that carried more than one dispatch
         self._closed = False
         self.commit_retries = 0  # observed CommitFailedError retries, for metrics and benchmarks
+        #: Called before ``read`` and ``scan_pending``: the dispatcher's watermark writer flushes
+        #: there, so a read in this process sees every watermark this process already earned.
+        self.read_barrier: Callable[[], object] | None = None
         self._dt = self._open()
         self._log_dir = _local_log_dir(uri)
         self.info = self._validate()
@@ -282,6 +286,11 @@ class DeltaDocumentStore:
     def version(self) -> int:
         return int(self._dt.version())
 
+    def _barrier(self) -> None:
+        barrier = self.read_barrier
+        if barrier is not None:
+            barrier()
+
     def _backoff(self, attempt: int) -> None:
         self.commit_retries += 1
         telemetry.instrument(
@@ -357,6 +366,7 @@ class DeltaDocumentStore:
 
     def read(self, ids: Sequence[str]) -> tuple[int, dict[str, DocumentRow]]:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at."""
+        self._barrier()
         with self._lock:
             self._check_open()
             self._update()
@@ -367,6 +377,7 @@ class DeltaDocumentStore:
 
     def scan_pending(self, columns: list[str] | None = None) -> pa.Table:
         """Full sweep: rows whose ``last_seq > dispatched_seq`` (control columns by default)."""
+        self._barrier()
         with self._lock:
             self._check_open()
             self._update()
@@ -561,19 +572,27 @@ class DeltaDocumentStore:
                 live.append(t)
         return live
 
-    def advance_watermarks(self, marks: Mapping[str, int]) -> int | None:
+    def advance_watermarks(
+        self, marks: Mapping[str, int], incarnations: Mapping[str, str | None] | None = None
+    ) -> int | None:
         """Raise ``dispatched_seq`` to at least ``marks[id]`` for every id, in one MERGE.
 
         Never lowers a watermark and never checks the document version, so it cannot fail a
         concurrent save; a commit conflict is simply retried on a refreshed table. Watermarks
         queued by other threads meanwhile ride along in the same MERGE (each dispatch would
-        otherwise cost a Delta commit of its own). Returns the new table version, or None when
-        nothing needed to change.
+        otherwise cost a Delta commit of its own). With ``incarnations``, a mark only applies to
+        the document's life it names (``IS NOT DISTINCT FROM``: a legacy null matches a null): a
+        document deleted and created again since its messages were sent restarts at seq 1, and
+        its predecessor's mark must not cover the new life's messages (a loss). Returns the new
+        table version, or None when nothing needed to change.
         """
         if not marks:
             return None
         self._check_open()
-        ticket = _Ticket(marks={i: int(seq) for i, seq in marks.items()})
+        ticket = _Ticket(
+            marks={i: int(seq) for i, seq in marks.items()},
+            incarnations=None if incarnations is None else {i: incarnations[i] for i in marks},
+        )
         with self._queue_lock:
             self._mark_queue.append(ticket)
         self._await(ticket, self._commit_marks)
@@ -583,10 +602,14 @@ class DeltaDocumentStore:
         with self._queue_lock:
             tickets = list(self._mark_queue)
             self._mark_queue.clear()
-        merged: dict[str, int] = {}
+        merged: dict[str, tuple[int, bool, str | None]] = {}  # id -> (seq, checked, incarnation)
         for t in tickets:
             for doc_id, seq in t.marks.items():
-                merged[doc_id] = max(seq, merged.get(doc_id, seq))
+                checked = t.incarnations is not None
+                life = t.incarnations.get(doc_id) if t.incarnations is not None else None
+                held = merged.get(doc_id)
+                if held is None or (held[1], held[2]) != (checked, life) or held[0] < seq:
+                    merged[doc_id] = (seq, checked, life)  # a later ticket's life wins
         try:
             version = self._merge_watermarks(merged)
         except Exception as e:
@@ -596,13 +619,15 @@ class DeltaDocumentStore:
             self.watermark_groups += 1
         _finish(tickets, version=version)
 
-    def _merge_watermarks(self, marks: Mapping[str, int]) -> int | None:
+    def _merge_watermarks(self, marks: Mapping[str, tuple[int, bool, str | None]]) -> int | None:
         ids = list(marks)
         source = pa.table(
             {
                 "id": pa.array(ids, pa.string()),
                 "bucket": pa.array([self.bucket(i) for i in ids], pa.int32()),
-                "dispatched_seq": pa.array([marks[i] for i in ids], pa.int64()),
+                "dispatched_seq": pa.array([marks[i][0] for i in ids], pa.int64()),
+                "_checked": pa.array([marks[i][1] for i in ids], pa.bool_()),
+                "_life": pa.array([marks[i][2] for i in ids], pa.string()),
             }
         )
         buckets = _in_list(self.bucket(i) for i in ids)
@@ -621,7 +646,8 @@ class DeltaDocumentStore:
                     )
                     .when_matched_update(
                         updates={"dispatched_seq": "greatest(t.dispatched_seq, s.dispatched_seq)"},
-                        predicate="t.dispatched_seq < s.dispatched_seq",
+                        predicate="t.dispatched_seq < s.dispatched_seq AND (NOT s._checked "
+                        f"OR t.{S.INCARNATION} IS NOT DISTINCT FROM s._life)",
                     )
                     .execute()
                 )

@@ -96,12 +96,12 @@ def test_crash_after_the_broker_took_part_of_a_batch(workspace: Path, clock: Man
 def test_watermark_written_but_its_acknowledgement_lost(
     workspace: Path, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ob, faulty = open_memory(workspace, clock)
+    ob, faulty = open_memory(workspace, clock, watermark_window=0)  # the inline MERGE
     with ob:
         real = ob.store.advance_watermarks
 
-        def commit_then_die(marks: Any) -> Any:
-            real(marks)
+        def commit_then_die(marks: Any, incarnations: Any = None) -> Any:
+            real(marks, incarnations)
             raise InjectedCrash("during_watermark")
 
         monkeypatch.setattr(ob.store, "advance_watermarks", commit_then_die)

@@ -27,7 +27,9 @@ class Marks:
     def __init__(self) -> None:
         self.marks: dict[str, int] = {}
 
-    def advance_watermarks(self, marks: Mapping[str, int]) -> int | None:
+    def advance_watermarks(
+        self, marks: Mapping[str, int], incarnations: Mapping[str, str | None] | None = None
+    ) -> int | None:
         for d, s in marks.items():
             self.marks[d] = max(self.marks.get(d, 0), s)
         return 1

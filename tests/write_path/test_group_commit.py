@@ -129,7 +129,7 @@ def test_queued_watermarks_share_one_merge_and_never_go_down(ob: Outbox) -> None
     first_in, release, queued = threading.Event(), threading.Event(), threading.Event()
 
     def gated(marks: Any) -> Any:
-        calls.append(dict(marks))
+        calls.append({d: m[0] for d, m in marks.items()})  # (seq, checked, incarnation)
         if len(calls) == 1:
             first_in.set()
             assert release.wait(30)
