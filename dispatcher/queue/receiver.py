@@ -23,14 +23,14 @@ what a valid lock is and one rule of what a session's line is; apart, each would
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
+from typing import Any
 
 from sqlalchemy import (
     ColumnElement,
     Connection,
     and_,
-    bindparam,
     delete,
     exists,
     or_,
@@ -48,6 +48,42 @@ from migrations.sql.tables import queue_messages
 from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationError
 
 M = queue_messages
+
+# Settling and locking as the driver's SQL; ``{name}`` becomes the dialect's placeholder. A lock
+# is valid while its token matches and it has not expired (as ``_locked_by`` says).
+_SQL = {
+    "complete": "DELETE FROM outbox_queue_messages WHERE sequence_number = {seq} "
+    "AND lock_token = {token} AND locked_until > {now}",
+    "complete_token": "DELETE FROM outbox_queue_messages WHERE lock_token = {token} "
+    "AND locked_until > {now}",
+    "renew": "UPDATE outbox_queue_messages SET locked_until = {until} "
+    "WHERE sequence_number = {seq} AND lock_token = {token} AND locked_until > {now}",
+    "renew_token": "UPDATE outbox_queue_messages SET locked_until = {until} "
+    "WHERE lock_token = {token} AND locked_until > {now}",
+    "lock_pg": "UPDATE outbox_queue_messages AS m SET lock_token = t.token, "
+    "locked_until = {until}, delivery_count = m.delivery_count + 1 "
+    "FROM unnest({seqs}::bigint[], {tokens}::varchar[]) AS t(seq, token) "
+    "WHERE m.sequence_number = t.seq",
+    "lock_sqlite": "UPDATE outbox_queue_messages SET lock_token = {token}, "
+    "locked_until = {until}, delivery_count = delivery_count + 1 WHERE sequence_number = {seq}",
+}
+
+
+class _Marks(dict[str, str]):
+    """Placeholders for ``str.format_map``: each ``{name}`` becomes the dialect's marker."""
+
+    def __init__(self, mark: Callable[[str], str]) -> None:
+        super().__init__()
+        self._mark = mark
+
+    def __missing__(self, key: str) -> str:
+        return self._mark(key)
+
+
+def _identity(value: datetime) -> Any:
+    return value
+
+
 #: The dead-letter reason of a message delivered ``max_delivery_count`` times.
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 _MAX_RECEIVE = 1000
@@ -59,6 +95,17 @@ class SqlQueueReceiver:
     def __init__(self, db: Database, options: QueueOptions) -> None:
         self._db = db
         self._options = options
+        # The hot statements as the driver's own SQL, so a settlement skips SQLAlchemy's
+        # statement building, cache-key walk and parameter processing (docs/performance-queue.md).
+        mark = (lambda n: f"%({n})s") if db.postgres else (lambda n: f":{n}")
+        self._sql = {name: sql.format_map(_Marks(mark)) for name, sql in _SQL.items()}
+        self._encode_time: Callable[[datetime], Any] = _identity
+        if not db.postgres:
+            process = M.c.locked_until.type.dialect_impl(db.engine.dialect).bind_processor(
+                db.engine.dialect
+            )
+            assert process is not None  # SQLite stores datetimes as text
+            self._encode_time = process
 
     @property
     def lock_duration(self) -> timedelta:
@@ -162,20 +209,8 @@ class SqlQueueReceiver:
                 if lock:
                     until = now + self._options.lock_duration
                     tokens = [str(uuid.uuid4()) for _ in live]
-                    if live:  # one executemany, one cached statement, for the whole batch
-                        conn.execute(
-                            update(M)
-                            .where(M.c.sequence_number == bindparam("b_seq"))
-                            .values(
-                                lock_token=bindparam("b_token"),
-                                locked_until=until,
-                                delivery_count=M.c.delivery_count + 1,
-                            ),
-                            [
-                                {"b_seq": row["sequence_number"], "b_token": token}
-                                for row, token in zip(live, tokens, strict=True)
-                            ],
-                        )
+                    if live:
+                        self._lock_rows(conn, [r["sequence_number"] for r in live], tokens, until)
                     out += [
                         received(row, lock_token=token, locked_until=until)
                         for row, token in zip(live, tokens, strict=True)
@@ -217,9 +252,11 @@ class SqlQueueReceiver:
 
     def complete(self, target: Settleable) -> None:
         """See ``QueueReceiver.complete``."""
-        with self._db.write("complete a message") as conn:
-            where, label = self._locked_by(target, self._options.now())
-            if conn.execute(delete(M).where(where)).rowcount != 1:
+        params, label = self._lock_params(target)
+        with self._db.statement("complete a message") as conn:
+            params["now"] = self._encode_time(self._options.now())
+            sql = self._sql["complete_token" if "seq" not in params else "complete"]
+            if conn.exec_driver_sql(sql, params).rowcount != 1:
                 raise self._lost(label)
 
     def abandon(self, target: Settleable, delay: float = 0) -> None:
@@ -354,13 +391,49 @@ class SqlQueueReceiver:
 
     def renew_lock(self, target: Settleable) -> datetime:
         """See ``QueueReceiver.renew_lock``."""
-        with self._db.write("renew a lock") as conn:
+        params, label = self._lock_params(target)
+        with self._db.statement("renew a lock") as conn:
             now = self._options.now()  # read once the write lock is ours: waiting takes time
-            where, label = self._locked_by(target, now)
             until = now + self._options.lock_duration
-            if conn.execute(update(M).where(where).values(locked_until=until)).rowcount != 1:
+            params["now"] = self._encode_time(now)
+            params["until"] = self._encode_time(until)
+            sql = self._sql["renew_token" if "seq" not in params else "renew"]
+            if conn.exec_driver_sql(sql, params).rowcount != 1:
                 raise self._lost(label)
         return until
+
+    def _lock_params(self, target: Settleable) -> tuple[dict[str, Any], str]:
+        """``_locked_by`` as parameters of the prepared statements (``seq`` only for a message)."""
+        if isinstance(target, ReceivedMessage):
+            if target.lock_token is None:
+                raise ValidationError(
+                    f"message {target.message_id} came from receive_and_delete and has no lock",
+                    hint="use receive() (peek-lock) for messages you want to settle",
+                )
+            token = validation.lock_token(target.lock_token)
+            params = {"seq": target.sequence_number, "token": token}
+            return params, f"message {target.message_id}"
+        token = validation.lock_token(target)
+        return {"token": token}, f"lock token {token}"
+
+    def _lock_rows(
+        self, conn: Connection, seqs: list[int], tokens: list[str], until: datetime
+    ) -> None:
+        """Lock the received rows: one statement on PostgreSQL (the batch as two arrays), one
+        ``executemany`` on SQLite (no round trips to save there)."""
+        if self._db.postgres:
+            conn.exec_driver_sql(
+                self._sql["lock_pg"], {"seqs": seqs, "tokens": tokens, "until": until}
+            )
+        else:
+            at = self._encode_time(until)
+            conn.exec_driver_sql(
+                self._sql["lock_sqlite"],
+                [
+                    {"seq": seq, "token": t, "until": at}
+                    for seq, t in zip(seqs, tokens, strict=True)
+                ],
+            )
 
     def _select_locked(
         self, conn: Connection, where: ColumnElement[bool]

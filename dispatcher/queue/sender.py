@@ -1,31 +1,96 @@
 """The queue's sender: send, schedule (``not_before``) and duplicate detection on ``message_id``.
 
 Duplicate detection: every send upserts ``(queue, message_id)`` into ``duplicate_ids`` and only
-ids not seen inside the window come back, so only those are inserted. On PostgreSQL the senders of
-one session take an advisory lock first, so sequence order is commit order within a session (see
-``rows.lock_sessions``). Pruning expired ids is administration's job; the facade hands the sender
-a callback to run after each committed send.
+ids not seen inside the window come back, so only those are inserted. On PostgreSQL both writes
+are one statement (a data-modifying CTE, the batch passed as one array per column); on SQLite the
+upsert is one multi-row statement and the messages one ``executemany``. Both bypass SQLAlchemy's
+per-row parameter processing, the largest cost of a batch (docs/performance-queue.md).
+On PostgreSQL the senders of one session take an advisory lock first, so sequence order is commit
+order within a session (see ``rows.lock_sessions``). Pruning expired ids is administration's job;
+the facade hands the sender a callback to run after each committed send.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection
-from sqlalchemy.dialects import postgresql, sqlite
 
 from dispatcher.queue import validation
 from dispatcher.queue.database import Database
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.rows import lock_sessions
-from migrations.sql.tables import duplicate_ids, queue_messages
+from migrations.sql.tables import queue_messages
 from outbox.core.clock import utc
 from outbox.core.errors import ValidationError
 
 M = queue_messages
+
+#: The columns ``_PG_SEND`` takes as arrays, one element per message.
+_PG_COLUMNS = (
+    "queue",
+    "message_id",
+    "session_id",
+    "body",
+    "subject",
+    "content_type",
+    "correlation_id",
+    "headers",
+    "not_before",
+    "scheduled",
+)
+
+# One round trip: the ids go into duplicate_ids (an id seen inside the window keeps its row and
+# comes back from nowhere), and only the rows that came back are inserted, in the order given
+# (ORDER BY ordinality: sequence numbers are drawn as rows reach the insert). The batch arrives
+# as one array per column, so the statement text and its plan never change with the batch size.
+_PG_SEND = """
+WITH input AS (
+    SELECT * FROM unnest(
+        %(queue)s::varchar[], %(message_id)s::varchar[], %(session_id)s::varchar[],
+        %(body)s::bytea[], %(subject)s::varchar[], %(content_type)s::varchar[],
+        %(correlation_id)s::varchar[], %(headers)s::text[], %(not_before)s::timestamptz[],
+        %(scheduled)s::boolean[]
+    ) WITH ORDINALITY AS i(queue, message_id, session_id, body, subject, content_type,
+                           correlation_id, headers, not_before, scheduled, ord)
+), fresh AS (
+    INSERT INTO outbox_queue_duplicate_ids AS d (queue, message_id, seen_at)
+    SELECT queue, message_id, %(now)s FROM input
+    ON CONFLICT (queue, message_id) DO UPDATE SET seen_at = EXCLUDED.seen_at
+        WHERE d.seen_at <= %(cutoff)s
+    RETURNING d.queue, d.message_id
+)
+INSERT INTO outbox_queue_messages (queue, message_id, session_id, body, subject, content_type,
+    correlation_id, headers, enqueued_at, not_before, delivery_count, deferred, scheduled)
+SELECT i.queue, i.message_id, i.session_id, i.body, i.subject, i.content_type,
+    i.correlation_id, i.headers, %(now)s, i.not_before, 0, false, i.scheduled
+FROM input i JOIN fresh f ON f.queue = i.queue AND f.message_id = i.message_id
+ORDER BY i.ord
+RETURNING queue, message_id
+"""
+
+# SQLite has no data-modifying CTEs: the ids' upsert returns the fresh ones (SQLite returns no
+# row for a conflict whose DO UPDATE ... WHERE is false), then the messages go in.
+_SQLITE_SEEN = """
+INSERT INTO outbox_queue_duplicate_ids (queue, message_id, seen_at) VALUES {values}
+ON CONFLICT (queue, message_id) DO UPDATE SET seen_at = excluded.seen_at
+    WHERE outbox_queue_duplicate_ids.seen_at <= ?
+RETURNING queue, message_id
+"""
+_SQLITE_INSERT = """
+INSERT INTO outbox_queue_messages (queue, message_id, session_id, body, subject, content_type,
+    correlation_id, headers, enqueued_at, not_before, delivery_count, deferred, scheduled)
+VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?)
+"""
+#: Ids per upsert statement: 3 parameters each stays far below SQLite's 32,766 variables.
+_SQLITE_CHUNK = 500
+
+
+def _sessions(unique: dict[tuple[str, str], dict[str, Any]]) -> Iterator[str | None]:
+    return (row["session_id"] for row in unique.values())
 
 
 class SqlQueueSender:
@@ -68,27 +133,82 @@ class SqlQueueSender:
         if not unique:
             return []
         cutoff = now - self._options.duplicate_detection_window
-        with self._db.write("send messages", conn) as tx:
-            if self._db.postgres:
-                lock_sessions(tx, ((r["queue"], r["session_id"]) for r in unique.values()))
-            dialect_insert = postgresql.insert if self._db.postgres else sqlite.insert
-            stmt = dialect_insert(duplicate_ids)
-            upsert = stmt.on_conflict_do_update(
-                index_elements=[duplicate_ids.c.queue, duplicate_ids.c.message_id],
-                set_={"seen_at": stmt.excluded.seen_at},
-                where=duplicate_ids.c.seen_at <= cutoff,
-            ).returning(duplicate_ids.c.queue, duplicate_ids.c.message_id)
-            # Rows come back only for ids not seen inside the window: those are the new ones.
-            # executemany (SQLAlchemy batches it as "insertmanyvalues") keeps one cached compiled
-            # statement; a literal multi-row VALUES would be recompiled for every batch.
-            params = [{"queue": q, "message_id": mid, "seen_at": now} for q, mid in unique]
-            fresh = {(r.queue, r.message_id) for r in tx.execute(upsert, params)}
-            accepted = [row for key, row in unique.items() if key in fresh]
-            if accepted:
-                tx.execute(M.insert(), accepted)
+        if self._db.postgres and conn is None and all(k is None for k in _sessions(unique)):
+            # Without sessions to lock the send is one statement, atomic on its own: autocommit
+            # saves the BEGIN and COMMIT round trips.
+            with self._db.statement("send messages") as tx:
+                fresh = self._insert_postgres(tx, list(unique.values()), now, cutoff)
+        else:
+            with self._db.write("send messages", conn) as tx:
+                if self._db.postgres:
+                    lock_sessions(tx, ((r["queue"], r["session_id"]) for r in unique.values()))
+                    fresh = self._insert_postgres(tx, list(unique.values()), now, cutoff)
+                else:
+                    fresh = self._insert_sqlite(tx, unique, now, cutoff)
         if conn is None and self._after_commit is not None:  # the batch is already committed
             self._after_commit()
-        return [row["message_id"] for row in accepted]
+        return [mid for q, mid in unique if (q, mid) in fresh]
+
+    def _insert_postgres(
+        self, tx: Connection, rows: list[dict[str, Any]], now: datetime, cutoff: datetime
+    ) -> set[tuple[str, str]]:
+        """One statement, one round trip: record the ids, insert the messages whose id was not
+        seen inside the window, in batch order (see ``_PG_SEND``)."""
+        params: dict[str, Any] = {c: [r[c] for r in rows] for c in _PG_COLUMNS}
+        params["now"] = now
+        params["cutoff"] = cutoff
+        result = tx.exec_driver_sql(_PG_SEND, params)
+        return {(q, mid) for q, mid in result}
+
+    def _insert_sqlite(
+        self,
+        tx: Connection,
+        unique: dict[tuple[str, str], dict[str, Any]],
+        now: datetime,
+        cutoff: datetime,
+    ) -> set[tuple[str, str]]:
+        """An upsert of the ids that returns the fresh ones (a multi-row VALUES per chunk), then
+        one ``executemany`` of the messages. Times go in as SQLAlchemy's own text encoding,
+        computed once for the batch's shared ``now`` instead of once per row and column."""
+        encode = self._sqlite_time(tx)
+        now_s, cutoff_s = encode(now), encode(cutoff)
+        keys = list(unique)
+        fresh: set[tuple[str, str]] = set()
+        for i in range(0, len(keys), _SQLITE_CHUNK):
+            chunk = keys[i : i + _SQLITE_CHUNK]
+            values = ", ".join(["(?, ?, ?)"] * len(chunk))
+            args: list[Any] = []
+            for q, mid in chunk:
+                args += (q, mid, now_s)
+            args.append(cutoff_s)
+            sql = _SQLITE_SEEN.format(values=values)
+            fresh.update((q, mid) for q, mid in tx.exec_driver_sql(sql, tuple(args)))
+        accepted = [
+            (
+                r["queue"],
+                r["message_id"],
+                r["session_id"],
+                r["body"],
+                r["subject"],
+                r["content_type"],
+                r["correlation_id"],
+                r["headers"],
+                now_s,
+                now_s if r["not_before"] is now else encode(r["not_before"]),
+                int(r["scheduled"]),
+            )
+            for key, r in unique.items()
+            if key in fresh
+        ]
+        if accepted:
+            tx.exec_driver_sql(_SQLITE_INSERT, accepted)
+        return fresh
+
+    @staticmethod
+    def _sqlite_time(tx: Connection) -> Callable[[datetime], Any]:
+        process = M.c.enqueued_at.type.dialect_impl(tx.dialect).bind_processor(tx.dialect)
+        assert process is not None  # SQLite stores datetimes as text
+        return process
 
     def validate(self, queue: str, msg: QueueMessage) -> None:
         """See ``QueueSender.validate``."""
