@@ -1,19 +1,23 @@
 """``--metrics-port``: real ``run-dispatcher`` and ``rescue --every`` processes serve Prometheus
-text, and the numbers are what the test made them do."""
+text, and the numbers are what the test made them do; their ``/healthz`` and ``/readyz`` answer,
+and readiness follows the queue database."""
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
+from sqlalchemy.engine import make_url
 
+from migrations.sql import upgrade
 from outbox.app import Outbox
 from outbox.testing.crash_points import InjectedCrash, crash_points
-from tests.telemetry.scrape import free_port, probe, scrape, value
+from tests.telemetry.proxy import Proxy
+from tests.telemetry.scrape import free_port, probe, scrape, value, wait_for
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 DOCS, MSGS = 3, 2
@@ -26,9 +30,17 @@ def write(ob: Outbox, doc_id: str) -> None:
             doc.send("OrderPlaced", {"n": n})
 
 
-def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
+@pytest.mark.postgres
+def test_run_dispatcher_serves_prometheus_metrics_and_health(pg_url: str, tmp_path: Path) -> None:
+    """Its queue is PostgreSQL behind a proxy: after the metrics, the test cuts the proxy, and
+    ``/readyz`` must say not ready, with the queue's reason, while ``/healthz`` stays alive (the
+    worker retries the outage); then ready again once the proxy is back."""
+    upgrade(pg_url)
+    url = make_url(pg_url)
+    proxy = Proxy(url.host or "127.0.0.1", url.port or 5432)
+    proxied = url.set(host="127.0.0.1", port=proxy.port).render_as_string(hide_password=False)
     ws = tmp_path / "ws"
-    with Outbox.open(ws, default_destination="shipments") as ob:
+    with Outbox.open(ws, sql_url=proxied, default_destination="shipments") as ob:
         for i in range(DOCS):  # the dispatcher dies after each commit: commands finish the job
             crash_points.arm("after_commit")
             with pytest.raises(InjectedCrash):
@@ -41,23 +53,21 @@ def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
         assert ob.runtime.enqueue_commands((str(r["id"]), int(r["last_seq"])) for r in pending) == 3
         commands = ob.settings.command_queue
     port = free_port()
-    port_option = ["--metrics-port", str(port)]
+    cmd = [OUTBOX, "-w", str(ws), "run-dispatcher", "--poll-interval", "50ms"]
     worker = subprocess.Popen(
-        [OUTBOX, "-w", str(ws), "run-dispatcher", "--poll-interval", "50ms", *port_option],
+        [*cmd, "--metrics-port", str(port)],
+        env={**os.environ, "OUTBOX_SQL_URL": proxied},
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
-        while value(samples, "outbox_commands_completed_total") < DOCS:
-            assert worker.poll() is None, worker.communicate()[1]
-            assert time.monotonic() < deadline, f"never completed {DOCS} commands: {samples}"
-            try:
-                samples = scrape(port)
-            except OSError:  # not listening yet
-                time.sleep(0.05)  # poll again; the loop's condition has its deadline
+        samples = wait_for(
+            worker,
+            f"{DOCS} commands completed",
+            lambda: scrape(port),
+            lambda s: value(s, "outbox_commands_completed_total") >= DOCS,
+        )
         assert value(samples, "outbox_messages_sent_total") == DOCS * MSGS
         assert value(samples, "outbox_dispatch_settle_duration_seconds_count") == DOCS * MSGS
         assert value(samples, "outbox_watermark_merges_total") >= 1
@@ -65,10 +75,26 @@ def test_run_dispatcher_serves_prometheus_metrics(tmp_path: Path) -> None:
         assert value(samples, "outbox_queue_messages", queue=commands, state="active") == 0
         assert value(samples, "outbox_pending_messages") == MSGS  # the stuck document's
         assert value(samples, "outbox_pending_oldest_age_seconds") > 0
+        alive = (200, {"alive": True, "reason": "ticking"})
+        ready = (200, {"ready": True, "reason": "store and queue reachable"})
+        assert probe(port, "/healthz") == alive
+        assert probe(port, "/readyz") == ready
+
+        proxy.cut()  # the queue database is gone
+        status, body = wait_for(
+            worker, "not ready", lambda: probe(port, "/readyz"), lambda r: r[0] != 200
+        )
+        assert (status, body["ready"]) == (503, False)
+        reason = body["reason"]
+        assert reason.startswith("queue: cannot read queue stats: the queue database "), reason
+        assert f"port {proxy.port} failed: Connection refused" in reason, reason
+        assert probe(port, "/healthz") == alive  # retrying the outage, not stuck
+        proxy.restore()
+        wait_for(worker, "ready again", lambda: probe(port, "/readyz"), lambda r: r == ready)
     finally:
         worker.send_signal(signal.SIGTERM)
         _out, err = worker.communicate(timeout=30)
-    assert worker.returncode == 0, err
+    assert worker.returncode == 0, err[-3000:]
     assert "Traceback" not in err
 
 
@@ -84,15 +110,12 @@ def test_rescue_every_serves_prometheus_metrics(tmp_path: Path) -> None:
         text=True,
     )
     try:
-        deadline = time.monotonic() + 60
-        samples: dict[tuple[str, frozenset[tuple[str, str]]], float] = {}
-        while value(samples, "outbox_rescue_passes_total") < 1:
-            assert rescuer.poll() is None, rescuer.communicate()[1]
-            assert time.monotonic() < deadline, f"no rescue pass reported: {samples}"
-            try:
-                samples = scrape(port)
-            except OSError:  # not listening yet
-                time.sleep(0.05)  # poll again; the loop's condition has its deadline
+        samples = wait_for(
+            rescuer,
+            "a rescue pass",
+            lambda: scrape(port),
+            lambda s: value(s, "outbox_rescue_passes_total") >= 1,
+        )
         assert ("outbox_rescue_lag_versions", frozenset()) in samples
         assert value(samples, "outbox_rescue_commands_enqueued_total") == 0
         assert value(samples, "outbox_rescue_pending_documents") == 0
