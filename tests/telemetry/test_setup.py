@@ -51,3 +51,16 @@ def test_otlp_endpoint_installs_otlp_exporters(monkeypatch: pytest.MonkeyPatch) 
         assert [type(r._exporter).__name__ for r in readers] == ["OTLPMetricExporter"]  # type: ignore[attr-defined]
     finally:
         telemetry.use(None, None)
+
+
+def test_a_port_in_use_is_one_line_naming_the_option() -> None:
+    import socket
+
+    from outbox.core.health import Health, serve
+
+    with socket.socket() as taken:
+        taken.bind(("0.0.0.0", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with pytest.raises(ConfigurationError, match=rf"--metrics-port {port}: cannot listen"):
+            serve(port, Health())
