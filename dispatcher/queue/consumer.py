@@ -64,6 +64,9 @@ Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connecti
 #: Redelivery delays when the caller gives none: 1 s, 2 s, 4 s ... up to 5 min, no jitter.
 DEFAULT_BACKOFF = ExponentialBackoff()
 
+#: ``run_once``'s batch when no one names one (``concurrency`` when larger): one receive per batch.
+DEFAULT_MAX_MESSAGES = 16
+
 
 class _HandlerFailed(Exception):
     """Carries a handler's exception out of the queue's transaction untranslated: the queue only
@@ -84,7 +87,8 @@ def _takes_connection(handler: Callable[..., Any]) -> bool:
 
 
 class Consumer:
-    """Receives from ``queue_name``; runs ``handler`` on up to ``concurrency`` messages at once."""
+    """Receives from ``queue_name`` in batches of up to ``max_messages``; runs ``handler`` on up
+    to ``concurrency`` messages at once."""
 
     def __init__(
         self,
@@ -104,6 +108,7 @@ class Consumer:
         claim_lease: float = 30.0,
         claim_owner: str | None = None,
         look_again: float = 1.0,
+        max_messages: int | None = None,
     ) -> None:
         self.queue = queue
         self.queue_name = validation.queue_name(queue_name)
@@ -121,6 +126,12 @@ class Consumer:
         self.permanent_errors = permanent_errors
         self.backoff = backoff
         self.concurrency = validation.positive("concurrency", concurrency)
+        #: ``run_once``'s (and so ``run_forever``'s) batch: at least ``concurrency``.
+        self.max_messages = (
+            max(self.concurrency, DEFAULT_MAX_MESSAGES)
+            if max_messages is None
+            else validation.positive("max_messages", max_messages)
+        )
         self.poll_interval = poll_interval
         self.renew_check_interval = renew_check_interval
         self._with_connection = _takes_connection(handler)
@@ -162,16 +173,24 @@ class Consumer:
 
     # --- running ---------------------------------------------------------------------------
 
-    def run_once(self) -> int:
-        """Receive one batch (up to ``concurrency``), handle it, wait for the outcome.
+    def run_once(self, max_messages: int | None = None) -> int:
+        """Receive up to ``max_messages`` (default ``self.max_messages``), handle them
+        ``concurrency`` at a time, return how many were received and settled (0: nothing
+        deliverable). A message abandoned here is not received again in the same call.
 
-        Returns how many messages were received.
+        A batch holds at most a session's head, so never two messages whose order matters. The
+        locks of messages waiting for a thread are renewed with the running ones', except with a
+        ``Connection`` handler (its transaction is the queue's writer): there a lock that expires
+        before its turn skips the message (redelivered), so keep batch x handler time short.
         """
         if self._stopping.is_set():
             return 0
-        batch = self.queue.receive(self.queue_name, self.concurrency)
+        wanted = max_messages if max_messages is not None else self.max_messages
+        batch = self.queue.receive(self.queue_name, validation.positive("max_messages", wanted))
         if not batch:
             return 0
+        with self._guard:  # held (renewed) from now until each is settled
+            self._in_flight.update((m.sequence_number, m) for m in batch)
         if self._with_connection:  # completed inside the handler's transaction: no renewal
             list(self._pool.map(self._process, batch))
             return len(batch)
@@ -219,29 +238,30 @@ class Consumer:
     # --- one message -------------------------------------------------------------------------
 
     def _process(self, msg: ReceivedMessage) -> None:
+        try:
+            self._process_held(msg)
+        finally:
+            with self._guard:
+                self._in_flight.pop(msg.sequence_number, None)
+
+    def _process_held(self, msg: ReceivedMessage) -> None:
         if self._stopping.is_set():
             self._settle(self.queue.abandon, msg)  # release the lock now, not after expiry
             return
-        with self._guard:
-            self._in_flight[msg.sequence_number] = msg
         attributes = {
             "messaging.destination.name": msg.queue,
             "messaging.message.id": msg.message_id,
         }
-        try:
-            with telemetry.span(
-                "outbox.consume",
-                parent=telemetry.extract_context(msg.headers),  # the sender's request
-                attributes=attributes,
-                kind=SpanKind.CONSUMER,
-            ):
-                if self._with_connection:
-                    self._run_in_transaction(msg)
-                else:
-                    self._run_plain(msg)
-        finally:
-            with self._guard:
-                self._in_flight.pop(msg.sequence_number, None)
+        with telemetry.span(
+            "outbox.consume",
+            parent=telemetry.extract_context(msg.headers),  # the sender's request
+            attributes=attributes,
+            kind=SpanKind.CONSUMER,
+        ):
+            if self._with_connection:
+                self._run_in_transaction(msg)
+            else:
+                self._run_plain(msg)
 
     def _run_plain(self, msg: ReceivedMessage) -> None:
         if self.claimed is not None:

@@ -86,7 +86,7 @@ def test_long_handler_keeps_its_lock(queue: SqlQueue, clock: ManualClock) -> Non
         renewed.set()
         return out
 
-    queue.renew_lock = spy  # type: ignore[method-assign]
+    queue.renew_lock = spy  # type: ignore[method-assign,assignment]
     stolen: list[object] = []
 
     def slow(_m: ReceivedMessage) -> None:
@@ -99,6 +99,47 @@ def test_long_handler_keeps_its_lock(queue: SqlQueue, clock: ManualClock) -> Non
     Consumer(queue, "q", slow, renew_check_interval=0.01).run_once()
     assert stolen == []
     assert queue.stats() == {}  # completed with a still-valid lock
+
+
+def test_run_once_handles_a_batch_and_keeps_the_waiting_messages_locks(
+    queue: SqlQueue, clock: ManualClock
+) -> None:
+    """One thread, three messages: one receive takes all three; while the first runs 60 s on a
+    30 s lock, the two waiting for the thread keep theirs (nobody else can take them)."""
+    send(queue, "a", "b", "c")
+    renewed = {mid: threading.Event() for mid in ("b", "c")}
+    original = queue.renew_lock
+
+    def spy(m: Any) -> Any:
+        out = original(m)
+        if m.message_id in renewed:
+            renewed[m.message_id].set()
+        return out
+
+    queue.renew_lock = spy  # type: ignore[method-assign,assignment]
+    seen: list[str] = []
+    stolen: list[object] = []
+
+    def handler(m: ReceivedMessage) -> None:
+        seen.append(m.message_id)
+        if m.message_id == "a":
+            for _ in range(3):
+                for event in renewed.values():
+                    event.clear()
+                clock.advance(20)
+                assert all(e.wait(5) for e in renewed.values()), "a waiting lock was not renewed"
+                stolen.extend(queue.receive("q"))
+
+    consumer = Consumer(queue, "q", handler, renew_check_interval=0.01)
+    assert consumer.max_messages == 16
+    assert consumer.run_once() == 3
+    assert seen == ["a", "b", "c"]
+    assert stolen == []
+    assert queue.stats() == {}  # all three completed with valid locks
+    send(queue, "d", "e")
+    assert consumer.run_once(max_messages=1) == 1
+    assert Consumer(queue, "q", handler, max_messages=5).run_once() == 1
+    assert seen[3:] == ["d", "e"]
 
 
 def test_session_order_is_kept_with_concurrency(queue: SqlQueue) -> None:
