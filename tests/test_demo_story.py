@@ -111,3 +111,33 @@ def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
     rows = dict(demo.iter_rows(demo.DemoReport(**fields, invariants={"I5 bounded rescue": True})))
     assert rows["max rescue latency"].endswith("s (none simulated; rescue delay 15s)")
     assert rows["I5 bounded rescue"] == "held"
+
+
+def test_geo_failover_is_timed_from_the_failure_not_from_wests_first_handling() -> None:
+    """With many packages west handles some copies of the first status before east fails (they
+    fall due while the save is still running): the failover is west's first handling *after*
+    the failure, never a negative number; none at all is said in words."""
+    import time
+
+    from outbox import demo_geo
+
+    class Msg:
+        def __init__(self, mid: str, step: int) -> None:
+            self.message_id = mid
+            self.body = json.dumps({"package": "pkg-0000", "step": step}).encode()
+
+    effects = demo_geo._Effects()
+    west = effects.handler("west")
+    west(Msg("a", 1))  # before the failure
+    assert effects.first_after_failure == {}
+    effects.failed_at = time.monotonic()
+    west(Msg("b", 2))
+    assert effects.first_after_failure["west"] >= effects.failed_at
+    report = demo_geo.GeoDemoReport(workspace="ws", kept=False, packages=1)
+    assert dict(demo_geo.iter_rows(report))["failover"] == (
+        "east failed; west handled nothing after that"
+    )
+    report.failover_s = 1.5
+    assert dict(demo_geo.iter_rows(report))["failover"] == (
+        "east failed; west handled its next update 1.5s later"
+    )
