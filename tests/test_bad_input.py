@@ -144,6 +144,15 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "-w/--workspace, or omit it for a temporary one)",
     ),
     (
+        "demo devices with --packages (it has no size)",
+        ["demo", "devices", "--packages", "5"],
+        {},
+        None,
+        2,
+        "error: --packages does not apply to `demo devices` (it has no size) (see `main demo "
+        "--help`)",
+    ),
+    (
         "status on a damaged Delta log",
         ["-w", "{ws}", "status"],
         {"OUTBOX_TABLE_URI": "{tmp}/broken"},

@@ -54,7 +54,8 @@ def demo(
 
     quiet_chatty_loggers(cli.verbose)
     target = demo_workspace
-    root = click.get_current_context().find_root()
+    here = click.get_current_context()
+    root = here.find_root()
     if target is None and root.get_parameter_source("workspace") is ParameterSource.COMMANDLINE:
         target = cli.workspace  # `outbox -w DIR demo`: DIR, as for every other command
     if target is not None:
@@ -69,6 +70,9 @@ def demo(
         return
     if story == "devices":
         from outbox.cli.demo_devices import devices_story
+
+        if here.get_parameter_source("packages") is ParameterSource.COMMANDLINE:
+            raise click.UsageError("--packages does not apply to `demo devices` (it has no size)")
 
         devices_story(target, as_json)
         return
