@@ -44,9 +44,9 @@ def demo(
     cli: CliContext, story: str | None, demo_workspace: str | None, packages: int, as_json: bool
 ) -> None:
     """The shipment-tracking story: packages get ordered status updates, the dispatcher is
-    SIGKILLed mid-batch, the rescuer notices after its delay (the clock is moved forward, and the
-    output says so), the worker finishes, and a consumer checks every package's statuses arrived
-    in order. `outbox demo geo`: the same packages across two regions (two queues, one claim
+    SIGKILLed mid-batch, the rescuer notices after its delay (the clock is moved forward unless
+    the save took that long; the output says which), the worker finishes, and a consumer checks
+    every package's statuses arrived in order. `outbox demo geo`: the same packages across two regions (two queues, one claim
     log), the east region failing mid-run. `outbox demo devices`: door terminals served one task
     at a time over MQTT (a local mosquitto), one offline while its tasks wait, then in order.
     Exit 0 when every invariant held, 5 when one broke."""
