@@ -180,6 +180,7 @@ class DispatcherRuntime:
         if window > 0:
             self.watermarks = WatermarkWriter(store, window=window, metrics=self.metrics)
             store.read_barrier = self.watermarks.flush
+            store.mark_source = self.watermarks  # marks ride along in the next save's MERGE
         self.dispatcher = Dispatcher(
             store,
             self.transport,
@@ -289,6 +290,8 @@ class DispatcherRuntime:
             self.watermarks.close()
             if self.store.read_barrier == self.watermarks.flush:
                 self.store.read_barrier = None
+            if self.store.mark_source is self.watermarks:
+                self.store.mark_source = None
         self.dispatcher.close()
         if self._owns_transport:
             self.transport.close()

@@ -54,8 +54,23 @@ class MarkStore(Protocol):
     ) -> int | None: ...
 
 
+class MarkBatch:
+    """Marks taken for one write (by the thread's MERGE, or riding along in a save's MERGE)."""
+
+    __slots__ = ("generations", "marks")
+
+    def __init__(self, marks: dict[str, Mark], generations: dict[str, int]) -> None:
+        self.marks = marks
+        self.generations = generations
+
+
 class WatermarkWriter:
-    """Coalesces watermark marks and writes them from one background thread (thread safe)."""
+    """Coalesces watermark marks and writes them from one background thread (thread safe).
+
+    Marks also ride along in the next save's MERGE when the store takes them (``take`` /
+    ``settle``, see ``DeltaDocumentStore.mark_source``): a stream of units of work then pays no
+    watermark commit at all, and the thread only writes what no save carried within the window.
+    """
 
     def __init__(
         self,
@@ -73,31 +88,32 @@ class WatermarkWriter:
         self.retry_seconds = retry_seconds
         self._cond = threading.Condition()
         self._pending: dict[str, Mark] = {}
-        self._writing: dict[str, Mark] = {}  # taken by the thread, not yet written
+        self._generation: dict[str, int] = {}  # the submit that last raised each pending mark
+        self._inflight: list[MarkBatch] = []  # taken, not yet written
         self._first_at: float | None = None
         self._not_before = 0.0
         self._submitted = 0  # generation of the last submit
-        self._written = 0  # every submit up to this generation is written
         self._flush_to = 0
         self._failures = 0
-        self._failures_since_flush = False
         self._closing = False
         self._thread: threading.Thread | None = None
         self.last_error: Exception | None = None
+        self.carried = 0  # documents whose mark rode along in a save
 
     # --- the dispatcher's side ----------------------------------------------------------------
 
     def submit(self, marks: Mapping[str, Mark]) -> None:
-        """Record marks (after their messages were accepted); the thread writes them later."""
+        """Record marks (after their messages were accepted); they are written later."""
         if not marks:
             return
         with self._cond:
             if self._closing:  # closed: write inline, nothing may be left behind
                 self._write_now(dict(marks))
                 return
-            for doc_id, mark in marks.items():
-                _merge(self._pending, doc_id, mark)
             self._submitted += 1
+            for doc_id, mark in marks.items():
+                if _merge(self._pending, doc_id, mark):
+                    self._generation[doc_id] = self._submitted
             if self._first_at is None:
                 self._first_at = time.monotonic()
             if self._thread is None:
@@ -111,11 +127,13 @@ class WatermarkWriter:
         """For (id, incarnation) pairs: the highest seq accepted for that life whose mark may not
         be written yet (only ids that have one)."""
         with self._cond:
-            if not self._pending and not self._writing:
+            if not self._pending and not self._inflight:
                 return {}
             out: dict[str, int] = {}
+            held_maps = [self._pending] + [b.marks for b in self._inflight]
             for doc_id, incarnation in docs:
-                for held in (self._writing.get(doc_id), self._pending.get(doc_id)):
+                for held_map in held_maps:
+                    held = held_map.get(doc_id)
                     if held is not None and held[1] == incarnation:
                         out[doc_id] = max(out.get(doc_id, 0), held[0])
             return out
@@ -123,22 +141,22 @@ class WatermarkWriter:
     def pending(self) -> int:
         """Documents whose mark is not written yet."""
         with self._cond:
-            return len(self._pending) + len(self._writing)
+            return len(self._pending) + sum(len(b.marks) for b in self._inflight)
 
     def flush(self, timeout: float | None = None) -> bool:
         """Write every mark submitted so far; True once they are written. False when the write
-        failed (they are kept and retried) or ``timeout`` passed."""
+        failed (the marks are kept and retried) or ``timeout`` passed."""
         with self._cond:
             target = self._submitted
-            if self._written >= target:
+            if not self._unwritten(target):
                 return True
             failures = self._failures
             self._flush_to = max(self._flush_to, target)
             self._cond.notify_all()
             self._cond.wait_for(
-                lambda: self._written >= target or self._failures > failures, timeout
+                lambda: not self._unwritten(target) or self._failures > failures, timeout
             )
-            return self._written >= target
+            return not self._unwritten(target)
 
     def close(self) -> None:
         """Flush and stop the thread. A mark that cannot be written is logged and dropped: the
@@ -156,14 +174,62 @@ class WatermarkWriter:
         with self._cond:
             dropped = len(self._pending)
             self._pending.clear()
+            self._generation.clear()
             self._first_at = None
-            self._written = self._submitted
             self._closing = True
             thread = self._thread
             self._cond.notify_all()
         if thread is not None:
             thread.join()
         return dropped
+
+    # --- taking marks for a write (the thread, or a save that carries them) ------------------
+
+    def take(self, exclude: Iterable[str] = ()) -> MarkBatch | None:
+        """Every pending mark but ``exclude``'s, for one write; ``settle`` must follow."""
+        with self._cond:
+            return self._take(set(exclude))
+
+    def settle(
+        self, batch: MarkBatch, error: BaseException | None, *, carried: bool = False
+    ) -> None:
+        """The write of ``batch`` happened (``error`` None) or not: then its marks wait again."""
+        with self._cond:
+            self._inflight.remove(batch)
+            if error is None:
+                if carried:
+                    self.carried += len(batch.marks)
+            else:
+                for doc_id, mark in batch.marks.items():
+                    _merge(self._pending, doc_id, mark)
+                    first = batch.generations[doc_id]
+                    self._generation[doc_id] = min(first, self._generation.get(doc_id, first))
+                if self._first_at is None:
+                    self._first_at = time.monotonic()
+            self._cond.notify_all()
+
+    def _take(self, exclude: set[str]) -> MarkBatch | None:
+        if not self._pending:
+            return None
+        if exclude:
+            marks = {d: m for d, m in self._pending.items() if d not in exclude}
+            if not marks:
+                return None
+            for d in marks:
+                del self._pending[d]
+        else:
+            marks, self._pending = self._pending, {}
+        batch = MarkBatch(marks, {d: self._generation.pop(d) for d in marks})
+        if not self._pending:
+            self._first_at = None
+        self._inflight.append(batch)
+        return batch
+
+    def _unwritten(self, target: int) -> bool:
+        """Is a mark of a submit up to ``target`` still pending or in flight?"""
+        if any(g <= target for g in self._generation.values()):
+            return True
+        return any(g <= target for b in self._inflight for g in b.generations.values())
 
     # --- the thread ---------------------------------------------------------------------------
 
@@ -174,8 +240,8 @@ class WatermarkWriter:
         if self._closing or len(self._pending) >= self.max_documents:
             return 0.0
         now = time.monotonic()
-        if self._flush_to > self._written:
-            return max(0.0, self._not_before - now) if self._failures_since_flush else 0.0
+        if self._flush_to:  # asked for: one attempt at once, whatever the backoff
+            return 0.0
         assert self._first_at is not None
         return max(0.0, self._first_at + self.window - now, self._not_before - now)
 
@@ -189,33 +255,26 @@ class WatermarkWriter:
                     if due == 0.0:
                         break
                     self._cond.wait(due)
-                marks, self._pending = self._pending, {}
-                self._writing = marks
-                generation = self._submitted
-                self._first_at = None
+                batch = self._take(set())
+                self._flush_to = 0  # this attempt answers every flush waiting so far
                 closing = self._closing
-            error = self._write(marks)
-            with self._cond:
-                self._writing = {}
-                if error is None:
-                    self._written = max(self._written, generation)
-                    self._failures_since_flush = False
-                elif closing:
-                    log.warning(
-                        "on close, the watermarks of %d document(s) were not written (%s); the "
-                        "rescuer re-sends their messages with the same message ids",
-                        len(marks),
-                        error,
-                    )
-                    self._written = max(self._written, generation)
-                else:
-                    for doc_id, mark in marks.items():
-                        _merge(self._pending, doc_id, mark)
-                    self._first_at = self._first_at or time.monotonic()
+            if batch is None:
+                continue
+            error = self._write(batch.marks)
+            if error is not None and closing:
+                log.warning(
+                    "on close, the watermarks of %d document(s) were not written (%s); the "
+                    "rescuer re-sends their messages with the same message ids",
+                    len(batch.marks),
+                    error,
+                )
+                error = None  # given up: nothing waits for them any more
+            self.settle(batch, error)
+            if error is not None:
+                with self._cond:
                     self._not_before = time.monotonic() + self.retry_seconds
                     self._failures += 1
-                    self._failures_since_flush = True
-                self._cond.notify_all()
+                    self._cond.notify_all()
 
     def _write_now(self, marks: dict[str, Mark]) -> None:
         """A submit after close: written by the caller, at once (called with the lock held)."""
@@ -244,10 +303,12 @@ class WatermarkWriter:
         return None
 
 
-def _merge(into: dict[str, Mark], doc_id: str, mark: Mark) -> None:
+def _merge(into: dict[str, Mark], doc_id: str, mark: Mark) -> bool:
     """Keep the higher seq of one incarnation; another incarnation's mark replaces the held one
     (the later submitted is the newer life; one source row per document is all a MERGE takes,
     and a dropped mark only means a re-send)."""
     held = into.get(doc_id)
     if held is None or held[1] != mark[1] or held[0] < mark[0]:
         into[doc_id] = mark
+        return True
+    return False

@@ -226,7 +226,7 @@ class UnitOfWork:
             validate_id(i)
         missing = [i for i in dict.fromkeys(ids) if i not in self._docs and i not in self._absent]
         if missing:
-            version, rows = self._store.read(missing)
+            version, rows = self._store.read(missing, barrier=False)
             for i in missing:
                 if i in rows:
                     self._docs[i] = Document(self, rows[i], is_new=False, read_at=version)

@@ -33,7 +33,7 @@ import uuid
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pyarrow as pa
 
@@ -75,6 +75,15 @@ class _Ticket:
     done: bool = False
     version: int | None = None
     error: BaseException | None = None
+
+
+class MarkSource(Protocol):
+    """Watermarks accepted by the transport but not yet written (``WatermarkWriter``): a save
+    takes them into its own MERGE, and settles them once that commit landed or failed."""
+
+    def take(self, exclude: Iterable[str] = ()) -> Any: ...
+
+    def settle(self, batch: Any, error: BaseException | None, *, carried: bool = False) -> None: ...
 
 
 def _finish(
@@ -156,6 +165,10 @@ class DeltaDocumentStore:
         #: Called before ``read`` and ``scan_pending``: the dispatcher's watermark writer flushes
         #: there, so a read in this process sees every watermark this process already earned.
         self.read_barrier: Callable[[], object] | None = None
+        #: Unwritten watermarks that ride along in the next save's MERGE (``MarkSource``).
+        self.mark_source: MarkSource | None = None
+        self._carried: Any = None  # the batch the MERGE being built carries
+        self._merge_counts = (0, 0)  # (inserted, updated) of the last save MERGE
         self._dt = self._open()
         self._log_dir = _local_log_dir(uri)
         self.info = self._validate()
@@ -364,9 +377,17 @@ class DeltaDocumentStore:
             )
         return parts[0] if len(parts) == 1 else pa.concat_tables(parts)
 
-    def read(self, ids: Sequence[str]) -> tuple[int, dict[str, DocumentRow]]:
-        """Current rows for ``ids`` (absent ones are missing) and the version they were read at."""
-        self._barrier()
+    def read(
+        self, ids: Sequence[str], *, barrier: bool = True
+    ) -> tuple[int, dict[str, DocumentRow]]:
+        """Current rows for ``ids`` (absent ones are missing) and the version they were read at.
+
+        ``barrier=False`` (a unit of work's read) skips the flush of unwritten watermarks: a
+        save that keeps an already-sent message is harmless (the dispatcher skips what a waiting
+        mark covers), and the read stays off the watermark's cost.
+        """
+        if barrier:
+            self._barrier()
         with self._lock:
             self._check_open()
             self._update()
@@ -455,6 +476,31 @@ class DeltaDocumentStore:
             return batch
 
     def _commit_tickets(self, tickets: list[_Ticket]) -> None:
+        """The save's commit, carrying the unwritten watermarks (``mark_source``) when there
+        are any: a stream of units of work then pays no watermark commit of its own. A mark only
+        raises ``dispatched_seq`` (``greatest``) of the life it names, never of a document this
+        save writes (its mark waits for the next write), so the save's own rules are unchanged;
+        if the save fails, the marks go back and wait."""
+        source = self.mark_source
+        batch = None
+        if source is not None:
+            batch = source.take(exclude=[w.row.id for t in tickets for w in t.writes])
+        self._carried = batch
+        error: BaseException | None = None
+        try:
+            self._commit_tickets_once(tickets)
+        except BaseException as e:
+            error = e
+            raise
+        finally:
+            self._carried = None
+            if source is not None and batch is not None:
+                landed = error is None and all(t.error is None for t in tickets)
+                source.settle(
+                    batch, None if landed else (error or StoreError("save failed")), carried=True
+                )
+
+    def _commit_tickets_once(self, tickets: list[_Ticket]) -> None:
         live = tickets
         for attempt in range(self._max_retries + 1):
             self._update()
@@ -482,6 +528,13 @@ class DeltaDocumentStore:
                 _finish(live, error=_store_error(f"saving to {self.uri} failed", e), cause=e)
                 return
             version = int(self._dt.version())
+            if self._carried is not None:  # the marks' updates count too: bound the documents'
+                inserted, updated = self._merge_counts
+                doc_updates = len(writes) - inserted
+                consistent = updated - len(self._carried.marks) <= doc_updates <= updated
+                written = len(writes) if consistent else inserted + updated
+                if len(writes) == 1 and writes[0].expected_version == 0:
+                    written = inserted  # a create only ever inserts
             if written == 0 and len(writes) == 1:
                 _finish(live, error=_stale(writes[0], None))
                 return
@@ -509,41 +562,56 @@ class DeltaDocumentStore:
         )
 
     def _merge_documents(self, writes: Sequence[DocumentWrite]) -> int:
-        """One MERGE: update rows still at their expected version, insert new ones."""
+        """One MERGE: update rows still at their expected version, insert new ones, and raise
+        the watermarks this save carries (``_carried``)."""
         source = S.table_from_rows(
             ((w.row, self.bucket(w.row.id)) for w in writes),
-            extra={"_expected": (pa.int64(), [w.expected_version for w in writes])},
+            extra={
+                "_expected": (pa.int64(), [w.expected_version for w in writes]),
+                "_mark": (pa.int64(), [None] * len(writes)),
+            },
         )
-        buckets = _in_list(self.bucket(w.row.id) for w in writes)
-        metrics = (
-            self._dt.merge(
-                source,
-                predicate=f"t.bucket IN ({buckets}) AND t.bucket = s.bucket AND t.id = s.id",
-                source_alias="s",
-                target_alias="t",
-                streamed_exec=False,
-            )
-            .when_matched_update(
-                updates={
-                    "type": "s.type",
-                    "version": "s.version",
-                    "state": "s.state",
-                    "last_seq": "s.last_seq",
-                    "outbox": "s.outbox",
-                    "updated_at": "s.updated_at",
-                },
-                predicate="t.version = s._expected "
+        carried = self._carried
+        bucket_ids = [self.bucket(w.row.id) for w in writes]
+        if carried is not None:
+            ids = list(carried.marks)
+            bucket_ids += [self.bucket(i) for i in ids]
+            nullable = pa.schema([f.with_nullable(True) for f in source.schema])
+            marks = _mark_rows(nullable, carried.marks, ids, [self.bucket(i) for i in ids])
+            source = pa.concat_tables([source.cast(nullable), marks])
+        buckets = _in_list(bucket_ids)
+        merger = self._dt.merge(
+            source,
+            predicate=f"t.bucket IN ({buckets}) AND t.bucket = s.bucket AND t.id = s.id",
+            source_alias="s",
+            target_alias="t",
+            streamed_exec=False,
+        ).when_matched_update(
+            updates={
+                "type": "s.type",
+                "version": "s.version",
+                "state": "s.state",
+                "last_seq": "s.last_seq",
+                "outbox": "s.outbox",
+                "updated_at": "s.updated_at",
+            },
+            predicate="s._mark IS NULL AND t.version = s._expected "
+            f"AND t.{S.INCARNATION} IS NOT DISTINCT FROM s.{S.INCARNATION}",
+        )
+        if carried is not None:
+            merger = merger.when_matched_update(
+                updates={"dispatched_seq": "greatest(t.dispatched_seq, s._mark)"},
+                predicate="s._mark IS NOT NULL AND t.dispatched_seq < s._mark "
                 f"AND t.{S.INCARNATION} IS NOT DISTINCT FROM s.{S.INCARNATION}",
             )
-            .when_not_matched_insert(
-                updates={f.name: f"s.{f.name}" for f in S.DOCUMENT_SCHEMA},
-                predicate="s._expected = 0",
-            )
-            .execute()
-        )
-        return int(metrics.get("num_target_rows_updated", 0)) + int(
-            metrics.get("num_target_rows_inserted", 0)
-        )
+        metrics = merger.when_not_matched_insert(
+            updates={f.name: f"s.{f.name}" for f in S.DOCUMENT_SCHEMA},
+            predicate="s._mark IS NULL AND s._expected = 0",
+        ).execute()
+        inserted = int(metrics.get("num_target_rows_inserted", 0))
+        updated = int(metrics.get("num_target_rows_updated", 0))
+        self._merge_counts = (inserted, updated)
+        return inserted + updated
 
     def _recheck(self, tickets: list[_Ticket]) -> list[_Ticket]:
         """Re-read versions at the current snapshot. A ticket with a stale document fails with
@@ -664,6 +732,31 @@ class DeltaDocumentStore:
             f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
             hint="the rescuer will finish the job; check for a hot bucket",
         )
+
+
+def _mark_rows(
+    schema: pa.Schema,
+    marks: Mapping[str, tuple[int, str | None]],
+    ids: list[str],
+    buckets: list[int],
+) -> pa.Table:
+    """Source rows that only raise watermarks: id, bucket, incarnation and ``_mark``; the
+    document columns are null (no clause reads them for these rows)."""
+    columns: dict[str, pa.Array] = {}
+    for f in schema:
+        if f.name == "id":
+            columns[f.name] = pa.array(ids, f.type)
+        elif f.name == "bucket":
+            columns[f.name] = pa.array(buckets, f.type)
+        elif f.name == S.INCARNATION:
+            columns[f.name] = pa.array([marks[i][1] for i in ids], f.type)
+        elif f.name == "_mark":
+            columns[f.name] = pa.array([marks[i][0] for i in ids], f.type)
+        elif f.name == "_expected":
+            columns[f.name] = pa.array([-1] * len(ids), f.type)
+        else:
+            columns[f.name] = pa.nulls(len(ids), f.type)
+    return pa.table(columns, schema=schema)
 
 
 def _unreadable_log(uri: str, error: Exception) -> StoreError:
