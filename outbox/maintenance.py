@@ -1,8 +1,8 @@
 """Table upkeep: compaction, checkpoints and a vacuum that keeps what the rescuer still needs.
 
 Small files make every MERGE slower (a 1-row MERGE rewrites the whole file holding the row), so
-compaction runs every ``compact_every`` commits and through ``outbox maintain``. Compaction emits
-no change rows (``dataChange=false``), so the rescuer never sees it.
+compaction (``outbox.compaction``) runs every ``compact_every`` commits and through ``outbox
+maintain``. It emits no change rows (``dataChange=false``), so the rescuer never sees it.
 
 A vacuum deletes files of old versions. The rescuer reads the change data feed from its checkpoint
 onward, so a vacuum whose retention would reach into that window (or into ``rescue_delay`` plus a
@@ -14,20 +14,20 @@ lists all of it after every commit; it stops at the oldest version a rescuer sti
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
+from outbox.compaction import compact, store_failure
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
 from outbox.core.errors import StoreError, VacuumRefusedError
-from outbox.delta.log import commit_actions, removed_by, trim_log
+from outbox.delta.log import trim_log
 from outbox.delta.store import DeltaDocumentStore
 
 if TYPE_CHECKING:
@@ -54,91 +54,6 @@ class MaintenanceReport:
         return dict(self.__dict__)
 
 
-@contextlib.contextmanager
-def _one_compactor(store: DeltaDocumentStore) -> Iterator[bool]:
-    """An exclusive, non-blocking file lock per local table: yields False when another process
-    holds it.
-
-    Why: deltalake 1.6.6 committed two OPTIMIZEs that both read the same version and removed the
-    same files (the checker's seed 47: versions 23 and 24), so every compacted row then existed
-    twice. Two processes reaching ``compact_every`` together must not both compact. Remote
-    tables (no local log folder) have no such lock: their writers do not compact (see
-    ``AutoCompactor``), and ``_check_no_double_compaction`` catches overlapping jobs.
-    """
-    log_dir = store._log_dir
-    if log_dir is None:
-        yield True
-        return
-    import fcntl
-
-    with open(log_dir.parent / "_outbox_compact.lock", "a+b") as f:
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield False
-            return
-        try:
-            yield True
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
-
-
-def compact(store: DeltaDocumentStore) -> dict[str, Any]:
-    """Rewrite small files into larger ones. A conflict with a writer is skipped, not raised."""
-    from deltalake.exceptions import CommitFailedError
-
-    with store._lock, _one_compactor(store) as mine:
-        if not mine:
-            log.info("compaction skipped: another process is compacting this table")
-            return {"skipped": "another process is compacting"}
-        try:
-            store.refresh()
-            metrics: dict[str, Any] = store.delta_table.optimize.compact()
-        except CommitFailedError as e:
-            log.info("compaction skipped: a writer committed meanwhile (%s)", e)
-            return {"skipped": "conflict"}
-        except Exception as e:
-            raise _failed("compacting", store, e) from e
-        if metrics.get("numFilesRemoved"):
-            _check_no_double_compaction(store, store.version())
-    return {
-        k: metrics.get(k)
-        for k in ("numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles")
-    }
-
-
-def _check_no_double_compaction(store: DeltaDocumentStore, version: int) -> None:
-    """Fail loudly when another compaction, committed after this one read the table, had
-    already removed files this one removed: their rows now exist twice.
-
-    Why: deltalake 1.6.6 does not treat two data-neutral removals of one file as a conflict
-    (docs/delta.md), and the file lock in ``_one_compactor`` covers only processes on one
-    machine. Remote tables turn automatic compaction off for the same reason; this check catches
-    two ``outbox maintain`` jobs that overlap, and any other compactor of the table.
-    """
-    opts = store._storage_options
-    ours = commit_actions(store.uri, version, storage_options=opts)
-    info: dict[str, Any] = next(
-        (a["commitInfo"] for a in ours if isinstance(a.get("commitInfo"), dict)), {}
-    )
-    read = info.get("readVersion")
-    removed, _ = removed_by(ours)
-    if not isinstance(read, int) or not removed:
-        return
-    for other in range(read + 1, version):
-        theirs, neutral = removed_by(commit_actions(store.uri, other, storage_options=opts))
-        both = removed & theirs
-        if both and neutral:
-            raise StoreError(
-                f"compaction commit {version} of {store.uri} removed {len(both)} file(s) that "
-                f"commit {other} (another compaction of the same version {read}) had already "
-                "removed: the rows they held now exist twice",
-                hint=f"stop the writers and restore the table to version {version - 1} "
-                "(DeltaTable.restore) if nothing committed after it; run compaction from one "
-                "process only (compact_every = 0 and one scheduled `outbox maintain`)",
-            )
-
-
 def checkpoint(store: DeltaDocumentStore) -> None:
     """Write a Delta checkpoint so opening the table does not replay the whole log."""
     with store._lock:
@@ -146,12 +61,7 @@ def checkpoint(store: DeltaDocumentStore) -> None:
             store.refresh()
             store.delta_table.create_checkpoint()
         except Exception as e:
-            raise _failed("writing a checkpoint of", store, e) from e
-
-
-def _failed(what: str, store: DeltaDocumentStore, e: Exception) -> StoreError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return StoreError(f"{what} {store.uri} failed: {first}")
+            raise store_failure("writing a checkpoint of", store, e) from e
 
 
 def oldest_needed_version(
