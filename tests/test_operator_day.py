@@ -180,10 +180,12 @@ def test_rescue_prints_its_result_once_and_maintain_dry_run_writes_nothing(
     import json
 
     ws = tmp_path / "ws"
-    with Outbox.open(ws, transport="memory", default_destination="shipments") as ob:
-        with ob.unit_of_work() as uow:
-            uow.create("pkg-1", type="Package").send("Left", {})
-        version = ob.store.version()
+    with (
+        Outbox.open(ws, transport="memory", default_destination="shipments") as ob,
+        ob.unit_of_work() as uow,
+    ):
+        uow.create("pkg-1", type="Package").send("Left", {})
+    version = DeltaDocumentStore(str(ws / "documents")).version()  # the watermark written too
     caplog.set_level(logging.INFO)
     logging.getLogger("outbox.rescuer").setLevel(logging.NOTSET)  # whatever ran before in here
     result = CliRunner().invoke(main, ["-w", str(ws), "rescue"])
