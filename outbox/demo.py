@@ -211,6 +211,8 @@ def _hub_scan(story: _Story, ws: Path) -> None:
         f"in one commit and sends them {report.send_batch} at a time; its dispatcher will be "
         "SIGKILLed between the second and the third send batch"
     )
+    if ob.runtime.watermarks is not None:  # written now, not in the middle of the hub scan
+        ob.runtime.watermarks.flush()
     story.hub_version = ob.store.refresh() + 1  # nothing else writes until the child is done
     ctx = multiprocessing.get_context("spawn")
     proc = ctx.Process(target=hub_scanner, args=(str(ws), packages, CRASH))
