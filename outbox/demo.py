@@ -10,8 +10,9 @@ the command worker sends what is pending, and a consumer drains the queue and ch
 package's statuses arrived once each and in order.
 
 Every sentence it prints is derived from what happened in this run, not from the script: with
-thousands of packages the hub scanner's save alone can outlast the rescue delay, and then the
-first pass already enqueues the commands (and says so), and no clock is moved.
+thousands of packages the saves outlast the rescue delay before the rescuer's first pass, which
+then (no checkpoint yet) sweeps the table as it is now, the hub scanner's documents included; it
+says so, and no clock is moved.
 
 Why a real child process and SIGKILL: an exception can be caught and cleaned up after; a killed
 process runs no ``finally``, which is the case the outbox exists for. Why a moved clock: the
@@ -261,20 +262,28 @@ def _rescue(story: _Story) -> Any:
     report.rescue_passes.append(_pass(first, clock.skipped))
     delay = settings.rescue_delay
     age = _commit_age(story)
-    if first.window_end is not None and first.window_end >= story.hub_version:
-        # The save and the crash outlasted the delay (thousands of packages): no clock to move.
+    if first.mode == "sweep" or (first.window_end or -1) >= story.hub_version:
+        # A first pass sweeps the table as it is now once any commit is past the delay (the
+        # saves of thousands of packages take that long): the hub scanner's documents included.
+        how = (
+            "no checkpoint yet, and commits past the "
+            f"{delay:g}s rescue delay exist, so it sweeps the table as it is now"
+            if first.mode == "sweep"
+            else f"its window reaches the hub scanner's commit (past the {delay:g}s delay)"
+        )
         story.step(
-            f"rescuer pass 1 (now): the hub scanner's commit is already {age:.1f}s old, past "
-            f"the {delay:g}s rescue delay, so its dispatcher counts as gone: "
-            f"{first.documents_examined} documents examined, {first.commands_enqueued} "
-            f"ProcessDocument commands enqueued, checkpoint -> version {first.checkpoint_after}"
-            " (no clock was moved)"
+            f"rescuer pass 1 (now): {how}, the hub scanner's commit ({age:.1f}s old) included: "
+            f"{first.documents_examined} documents examined, {_commands(first)}, checkpoint -> "
+            f"version {first.checkpoint_after}; no clock to move"
         )
         return checkpoints
+    if first.mode is None:
+        why = f"no commit is {delay:g}s old yet (the hub scanner's is {age:.1f}s old)"
+    else:
+        why = f"the hub scanner's commit is {age:.1f}s old, under the {delay:g}s rescue delay"
     story.step(
-        f"rescuer pass 1 (now): {_commands(first)}; the hub scanner's commit is {age:.1f}s "
-        f"old, under the {delay:g}s rescue delay, so the rescuer leaves it to its dispatcher "
-        "(a live one would still be sending)"
+        f"rescuer pass 1 (now): {_commands(first)}; {why}, so it leaves the hub scanner's "
+        "documents to their dispatcher (a live one would still be sending)"
     )
     clock.skipped += delay + 1
     report.simulated_s = clock.skipped

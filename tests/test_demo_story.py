@@ -1,6 +1,6 @@
 """``outbox demo`` tells a true story at any ``--packages`` (issue 17): each sentence it prints is
 derived from what happened in the run, so a size at which the script would go wrong (too few
-packages for a mid-batch kill, so many that the save outlasts the rescue delay) still reads
+packages for a mid-batch kill, so many that the saves outlast the rescue delay) still reads
 true."""
 
 from __future__ import annotations
@@ -53,10 +53,13 @@ def test_the_smallest_demo_is_killed_mid_batch_and_rescued(tmp_path: Path) -> No
     assert steps[3] == (
         "the hub scanner was SIGKILLed: 3 packages still hold 3 unsent (or unrecorded) messages"
     )
-    assert steps[4].startswith("rescuer pass 1 (now): 0 ProcessDocument commands enqueued; ")
+    assert steps[4].startswith(
+        "rescuer pass 1 (now): 0 ProcessDocument commands enqueued; no commit is 15s old yet "
+        "(the hub scanner's is "
+    )
     assert steps[4].endswith(
-        "old, under the 15s rescue delay, so the rescuer leaves it to its dispatcher (a live one "
-        "would still be sending)"
+        "s old), so it leaves the hub scanner's documents to their dispatcher (a live one would "
+        "still be sending)"
     )
     assert steps[5].startswith("rescuer pass 2 (clock moved 16s forward, SIMULATED): ")
     rows = _rows(result.stdout)
@@ -70,15 +73,28 @@ def test_the_smallest_demo_is_killed_mid_batch_and_rescued(tmp_path: Path) -> No
 def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """What ``--packages 2000`` does (the hub scanner's save takes longer than the 15 s delay),
-    made cheap: the demo's clock jumps past the delay while the hub scanner runs. Pass 1 then
-    enqueues the commands, and the demo says so instead of "it leaves the live dispatcher
-    alone"; no second pass, no simulated seconds."""
+    """What ``--packages 2000`` does (the saves take longer than the 15 s delay), made cheap: the
+    demo's clock jumps past the delay while the hub scanner runs. The first pass (no checkpoint)
+    then sweeps the table as it is now and enqueues the hub scanner's documents too, and the
+    demo says so instead of "it leaves the live dispatcher alone"; no second pass, no simulated
+    seconds."""
+    from rescuer.window import commit_times
+
     real_hub_scan = demo._hub_scan
+    ages: dict[str, float] = {}
 
     def slow_hub_scan(story: Any, ws: Path) -> None:
         real_hub_scan(story, ws)
-        story.clock.skipped += story.ob.settings.rescue_delay + 5
+        # Move the clock so the table's creation is past the delay and the hub scanner's commit
+        # (a second or more later: a new Python process) is not, as after 2,000 packages.
+        latest = story.ob.store.refresh()
+        times = {c.version: c.timestamp for c in commit_times(story.ob.store.delta_table, 999)}
+        created, hub = times[0], times[story.hub_version]
+        assert latest >= story.hub_version
+        now = story.clock.now()
+        story.clock.skipped += story.ob.settings.rescue_delay - (now - created).total_seconds()
+        story.clock.skipped += (hub - created).total_seconds() / 2
+        ages["hub"] = (story.clock.now() - hub).total_seconds()
 
     monkeypatch.setattr(demo, "_hub_scan", slow_hub_scan)
     caplog.set_level(logging.INFO, logger="outbox.demo")
@@ -90,11 +106,13 @@ def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
     [first] = report["rescue_passes"]
     assert first["commands_enqueued"] == 4
     (pass_1,) = [s for s in steps if s.startswith("rescuer pass")]
-    assert pass_1.startswith("rescuer pass 1 (now): the hub scanner's commit is already ")
+    assert pass_1.startswith(
+        "rescuer pass 1 (now): no checkpoint yet, and commits past the 15s rescue delay exist, "
+        "so it sweeps the table as it is now, the hub scanner's commit ("
+    )
     assert pass_1.endswith(
-        "old, past the 15s rescue delay, so its dispatcher counts as gone: 4 documents examined, "
-        f"4 ProcessDocument commands enqueued, checkpoint -> version {first['checkpoint_after']}"
-        " (no clock was moved)"
+        "s old) included: 4 documents examined, 4 ProcessDocument commands enqueued, checkpoint "
+        f"-> version {first['checkpoint_after']}; no clock to move"
     )
     assert sorted(report["invariants"]) == [  # the one --json key style
         "i1_no_loss",
@@ -104,6 +122,7 @@ def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
         "i5_bounded_rescue",
         "i6_idempotence",
     ]
+    assert ages["hub"] < 15  # the sweep took a commit younger than the delay
     assert report["simulated_s"] == 0
     assert report["ok"] is True
     assert report["not_exercised"] == {}
