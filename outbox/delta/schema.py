@@ -19,7 +19,7 @@ does not know ("Error parsing property 'outbox.buckets'"), even under a ``delta.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -161,15 +161,25 @@ def rows_from_table(table: pa.Table) -> list[DocumentRow]:
 
 
 def table_from_rows(
-    rows: Iterable[tuple[DocumentRow, int]], *, extra: Mapping[str, tuple[pa.DataType, list[Any]]]
+    rows: Iterable[tuple[DocumentRow, int]],
+    *,
+    extra: Mapping[str, tuple[pa.DataType, list[Any]]],
+    states: Sequence[str | None] | None = None,
 ) -> pa.Table:
-    """Arrow source for a MERGE: the document columns plus ``extra`` control columns."""
+    """Arrow source for a MERGE: the document columns plus ``extra`` control columns.
+
+    ``states``: each row's state already encoded (None: encode it here), so a unit of work's
+    state is encoded once for its check and its save, not twice.
+    """
     cols: dict[str, list[Any]] = {f.name: [] for f in DOCUMENT_SCHEMA}
-    for row, bucket in rows:
+    for i, (row, bucket) in enumerate(rows):
         cols["id"].append(row.id)
         cols["type"].append(row.type)
         cols["version"].append(row.version)
-        cols["state"].append(json.dumps(row.state, separators=(",", ":"), sort_keys=True))
+        encoded = states[i] if states is not None else None
+        if encoded is None:
+            encoded = json.dumps(row.state, separators=(",", ":"), sort_keys=True)
+        cols["state"].append(encoded)
         cols["last_seq"].append(row.last_seq)
         cols["dispatched_seq"].append(row.dispatched_seq)
         cols["outbox"].append([message_to_struct(m) for m in row.outbox])

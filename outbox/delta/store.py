@@ -63,6 +63,9 @@ class DocumentWrite:
     row: DocumentRow
     expected_version: int
     read_at: int  # table version of the snapshot the expected version was observed in
+    #: ``row.state`` already encoded (compact, key-sorted JSON), so the save does not encode it
+    #: again; None: the store encodes it.
+    state_json: str | None = None
 
 
 @dataclass(slots=True)
@@ -566,6 +569,7 @@ class DeltaDocumentStore:
         the watermarks this save carries (``_carried``)."""
         source = S.table_from_rows(
             ((w.row, self.bucket(w.row.id)) for w in writes),
+            states=[w.state_json for w in writes],
             extra={
                 "_expected": (pa.int64(), [w.expected_version for w in writes]),
                 "_mark": (pa.int64(), [None] * len(writes)),
@@ -634,7 +638,7 @@ class DeltaDocumentStore:
                     # The dispatcher moved the watermark since we read: drop what it sent.
                     row.dispatched_seq = int(found["dispatched_seq"])
                     row.outbox = [m for m in row.outbox if m.seq > row.dispatched_seq]
-                fresh.append(DocumentWrite(row, w.expected_version, version_now))
+                fresh.append(DocumentWrite(row, w.expected_version, version_now, w.state_json))
             else:
                 t.writes = fresh
                 live.append(t)
