@@ -156,7 +156,11 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
         _save(ob, packages, 0)
         report.written = packages
         step(f"saved '{STATUSES[0]}' for {packages} packages: sent to both regions")
-        _wait(lambda: len(effects.seen) >= packages, report, "the first status handled")
+
+        def handled() -> int:
+            return len(effects.seen)
+
+        _wait(lambda: handled() >= packages, report, "the first status handled", handled)
         with effects.guard:
             effects.failed_at = failed_at = time.monotonic()
         east.outage()
@@ -167,8 +171,9 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
             _save(ob, packages, s)
         report.written = 3 * packages
         step(f"saved '{STATUSES[1]}' and '{STATUSES[2]}': west holds them, due after the delay")
-        _wait(lambda: len(effects.seen) >= 3 * packages, report, "every status handled")
-        _wait(lambda: not queues["west"].stats(), report, "every west copy settled")
+        _wait(lambda: handled() >= 3 * packages, report, "every status handled", handled)
+        west_stats = queues["west"].stats
+        _wait(lambda: not west_stats(), report, "every west copy settled", west_stats)
         consumers["west"].stop()
         threads["west"].join(30)
         ob.close()
@@ -195,11 +200,21 @@ def _save(ob: Any, packages: int, status: int) -> None:
         _save_status(ob, range(lo, min(packages, lo + 10)), status)
 
 
-def _wait(done: Callable[[], bool], report: GeoDemoReport, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE
+def _wait(
+    done: Callable[[], bool],
+    report: GeoDemoReport,
+    what: str,
+    progress: Callable[[], object] = lambda: None,
+) -> None:
+    """Wait for ``done``; give up only after ``DEADLINE`` seconds without ``progress`` changing,
+    so a large ``--packages`` run is slow, not reported as a loss."""
+    deadline, last = time.monotonic() + DEADLINE, progress()
     while not done():
+        now = progress()
+        if now != last:
+            deadline, last = time.monotonic() + DEADLINE, now
         if time.monotonic() > deadline:
-            report.problems.append(f"timed out waiting for {what}")
+            report.problems.append(f"timed out waiting for {what} (no progress for {DEADLINE:g}s)")
             return
         time.sleep(0.05)
 

@@ -160,3 +160,26 @@ def test_geo_failover_is_timed_from_the_failure_not_from_wests_first_handling() 
     assert dict(demo_geo.iter_rows(report))["failover"] == (
         "east failed; west handled its next update 1.5s later"
     )
+
+
+def test_geo_waits_while_there_is_progress_and_names_a_stall(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A large ``demo geo`` is slow, not lost: the wait gives up only when nothing moves for
+    ``DEADLINE`` (it used to give up after 45 s in all and report the unhandled rest as lost)."""
+    from outbox import demo_geo
+
+    monkeypatch.setattr(demo_geo, "DEADLINE", 0.2)
+    report = demo_geo.GeoDemoReport(workspace="ws", kept=False, packages=1)
+    polls = [0]
+
+    def moving() -> int:
+        polls[0] += 1
+        return polls[0]
+
+    demo_geo._wait(lambda: polls[0] >= 10, report, "every status handled", moving)  # ~0.5 s
+    assert report.problems == []
+    demo_geo._wait(lambda: False, report, "every west copy settled", lambda: 0)
+    assert report.problems == [
+        "timed out waiting for every west copy settled (no progress for 0.2s)"
+    ]
