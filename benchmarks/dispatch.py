@@ -1,19 +1,37 @@
 """Dispatch benchmark: immediate dispatch over the SQL transport on SQLite.
 
     python -m benchmarks.dispatch            # the committed figures (results/dispatch.json)
-    python -m benchmarks.dispatch --quick    # the same shape, fewer rounds, under a minute
-    python -m benchmarks.dispatch --profile  # cProfile of the 1,000-document case, top 25
+    python -m benchmarks.dispatch --quick    # the same shape, fewer rounds, about a minute
+    python -m benchmarks.dispatch --docs 100000 --rounds 1   # one size, all variants, printed
+    python -m benchmarks.dispatch --profile  # where the time goes (results/dispatch_profile.json)
 
-For 1, 100 and 1,000 documents per unit of work (one message each), it measures:
+For 1, 100 and 1,000 documents per unit of work (one message each), three variants run back to
+back in the same process, so one machine load applies to all of them:
 
-* ``messages_per_second``: messages / (commit returned -> every send settled and the watermark
-  written), i.e. the whole cost of dispatch after the commit;
+* ``per_document``: one send per document, inline watermark MERGE (the first "before");
+* ``coalesced_inline_watermark``: documents batched into atomic sends of up to 500 messages, and
+  one watermark MERGE per dispatch on the caller's thread (``watermark_window = 0``: the second
+  "before");
+* ``coalesced``: the same sends, watermarks handed to the ``WatermarkWriter`` and written in one
+  MERGE per ``watermark_window`` off the caller's path (the default; the "after").
+
+Per case:
+
+* ``messages_per_second``: messages / (the caller's dispatch time summed over the rounds, plus
+  the final flush of the watermarks still waiting). Inline, the caller's dispatch time is
+  commit returned -> every send settled and the watermark written; deferred it ends when the
+  sends settled, and the flush adds the MERGE time nobody waited for inline;
+* ``wall_messages_per_second``: messages / the whole loop (build + save + dispatch of every round,
+  plus that flush): what a writer streaming units of work back to back gets, with the deferred
+  MERGEs competing with its next saves for the table lock and the CPU;
+* ``caller_ms``: one unit of work's ``with`` block (build, save, dispatch): the application's
+  cost per commit (item 5: the single-document case);
 * ``p50_ms`` / ``p99_ms``: per message, commit returned -> its send settled;
-* ``watermark_merge``: the one ``advance_watermarks`` MERGE per commit (p50/p99 ms).
+* ``watermark_merge``: each watermark MERGE (p50/p99 ms) and ``watermark_merges``, how many.
 
-Each size runs twice: ``per_document`` (one send per document, ``max_in_flight`` of them at once:
-the "before") and ``coalesced`` (documents batched into one atomic send of up to 500 messages: the
-"after"). Results go to ``benchmarks/results/dispatch.json`` (``--quick``: ``dispatch.quick.json``).
+The single-document case also runs each ``WINDOWS`` value (``window_sweep``), the numbers the
+default ``watermark_window`` was chosen by. Results go to ``benchmarks/results/dispatch.json``
+(``--quick``: ``dispatch.quick.json``).
 """
 
 from __future__ import annotations
@@ -32,26 +50,43 @@ from benchmarks.common import machine, summarize_ms, write_results
 from outbox.app import Outbox
 
 SIZES = (1, 100, 1000)
+#: watermark_window values for the single-document sweep (0: inline MERGE)
+WINDOWS = (0.0, 0.05, 0.2, 1.0)
+DEFERRED_WINDOW = 0.2  # the default setting; the sweep shows why
 
 
-def run_case(root: Path, docs: int, rounds: int, *, coalesce: bool) -> dict[str, Any]:
-    ws = root / f"ws-{docs}-{coalesce}"
-    with Outbox.open(ws, default_destination="shipments", transport="sql") as ob:
+def run_case(
+    root: Path, docs: int, rounds: int, *, coalesce: bool, window: float
+) -> dict[str, Any]:
+    ws = Path(tempfile.mkdtemp(prefix=f"ws-{docs}-", dir=root))  # a fresh workspace per case
+    with Outbox.open(
+        ws, default_destination="shipments", transport="sql", watermark_window=window
+    ) as ob:
         runtime = ob.runtime
         runtime.dispatcher.coalesce = coalesce
         with ob.unit_of_work() as uow:  # warm up: table, queue, connection pool, thread pool
             uow.create("warm-up", type="Shipment").send("Created", {"i": 0})
+        if runtime.watermarks is not None:
+            assert runtime.watermarks.flush(60)
         runtime.metrics.reset()
-        saves: list[float] = []
+        callers: list[float] = []
+        loop0 = time.perf_counter()
         for r in range(rounds):
             t0 = time.perf_counter()
             with ob.unit_of_work() as uow:
                 for i in range(docs):
                     doc = uow.create(f"r{r}-d{i}", type="Shipment", state={"status": "created"})
                     doc.send("StatusChanged", {"status": "left Seattle", "i": i})
-            saves.append(time.perf_counter() - t0)
+            callers.append(time.perf_counter() - t0)
+        flush = 0.0
+        if runtime.watermarks is not None:  # what is still waiting: part of the cost
+            t0 = time.perf_counter()
+            assert runtime.watermarks.flush(600), runtime.watermarks.last_error
+            flush = time.perf_counter() - t0
+        wall = time.perf_counter() - loop0
         m = runtime.metrics
         assert m["messages_sent"] == docs * rounds, m.snapshot()
+        assert m["watermark_failures"] == 0, m.snapshot()
         assert ob.store.scan_pending().num_rows == 0, "dispatch left documents pending"
         dispatch_s = list(m.dispatch_latency)
         settle = summarize_ms(list(m.settle_latency))
@@ -59,48 +94,171 @@ def run_case(root: Path, docs: int, rounds: int, *, coalesce: bool) -> dict[str,
             "docs_per_unit_of_work": docs,
             "rounds": rounds,
             "messages": docs * rounds,
-            "messages_per_second": round(docs * rounds / sum(dispatch_s), 1),
+            "watermark_window_s": window,
+            "messages_per_second": round(docs * rounds / (sum(dispatch_s) + flush), 1),
+            "wall_messages_per_second": round(docs * rounds / wall, 1),
             "p50_ms": settle["p50_ms"],
             "p99_ms": settle["p99_ms"],
             "dispatch_ms": summarize_ms(dispatch_s),
+            "final_flush_ms": round(flush * 1000, 3),
             "watermark_merge": summarize_ms(list(m.watermark_latency)),
-            "save_ms": summarize_ms(saves),
+            "watermark_merges": m["watermark_merges"],
+            "caller_ms": summarize_ms(callers),
+            "save_ms": summarize_ms([c - d for c, d in zip(callers, dispatch_s, strict=True)]),
             "send_calls": m["send_calls"],
         }
 
 
+#: Where the time goes: wall seconds inside these methods (threads' times add up: ``_send`` runs
+#: on up to ``max_in_flight`` threads at once, so its total can exceed the wall time).
+TIMED = {
+    "dispatcher.dispatch.Dispatcher": ("send_pending", "_send", "advance", "defer"),
+    "dispatcher.dispatch.KeyOrder": ("wait_turn",),
+    "outbox.delta.store.DeltaDocumentStore": (
+        "_merge_documents",
+        "_recheck",
+        "_merge_watermarks",
+        "_update",
+    ),
+}
+
+
+def profile_case(
+    root: Path, docs: int, rounds: int, *, coalesce: bool, window: float
+) -> dict[str, Any]:
+    """One ``run_case`` with the methods in ``TIMED`` timed, and a cProfile of the caller's
+    thread (the unit of work's build and save; the sends run on the pool's threads, timed)."""
+    import importlib
+    import threading
+    from collections import defaultdict
+
+    totals: dict[str, float] = defaultdict(float)
+    calls: dict[str, int] = defaultdict(int)
+    lock = threading.Lock()
+    originals = []
+    for dotted, names in TIMED.items():
+        module, cls_name = dotted.rsplit(".", 1)
+        cls = getattr(importlib.import_module(module), cls_name)
+        for name in names:
+            original = getattr(cls, name)
+            originals.append((cls, name, original))
+
+            def timed(*a: Any, _f: Any = original, _n: str = name, **k: Any) -> Any:
+                t = time.perf_counter()
+                try:
+                    return _f(*a, **k)
+                finally:
+                    with lock:
+                        totals[_n] += time.perf_counter() - t
+                        calls[_n] += 1
+
+            setattr(cls, name, timed)
+    prof = cProfile.Profile()
+    try:
+        prof.enable()
+        case = run_case(root, docs, rounds, coalesce=coalesce, window=window)
+        prof.disable()
+    finally:
+        for cls, name, original in originals:
+            setattr(cls, name, original)
+    stats = pstats.Stats(prof)
+    top = sorted(stats.stats.items(), key=lambda kv: kv[1][2], reverse=True)[:12]  # type: ignore[attr-defined]
+    return {
+        "rounds": rounds,
+        "messages_per_second": case["messages_per_second"],
+        "wall_messages_per_second": case["wall_messages_per_second"],
+        "caller_ms_p50": case["caller_ms"]["p50_ms"],
+        "seconds": {k: round(v, 4) for k, v in sorted(totals.items())},
+        "calls": dict(sorted(calls.items())),
+        "caller_thread_top_tottime": [
+            {
+                "function": f"{fn[0].rsplit('/', 1)[-1]}:{fn[1]}({fn[2]})",
+                "tottime_s": round(st[2], 4),
+                "calls": st[1],
+            }
+            for fn, st in top
+        ],
+    }
+
+
+VARIANTS = (
+    ("per_document", False, 0.0),
+    ("coalesced_inline_watermark", True, 0.0),
+    ("coalesced", True, DEFERRED_WINDOW),
+)
+
+
+def _line(name: str, case: dict[str, Any]) -> str:
+    return (
+        f"{name:>40}: {case['messages_per_second']:>9.1f} msg/s  wall "
+        f"{case['wall_messages_per_second']:>8.1f} msg/s  caller p50 "
+        f"{case['caller_ms']['p50_ms']:>8.2f} ms  settle p99 {case['p99_ms']:>8.2f} ms  "
+        f"MERGEs {case['watermark_merges']} (p50 {case['watermark_merge']['p50_ms']:.1f} ms)"
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="fewer rounds, under a minute")
-    parser.add_argument("--profile", action="store_true", help="cProfile the 1,000-doc case")
+    parser.add_argument("--quick", action="store_true", help="fewer rounds, about a minute")
+    parser.add_argument(
+        "--profile", action="store_true", help="time the save and dispatch at 1/1,000/100,000 docs"
+    )
+    parser.add_argument("--docs", type=int, help="one size only (printed, no results file)")
+    parser.add_argument("--rounds", type=int, default=1, help="with --docs")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-dispatch-"))
     try:
         if args.profile:
-            prof = cProfile.Profile()
-            prof.enable()
-            run_case(root, 1000, 3, coalesce=True)
-            prof.disable()
-            pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+            sizes = (1, 1000) if args.quick else (1, 1000, 100_000)
+            prof: dict[str, Any] = {"machine": machine(), "sizes": {}}
+            for docs in sizes:
+                for name, coalesce, window in VARIANTS[1:]:
+                    prof["sizes"][f"{docs}_docs_{name}"] = profile_case(
+                        root, docs, 10 if docs == 1 else 1, coalesce=coalesce, window=window
+                    )
+                    print(docs, name, prof["sizes"][f"{docs}_docs_{name}"]["seconds"])
+            path = write_results("dispatch_profile", prof)
+            print(f"wrote {path}")
             return
-        rounds = {1: 20, 100: 5, 1000: 2} if args.quick else {1: 100, 100: 20, 1000: 5}
+        if args.docs:
+            for name, coalesce, window in VARIANTS[1:]:
+                print(
+                    _line(
+                        name,
+                        run_case(root, args.docs, args.rounds, coalesce=coalesce, window=window),
+                    )
+                )
+            return
+        rounds = {1: 20, 100: 5, 1000: 3} if args.quick else {1: 100, 100: 20, 1000: 10}
         results: dict[str, Any] = {"machine": machine(), "transport": "sql (SQLite)", "cases": {}}
         for docs in SIZES:
-            for coalesce in (False, True):
-                name = f"{docs}_docs_{'coalesced' if coalesce else 'per_document'}"
-                case = run_case(root, docs, rounds[docs], coalesce=coalesce)
+            for variant, coalesce, window in VARIANTS:
+                if variant == "per_document" and docs == 1000 and args.quick:
+                    continue  # 1,000 sends per round: minutes, and settled long ago
+                name = f"{docs}_docs_{variant}"
+                case = run_case(root, docs, rounds[docs], coalesce=coalesce, window=window)
                 results["cases"][name] = case
-                print(
-                    f"{name:>26}: {case['messages_per_second']:>9.1f} msg/s  "
-                    f"p50 {case['p50_ms']:>8.2f} ms  p99 {case['p99_ms']:>8.2f} ms  "
-                    f"watermark p50 {case['watermark_merge']['p50_ms']:>7.2f} ms  "
-                    f"sends {case['send_calls']}"
-                )
+                print(_line(name, case))
+        sweep = {}
+        for window in WINDOWS:
+            case = run_case(root, 1, rounds[1], coalesce=True, window=window)
+            sweep[f"{window:g}"] = case
+            print(_line(f"1 doc, watermark_window {window:g}s", case))
+        results["window_sweep"] = sweep
         best = results["cases"]["1000_docs_coalesced"]
+        before = results["cases"]["1000_docs_coalesced_inline_watermark"]
         results["messages_per_second"] = best["messages_per_second"]
         results["p99_ms"] = best["p99_ms"]
-        results["headline"] = "1,000 documents per unit of work, coalesced sends"
+        results["speedup_over_inline_watermark"] = round(
+            best["messages_per_second"] / before["messages_per_second"], 2
+        )
+        results["goal_messages_per_second"] = 15_000
+        results["meets_goal"] = best["messages_per_second"] >= 15_000
+        results["headline"] = (
+            "1,000 documents per unit of work, coalesced sends, watermarks coalesced off the "
+            "caller's path"
+        )
         path = write_results("dispatch.quick" if args.quick else "dispatch", results)
         print(f"wrote {path}")
     finally:
