@@ -60,7 +60,7 @@ def test_dead_letters_commands(ws: Path) -> None:
     assert json.loads(out)["reason"] == "Bad"
     code, out = run(ws, "dead-letters", "requeue", "--where", "reason=Other", "--json")
     assert json.loads(out) == {"requeued": 1}
-    code, out = run(ws, "dead-letters", "purge", "--all")
+    code, out = run(ws, "dead-letters", "purge", "--all", "--yes")  # no terminal to ask
     assert (code, out.strip()) == (0, "purged 2 dead letter(s)")
     code, out = run(ws, "dead-letters", "list")
     assert "m0" not in out
