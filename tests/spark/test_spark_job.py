@@ -17,6 +17,7 @@ from outbox.core.model import DocumentRow, new_incarnation
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 from rescuer.cdf_spark import find_jars
+from tests.spark.jvm import child_jvm_env
 
 pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +40,7 @@ def test_spark_submit_runs_one_rescue_pass(tmp_path: Path) -> None:
     )
     _backdate_commits(Path(settings.table_uri), seconds=3600)
     spark_submit = Path(sys.executable).parent / "spark-submit"
-    env = {**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable}
+    env = child_jvm_env({**os.environ, "PYTHONPATH": str(REPO), "PYSPARK_PYTHON": sys.executable})
     done = subprocess.run(
         [
             str(spark_submit),
@@ -49,6 +50,16 @@ def test_spark_submit_runs_one_rescue_pass(tmp_path: Path) -> None:
             ",".join(jars),
             "--conf",
             "spark.ui.enabled=false",
+            # the local settings ``get_spark`` uses: Spark's defaults (200 shuffle partitions,
+            # 50 for Delta's snapshot) make each of the pass's small jobs hundreds of tasks
+            "--conf",
+            "spark.sql.shuffle.partitions=1",
+            "--conf",
+            "spark.default.parallelism=1",
+            "--conf",
+            "spark.databricks.delta.snapshotPartitions=1",
+            "--conf",
+            "spark.ui.showConsoleProgress=false",
             str(REPO / "rescuer" / "spark_job.py"),
             "--workspace",
             str(workspace),
