@@ -84,7 +84,7 @@ def test_migrate_run_dispatcher_dead_letters_and_status(
     [again] = bus.messages("outbox-commands")
     assert (again.session_id, again.deliveries) == ("doc-1", 0)
     code, out = run(ws, "run-dispatcher", "--once", "--json")
-    code, out = run(ws, "dead-letters", "purge", "--all", "--json")
+    code, out = run(ws, "dead-letters", "purge", "--all", "--yes", "--json")
     assert json.loads(out) == {"purged": 1}
     assert bus.dead_letters("outbox-commands") == []
     queue.close()
