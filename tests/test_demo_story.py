@@ -183,3 +183,31 @@ def test_geo_waits_while_there_is_progress_and_names_a_stall(
     assert report.problems == [
         "timed out waiting for every west copy settled (no progress for 0.2s)"
     ]
+
+
+def test_the_devices_story_says_so_when_the_online_devices_were_not_done(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The devices story printed "the others are done" and "every device acked every task"
+    whatever happened; now each is derived (here: the first wait gives up at once)."""
+    from outbox.testing.devices import DeviceSimulator
+    from outbox.testing.mosquitto import MosquittoServer
+
+    if not MosquittoServer().available:
+        if os.environ.get("CI"):
+            pytest.fail("mosquitto is not installed; scripts/test.sh installs it")
+        pytest.skip("mosquitto is not installed here (scripts/ensure-mosquitto.sh installs it)")
+    real_wait = DeviceSimulator.wait_for
+    waits = [0]
+
+    def first_gives_up(self: DeviceSimulator, condition: Any, timeout: float) -> bool:
+        waits[0] += 1
+        return False if waits[0] == 1 else real_wait(self, condition, timeout)
+
+    monkeypatch.setattr(DeviceSimulator, "wait_for", first_gives_up)
+    caplog.set_level(logging.INFO, logger="outbox.demo")
+    result = CliRunner().invoke(main, ["demo", "devices", "--json"])
+    assert result.exit_code == 5, result.output
+    steps = [r.getMessage() for r in caplog.records if r.name == "outbox.demo"]
+    assert steps[2].startswith("the others are NOT done (timed out); door-")
+    assert json.loads(result.stdout)["problems"] == ["timed out waiting for the online devices"]
