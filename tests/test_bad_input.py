@@ -785,14 +785,12 @@ def test_status_text_with_a_corrupt_queue_database_is_not_all_clear(ws: Path) ->
 
 
 def test_purge_all_asks_on_a_terminal_and_takes_yes(ws: Path) -> None:
-    """A real terminal on stdin (a pty): "n" deletes nothing, "y" deletes; ``--yes`` never
-    asks. The prompt goes to stderr, stdout keeps the result."""
+    """A real terminal on stdin (a pty): "n" deletes nothing, "y" deletes; ``-y`` (no terminal
+    here) never asks. The prompt goes to stderr, stdout keeps the result."""
     import pty
 
-    def purge(answer: str | None, *flags: str) -> subprocess.CompletedProcess[str]:
-        argv = [OUTBOX, "-w", str(ws), "dead-letters", "purge", "--all", *flags]
-        if answer is None:
-            return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+    def purge(answer: str) -> subprocess.CompletedProcess[str]:
+        argv = [OUTBOX, "-w", str(ws), "dead-letters", "purge", "--all"]
         leader, follower = pty.openpty()
         try:
             os.write(leader, answer.encode() + b"\n")
@@ -815,7 +813,7 @@ def test_purge_all_asks_on_a_terminal_and_takes_yes(ws: Path) -> None:
     assert (yes.returncode, yes.stdout) == (0, "purged 1 dead letter(s)\n"), yes.stderr
     assert _dead_letters_left(ws) == 0
     _dead_letter(ws, "poison-2")
-    scripted = purge(None, "--yes")
-    assert (scripted.returncode, scripted.stdout) == (0, "purged 1 dead letter(s)\n")
+    scripted = CliRunner().invoke(main, ["-w", str(ws), "dead-letters", "purge", "--all", "-y"])
+    assert (scripted.exit_code, scripted.stdout) == (0, "purged 1 dead letter(s)\n")
     assert _dead_letters_left(ws) == 0
     _still_there(ws)
