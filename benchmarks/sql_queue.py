@@ -4,7 +4,9 @@
     python -m benchmarks.sql_queue --quick    # SQLite only, under a minute
 
 The floor does the same data movement and the same durable work (as many commits) with no queue
-semantics: a plain INSERT per message (or one multi-row INSERT per batch) in one transaction; and
+semantics: a plain INSERT per message (or one executemany per batch) in one transaction, of what a
+producer must store of a message too (a fresh id, the body, the time), into a table with only its
+primary key; and
 for receive+complete, as peek-lock must, one transaction that marks a batch of 10 rows taken
 (``UPDATE ... WHERE id IN (SELECT ... LIMIT 10 FOR UPDATE SKIP LOCKED) RETURNING``) and then one
 committed DELETE per row. The ratio floor/queue is the price of duplicate detection, sessions,
@@ -19,11 +21,15 @@ Writes ``benchmarks/results/sql_queue.json``.
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
+import queue as queue_module
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -95,10 +101,46 @@ def bench_queue(url: str, n: int, *, latency: bool = True) -> dict[str, Any]:
 
     out["receive_complete_4_per_s"] = _rate(n, _timed(four))
     _check(sum(counts), n)
+    out["receive_complete_4_processes_per_s"] = _processes(queue, url, n)
     if latency:
         out["latency"] = _latency(queue, min(n // 2, 1000))
     queue.close()
     return out
+
+
+def _drain_in_process(url: str, name: str, start: Any, results: Any) -> None:
+    queue = SqlQueue(url, lock_duration=300)
+    queue.peek(name, 1)  # connect before the start line
+    start.wait()
+    began = time.perf_counter()  # CLOCK_MONOTONIC: comparable across processes
+    done = _drain(queue, name)
+    results.put((done, began, time.perf_counter()))
+    queue.close()
+
+
+def _processes(queue: SqlQueue, url: str, n: int) -> float:
+    """Four receivers as four processes: threads of one process share one GIL, so their Python
+    work cannot overlap; processes show what the database itself allows."""
+    for _ in range(n // 100):
+        queue.send("procs", [QueueMessage(BODY) for _ in range(100)])
+    ctx = multiprocessing.get_context("spawn")
+    start, results = ctx.Barrier(4), ctx.Queue()
+    procs = [
+        ctx.Process(target=_drain_in_process, args=(url, "procs", start, results)) for _ in range(4)
+    ]
+    for p in procs:
+        p.start()
+    got: list[tuple[int, float, float]] = []
+    while len(got) < len(procs):
+        try:
+            got.append(results.get(timeout=1))
+        except queue_module.Empty:
+            if not any(p.is_alive() for p in procs):
+                raise SystemExit("a receiver process died; see its traceback above") from None
+    for p in procs:
+        p.join()
+    _check(sum(g[0] for g in got), n)
+    return _rate(n, max(g[2] for g in got) - min(g[1] for g in got))
 
 
 def _check(got: int, want: int) -> None:
@@ -145,11 +187,13 @@ def _floor_table(engine: Engine) -> None:
         else "id BIGSERIAL PRIMARY KEY"
     )
     blob = "BLOB" if engine.dialect.name == "sqlite" else "BYTEA"
+    stamp = "TEXT" if engine.dialect.name == "sqlite" else "TIMESTAMPTZ"
     with engine.begin() as c:
         c.execute(text("DROP TABLE IF EXISTS bench_floor"))
         c.execute(
             text(
-                f"CREATE TABLE bench_floor ({pk}, body {blob} NOT NULL, "
+                f"CREATE TABLE bench_floor ({pk}, message_id VARCHAR(128) NOT NULL, "
+                f"body {blob} NOT NULL, enqueued_at {stamp} NOT NULL, "
                 "taken BOOLEAN NOT NULL DEFAULT FALSE)"
             )
         )
@@ -159,7 +203,14 @@ def bench_floor(url: str, n: int) -> dict[str, Any]:
     engine = make_engine(url)
     _floor_table(engine)
     postgres = engine.dialect.name == "postgresql"
-    insert = text("INSERT INTO bench_floor (body) VALUES (:b)")
+    insert = text("INSERT INTO bench_floor (message_id, body, enqueued_at) VALUES (:m, :b, :t)")
+
+    def rows(k: int) -> list[dict[str, Any]]:
+        """``k`` rows as a producer writes them: each with a fresh id, all stamped now."""
+        now = datetime.now(UTC)
+        at = now.isoformat() if not postgres else now
+        return [{"m": str(uuid.uuid4()), "b": BODY, "t": at} for _ in range(k)]
+
     lock = " FOR UPDATE SKIP LOCKED" if postgres else ""
     take = text(
         "UPDATE bench_floor SET taken = TRUE WHERE id IN (SELECT id FROM bench_floor "
@@ -173,12 +224,12 @@ def bench_floor(url: str, n: int) -> dict[str, Any]:
     def singles() -> None:
         for _ in range(single):
             with settle.begin() as c:
-                c.execute(insert, {"b": BODY})
+                c.execute(insert, rows(1)[0])
 
     def batches() -> None:
         for _ in range(n // 100):
             with engine.begin() as c:
-                c.execute(insert, [{"b": BODY}] * 100)
+                c.execute(insert, rows(100))
 
     def drain() -> int:
         done = 0
@@ -223,6 +274,112 @@ def _best(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+# --- profile ------------------------------------------------------------------------------------
+
+#: Where a profiled call's own time is counted, by the file its function lives in.
+_CATEGORIES = (
+    ("sqlalchemy", "SQLAlchemy"),
+    ("psycopg", "driver and database (psycopg: sending, waiting for results)"),
+    ("sqlite3", "driver and database (sqlite3: executing, committing)"),
+    ("dispatcher/queue", "queue code (validation, rows, statements)"),
+)
+
+
+def _categorize(stats: Any) -> dict[str, float]:
+    shares: dict[str, float] = {}
+    total = 0.0
+    for (filename, _line, name), (_cc, _nc, tottime, _ct, _callers) in stats.stats.items():
+        where = f"{filename}:{name}"
+        label = next((lab for key, lab in _CATEGORIES if key in where), "other Python (stdlib)")
+        shares[label] = shares.get(label, 0.0) + tottime
+        total += tottime
+    return {k: round(100 * v / total, 1) for k, v in sorted(shares.items()) if total > 0}
+
+
+def profile_backend(url: str, n: int) -> dict[str, Any]:
+    """Each operation under cProfile: wall and client CPU per message, statements sent per
+    message, and the share of profiled time by where it is spent."""
+    import cProfile
+    import pstats
+
+    from sqlalchemy import event
+
+    upgrade(url)
+    queue = SqlQueue(url, lock_duration=300)
+    statements = [0]
+
+    def count(*_args: Any) -> None:
+        statements[0] += 1
+
+    event.listen(queue.engine, "before_cursor_execute", count)
+    single = max(100, n // 10)
+
+    def send_batch100() -> int:
+        for _ in range(n // 100):
+            queue.send("p-batch", [QueueMessage(BODY) for _ in range(100)])
+        return n // 100 * 100
+
+    def send_single() -> int:
+        for _ in range(single):
+            queue.send("p-single", QueueMessage(BODY))
+        return single
+
+    def receive_complete() -> int:
+        return _drain(queue, "p-batch")
+
+    out: dict[str, Any] = {}
+    for name, op in (
+        ("send_batch100", send_batch100),
+        ("send_single", send_single),
+        ("receive_complete", receive_complete),
+    ):
+        statements[0] = 0
+        prof = cProfile.Profile()
+        wall, cpu = time.perf_counter(), time.process_time()
+        prof.enable()
+        done = op()
+        prof.disable()
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        out[name] = {
+            "messages": done,
+            "wall_us_per_message_profiled": round(wall / done * 1e6, 1),
+            "client_cpu_us_per_message_profiled": round(cpu / done * 1e6, 1),
+            "statements_per_message": round(statements[0] / done, 3),
+            "share_of_profiled_time_pct": _categorize(pstats.Stats(prof)),
+        }
+    _drain(queue, "p-single")
+    queue.close()
+    return out
+
+
+def profile(label: str, n: int) -> None:
+    """Profile both databases and store them under ``label`` in ``sql_queue_profile.json``
+    (run once on the old code as "before" and once on the new as "after")."""
+    import json
+
+    from benchmarks.common import RESULTS
+
+    path = RESULTS / "sql_queue_profile.json"
+    data: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    data.pop("benchmark", None), data.pop("measured_at", None), data.pop("machine", None)
+    entry: dict[str, Any] = {"load_average_before": os.getloadavg()}
+    with tempfile.TemporaryDirectory(prefix="outbox-bench-") as tmp:
+        entry["sqlite"] = profile_backend(f"sqlite:///{Path(tmp) / 'p.db'}", n)
+    from tests.pg import PostgresServer
+
+    server = PostgresServer()
+    if server.available:
+        server.start()
+        try:
+            entry["postgresql"] = profile_backend(server.create_database("prof"), n)
+        finally:
+            server.cleanup()
+    entry["load_average_after"] = os.getloadavg()
+    data[label] = entry
+    print(json.dumps(entry, indent=2))
+    print(f"\nwrote {write_results('sql_queue_profile', data)}")
+
+
 # --- driver --------------------------------------------------------------------------------------
 
 
@@ -258,7 +415,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="SQLite only, fewer messages")
     parser.add_argument("--messages", type=int, default=None)
     parser.add_argument("--rounds", type=int, default=None, help="alternating floor/queue rounds")
+    parser.add_argument(
+        "--profile",
+        metavar="LABEL",
+        help="profile each operation instead; stored under LABEL in sql_queue_profile.json",
+    )
     args = parser.parse_args(argv)
+    if args.profile:
+        profile(args.profile, args.messages or 2000)
+        return
     n = args.messages or (2000 if args.quick else 5000)
     rounds = args.rounds or (1 if args.quick else 3)
     results: dict[str, Any] = {"quick": args.quick, "load_average_before": os.getloadavg()}

@@ -82,6 +82,15 @@ class Database:
         if self.closed:
             raise ClosedError("the queue was closed", hint="create a new SqlQueue")
 
+    def _nested(self, action: str) -> QueueError:
+        return QueueError(
+            f"cannot {action}: this thread is already inside a write transaction on "
+            f"{describe(self.engine)} (a Consumer handler that takes a Connection runs in "
+            "one); a second transaction would wait for the first forever",
+            hint="pass the handler's connection, e.g. queue.send(name, message, conn=conn), "
+            "so the work joins its transaction",
+        )
+
     @contextmanager
     def write(self, action: str, conn: Connection | None = None) -> Iterator[Connection]:
         """A write transaction (BEGIN IMMEDIATE on SQLite), committed on exit.
@@ -99,13 +108,7 @@ class Database:
             return
         held = _open_writes()
         if self._key in held:
-            raise QueueError(
-                f"cannot {action}: this thread is already inside a write transaction on "
-                f"{describe(self.engine)} (a Consumer handler that takes a Connection runs in "
-                "one); a second transaction would wait for the first forever",
-                hint="pass the handler's connection, e.g. queue.send(name, message, conn=conn), "
-                "so the work joins its transaction",
-            )
+            raise self._nested(action)
         held.add(self._key)
         try:
             if self._writer is None:
@@ -132,13 +135,8 @@ class Database:
                 yield c
             return
         self._check_open()
-        if self._key in _open_writes():
-            raise QueueError(
-                f"cannot {action}: this thread is already inside a write transaction on "
-                f"{describe(self.engine)}; the statement could wait for a row that transaction "
-                "holds",
-                hint="settle the message after the transaction commits",
-            )
+        if self._key in _open_writes():  # it could wait for a row that transaction holds
+            raise self._nested(action)
         try:
             with self.engine.connect() as c:
                 yield c.execution_options(isolation_level="AUTOCOMMIT")

@@ -12,7 +12,7 @@ the facade hands the sender a callback to run after each committed send.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -28,6 +28,7 @@ from outbox.core.clock import utc
 from outbox.core.errors import ValidationError
 
 M = queue_messages
+_MAX = validation.MAX_ID
 
 #: The columns ``_PG_SEND`` takes as arrays, one element per message.
 _PG_COLUMNS = (
@@ -89,8 +90,8 @@ VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, 0, 0, ?)
 _SQLITE_CHUNK = 500
 
 
-def _sessions(unique: dict[tuple[str, str], dict[str, Any]]) -> Iterator[str | None]:
-    return (row["session_id"] for row in unique.values())
+#: One message as it goes into the database, in ``_PG_COLUMNS`` order.
+Row = tuple[str, str, str | None, bytes, str, str, str | None, str, datetime, bool]
 
 
 class SqlQueueSender:
@@ -126,23 +127,21 @@ class SqlQueueSender:
     ) -> list[str]:
         """See ``QueueSender.send_batch``."""
         now = self._options.now()
-        rows = [self._row(queue, msg, now) for queue, msg in entries]
-        unique: dict[tuple[str, str], dict[str, Any]] = {}
-        for row in rows:
-            unique.setdefault((row["queue"], row["message_id"]), row)
+        unique = self._rows(entries, now)
         if not unique:
             return []
         cutoff = now - self._options.duplicate_detection_window
-        if self._db.postgres and conn is None and all(k is None for k in _sessions(unique)):
+        rows = list(unique.values())
+        if self._db.postgres and conn is None and all(r[2] is None for r in rows):
             # Without sessions to lock the send is one statement, atomic on its own: autocommit
             # saves the BEGIN and COMMIT round trips.
             with self._db.statement("send messages") as tx:
-                fresh = self._insert_postgres(tx, list(unique.values()), now, cutoff)
+                fresh = self._insert_postgres(tx, rows, now, cutoff)
         else:
             with self._db.write("send messages", conn) as tx:
                 if self._db.postgres:
-                    lock_sessions(tx, ((r["queue"], r["session_id"]) for r in unique.values()))
-                    fresh = self._insert_postgres(tx, list(unique.values()), now, cutoff)
+                    lock_sessions(tx, ((r[0], r[2]) for r in rows))  # queue, session
+                    fresh = self._insert_postgres(tx, rows, now, cutoff)
                 else:
                     fresh = self._insert_sqlite(tx, unique, now, cutoff)
         if conn is None and self._after_commit is not None:  # the batch is already committed
@@ -150,22 +149,19 @@ class SqlQueueSender:
         return [mid for q, mid in unique if (q, mid) in fresh]
 
     def _insert_postgres(
-        self, tx: Connection, rows: list[dict[str, Any]], now: datetime, cutoff: datetime
+        self, tx: Connection, rows: list[Row], now: datetime, cutoff: datetime
     ) -> set[tuple[str, str]]:
         """One statement, one round trip: record the ids, insert the messages whose id was not
         seen inside the window, in batch order (see ``_PG_SEND``)."""
-        params: dict[str, Any] = {c: [r[c] for r in rows] for c in _PG_COLUMNS}
+        columns = map(list, zip(*rows, strict=True))
+        params: dict[str, Any] = dict(zip(_PG_COLUMNS, columns, strict=True))
         params["now"] = now
         params["cutoff"] = cutoff
         result = tx.exec_driver_sql(_PG_SEND, params)
         return {(q, mid) for q, mid in result}
 
     def _insert_sqlite(
-        self,
-        tx: Connection,
-        unique: dict[tuple[str, str], dict[str, Any]],
-        now: datetime,
-        cutoff: datetime,
+        self, tx: Connection, unique: dict[tuple[str, str], Row], now: datetime, cutoff: datetime
     ) -> set[tuple[str, str]]:
         """An upsert of the ids that returns the fresh ones (a multi-row VALUES per chunk), then
         one ``executemany`` of the messages. Times go in as SQLAlchemy's own text encoding,
@@ -176,27 +172,12 @@ class SqlQueueSender:
         fresh: set[tuple[str, str]] = set()
         for i in range(0, len(keys), _SQLITE_CHUNK):
             chunk = keys[i : i + _SQLITE_CHUNK]
-            values = ", ".join(["(?, ?, ?)"] * len(chunk))
-            args: list[Any] = []
-            for q, mid in chunk:
-                args += (q, mid, now_s)
+            sql = _SQLITE_SEEN.format(values=", ".join(["(?, ?, ?)"] * len(chunk)))
+            args = [v for q, mid in chunk for v in (q, mid, now_s)]
             args.append(cutoff_s)
-            sql = _SQLITE_SEEN.format(values=values)
             fresh.update((q, mid) for q, mid in tx.exec_driver_sql(sql, tuple(args)))
-        accepted = [
-            (
-                r["queue"],
-                r["message_id"],
-                r["session_id"],
-                r["body"],
-                r["subject"],
-                r["content_type"],
-                r["correlation_id"],
-                r["headers"],
-                now_s,
-                now_s if r["not_before"] is now else encode(r["not_before"]),
-                int(r["scheduled"]),
-            )
+        accepted = [  # the row with enqueued_at added and the times encoded
+            (*r[:8], now_s, now_s if r[8] is now else encode(r[8]), r[9])
             for key, r in unique.items()
             if key in fresh
         ]
@@ -212,36 +193,60 @@ class SqlQueueSender:
 
     def validate(self, queue: str, msg: QueueMessage) -> None:
         """See ``QueueSender.validate``."""
-        self._row(queue, msg, self._options.now())
+        self._rows([(queue, msg)], self._options.now())
 
-    def _row(self, queue: str, msg: QueueMessage, now: datetime) -> dict[str, Any]:
-        if not isinstance(msg, QueueMessage):
-            raise ValidationError(
-                f"expected a QueueMessage, got {type(msg).__name__}",
-                hint="wrap the payload: QueueMessage(body=...)",
+    def _rows(
+        self, entries: Sequence[tuple[str, QueueMessage]], now: datetime
+    ) -> dict[tuple[str, str], Row]:
+        """The batch's rows, the first of each ``(queue, message_id)``, validated in order.
+
+        The common case (str ids, a bytes body, no headers, no schedule) is checked inline; any
+        other value goes through ``validation``, which converts it or names the problem."""
+        max_bytes = self._options.max_body_bytes
+        queues: set[str] = set()
+        out: dict[tuple[str, str], Row] = {}
+        for queue, msg in entries:
+            if not isinstance(msg, QueueMessage):
+                raise ValidationError(
+                    f"expected a QueueMessage, got {type(msg).__name__}",
+                    hint="wrap the payload: QueueMessage(body=...)",
+                )
+            if queue not in queues:
+                queues.add(validation.queue_name(queue))
+            mid = msg.message_id
+            if type(mid) is not str or not mid or len(mid) > validation.MAX_ID:
+                validation.identifier("message_id", mid)
+            sid, cid = msg.session_id, msg.correlation_id
+            if sid is not None and (type(sid) is not str or not sid or len(sid) > _MAX):
+                validation.identifier("session_id", sid, optional=True)
+            if cid is not None and (type(cid) is not str or not cid or len(cid) > _MAX):
+                validation.identifier("correlation_id", cid, optional=True)
+            when = validation.aware("not_before", msg.not_before)
+            not_before = now if when is None else utc(when)
+            body = msg.body
+            if type(body) is not bytes or len(body) > max_bytes:
+                body = validation.body(body, mid, max_bytes)
+            headers = msg.headers
+            encoded = (
+                "{}"  # most messages carry none: no JSON encoder for the empty dict
+                if type(headers) is dict and not headers
+                else validation.headers(headers, mid)
             )
-        validation.queue_name(queue)
-        message_id = validation.identifier("message_id", msg.message_id)
-        assert message_id is not None
-        session_id = validation.identifier("session_id", msg.session_id, optional=True)
-        validation.identifier("correlation_id", msg.correlation_id, optional=True)
-        not_before = validation.aware("not_before", msg.not_before)
-        return {
-            "queue": queue,
-            "message_id": message_id,
-            "session_id": session_id,
-            "body": validation.body(msg.body, message_id, self._options.max_body_bytes),
-            "subject": msg.subject or "",
-            "content_type": msg.content_type or "",
-            "correlation_id": msg.correlation_id,
-            "headers": validation.headers(msg.headers, message_id),
-            "enqueued_at": now,
-            "not_before": utc(not_before) if not_before is not None else now,
-            "delivery_count": 0,
-            # scheduled for later: not in its session until its time (docs/sql_queue.md)
-            "scheduled": not_before is not None and utc(not_before) > now,
-            "deferred": False,
-        }
+            row: Row = (
+                queue,
+                mid,
+                sid,
+                body,
+                msg.subject or "",
+                msg.content_type or "",
+                cid,
+                encoded,
+                not_before,
+                # scheduled for later: not in its session until its time (docs/sql_queue.md)
+                when is not None and not_before > now,
+            )
+            out.setdefault((queue, mid), row)
+        return out
 
     def close(self) -> None:
         """Close the queue this sender belongs to (its parts share one connection pool)."""

@@ -3,6 +3,7 @@ database going away mid-operation is retryable and loses nothing."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -246,13 +247,13 @@ def test_transport_validates_each_message_once_and_a_closed_queue_is_retryable(
 ) -> None:
     """Review item 11: one validation per message on the happy path; ClosedError is retryable."""
     calls: list[str] = []
-    original = queue.sender._row
+    original = queue.sender._rows
 
-    def counting(q: str, m: QueueMessage, now: Any) -> Any:
-        calls.append(m.message_id)
-        return original(q, m, now)
+    def counting(entries: Sequence[tuple[str, QueueMessage]], now: Any) -> Any:
+        calls.extend(m.message_id for _, m in entries)
+        return original(entries, now)
 
-    queue.sender._row = counting  # type: ignore[method-assign]
+    queue.sender._rows = counting  # type: ignore[method-assign]
     transport = SqlQueueTransport(queue)
     transport.send(
         [TransportMessage(message_id=f"m{i}", destination="q", body=b"x") for i in range(3)]
