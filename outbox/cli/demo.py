@@ -46,10 +46,10 @@ def demo(
     """The shipment-tracking story: packages get ordered status updates, the dispatcher is
     SIGKILLed mid-batch, the rescuer notices after its delay (the clock is moved forward unless
     the save took that long; the output says which), the worker finishes, and a consumer checks
-    every package's statuses arrived in order. `outbox demo geo`: the same packages across two regions (two queues, one claim
-    log), the east region failing mid-run. `outbox demo devices`: door terminals served one task
-    at a time over MQTT (a local mosquitto), one offline while its tasks wait, then in order.
-    Exit 0 when every invariant held, 5 when one broke."""
+    every package's statuses arrived in order. `outbox demo geo`: the same packages across two
+    regions (two queues, one claim log), the east region failing mid-run. `outbox demo devices`:
+    door terminals served one task at a time over MQTT (a local mosquitto), one offline while its
+    tasks wait, then in order. Exit 0 when every invariant held, 5 when one broke."""
     from outbox.demo import iter_rows, run_demo
 
     quiet_chatty_loggers(cli.verbose)
