@@ -53,10 +53,18 @@ SIZES = (1, 100, 1000)
 #: watermark_window values for the single-document sweep (0: inline MERGE)
 WINDOWS = (0.0, 0.05, 0.2, 1.0)
 DEFERRED_WINDOW = 0.2  # the default setting; the sweep shows why
+#: Commits per profiled case: several, so later commits carry the earlier ones' watermarks
+PROFILE_ROUNDS = {1: 10, 1000: 5, 100_000: 1}
 
 
 def run_case(
-    root: Path, docs: int, rounds: int, *, coalesce: bool, window: float
+    root: Path,
+    docs: int,
+    rounds: int,
+    *,
+    coalesce: bool,
+    window: float,
+    one_batch_at_a_time: bool = True,
 ) -> dict[str, Any]:
     ws = Path(tempfile.mkdtemp(prefix=f"ws-{docs}-", dir=root))  # a fresh workspace per case
     with Outbox.open(
@@ -64,6 +72,7 @@ def run_case(
     ) as ob:
         runtime = ob.runtime
         runtime.dispatcher.coalesce = coalesce
+        runtime.dispatcher.one_batch_at_a_time = one_batch_at_a_time
         with ob.unit_of_work() as uow:  # warm up: table, queue, connection pool, thread pool
             uow.create("warm-up", type="Shipment").send("Created", {"i": 0})
         if runtime.watermarks is not None:
@@ -124,7 +133,13 @@ TIMED = {
 
 
 def profile_case(
-    root: Path, docs: int, rounds: int, *, coalesce: bool, window: float
+    root: Path,
+    docs: int,
+    rounds: int,
+    *,
+    coalesce: bool,
+    window: float,
+    one_batch_at_a_time: bool = True,
 ) -> dict[str, Any]:
     """One ``run_case`` with the methods in ``TIMED`` timed, and a cProfile of the caller's
     thread (the unit of work's build and save; the sends run on the pool's threads, timed)."""
@@ -156,7 +171,14 @@ def profile_case(
     prof = cProfile.Profile()
     try:
         prof.enable()
-        case = run_case(root, docs, rounds, coalesce=coalesce, window=window)
+        case = run_case(
+            root,
+            docs,
+            rounds,
+            coalesce=coalesce,
+            window=window,
+            one_batch_at_a_time=one_batch_at_a_time,
+        )
         prof.disable()
     finally:
         for cls, name, original in originals:
@@ -215,9 +237,15 @@ def main(argv: list[str] | None = None) -> None:
             for docs in sizes:
                 for name, coalesce, window in VARIANTS[1:]:
                     prof["sizes"][f"{docs}_docs_{name}"] = profile_case(
-                        root, docs, 10 if docs == 1 else 1, coalesce=coalesce, window=window
+                        root, docs, PROFILE_ROUNDS[docs], coalesce=coalesce, window=window
                     )
                     print(docs, name, prof["sizes"][f"{docs}_docs_{name}"]["seconds"])
+            if not args.quick:  # the superlinear "before": 200 batches on 16 threads at once
+                prof["sizes"]["100000_docs_coalesced_inline_watermark_16_batches_at_once"] = (
+                    profile_case(
+                        root, 100_000, 1, coalesce=True, window=0.0, one_batch_at_a_time=False
+                    )
+                )
             path = write_results("dispatch_profile", prof)
             print(f"wrote {path}")
             return

@@ -468,12 +468,71 @@ def telemetry() -> str:
     return _table(header, rows) + f"\nMeasured {t['started']} on {cpus} CPUs, {machine_load}.\n"
 
 
+_PROFILE_PARTS = (
+    ("_recheck", "save: re-check scan"),
+    ("_merge_documents", "save: MERGE"),
+    ("send_pending", "dispatch: sends (wall)"),
+    ("_send", "sends, summed over threads"),
+    ("_merge_watermarks", "watermark MERGEs"),
+)
+
+
+def dispatch_profile() -> str:
+    """``python -m benchmarks.dispatch --profile``: seconds inside each step, per case."""
+    p = load("dispatch_profile")
+    rows = []
+    for name, c in p["sizes"].items():
+        sec = c["seconds"]
+        rows.append(
+            [f"`{name}` ({c['rounds']} commits)"]
+            + [f"{sec.get(k, 0.0):,.3f} s" for k, _ in _PROFILE_PARTS]
+            + [
+                f"{_sig(c['caller_ms_p50'])} ms",
+                f"{n(c['messages_per_second'])} msg/s",
+                f"{n(c['wall_messages_per_second'])} msg/s",
+            ]
+        )
+    header = (
+        ["case"]
+        + [label for _, label in _PROFILE_PARTS]
+        + ["caller p50", "dispatch-only", "whole loop"]
+    )
+    return _table(header, rows)
+
+
+def dispatch_before() -> str:
+    """The dispatch figures before issue 19 (``dispatch_before_issue19.json``, quiet machine)."""
+    c = load("dispatch_before_issue19")["cases"]
+    rows = []
+    for k in (1, 100, 1000):
+        x = c[f"{k}_docs_coalesced"]
+        rows.append(
+            [
+                n(k),
+                f"{n(x['messages_per_second'], 1)} msg/s",
+                f"{n(x['dispatch_ms']['mean_ms'], 1)} ms",
+                f"{n(x['watermark_merge']['mean_ms'], 1)} ms",
+                f"{n(x['save_ms']['mean_ms'], 1)} ms",
+            ]
+        )
+    header = [
+        "documents per unit of work",
+        "dispatch-only",
+        "dispatch per commit (mean)",
+        "of which the watermark MERGE (mean)",
+        "the caller's unit of work (mean)",
+    ]
+    return _table(header, rows)
+
+
 RENDERERS: dict[str, Callable[[], str]] = {
     "readme-performance": readme_performance,
     "rescuer-sizes": rescuer_sizes,
     "rescuer-planner": rescuer_planner,
     "sql-queue": sql_queue,
     "dispatch": dispatch,
+    "dispatch-profile": dispatch_profile,
+    "dispatch-before": dispatch_before,
     "spark-write": spark_write,
     "checker-soak": checker_soak,
     "telemetry": telemetry,
