@@ -32,13 +32,17 @@ from typing import Any
 import pytest
 
 from outbox.core.model import bucket_of
+from tests.spark.jvm import child_jvm_env
 from tests.spark.mixed_child import read_journal
 
 pytestmark = pytest.mark.spark
 REPO = Path(__file__).resolve().parents[2]
 
 BUCKETS = 4
-SPARK_DOC_COUNT = 1000
+#: 200 documents a batch: enough to be a real MERGE over all three buckets (and for the inert
+#: rescuer to lose hundreds of messages); the proof does not grow with the size, and each
+#: document is a message the Python worker delivers twice over (the inert pass, the real one)
+SPARK_DOC_COUNT = 200
 BATCHES = 2
 KILLED_BATCH = BATCHES  # its messages go out through no later batch: only the rescuer can
 #: The driver's documents: sp-00000, sp-00001, ... outside bucket 0, the first SPARK_DOC_COUNT
@@ -58,7 +62,7 @@ SETTINGS: dict[str, Any] = {
 
 
 def _env(crash: str | None) -> dict[str, str]:
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = child_jvm_env({**os.environ, "PYTHONPATH": str(REPO)})
     env.pop("OUTBOX_CRASH_AT", None)
     if crash:
         env["OUTBOX_CRASH_AT"] = crash
