@@ -321,6 +321,12 @@ def sql_queue() -> str:
                 f"{n(q[b]['floor_over_queue'][key], 2)}×",
             ]
         rows.append(row)
+    procs = "receive_complete_4_processes_per_s"
+    if all(procs in q[b]["queue"] for b in ("sqlite", "postgresql")):
+        sqlite_rate, pg_rate = (n(q[b]["queue"][procs]) for b in ("sqlite", "postgresql"))
+        rows.append(
+            ["receive + complete, 4 processes", f"{sqlite_rate}/s", "", "", f"{pg_rate}/s", "", ""]
+        )
     lat = [q[b]["queue"]["latency"] for b in ("sqlite", "postgresql")]
     rows.append(
         [
@@ -341,6 +347,37 @@ def sql_queue() -> str:
         "PostgreSQL queue",
         "PostgreSQL floor",
         "floor/queue",
+    ]
+    return _table(header, rows)
+
+
+def sql_queue_profile() -> str:
+    """``python -m benchmarks.sql_queue --profile LABEL``: each operation under cProfile, the
+    code before and after issue 19 (docs/performance-queue.md)."""
+    p = load("sql_queue_profile")
+    rows = []
+    for b, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
+        for op in ("send_batch100", "send_single", "receive_complete"):
+            row = [f"{label}: {op.replace('_', ' ')}"]
+            for when in ("before", "after"):
+                r = p[when][b][op]
+                shares = r["share_of_profiled_time_pct"]
+                sa = shares.get("SQLAlchemy", 0.0)
+                db = sum(v for k, v in shares.items() if k.startswith("driver and database"))
+                row += [
+                    f"{n(r['client_cpu_us_per_message_profiled'], 1)} µs",
+                    n(r["statements_per_message"], 2),
+                    f"{n(sa, 1)}% / {n(db, 1)}%",
+                ]
+            rows.append(row)
+    header = [
+        "operation",
+        "before: client CPU per message",
+        "statements per message",
+        "SQLAlchemy / driver+database share",
+        "after: client CPU per message",
+        "statements per message",
+        "SQLAlchemy / driver+database share",
     ]
     return _table(header, rows)
 
@@ -530,6 +567,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "rescuer-sizes": rescuer_sizes,
     "rescuer-planner": rescuer_planner,
     "sql-queue": sql_queue,
+    "sql-queue-profile": sql_queue_profile,
     "dispatch": dispatch,
     "dispatch-profile": dispatch_profile,
     "dispatch-before": dispatch_before,
