@@ -260,7 +260,7 @@ def test_check_prints_each_line_once(
     from outbox.checker.report import CheckReport
 
     def fake_run_check(seed: int, root: Path, *, progress: Any, **_k: Any) -> CheckReport:
-        report = CheckReport(seed=seed, scenario="fake")
+        report = CheckReport(seed=seed, scenario="fake", invariants={"I1 no loss": True})
         progress("scenario: fake")
         progress(report.summary())
         return report
@@ -269,12 +269,13 @@ def test_check_prints_each_line_once(
     caplog.set_level(logging.INFO)
     argv = ["check", "--seeds", "1", "--minutes", "0", "--workdir", str(tmp_path)]
     text = CliRunner().invoke(main, argv)
-    summary = CheckReport(seed=1, scenario="fake").summary()
+    summary = CheckReport(seed=1, scenario="fake", invariants={"I1 no loss": True}).summary()
     assert text.stdout.count(summary) == 1, text.output
     assert [r for r in caplog.records if summary in r.getMessage()] == []
     caplog.clear()
     as_json = CliRunner().invoke(main, [*argv, "--json"])
-    assert json.loads(as_json.stdout)["seeds"][0]["seed"] == 1
+    [seed] = json.loads(as_json.stdout)["seeds"]
+    assert (seed["seed"], seed["invariants"]) == (1, {"i1_no_loss": True})  # the --json key style
     assert [r.getMessage() for r in caplog.records].count(summary) == 1
 
 
