@@ -218,9 +218,11 @@ def test_a_run_without_a_kill_does_not_claim_a_rescue() -> None:
     "killed at", no latency, and I5 "not exercised" instead of "held"."""
     report = demo.DemoReport("ws", False, 3, killed_at=demo.CRASH, dispatcher_exit=0, send_batch=1)
     report.invariants = {"I1 no loss": True, "I5 bounded rescue": True}
-    report.not_exercised["I5 bounded rescue"] = "the crash left nothing to rescue"
+    report.not_exercised["I5 bounded rescue"] = "the crash left no message unsent to rescue"
     rows = dict(demo.iter_rows(report))
     assert rows["dispatcher killed at"] == "not killed: exited with 0 before mid_batch@2=kill"
     assert rows["max rescue latency"] == "- (nothing rescued)"
-    assert rows["I5 bounded rescue"] == "not exercised: the crash left nothing to rescue"
+    assert rows["I5 bounded rescue"] == (
+        "not exercised: the crash left no message unsent to rescue"
+    )
     assert rows["I1 no loss"] == "held"
