@@ -67,7 +67,9 @@ def _drain(queue: SqlQueue, name: str) -> int:
         done += len(batch)
 
 
-def bench_queue(url: str, n: int, *, latency: bool = True) -> dict[str, Any]:
+def bench_queue(
+    url: str, n: int, *, latency: bool = True, server_cpu: Callable[[], float] | None = None
+) -> dict[str, Any]:
     queue = SqlQueue(url, lock_duration=300)
     out: dict[str, Any] = {}
     single = max(200, n // 5)
@@ -84,7 +86,13 @@ def bench_queue(url: str, n: int, *, latency: bool = True) -> dict[str, Any]:
             queue.send("batch", [QueueMessage(BODY) for _ in range(100)])
 
     out["send_batch100_per_s"] = _rate(n // 100 * 100, _timed(batches))
-    out["receive_complete_1_per_s"] = _rate(n, _timed(lambda: _check(_drain(queue, "batch"), n)))
+    cpu = (time.process_time(), server_cpu() if server_cpu else 0.0)
+    wall = _timed(lambda: _check(_drain(queue, "batch"), n))
+    out["receive_complete_1_per_s"] = _rate(n, wall)
+    if server_cpu:
+        out["receive_complete_1_cost"] = _bound(
+            wall, time.process_time() - cpu[0], server_cpu() - cpu[1], n
+        )
 
     for _ in range(n // 100):
         queue.send("four", [QueueMessage(BODY) for _ in range(100)])
@@ -141,6 +149,44 @@ def _processes(queue: SqlQueue, url: str, n: int) -> float:
         p.join()
     _check(sum(g[0] for g in got), n)
     return _rate(n, max(g[2] for g in got) - min(g[1] for g in got))
+
+
+def _bound(wall: float, client: float, server: float, n: int) -> dict[str, float]:
+    """Per message, one receiver: wall time, this process's CPU and the database server's CPU;
+    and what they allow on the machine's cores. Four receivers can at best finish a message
+    every (client + server) / cores; as threads, the client's Python also runs one thread at a
+    time (one interpreter lock), so no faster than one message per client CPU time."""
+    cores = os.cpu_count() or 1
+    w, c, s = wall / n, client / n, server / n
+    return {
+        "wall_ms": round(w * 1000, 3),
+        "client_cpu_ms": round(c * 1000, 3),
+        "server_cpu_ms": round(s * 1000, 3),
+        "speedup_bound_processes": round(w * cores / (c + s), 2) if c + s > 0 else 0.0,
+        "speedup_bound_threads": round(w * min(cores / (c + s), 1 / c), 2) if c > 0 else 0.0,
+    }
+
+
+def postgres_cpu(data_dir: Path) -> Callable[[], float]:
+    """Seconds of CPU used so far by a PostgreSQL server: its postmaster and its children."""
+    postmaster = int((data_dir / "postmaster.pid").read_text().split()[0])
+    tick = os.sysconf("SC_CLK_TCK")
+
+    def total() -> float:
+        ticks = 0
+        for proc in Path("/proc").iterdir():
+            if not proc.name.isdigit():
+                continue
+            try:
+                stat = (proc / "stat").read_text()
+            except OSError:
+                continue
+            fields = stat[stat.rindex(")") + 2 :].split()  # state, ppid, ... utime, stime
+            if int(proc.name) == postmaster or int(fields[1]) == postmaster:
+                ticks += int(fields[11]) + int(fields[12])
+        return ticks / tick
+
+    return total
 
 
 def _check(got: int, want: int) -> None:
@@ -383,12 +429,14 @@ def profile(label: str, n: int) -> None:
 # --- driver --------------------------------------------------------------------------------------
 
 
-def run_backend(name: str, url: str, n: int, rounds: int) -> dict[str, Any]:
+def run_backend(
+    name: str, url: str, n: int, rounds: int, server_cpu: Callable[[], float] | None = None
+) -> dict[str, Any]:
     upgrade(url)
     floors, queues = [], []
     for r in range(rounds):
         floors.append(bench_floor(url, n))
-        queues.append(bench_queue(url, n, latency=r == rounds - 1))
+        queues.append(bench_queue(url, n, latency=r == rounds - 1, server_cpu=server_cpu))
     floor, queue = _best(floors), _best(queues)
     ratios = {
         k: round(floor[k] / queue[k], 2)
@@ -439,7 +487,11 @@ def main(argv: list[str] | None = None) -> None:
             server.start()
             try:
                 results["postgresql"] = run_backend(
-                    "postgresql", server.create_database("bench"), n, rounds
+                    "postgresql",
+                    server.create_database("bench"),
+                    n,
+                    rounds,
+                    postgres_cpu(server.data),
                 )
                 results["postgresql_note"] = "throwaway server started with fsync=off (tests/pg.py)"
             finally:
