@@ -28,17 +28,43 @@ _SPARK_FIXTURES = {"spark", "spark_session", "spark_for_checker", "sob"}
 _SEED_FIXTURES = {"ci_seed", "pg_seed"}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Under pytest-xdist (``scripts/test.sh`` runs ``-n 2 --dist loadgroup``) the tests that
     start Spark run on one worker and the checker's seed pools on one worker: a second JVM would
-    cost its start-up and memory, and a seed pool must see all of its seeds to run them
-    concurrently. Without xdist the marks change nothing."""
+    cost its start-up and memory, and a seed pool submits every collected seed, so a pool on
+    each worker ran all of them twice. Without xdist the marks change nothing."""
+    loadgroup = bool(config.getoption("loadgroup", False))  # set on an xdist worker only
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         if names & _SPARK_FIXTURES:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif names & _SEED_FIXTURES:
             item.add_marker(pytest.mark.xdist_group("checker-seeds"))
+        if loadgroup:
+            _join_group(item)
+
+
+def _join_group(item: pytest.Item) -> None:
+    """What ``--dist loadgroup`` itself does, done here: the group's name as the node id's
+    ``@`` suffix, which the controller groups by. xdist 3.8 sets ``item._nodeid``, which
+    pytest 9 no longer reads (the id is ``item._id``), and its hook runs before this one (the
+    marks are added here), so no test was grouped: both workers started a JVM and a seed pool
+    each, and each pool ran all 50 seeds (measured: ``checker-seeds0`` on both workers)."""
+    groups = sorted(
+        {
+            str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+            for m in item.iter_markers("xdist_group")
+        }
+    )
+    if not groups or "@" in item.nodeid.rpartition("]")[2]:
+        return  # not grouped, or xdist already suffixed it
+    new_id = f"{item.nodeid}@{'_'.join(groups)}"
+    if hasattr(item, "_id"):  # pytest >= 9
+        from _pytest.nodeid import coerce_node_id
+
+        setattr(item, "_id", coerce_node_id(new_id))  # noqa: B010 - a private attribute
+    else:  # pragma: no cover - pytest 8, where xdist's own hook works
+        setattr(item, "_nodeid", new_id)  # noqa: B010
 
 
 @pytest.fixture
