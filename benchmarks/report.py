@@ -537,6 +537,29 @@ def dispatch_profile() -> str:
     return _table(header, rows)
 
 
+def dispatch_window() -> str:
+    """The single-document ``watermark_window`` sweep of ``dispatch.json``."""
+    sweep = load("dispatch")["window_sweep"]
+    rows = [
+        [
+            f"`{w}`" + (" (inline)" if float(w) == 0 else ""),
+            f"{_sig(c['caller_ms']['p50_ms'])} ms",
+            f"{_sig(c['caller_ms']['p99_ms'])} ms",
+            f"{n(c['wall_messages_per_second'], 1)} msg/s",
+            f"{c['watermark_merges']} for {c['rounds']} commits",
+        ]
+        for w, c in sweep.items()
+    ]
+    header = [
+        "watermark_window (s)",
+        "caller p50",
+        "caller p99",
+        "whole loop",
+        "watermark MERGEs of their own",
+    ]
+    return _table(header, rows)
+
+
 def dispatch_before() -> str:
     """The dispatch figures before issue 19 (``dispatch_before_issue19.json``, quiet machine)."""
     c = load("dispatch_before_issue19")["cases"]
@@ -571,6 +594,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "dispatch": dispatch,
     "dispatch-profile": dispatch_profile,
     "dispatch-before": dispatch_before,
+    "dispatch-window": dispatch_window,
     "spark-write": spark_write,
     "checker-soak": checker_soak,
     "telemetry": telemetry,
