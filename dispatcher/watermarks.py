@@ -107,21 +107,24 @@ class WatermarkWriter:
         if not marks:
             return
         with self._cond:
-            if self._closing:  # closed: write inline, nothing may be left behind
-                self._write_now(dict(marks))
-                return
-            self._submitted += 1
-            for doc_id, mark in marks.items():
-                if _merge(self._pending, doc_id, mark):
-                    self._generation[doc_id] = self._submitted
-            if self._first_at is None:
-                self._first_at = time.monotonic()
-            if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._run, name="outbox-watermarks", daemon=True
-                )
-                self._thread.start()
-            self._cond.notify_all()
+            closed = self._closing
+            if not closed:
+                self._submit(marks)
+        if closed:  # written inline, outside the lock (a save holding the store waits on it)
+            self._write_now(dict(marks))
+
+    def _submit(self, marks: Mapping[str, Mark]) -> None:
+        """Record marks and wake the thread (called with the lock held)."""
+        self._submitted += 1
+        for doc_id, mark in marks.items():
+            if _merge(self._pending, doc_id, mark):
+                self._generation[doc_id] = self._submitted
+        if self._first_at is None:
+            self._first_at = time.monotonic()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="outbox-watermarks", daemon=True)
+            self._thread.start()
+        self._cond.notify_all()
 
     def covered(self, docs: Iterable[tuple[str, str | None]]) -> dict[str, int]:
         """For (id, incarnation) pairs: the highest seq accepted for that life whose mark may not
@@ -277,7 +280,7 @@ class WatermarkWriter:
                     self._cond.notify_all()
 
     def _write_now(self, marks: dict[str, Mark]) -> None:
-        """A submit after close: written by the caller, at once (called with the lock held)."""
+        """A submit after close: written by the caller, at once."""
         error = self._write(marks)
         if error is not None:
             log.warning("watermarks of %d document(s) were not written: %s", len(marks), error)

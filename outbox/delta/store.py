@@ -10,8 +10,10 @@ Why it looks the way it does (see docs/delta.md for the measurements):
   nothing: a stale document raises ``ConcurrencyError`` before anything is written, and a writer
   that commits after our snapshot makes our commit fail with ``CommitFailedError``, which we retry
   on a refreshed table (a stale handle can never succeed).
-* Saves never write ``dispatched_seq``; only ``advance_watermarks`` does, with ``greatest(...)``
-  and no version check, so the dispatcher never fails an application's save (invariant I4).
+* Saves never write a saved document's ``dispatched_seq``; only watermarks do, with
+  ``greatest(...)`` and no version check, so the dispatcher never fails an application's save
+  (invariant I4). Watermarks come from ``advance_watermarks`` or ride along in a save's MERGE as
+  extra source rows for *other* documents (``mark_source``), the same update either way.
 * ``incarnation`` is written by the insert branch only: updates and watermarks never touch it.
   An update also requires the incarnation it read (``IS NOT DISTINCT FROM``, so a legacy null
   matches a null): a document deleted and re-created since the read restarts at version 1, and
