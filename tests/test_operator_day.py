@@ -66,6 +66,8 @@ def test_once_exits_1_when_a_command_was_not_completed_and_max_backoff_caps_the_
 
     monkeypatch.setattr(DeltaDocumentStore, "read", unreadable)
     started = datetime.now().astimezone()
+    # the run's clock stands still (a loaded machine would otherwise move it past the cap)
+    monkeypatch.setattr("outbox.app.SystemClock", lambda: ManualClock(started))
     result = CliRunner().invoke(
         main, ["-w", str(ws), "run-dispatcher", "--once", "--max-backoff", "500ms"]
     )
@@ -81,7 +83,7 @@ def test_once_exits_1_when_a_command_was_not_completed_and_max_backoff_caps_the_
     with Outbox.open(ws, create=False) as ob:
         (cmd,) = ob.runtime.queue.peek("outbox-commands")
         assert cmd.not_before is not None
-        # backoff base 1s, capped at 0.5s (+10% jitter); uncapped it would be 1s or more
+        # on the still clock: backoff base 1s, capped at 0.5s (+10% jitter); uncapped 1s or more
         assert (utc(cmd.not_before) - started).total_seconds() < 0.9
         assert ob.store.refresh() == table_version  # nothing written, nothing lost
 
