@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import re
 import uuid
 from datetime import datetime
 from typing import Any
 
 from outbox.core.errors import MessageTooLargeError, ValidationError
+from outbox.core.model import encode_headers
 
 # Service Bus entity names: letters, digits, '.', '-', '_', '/'; start and end with a letter or
 # digit; at most 260 characters.
@@ -63,7 +63,7 @@ def headers(value: object, message_id: str) -> str:
             hint="pass headers={'name': 'value'}",
         )
     try:
-        return json.dumps(value, sort_keys=True, separators=(",", ":"))
+        return encode_headers(value)
     except (TypeError, ValueError) as e:
         raise ValidationError(
             f"message {message_id}: headers are not JSON-serializable ({e})",

@@ -25,7 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from outbox.core.model import DocumentRow, OutboxMessage
+from outbox.core.model import DocumentRow, OutboxMessage, encode_headers
 
 SCHEMA_VERSION = 1
 CDF_PROPERTY = "delta.enableChangeDataFeed"
@@ -133,7 +133,7 @@ def message_to_struct(m: OutboxMessage) -> dict[str, Any]:
         "type": m.type,
         "body": m.body,
         "content_type": m.content_type,
-        "headers": json.dumps(m.headers, separators=(",", ":")) if m.headers else None,
+        "headers": encode_headers(m.headers) if m.headers else None,
         "ordering_key": m.ordering_key,
         "correlation_id": m.correlation_id,
         "deliver_at": m.deliver_at,
