@@ -115,9 +115,9 @@ def _provision_servicebus(settings: Settings) -> Provisioned:
 
 
 def ensure_cosmos(settings: Settings) -> list[str]:
-    """The Cosmos DB database and its checkpoint, inbox and claim-log containers, each partitioned on
-    ``/pk`` (docs/cosmos.md); what was created. A container with another partition key is
-    reported, never changed."""
+    """The Cosmos DB database and its checkpoint, inbox and claim-log containers, each
+    partitioned on ``/pk`` (docs/cosmos.md); what was created. A container with another
+    partition key is reported, never changed."""
     from outbox.core.cosmos import ensure_container, make_client, translate
 
     endpoint = settings.cosmos_endpoint
