@@ -36,6 +36,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     loadgroup = bool(config.getoption("loadgroup", False))  # set on an xdist worker only
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
+        callspec = getattr(item, "callspec", None)
+        if callspec is not None and callspec.params.get("engine") == "spark":
+            names.add("spark_session")  # the engine fixture asks for the session at run time
         if names & _SPARK_FIXTURES:
             item.add_marker(pytest.mark.xdist_group("spark"))
         elif names & _SEED_FIXTURES:
