@@ -227,19 +227,10 @@ class SqlQueueReceiver:
 
     def _locked_by(self, target: Settleable, now: datetime) -> tuple[ColumnElement[bool], str]:
         """The WHERE clause matching the message only while ``target``'s lock is valid."""
-        if isinstance(target, ReceivedMessage):
-            if target.lock_token is None:
-                raise ValidationError(
-                    f"message {target.message_id} came from receive_and_delete and has no lock",
-                    hint="use receive() (peek-lock) for messages you want to settle",
-                )
-            token = validation.lock_token(target.lock_token)
-            clause = and_(M.c.sequence_number == target.sequence_number, M.c.lock_token == token)
-            label = f"message {target.message_id}"
-        else:
-            token = validation.lock_token(target)
-            clause = M.c.lock_token == token
-            label = f"lock token {token}"
+        params, label = self._lock_params(target)
+        clause = M.c.lock_token == params["token"]
+        if "seq" in params:
+            clause = and_(M.c.sequence_number == params["seq"], clause)
         return and_(clause, M.c.locked_until > now), label
 
     @staticmethod
