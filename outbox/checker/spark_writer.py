@@ -36,6 +36,7 @@ DESTINATION = "shipments"
 def spark_writer_main(cfg: dict[str, Any]) -> None:
     """Apply batches ``cfg['start']`` .. ``cfg['rounds'] - 1``; journal one ``round`` each."""
     from outbox.checker.procs import _Journal, _log_to, read_journal
+    from outbox.testing.jvm import add_short_lived_jvm_options
 
     mutation = mutations.get(cfg.get("mutation"))
     if mutation:
@@ -45,6 +46,9 @@ def spark_writer_main(cfg: dict[str, Any]) -> None:
     out = os.open(cfg["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(out, 1)
     os.dup2(out, 2)
+    # A driver of two or three small batches: C1 and the serial GC (outbox.testing.jvm); the
+    # fork server's environment was fixed before the checker started, so set here, pre-JVM.
+    add_short_lived_jvm_options(os.environ)
     journal = _Journal(cfg["journal"])
     events = read_journal(cfg["journal"])
     done = {e["round"] for e in events if e.get("event") == "round" and e.get("saved")}
