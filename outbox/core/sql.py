@@ -6,6 +6,8 @@ transactions queue up instead of failing. PostgreSQL needs the ``postgres`` extr
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -86,16 +88,56 @@ def make_engine(url: str, *, pool_size: int | None = None, **kwargs: Any) -> Eng
                 "connect_timeout": PG_CONNECT_TIMEOUT_S,
                 **kwargs.pop("connect_args", {}),
             }
-            return create_engine(parsed, pool_pre_ping=True, connect_args=connect_args, **kwargs)
+            engine = create_engine(parsed, connect_args=connect_args, **kwargs)
         except (NoSuchModuleError, ModuleNotFoundError) as e:
             raise MissingDependencyError(
                 "PostgreSQL support is not installed",
                 hint="pip install 'delta-outbox[postgres]'",
             ) from e
+        ping_when_idle(engine)
+        return engine
     raise ConfigurationError(
         f"sql_url uses {backend!r}, which is not supported",
         hint="use sqlite:///path/outbox.db or postgresql+psycopg://user@host/db",
     )
+
+
+#: A pooled PostgreSQL connection idle at least this long is pinged before use (seconds).
+PING_AFTER_IDLE_S = 0.1
+
+
+def ping_when_idle(
+    engine: Engine, idle: float = PING_AFTER_IDLE_S, clock: Callable[[], float] = time.monotonic
+) -> None:
+    """Ping a pooled connection on checkout only when it sat idle ``idle`` seconds or more.
+
+    Why not ``pool_pre_ping``: it pings on every checkout, a round trip that was about a third
+    of a receive+complete's client CPU on PostgreSQL (benchmarks/results/sql_queue.json), while a
+    connection a busy receiver checked in a millisecond ago is as alive as a ping could show. A
+    connection that waited (the server may have restarted meanwhile) is still pinged, and one that
+    fails the ping is replaced, as with ``pool_pre_ping``. A server that drops a connection inside
+    the window fails that one operation with the retryable ``QueueUnavailableError``, and
+    SQLAlchemy then replaces every pooled connection.
+    """
+
+    @event.listens_for(engine, "checkin")
+    def _checked_in(_dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info["outbox_idle_since"] = clock()
+
+    @event.listens_for(engine, "checkout")
+    def _checked_out(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get("outbox_idle_since")
+        if since is None or clock() - since < idle:
+            return  # new (just connected), or in use a moment ago
+        try:
+            if not engine.dialect.do_ping(dbapi_conn):
+                raise DisconnectionError("the pooled connection failed its ping")
+        except DisconnectionError:
+            raise
+        except Exception as e:
+            # the pool discards this connection and checks out another (a new one if need be)
+            raise DisconnectionError(f"the pooled connection failed its ping: {e}") from e
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
