@@ -9,7 +9,7 @@ For 1, 100 and 1,000 documents per unit of work (one message each), three varian
 back in the same process, so one machine load applies to all of them:
 
 * ``per_document``: one send per document, inline watermark MERGE (the first "before");
-* ``coalesced_inline_watermark``: documents batched into atomic sends of up to 500 messages, and
+* ``coalesced_inline_watermark``: documents batched into atomic sends of up to 1,000 messages, and
   one watermark MERGE per dispatch on the caller's thread (``watermark_window = 0``: the second
   "before");
 * ``coalesced``: the same sends, watermarks handed to the ``WatermarkWriter`` and written in one

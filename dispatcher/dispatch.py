@@ -67,7 +67,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outbox.dispatcher")
 
-DEFAULT_MAX_BATCH_MESSAGES = 500
+#: One coalesced send's cap. 1,000, not 500: on SQLite one 1,000-message transaction took 32 ms
+#: against 41 ms for two of 500 (one fsync fewer; docs/performance-write-path.md).
+DEFAULT_MAX_BATCH_MESSAGES = 1000
 
 Plan = tuple[DocumentRow, list[OutboxMessage]]
 #: An ordering key as the broker sees it: (destination, session). Sessions are per entity.
@@ -139,6 +141,11 @@ class KeyOrder:
                     pause.seq,
                 )
 
+    def any_paused(self) -> bool:
+        """Is any key paused? (When none is, a chunk skips the per-message check.)"""
+        with self._cond:
+            return bool(self._paused)
+
     def blocking(self, key: Key, message_id: str) -> Pause | None:
         """The pause that holds ``message_id`` back, or None (the paused message itself passes)."""
         with self._cond:
@@ -147,8 +154,10 @@ class KeyOrder:
 
     def delivered(self, message_ids: Iterable[str]) -> None:
         """Resume every key whose paused message is among ``message_ids``."""
-        ids = set(message_ids)
         with self._cond:
+            if not self._paused:
+                return
+            ids = set(message_ids)
             for k, p in list(self._paused.items()):
                 if p.message_id in ids:
                     del self._paused[k]
@@ -320,7 +329,13 @@ class Dispatcher:
         once the sends returned, and the MERGE happens later, coalesced with other dispatches'.
         """
         started = time.perf_counter() if started is None else started
-        pending = [m for r in rows if r.has_pending for m in r.pending()]
+        pending = [  # for the span only: their order does not matter (``pending()`` sorts)
+            m
+            for r in rows
+            if r.has_pending
+            for m in r.outbox
+            if r.dispatched_seq < m.seq <= r.last_seq
+        ]
         parent, links = telemetry.batch_parent(m.headers for m in pending)
         attributes = {
             "messaging.system": type(self.transport).__name__,
@@ -481,7 +496,9 @@ class Dispatcher:
             self.keys.release(ticket, keys)
 
     def _run_chunk(self, chunk: list[Plan], started: float) -> list[DocumentOutcome]:
-        held_back = any(self._held_back(row, m) is not None for row, msgs in chunk for m in msgs)
+        held_back = self.keys.any_paused() and any(
+            self._held_back(row, m) is not None for row, msgs in chunk for m in msgs
+        )
         if len(chunk) > 1 and not held_back:
             try:
                 batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
@@ -584,4 +601,9 @@ def _keys(chunk: list[Plan]) -> set[Key]:
 
 
 def _count_sent(outcome: DocumentOutcome, row: DocumentRow) -> int:
-    return sum(1 for m in row.outbox if outcome.start_seq < m.seq <= outcome.sent_up_to)
+    low, high = outcome.start_seq, outcome.sent_up_to
+    if high <= low:
+        return 0
+    if len(row.outbox) == 1:  # the usual case: one message per document
+        return int(low < row.outbox[0].seq <= high)
+    return sum(1 for m in row.outbox if low < m.seq <= high)

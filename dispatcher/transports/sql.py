@@ -32,7 +32,15 @@ class SqlQueueTransport:
         self.queue = queue
 
     def send(self, batch: Sequence[TransportMessage]) -> None:
-        entries = [(self._destination(m), self._convert(m)) for m in batch]
+        checked: dict[str, str] = {}  # each destination validated once per batch
+        entries = [
+            (
+                checked.get(m.destination)
+                or checked.setdefault(m.destination, self._destination(m)),
+                self._convert(m),
+            )
+            for m in batch
+        ]
         if not entries:
             return
         try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import json
+import operator
 import re
 import uuid
 import zlib
@@ -141,6 +142,8 @@ def encode_json(value: Any, what: str) -> str:
         ) from e
 
 
+_seq = operator.attrgetter("seq")
+
 @dataclass(frozen=True, slots=True)
 class OutboxMessage:
     """One outgoing message as stored inside a document row."""
@@ -192,10 +195,11 @@ class DocumentRow:
 
     def pending(self) -> list[OutboxMessage]:
         """Messages not yet accepted by a transport, in seq order (``dispatched_seq < seq``)."""
-        return sorted(
-            (m for m in self.outbox if self.dispatched_seq < m.seq <= self.last_seq),
-            key=lambda m: m.seq,
-        )
+        low, high = self.dispatched_seq, self.last_seq
+        out = [m for m in self.outbox if low < m.seq <= high]
+        if len(out) > 1:
+            out.sort(key=_seq)
+        return out
 
     @property
     def has_pending(self) -> bool:

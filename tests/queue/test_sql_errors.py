@@ -83,10 +83,11 @@ def test_the_schema_check_does_not_wait_for_the_sqlite_writer(tmp_path: Path) ->
 
 def test_postgres_engines_have_a_connect_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
     seen: dict[str, Any] = {}
+    real_create_engine = sql.create_engine
 
-    def fake_create_engine(_url: Any, **kwargs: Any) -> Any:
+    def fake_create_engine(url: Any, **kwargs: Any) -> Any:
         seen.update(kwargs)
-        return object()
+        return real_create_engine(url, **kwargs)  # connects only when used
 
     monkeypatch.setattr(sql, "create_engine", fake_create_engine)
     make_engine("postgresql+psycopg://u@db.example/outbox", pool_size=12)
