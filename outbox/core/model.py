@@ -144,6 +144,7 @@ def encode_json(value: Any, what: str) -> str:
 
 _seq = operator.attrgetter("seq")
 
+
 @dataclass(frozen=True, slots=True)
 class OutboxMessage:
     """One outgoing message as stored inside a document row."""
