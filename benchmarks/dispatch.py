@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import gc
 import logging
 import pstats
 import shutil
@@ -67,6 +68,7 @@ def run_case(
     one_batch_at_a_time: bool = True,
 ) -> dict[str, Any]:
     ws = Path(tempfile.mkdtemp(prefix=f"ws-{docs}-", dir=root))  # a fresh workspace per case
+    gc.collect()  # the earlier cases' garbage is not this case's cost (as benchmarks.telemetry)
     with Outbox.open(
         ws, default_destination="shipments", transport="sql", watermark_window=window
     ) as ob:

@@ -205,6 +205,8 @@ class SqlQueueSender:
         max_bytes = self._options.max_body_bytes
         queues: set[str] = set()
         out: dict[tuple[str, str], Row] = {}
+        last_headers: dict[str, Any] | None = None
+        last_encoded = "{}"
         for queue, msg in entries:
             if not isinstance(msg, QueueMessage):
                 raise ValidationError(
@@ -227,11 +229,17 @@ class SqlQueueSender:
             if type(body) is not bytes or len(body) > max_bytes:
                 body = validation.body(body, mid, max_bytes)
             headers = msg.headers
-            encoded = (
-                "{}"  # most messages carry none: no JSON encoder for the empty dict
-                if type(headers) is dict and not headers
-                else validation.headers(headers, mid)
-            )
+            if type(headers) is dict and not headers:
+                encoded = "{}"  # most messages carry none: no JSON encoder for the empty dict
+            elif type(headers) is dict and headers == last_headers:
+                # a unit of work's messages carry one traceparent: equal to the previous
+                # message's headers, which were validated and encoded already
+                encoded = last_encoded
+            else:
+                encoded = validation.headers(headers, mid)
+                if type(headers) is dict and all(type(v) is str for v in headers.values()):
+                    # only text values: True == 1 would otherwise reuse "1" for true
+                    last_headers, last_encoded = headers, encoded
             row: Row = (
                 queue,
                 mid,

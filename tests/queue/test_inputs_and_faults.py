@@ -267,3 +267,28 @@ def test_transport_validates_each_message_once_and_a_closed_queue_is_retryable(
         )
     assert e.value.message_id == "late"
     assert e.value.retryable
+
+
+def test_each_message_keeps_its_own_headers_in_a_batch(queue: SqlQueue) -> None:
+    """The sender reuses the previous message's encoded headers when they are equal (a unit of
+    work's messages share one traceparent); never for headers that only compare equal."""
+    same = {"traceparent": "00-aa-bb-01"}
+    batch = [
+        QueueMessage(b"1", message_id="h1", headers=dict(same)),
+        QueueMessage(b"2", message_id="h2", headers=dict(same)),
+        QueueMessage(b"3", message_id="h3", headers={"n": 1}),
+        QueueMessage(b"4", message_id="h4", headers={"n": True}),  # True == 1 in Python
+        QueueMessage(b"5", message_id="h5", headers={"traceparent": "00-cc-dd-01"}),
+        QueueMessage(b"6", message_id="h6", headers={}),
+    ]
+    queue.send("q", batch)
+    got = {m.message_id: m.headers for m in queue.receive("q", 10)}
+    assert got == {
+        "h1": same,
+        "h2": same,
+        "h3": {"n": 1},
+        "h4": {"n": True},
+        "h5": {"traceparent": "00-cc-dd-01"},
+        "h6": {},
+    }
+    assert type(got["h4"]["n"]) is bool
