@@ -68,7 +68,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("outbox.dispatcher")
 
 #: One coalesced send's cap. 1,000, not 500: on SQLite one 1,000-message transaction took 32 ms
-#: against 41 ms for two of 500 (one fsync fewer; docs/performance-write-path.md).
+#: against 41 ms for two of 500, by hand (one fsync fewer; docs/performance-write-path.md).
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 
 Plan = tuple[DocumentRow, list[OutboxMessage]]

@@ -83,7 +83,7 @@ class DispatchMetrics:
         as OpenTelemetry's messaging ``operation.duration`` does (messages are counted by
         ``outbox.messages_sent``). Why: the SDK has no weighted record, and recording a
         1,000-message send 1,000 times cost 13 ms, a fifth of the dispatch it measured
-        (benchmarks/results/telemetry.json, issue 18)."""
+        (measured by hand; issue 18)."""
         with self._lock:
             self.settle_latency.extend([seconds] * n)
         _observe("settle_latency", seconds)
