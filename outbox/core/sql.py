@@ -112,7 +112,7 @@ def ping_when_idle(
     """Ping a pooled connection on checkout only when it sat idle ``idle`` seconds or more.
 
     Why not ``pool_pre_ping``: it pings on every checkout, a round trip that was about a third
-    of a receive+complete's client CPU on PostgreSQL (benchmarks/results/sql_queue.json), while a
+    of a receive+complete's client CPU on PostgreSQL (docs/performance-queue.md), while a
     connection a busy receiver checked in a millisecond ago is as alive as a ping could show. A
     connection that waited (the server may have restarted meanwhile) is still pinged, and one that
     fails the ping is replaced, as with ``pool_pre_ping``. A server that drops a connection inside
