@@ -272,6 +272,21 @@ class UnitOfWork:
     def commit(self) -> int | None:
         """Save every changed document in one Delta commit; returns the table version."""
         self._check_open()
+        try:
+            return self._commit()
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        """Drop the documents once closed. Why: each ``Document`` refers back to its unit of
+        work, so the two formed a reference cycle that only the garbage collector could free;
+        a 1,000-document unit of work left thousands of objects to it, and its full collections
+        (tens of ms) landed inside later dispatches. Without the cycle, reference counting frees
+        them at once (a ``Document`` the application keeps still works: every call on it says
+        the unit of work is closed)."""
+        self._docs = {}
+
+    def _commit(self) -> int | None:
         started = time.perf_counter()
         with telemetry.span("outbox.commit") as span:
             try:
@@ -300,6 +315,7 @@ class UnitOfWork:
 
     def discard(self) -> None:
         self._closed = True
+        self._release()
 
     def __enter__(self) -> UnitOfWork:
         self._check_open()

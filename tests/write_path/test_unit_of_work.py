@@ -328,3 +328,31 @@ def test_reads_work_after_a_delta_checkpoint(ob: Outbox) -> None:
     pending = ob.store.scan_pending()
     assert pending.num_rows == 0
     assert ob.store.read(["d3"])[1]["d3"].state == {"i": 30}
+
+
+def test_a_finished_unit_of_work_leaves_no_reference_cycle(ob: Outbox) -> None:
+    """Its documents are freed by reference counting, not left to the garbage collector (whose
+    full collections of a 1,000-document unit of work's leftovers landed inside later
+    dispatches). Fails when the unit of work keeps its documents after closing."""
+    import gc
+    import weakref
+
+    gc.disable()
+    try:
+        for finish in ("commit", "discard", "raise"):
+            uow = ob.unit_of_work()
+            try:
+                with uow:
+                    doc = uow.create(f"cycle-{finish}", type="T", state={"n": 1})
+                    doc.send("Created", {"n": 1}, destination="shipments")
+                    if finish == "discard":
+                        uow.discard()
+                    elif finish == "raise":
+                        raise RuntimeError("the application failed")
+            except RuntimeError:
+                pass
+            alive = weakref.ref(doc)
+            del doc, uow
+            assert alive() is None, f"{finish}: the document outlived its unit of work"
+    finally:
+        gc.enable()
