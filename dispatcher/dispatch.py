@@ -329,13 +329,7 @@ class Dispatcher:
         once the sends returned, and the MERGE happens later, coalesced with other dispatches'.
         """
         started = time.perf_counter() if started is None else started
-        pending = [  # for the span only: their order does not matter (``pending()`` sorts)
-            m
-            for r in rows
-            if r.has_pending
-            for m in r.outbox
-            if r.dispatched_seq < m.seq <= r.last_seq
-        ]
+        pending = [m for r in rows if r.has_pending for m in r.pending()]
         parent, links = telemetry.batch_parent(m.headers for m in pending)
         attributes = {
             "messaging.system": type(self.transport).__name__,

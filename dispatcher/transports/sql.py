@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from dispatcher.queue import validation
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from dispatcher.transports.base import TransportMessage
@@ -32,19 +31,12 @@ class SqlQueueTransport:
         self.queue = queue
 
     def send(self, batch: Sequence[TransportMessage]) -> None:
-        checked: dict[str, str] = {}  # each destination validated once per batch
-        entries = [
-            (
-                checked.get(m.destination)
-                or checked.setdefault(m.destination, self._destination(m)),
-                self._convert(m),
-            )
-            for m in batch
-        ]
+        entries = [(m.destination, self._convert(m)) for m in batch]
         if not entries:
             return
         try:
-            self.queue.send_batch(entries)  # validates every message, once
+            # validates every message once, and each distinct destination once (a queue name)
+            self.queue.send_batch(entries)
         except ValidationError as e:
             culprit = self._culprit(entries) or batch[0].message_id
             raise PermanentTransportError(f"message {culprit}: {e}", message_id=culprit) from e
@@ -68,14 +60,6 @@ class SqlQueueTransport:
             except ValidationError:
                 return qm.message_id
         return None
-
-    def _destination(self, m: TransportMessage) -> str:
-        try:
-            return validation.queue_name(m.destination)
-        except ValidationError as e:
-            raise PermanentTransportError(
-                f"message {m.message_id}: {e}", message_id=m.message_id
-            ) from e
 
     @staticmethod
     def _convert(m: TransportMessage) -> QueueMessage:
