@@ -134,28 +134,16 @@ def test_postgres_connections_are_pinged_only_after_sitting_idle(pg_url: str) ->
                 c.execute(text("SELECT 1"))
         assert pings == []
         # the server drops the pooled connection while it sits idle past the window
-        with psycopg_connect(pg_url) as admin:
-            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        admin = make_engine(pg_url)
+        with admin.connect() as a:
+            a.execute(text("SELECT pg_terminate_backend(:pid)"), {"pid": pid})
+        admin.dispose()
         now[0] += 0.2
         with engine.connect() as c:  # pinged, found dead, replaced: the query still works
             assert c.execute(text("SELECT pg_backend_pid()")).scalar_one() != pid
         assert pings == [1]
     finally:
         engine.dispose()
-
-
-def psycopg_connect(url: str) -> Any:
-    import psycopg
-
-    u = sql.parse_url(url)
-    return psycopg.connect(
-        host=u.host,
-        port=u.port,
-        user=u.username,
-        password=u.password,
-        dbname=u.database,
-        autocommit=True,
-    )
 
 
 def test_postgres_engines_do_not_ping_on_every_checkout() -> None:
