@@ -101,12 +101,12 @@ class KeyOrder:
         self._lines: dict[Key, deque[int]] = {}
         self._paused: dict[Key, Pause] = {}
 
-    def take(self, keys: Iterable[Key]) -> int:
+    def take(self, keys: set[Key]) -> int:
         """A ticket at the end of each key's line."""
         with self._cond:
             ticket = self._next
             self._next += 1
-            for k in set(keys):
+            for k in keys:
                 self._lines.setdefault(k, deque()).append(ticket)
             return ticket
 
@@ -116,9 +116,9 @@ class KeyOrder:
         with self._cond:
             self._cond.wait_for(lambda: all(self._lines[k][0] == ticket for k in wanted))
 
-    def release(self, ticket: int, keys: Iterable[Key]) -> None:
+    def release(self, ticket: int, keys: set[Key]) -> None:
         with self._cond:
-            for k in set(keys):
+            for k in keys:
                 line = self._lines.get(k)
                 if line is not None and ticket in line:
                     line.remove(ticket)
@@ -165,8 +165,10 @@ class KeyOrder:
 
     def seen(self, rows: Iterable[DocumentRow]) -> None:
         """Resume keys whose paused message a row's watermark shows delivered (by anyone)."""
-        marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
         with self._cond:
+            if not self._paused:  # the usual case: no pass over the rows
+                return
+            marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
             for k, p in list(self._paused.items()):
                 mark, life = marks.get(p.doc_id, (-1, p.incarnation))
                 # delivered, or the document was deleted and created again: a message of its
@@ -219,7 +221,7 @@ def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessag
         session_id=message.ordering_key or doc_id,
         scheduled_at=message.deliver_at,
         correlation_id=message.correlation_id,
-        headers=dict(message.headers),
+        headers=message.headers,  # shared, not copied: transports only read them (base.py)
     )
 
 
@@ -329,6 +331,8 @@ class Dispatcher:
         once the sends returned, and the MERGE happens later, coalesced with other dispatches'.
         """
         started = time.perf_counter() if started is None else started
+        if not telemetry.tracing():  # nobody records the span: skip its pass over the messages
+            return self._dispatch(rows, started, defer_watermark)
         pending = [m for r in rows if r.has_pending for m in r.pending()]
         parent, links = telemetry.batch_parent(m.headers for m in pending)
         attributes = {
@@ -337,12 +341,17 @@ class Dispatcher:
             "messaging.batch.message_count": len(pending),
         }
         with telemetry.span("outbox.dispatch", parent=parent, links=links, attributes=attributes):
-            report = self.send_pending(rows, started=started)
-            self.crash_points.hit("after_send")
-            if defer_watermark and self.watermarks is not None:
-                self.defer(report, rows)
-            else:
-                self.advance(report, rows)
+            return self._dispatch(rows, started, defer_watermark)
+
+    def _dispatch(
+        self, rows: Sequence[DocumentRow], started: float, defer_watermark: bool
+    ) -> DispatchReport:
+        report = self.send_pending(rows, started=started)
+        self.crash_points.hit("after_send")
+        if defer_watermark and self.watermarks is not None:
+            self.defer(report, rows)
+        else:
+            self.advance(report, rows)
         return report
 
     def send_pending(

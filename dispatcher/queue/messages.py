@@ -17,7 +17,7 @@ from outbox.core.clock import utc
 from outbox.core.errors import OutboxError
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as TransportMessage: one per message on the hot path
 class QueueMessage:
     """A message to send. Without a ``message_id`` a random one is generated (so it is never
     deduplicated); give a deterministic one to make re-sends safe. The body may be empty (or

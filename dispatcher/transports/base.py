@@ -9,6 +9,9 @@ consumer inboxes drop repeats).
 The fields mirror Azure Service Bus so its adapter is a thin mapping: ``session_id`` (ordering key
 -> session), ``message_id`` (duplicate detection), ``scheduled_at`` (scheduled_enqueue_time_utc),
 ``headers`` (application_properties), ``subject``, ``content_type`` and ``correlation_id``.
+
+A transport only reads a message: its ``headers`` dict is the stored message's own (not a copy
+per send), so a transport that needs to change them copies first.
 """
 
 from __future__ import annotations
@@ -19,7 +22,10 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 
-@dataclass(frozen=True, slots=True)
+#: Not ``frozen``: a frozen dataclass sets each field through ``object.__setattr__``, and one is
+#: built per message sent; by hand 3.9 us against 1.4 us each (2.5 ms of a 1,000-message
+#: dispatch). Treat it as read-only all the same.
+@dataclass(slots=True)
 class TransportMessage:
     message_id: str
     destination: str

@@ -71,7 +71,7 @@ class SqlQueueTransport:
             subject=m.subject,
             content_type=m.content_type,
             correlation_id=m.correlation_id,
-            headers=dict(m.headers),
+            headers=m.headers,  # the sender only reads them (no copy per message)
         )
 
     def close(self) -> None:

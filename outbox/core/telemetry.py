@@ -77,6 +77,17 @@ def tracer() -> Tracer:
     return t
 
 
+def tracing() -> bool:
+    """Does anyone record this library's spans (an SDK provider, global or given to ``use``)?
+
+    Why: a span's attributes can cost a pass over every message of a batch (its destinations,
+    its messages' trace links); with the API alone every span is dropped, so the hot path skips
+    building them.
+    """
+    provider = _tracer_provider or otel_trace.get_tracer_provider()
+    return not isinstance(provider, otel_trace.ProxyTracerProvider | otel_trace.NoOpTracerProvider)
+
+
 def meter() -> Meter:
     m = _cache.get("meter")
     if m is None:
