@@ -333,7 +333,13 @@ class Dispatcher:
         started = time.perf_counter() if started is None else started
         if not telemetry.tracing():  # nobody records the span: skip its pass over the messages
             return self._dispatch(rows, started, defer_watermark)
-        pending = [m for r in rows if r.has_pending for m in r.pending()]
+        pending = [  # unsorted: the attributes do not depend on the order
+            m
+            for r in rows
+            if r.has_pending
+            for m in r.outbox
+            if r.dispatched_seq < m.seq <= r.last_seq
+        ]
         parent, links = telemetry.batch_parent(m.headers for m in pending)
         attributes = {
             "messaging.system": type(self.transport).__name__,

@@ -118,16 +118,28 @@ def _encoded_text_headers(items: tuple[tuple[str, str], ...]) -> str:
     return json.dumps(dict(items), separators=(",", ":"), sort_keys=True)
 
 
+#: The last all-text headers encoded and their JSON, swapped as one tuple (thread safe).
+_last_headers: list[tuple[dict[str, str], str]] = [({}, "{}")]
+
+
 def encode_headers(headers: Mapping[str, Any]) -> str:
     """Compact, key-sorted JSON of message headers.
 
-    Why a cache: with tracing on, every message of a unit of work carries the same
+    Why the caches: with tracing on, every message of a unit of work carries the same
     ``traceparent``, and its headers are encoded on the way into Delta and again into the queue;
     encoding one small dict per message cost about half of tracing's overhead on a
-    1,000-document unit of work (docs/observability.md). Only all-text headers are cached.
+    1,000-document unit of work (docs/observability.md). The last headers are compared first (a
+    dict comparison, no sort); only all-text headers are cached, so ``True == 1`` never lets
+    ``{"a": 1}`` reuse ``{"a": "true"}``'s JSON (a cached dict's values are all ``str``, and
+    only a ``str`` equals one).
     """
+    last = _last_headers[0]
+    if headers == last[0]:
+        return last[1]
     if all(type(k) is str and type(v) is str for k, v in headers.items()):
-        return _encoded_text_headers(tuple(sorted(headers.items())))
+        encoded = _encoded_text_headers(tuple(sorted(headers.items())))
+        _last_headers[0] = (dict(headers), encoded)
+        return encoded
     return json.dumps(dict(headers), separators=(",", ":"), sort_keys=True)
 
 

@@ -27,6 +27,7 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import metrics as otel_metrics
 from opentelemetry import trace as otel_trace
 from opentelemetry.metrics import CallbackOptions, Observation
@@ -158,15 +159,17 @@ def inject_headers(headers: dict[str, str]) -> None:
     """
     if "traceparent" in headers:
         return
-    sc = otel_trace.get_current_span().get_span_context()
-    if not sc.is_valid:
-        return
+    # A unit of work's sends share one context (contexts are immutable: the same object means
+    # the same current span), so the span is looked up and formatted once, not per message.
+    ctx = otel_context.get_current()
     last = _cache.get("last_injected")
-    if last is None or last[0] is not sc:  # a unit of work's sends share one span: format once
+    if last is None or last[0] is not ctx:
         carrier: dict[str, str] = {}
-        _propagator.inject(carrier)
-        last = _cache["last_injected"] = (sc, carrier)
-    headers.update(last[1])
+        if otel_trace.get_current_span(ctx).get_span_context().is_valid:
+            _propagator.inject(carrier, context=ctx)
+        last = _cache["last_injected"] = (ctx, carrier)
+    if last[1]:
+        headers.update(last[1])
 
 
 def extract_context(headers: Mapping[str, str] | None) -> Context | None:
