@@ -31,3 +31,32 @@ def test_each_state_is_encoded_once_per_save(ob: Outbox, monkeypatch: pytest.Mon
     assert encoded == [{"n": 1}]
     _, rows = ob.store.read(["a"])
     assert rows["a"].state == {"n": 1}
+
+
+def test_headers_reuse_the_last_encoding_only_when_truly_equal() -> None:
+    """``encode_headers`` returns the last all-text headers' JSON for equal headers; values
+    that only compare equal (``True == 1 == 1.0``) and changed dicts get their own."""
+    from outbox.core.model import encode_headers
+
+    shared = {"traceparent": "00-aa-bb-01"}
+    seen = [
+        encode_headers(shared),
+        encode_headers(dict(shared)),
+        encode_headers({"n": "1"}),
+        encode_headers({"n": 1}),
+        encode_headers({"n": True}),
+        encode_headers({"n": 1.0}),
+        encode_headers({"n": "1"}),
+    ]
+    shared["traceparent"] = "00-cc-dd-01"  # the cache holds a copy, not the caller's dict
+    seen.append(encode_headers(shared))
+    assert seen == [
+        '{"traceparent":"00-aa-bb-01"}',
+        '{"traceparent":"00-aa-bb-01"}',
+        '{"n":"1"}',
+        '{"n":1}',
+        '{"n":true}',
+        '{"n":1.0}',
+        '{"n":"1"}',
+        '{"traceparent":"00-cc-dd-01"}',
+    ]
