@@ -225,7 +225,7 @@ def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessag
     )
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen, as TransportMessage: one per document dispatched
 class DocumentOutcome:
     """What happened to one document's pending messages in one dispatch."""
 

@@ -175,7 +175,7 @@ class SqlQueueSender:
             sql = _SQLITE_SEEN.format(values=", ".join(["(?, ?, ?)"] * len(chunk)))
             args = [v for q, mid in chunk for v in (q, mid, now_s)]
             args.append(cutoff_s)
-            fresh.update((q, mid) for q, mid in tx.exec_driver_sql(sql, tuple(args)))
+            fresh.update((q, mid) for q, mid in tx.exec_driver_sql(sql, tuple(args)).fetchall())
         accepted = [  # the row with enqueued_at added and the times encoded
             (*r[:8], now_s, now_s if r[8] is now else encode(r[8]), r[9])
             for key, r in unique.items()
