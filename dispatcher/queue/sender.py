@@ -158,7 +158,7 @@ class SqlQueueSender:
         params["now"] = now
         params["cutoff"] = cutoff
         result = tx.exec_driver_sql(_PG_SEND, params)
-        return {(q, mid) for q, mid in result}
+        return {(q, mid) for q, mid in result.fetchall()}
 
     def _insert_sqlite(
         self, tx: Connection, unique: dict[tuple[str, str], Row], now: datetime, cutoff: datetime
