@@ -30,7 +30,9 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    Select,
     and_,
+    bindparam,
     delete,
     exists,
     or_,
@@ -64,6 +66,12 @@ _SQL = {
     "locked_until = {until}, delivery_count = m.delivery_count + 1 "
     "FROM unnest({seqs}::bigint[], {tokens}::varchar[]) AS t(seq, token) "
     "WHERE m.sequence_number = t.seq",
+    # The receive's plan, pinned: a walk of the receive index in order, stopping at the limit.
+    # A queue table's statistics are from whenever autovacuum last analyzed it, often nearly
+    # empty; with them the planner reads every row of the queue and sorts them for each receive,
+    # so a backlog drains in quadratic time (docs/performance-queue.md).
+    "plan_pg": "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
+    "SET LOCAL enable_sort = off",
     "lock_sqlite": "UPDATE outbox_queue_messages SET lock_token = {token}, "
     "locked_until = {until}, delivery_count = delivery_count + 1 WHERE sequence_number = {seq}",
 }
@@ -106,6 +114,7 @@ class SqlQueueReceiver:
             )
             assert process is not None  # SQLite stores datetimes as text
             self._encode_time = process
+        self._statements: dict[tuple[str, bool, int], Select[Any]] = {}
 
     @property
     def lock_duration(self) -> timedelta:
@@ -117,10 +126,13 @@ class SqlQueueReceiver:
 
     # --- receiving -------------------------------------------------------------------------
 
-    def _deliverable(
-        self, queue: str, now: datetime, session_id: str | None
-    ) -> list[ColumnElement[bool]]:
+    def _deliverable(self, by_session: bool) -> list[ColumnElement[bool]]:
+        """What may be delivered now from queue ``:queue`` (of session ``:session_id`` when
+        ``by_session``), with the time as parameter ``:now``: built once per shape, since
+        building it (an alias, its column collection, a dozen expressions) cost about a quarter
+        of a receive's client CPU per message (docs/performance-queue.md)."""
         other = M.alias("other")
+        now = bindparam("now", type_=M.c.not_before.type)
         # A session is delivered from its head, to one holder: nothing of it is delivered while
         # an earlier message waits or any of its messages is locked. Two kinds of earlier message
         # are not in the session's line: a deferred one (set aside until asked for by number)
@@ -139,24 +151,51 @@ class SqlQueueReceiver:
             or_(earlier_in_line, held),
         )
         conditions: list[ColumnElement[bool]] = [
-            M.c.queue == queue,
+            M.c.queue == bindparam("queue", type_=M.c.queue.type),
             ~M.c.deferred,
             M.c.not_before <= now,
             or_(M.c.locked_until.is_(None), M.c.locked_until <= now),
         ]
-        if session_id is None:
-            conditions.append(or_(M.c.session_id.is_(None), session_free))
+        if by_session:
+            session = bindparam("session_id", type_=M.c.session_id.type)
+            conditions += [M.c.session_id == session, session_free]
         else:
-            conditions += [M.c.session_id == session_id, session_free]
+            conditions.append(or_(M.c.session_id.is_(None), session_free))
         return conditions
+
+    def _statement(self, kind: str, by_session: bool, limit: int) -> Select[Any]:
+        """The receive's SELECT (``take``) or SQLite's idle probe (``probe``), cached by shape."""
+        key = (kind, by_session, limit)
+        stmt = self._statements.get(key)
+        if stmt is None:
+            if kind == "probe":
+                stmt = select(M.c.sequence_number).where(*self._deliverable(by_session)).limit(1)
+            else:
+                stmt = (
+                    select(M)
+                    .where(*self._deliverable(by_session))
+                    .order_by(M.c.sequence_number)
+                    .limit(limit)
+                )
+                if self._db.postgres:
+                    stmt = stmt.with_for_update(skip_locked=True, of=M)
+            self._statements[key] = stmt  # a race builds it twice; both are the same
+        return stmt
+
+    @staticmethod
+    def _params(queue: str, now: datetime, session_id: str | None) -> dict[str, Any]:
+        params: dict[str, Any] = {"queue": queue, "now": now}
+        if session_id is not None:
+            params["session_id"] = session_id
+        return params
 
     def _exhausted_description(self) -> str:
         return f"delivered {self._options.max_delivery_count} times without completion"
 
     def _anything_deliverable(self, queue: str, now: datetime, session_id: str | None) -> bool:
         with self._db.read("receive messages") as conn:
-            probe = select(M.c.sequence_number).where(*self._deliverable(queue, now, session_id))
-            return conn.execute(probe.limit(1)).first() is not None
+            probe = self._statement("probe", session_id is not None, 1)
+            return conn.execute(probe, self._params(queue, now, session_id)).first() is not None
 
     def receive(
         self, queue: str, max_messages: int = 1, *, session_id: str | None = None
@@ -184,17 +223,13 @@ class SqlQueueReceiver:
         ):
             return out  # an idle poll never takes SQLite's write lock
         with self._db.write("receive messages") as conn:
+            if self._db.postgres:
+                conn.exec_driver_sql(_SQL["plan_pg"])
             now = self._options.now()  # after waiting for the write lock: expiries start here
             for _ in range(10):  # each round may dead-letter exhausted heads and uncover more
-                stmt = (
-                    select(M)
-                    .where(*self._deliverable(queue, now, session_id))
-                    .order_by(M.c.sequence_number)
-                    .limit(max_messages - len(out))
-                )
-                if self._db.postgres:
-                    stmt = stmt.with_for_update(skip_locked=True, of=M)
-                rows = conn.execute(stmt).mappings().all()
+                stmt = self._statement("take", session_id is not None, max_messages - len(out))
+                params = self._params(queue, now, session_id)
+                rows = conn.execute(stmt, params).mappings().all()
                 exhausted = [
                     r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries
                 ]
