@@ -209,9 +209,21 @@ def _queue_row(b: dict[str, Any], label: str) -> list[str]:
         f"SQL queue on {label}: send single / batch of 100, receive+complete 1 / 4 receivers",
         f"{_slash([n(b['queue'][k]) for k in _QUEUE_KEYS])} msg/s, latency p50/p99 "
         f"{n(lat['p50_ms'], 1)}/{n(lat['p99_ms'], 1)} ms; ratio to a raw INSERT/SELECT/DELETE "
-        f"floor {_slash([n(b['floor_over_queue'][k], 2) for k in _QUEUE_KEYS])}",
+        f"floor {_slash([n(b['floor_over_queue'][k], 2) for k in _QUEUE_KEYS])}" + _scaling(b),
         "`sql_queue.json`",
     ]
+
+
+def _scaling(b: dict[str, Any]) -> str:
+    """Four receiving processes against one, beside the floor's (PostgreSQL only)."""
+    scale = b.get("four_processes_over_one")
+    if not scale:
+        return ""
+    procs = n(b["queue"]["receive_complete_4_processes_per_s"])
+    return (
+        f"; 4 receiving processes {procs} msg/s, **{n(scale['queue'], 2)}× one receiver** "
+        f"(the floor {n(scale['floor'], 2)}×; goal 1.8×)"
+    )
 
 
 def _rescuer_rows(r: dict[str, Any]) -> list[list[str]]:
@@ -323,10 +335,27 @@ def sql_queue() -> str:
         rows.append(row)
     procs = "receive_complete_4_processes_per_s"
     if all(procs in q[b]["queue"] for b in ("sqlite", "postgresql")):
-        sqlite_rate, pg_rate = (n(q[b]["queue"][procs]) for b in ("sqlite", "postgresql"))
-        rows.append(
-            ["receive + complete, 4 processes", f"{sqlite_rate}/s", "", "", f"{pg_rate}/s", "", ""]
-        )
+        row = ["receive + complete, 4 processes"]
+        for b in ("sqlite", "postgresql"):
+            row.append(f"{n(q[b]['queue'][procs])}/s")
+            if procs in q[b]["floor"]:  # the floor drains in processes on PostgreSQL only
+                row += [f"{n(q[b]['floor'][procs])}/s", f"{n(q[b]['floor_over_queue'][procs], 2)}×"]
+            else:
+                row += ["", ""]
+        rows.append(row)
+        scale = q["postgresql"].get("four_processes_over_one")
+        if scale:
+            rows.append(
+                [
+                    "4 processes over 1 receiver",
+                    "",
+                    "",
+                    "",
+                    f"{n(scale['queue'], 2)}×",
+                    f"{n(scale['floor'], 2)}×",
+                    "",
+                ]
+            )
     lat = [q[b]["queue"]["latency"] for b in ("sqlite", "postgresql")]
     rows.append(
         [
@@ -483,7 +512,7 @@ def telemetry() -> str:
                 f"{n(s['on_messages_per_second'], 1)} ({on_range})",
                 f"{s['slowdown_percent']:.1f}% ({low:.1f}% to {high:.1f}%)",
                 s["verdict"],
-                f"{c['dispatch_only']['slowdown_percent']:.1f}%" if "dispatch_only" in c else "-",
+                _dispatch_alone(c),
             ]
         )
     header = [
@@ -493,7 +522,7 @@ def telemetry() -> str:
         "on msg/s, median (min / max)",
         "slowdown, median of pairs (quartiles)",
         "verdict (goal 5%)",
-        "dispatch alone: slowdown",
+        "dispatch alone: slowdown (quartiles), verdict",
     ]
     before, after = t.get("load_average_before"), t.get("load_average_after")
     machine_load = (
@@ -503,6 +532,14 @@ def telemetry() -> str:
     )
     cpus = t.get("cpus") or t.get("machine", {}).get("cpus")
     return _table(header, rows) + f"\nMeasured {t['started']} on {cpus} CPUs, {machine_load}.\n"
+
+
+def _dispatch_alone(case: dict[str, Any]) -> str:
+    d = case.get("dispatch_only")
+    if d is None:
+        return "-"
+    low, high = d["slowdown_quartiles_percent"]
+    return f"{d['slowdown_percent']:.1f}% ({low:.1f}% to {high:.1f}%), {d['verdict']}"
 
 
 _PROFILE_PARTS = (

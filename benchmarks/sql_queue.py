@@ -121,9 +121,9 @@ def _vacuum(url: str, table: str) -> None:
     """Start each round from the state the floor's fresh table starts from. A completed message
     leaves a dead row, and its index entry sits ahead of the next round's messages of the same
     queue until vacuum removes it: without this, one receiver's server CPU per message doubled
-    from the first round to the third (0.24 to 0.57 ms by hand), and the best round of each
-    figure then compared a fresh table's one receiver with a bloated table's four. Autovacuum
-    does the same in service, on its own schedule (docs/operations.md)."""
+    from the first round to the third (by hand), and the best round of each figure then compared
+    a fresh table's one receiver with a bloated table's four. Autovacuum does the same in
+    service, on its own schedule (docs/sql_queue.md, "The queue table on PostgreSQL")."""
     engine = make_engine(url)
     if engine.dialect.name == "postgresql":
         with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
@@ -476,6 +476,69 @@ def profile(label: str, n: int) -> None:
 # --- driver --------------------------------------------------------------------------------------
 
 
+def bench_receive_plan(url: str, backlog: int = 5000, executions: int = 50) -> dict[str, Any]:
+    """What the receive's plan pin buys on PostgreSQL: the receiver's own receive statement,
+    prepared with a generic plan built from an empty table's statistics (what psycopg's prepared
+    statement can settle on after its fifth execution), timed with and without the pin. Each
+    variant runs on its own connection, since a cached plan is not re-planned when a setting
+    changes, and in a transaction that is rolled back, so both see the same backlog."""
+    upgrade(url)
+    engine = make_engine(url)
+    with engine.connect().execution_options(isolation_level="AUTOCOMMIT") as c:
+        c.execute(text("DELETE FROM outbox_queue_messages"))
+        c.execute(text("VACUUM ANALYZE outbox_queue_messages"))  # statistics of an empty table
+    queue = SqlQueue(url)
+    for _ in range(backlog // 100):
+        queue.send("plan", [QueueMessage(BODY) for _ in range(100)])
+    receiver = queue.receiver
+    compiled = receiver._statement("take", False, 10).compile(dialect=engine.dialect)
+    params = compiled.construct_params(receiver._params("plan", datetime.now(UTC), None))
+    out: dict[str, Any] = {"backlog": backlog, "executions": executions}
+    for label, pinned in (("pinned", True), ("unpinned_generic", False)):
+        raw = engine.raw_connection()
+        try:
+            conn = raw.driver_connection
+            assert conn is not None
+            with conn.cursor() as cur:
+                if pinned:
+                    cur.execute(receiver._sql["plan_pg"])
+                cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+                times = []
+                for _ in range(executions):
+                    start = time.perf_counter()
+                    cur.execute(str(compiled), params, prepare=True)
+                    got = len(cur.fetchall())
+                    times.append((time.perf_counter() - start) * 1000)
+                    _check(got, 10)
+                cur.execute("SELECT name FROM pg_prepared_statements WHERE generic_plans > 0")
+                names = [row[0] for row in cur.fetchall()]
+                plan = ""
+                if names:
+                    cur.execute(f"EXPLAIN EXECUTE {names[0]}('plan', now(), 10)")
+                    plan = "\n".join(row[0] for row in cur.fetchall())
+            conn.rollback()
+        finally:
+            raw.close()
+        shapes = ("Sort", "Bitmap Heap Scan", "Seq Scan", "Index Scan using")
+        nodes = [node.removesuffix(" using") for node in shapes if node in plan]
+        out[label] = {
+            "p50_ms": round(percentile(times, 50), 3),
+            "p99_ms": round(percentile(times, 99), 3),
+            "plan_nodes": nodes,
+        }
+    out["unpinned_over_pinned"] = round(
+        out["unpinned_generic"]["p50_ms"] / out["pinned"]["p50_ms"], 1
+    )
+    queue.close()
+    engine.dispose()
+    print(
+        f"  receive plan, {backlog} queued  pinned {out['pinned']['p50_ms']} ms   "
+        f"unpinned generic {out['unpinned_generic']['p50_ms']} ms "
+        f"({', '.join(out['unpinned_generic']['plan_nodes'])})"
+    )
+    return out
+
+
 def run_backend(
     name: str, url: str, n: int, rounds: int, server_cpu: Callable[[], float] | None = None
 ) -> dict[str, Any]:
@@ -549,6 +612,9 @@ def main(argv: list[str] | None = None) -> None:
                     n,
                     rounds,
                     postgres_cpu(server.data),
+                )
+                results["postgresql"]["receive_plan"] = bench_receive_plan(
+                    server.create_database("plan")
                 )
                 results["postgresql_note"] = "throwaway server started with fsync=off (tests/pg.py)"
             finally:
