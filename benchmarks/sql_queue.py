@@ -518,7 +518,7 @@ def bench_receive_plan(url: str, backlog: int = 5000, executions: int = 50) -> d
                     plan = "\n".join(row[0] for row in cur.fetchall())
             conn.rollback()
         finally:
-            raw.close()
+            raw.invalidate()  # a fresh connection for the other variant: no plan carried over
         shapes = ("Sort", "Bitmap Heap Scan", "Seq Scan", "Index Scan using")
         nodes = [node.removesuffix(" using") for node in shapes if node in plan]
         out[label] = {
