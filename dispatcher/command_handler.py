@@ -186,8 +186,12 @@ class CommandHandler:
         commands: list[tuple[ReceivedMessage, ProcessDocument]],
     ) -> None:
         ids = list(dict.fromkeys(cmd.id for _, cmd in commands))
+        # The documents gating a paused key are read too: a gate delivered by another worker
+        # shows in its watermark and passes on here, instead of holding the key (and dead-
+        # lettering the commands of the documents behind it) for good.
+        gates = sorted(self.dispatcher.keys.gates().difference(ids))
         try:
-            _, rows = self.store.read(ids)
+            _, rows = self.store.read(ids + gates)
         except Exception as e:
             log.warning(
                 "reading %d document(s) failed (%s); abandoning their commands", len(ids), e
@@ -196,7 +200,10 @@ class CommandHandler:
                 self._retry(batch, held, msg, f"reading the document failed: {e}")
             return
         self.crash_points.hit("worker_holding")
-        report = self.dispatcher.dispatch([r for r in rows.values() if r.has_pending])
+        if gates:
+            self.dispatcher.forget_gates([g for g in gates if g not in rows])  # deleted
+            self.dispatcher.keys.seen([rows[g] for g in gates if g in rows])
+        report = self.dispatcher.dispatch([r for i in ids if (r := rows.get(i)) and r.has_pending])
         batch.messages_sent += report.messages_sent
         for msg, cmd in commands:
             row = rows.get(cmd.id)

@@ -26,14 +26,17 @@ its documents is retried on its own, so one poisoned document does not hold back
 documents. ``KeyOrder`` serializes the sends of one key across documents in the order
 ``dispatch`` was called (each call takes a ticket per chunk under one lock, and a chunk waits
 until it is first in line for every key it holds; chunks reach the pool in ticket order, so the
-wait never deadlocks). When a document stops with unsent messages (a failed send, or a paused
-key), every key among them is **paused** at its first unsent message: later messages of that key,
-from any document, are not sent (their documents stop there and are retried like a failed
-send), while other keys go on. The key resumes when its paused message is delivered: by this
-dispatcher (a retry command or the rescuer's command runs the document again, and the paused
-message itself is let through), or by anyone else, seen as the document's watermark at or past
-it in a later dispatch; or by ``resume(key)``. Across processes nothing of this holds: each
-process has its own line and pauses (docs/dispatcher.md, "Order per ordering key").
+wait never deadlocks); within one call, documents go out by when their first pending message was
+written. When a document stops with unsent messages (a failed send, or a paused key), every key
+among them is **paused** at its first unsent message, the key's gate: later messages of that key,
+from any document, are not sent (their documents stop there, wait in the key's held line and are
+retried like a failed send), while other keys go on. When the gate's message is delivered (by
+this dispatcher: a retry command or the rescuer's command runs the document again, and the gate
+itself is let through; or by anyone else, seen as the document's watermark at or past it in a
+later dispatch; or given up on with ``resume(key)``), the gate passes to the first held document,
+so held documents leave in commit order whichever retry arrives first. Across processes nothing
+of this holds: each process has its own line and pauses (docs/dispatcher.md, "Order per ordering
+key").
 
 Why one module: the key line wraps the same send loop it orders (a chunk waits its turn, sends,
 pauses or resumes keys from the outcome); apart, the two would share every piece of state.
@@ -49,7 +52,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
@@ -93,13 +96,21 @@ class Pause:
 
 
 class KeyOrder:
-    """One process's line per ordering key, and its paused keys (thread safe)."""
+    """One process's line per ordering key, its paused keys and the documents they hold back
+    (thread safe).
+
+    A paused key has a *gate*: the one message allowed through (with the earlier messages of its
+    own document). Documents stopped behind the gate wait in the key's *held line*, in the order
+    they were first held. When the gate's message is delivered, the gate passes to the first
+    held document, so the held documents go out in the order they were committed, whichever of
+    their retries reaches ``dispatch`` first (Pub/Sub's publisher has the same rule)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
         self._next = 0
         self._lines: dict[Key, deque[int]] = {}
         self._paused: dict[Key, Pause] = {}
+        self._held: dict[Key, list[Pause]] = {}
 
     def take(self, keys: set[Key]) -> int:
         """A ticket at the end of each key's line."""
@@ -127,9 +138,14 @@ class KeyOrder:
             self._cond.notify_all()
 
     def pause(self, key: Key, pause: Pause) -> None:
-        """Pause ``key`` at ``pause`` (a key already paused keeps its first pause)."""
+        """``pause``'s document stopped with ``pause`` as its first unsent message of ``key``.
+
+        An open key is paused there. A key paused by another document (or another life of this
+        one) holds this document in its line, once, at its first held message; a key already
+        paused by this document keeps its gate."""
         with self._cond:
-            if key not in self._paused:
+            gate = self._paused.get(key)
+            if gate is None:
                 self._paused[key] = pause
                 log.warning(
                     "ordering key %s/%s paused at message %s (document %r seq %d): later messages "
@@ -140,6 +156,10 @@ class KeyOrder:
                     pause.doc_id,
                     pause.seq,
                 )
+            elif not _same_life(gate, pause):
+                held = self._held.setdefault(key, [])
+                if not any(_same_life(h, pause) for h in held):
+                    held.append(pause)
 
     def any_paused(self) -> bool:
         """Is any key paused? (When none is, a chunk skips the per-message check.)"""
@@ -153,38 +173,90 @@ class KeyOrder:
         return None if p is None or p.message_id == message_id else p
 
     def delivered(self, message_ids: Iterable[str]) -> None:
-        """Resume every key whose paused message is among ``message_ids``."""
+        """Pass the gate on for every key whose gate message is among ``message_ids``."""
         with self._cond:
             if not self._paused:
                 return
             ids = set(message_ids)
             for k, p in list(self._paused.items()):
                 if p.message_id in ids:
-                    del self._paused[k]
-                    log.info("ordering key %s/%s resumed: %s was delivered", *k, p.message_id)
+                    self._advance(k, f"{p.message_id} was delivered", lambda h: h.message_id in ids)
 
     def seen(self, rows: Iterable[DocumentRow]) -> None:
-        """Resume keys whose paused message a row's watermark shows delivered (by anyone)."""
+        """Pass gates on whose message a row's watermark shows delivered (by anyone), and drop
+        held documents delivered elsewhere."""
         with self._cond:
             if not self._paused:  # the usual case: no pass over the rows
                 return
             marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
-            for k, p in list(self._paused.items()):
+
+            def gone(p: Pause) -> bool:
                 mark, life = marks.get(p.doc_id, (-1, p.incarnation))
                 # delivered, or the document was deleted and created again: a message of its
                 # old life will never be sent, and waiting for it would stop the key for good
-                if mark >= p.seq or life != p.incarnation:
-                    del self._paused[k]
-                    log.info("ordering key %s/%s resumed: %s was delivered", *k, p.message_id)
+                return mark >= p.seq or life != p.incarnation
+
+            for k, p in list(self._paused.items()):
+                held = self._held.get(k)
+                if held:
+                    held[:] = [h for h in held if not gone(h)]
+                if gone(p):
+                    self._advance(k, f"{p.message_id} was delivered", gone)
 
     def resume(self, key: Key) -> bool:
-        """Resume ``key`` by hand (its paused message was given up on); False if not paused."""
+        """Give up on ``key``'s gate message (dead-lettered, say): the gate passes to the next
+        held document, or the key opens. False if the key was not paused."""
         with self._cond:
-            return self._paused.pop(key, None) is not None
+            if key not in self._paused:
+                return False
+            self._advance(key, "resumed by hand", lambda h: False)
+            return True
+
+    def give_up(self, key: Key, gate: Pause) -> None:
+        """Pass ``key``'s gate on if it is still ``gate`` (its message will never be sent)."""
+        with self._cond:
+            if self._paused.get(key) == gate:
+                self._advance(key, f"{gate.message_id} belongs to an ended life", lambda h: False)
+
+    def _advance(self, key: Key, why: str, done: Callable[[Pause], bool]) -> None:
+        """The gate of ``key`` is through: the first held document not ``done`` becomes the gate;
+        with none left, the key opens. Called with the condition held."""
+        held = self._held.get(key, [])
+        while held and done(held[0]):
+            held.pop(0)
+        if held:
+            nxt = self._paused[key] = held.pop(0)
+            log.info(
+                "ordering key %s/%s: %s; the held document %r goes next (message %s)",
+                *key,
+                why,
+                nxt.doc_id,
+                nxt.message_id,
+            )
+        else:
+            del self._paused[key]
+            log.info("ordering key %s/%s resumed: %s", *key, why)
+        if not held:
+            self._held.pop(key, None)
 
     def paused(self) -> dict[Key, Pause]:
         with self._cond:
             return dict(self._paused)
+
+    def held(self) -> dict[Key, list[Pause]]:
+        """Each paused key's held documents, first in line first."""
+        with self._cond:
+            return {k: list(v) for k, v in self._held.items() if v}
+
+    def gates(self) -> set[str]:
+        """The documents whose messages gate a key: a worker reads their rows with its batch, so
+        a gate delivered by another process is seen (``seen``) and does not hold the key here."""
+        with self._cond:
+            return {p.doc_id for p in self._paused.values()}
+
+
+def _same_life(a: Pause, b: Pause) -> bool:
+    return a.doc_id == b.doc_id and a.incarnation == b.incarnation
 
 
 class WatermarkStore(Protocol):
@@ -374,6 +446,10 @@ class Dispatcher:
         plans: list[Plan] = [
             (r, p) for r in unique.values() if r.has_pending and (p := r.pending())
         ]
+        if len(plans) > 1:
+            # One key's messages leave in the order they were written, whatever order the rows
+            # came in (a worker's batch reads its documents in the store's order).
+            plans.sort(key=_written_at)
         report = DispatchReport()
         self.keys.seen(unique.values())  # delivered elsewhere since it paused its key
         if not plans:
@@ -576,15 +652,15 @@ class Dispatcher:
         earlier message of the same document (sent first in this run, or the run stops there)."""
         key = key_of(m, row.id)
         pause = self.keys.blocking(key, m.message_id)
-        if pause is not None and pause.doc_id == row.id:
-            if pause.incarnation != row.incarnation:
-                # The document was deleted and created again since it paused the key: its old
-                # life's message will never be delivered (found by the checker's seed 23: the
-                # re-created document's commands were dead-lettered behind that pause).
-                self.keys.resume(key)
-                return None
-            if pause.seq < m.seq:
-                return None
+        while pause is not None and pause.doc_id == row.id:
+            if pause.incarnation == row.incarnation:
+                return None if pause.seq < m.seq else pause
+            # The document was deleted and created again since it paused the key: its old
+            # life's message will never be delivered (found by the checker's seed 23: the
+            # re-created document's commands were dead-lettered behind that pause). The gate
+            # passes on, maybe to a document held before this one.
+            self.keys.give_up(key, pause)
+            pause = self.keys.blocking(key, m.message_id)
         return pause
 
     def _send(self, batch: list[TransportMessage], started: float) -> None:
@@ -592,6 +668,14 @@ class Dispatcher:
         self.transport.send(batch)
         self.metrics.observe_settle(time.perf_counter() - started, len(batch))
         self.crash_points.hit("mid_batch")
+
+    def forget_gates(self, doc_ids: Iterable[str]) -> None:
+        """The documents ``doc_ids`` are gone (deleted): a key they gate passes on, since their
+        messages will never be sent."""
+        ids = set(doc_ids)
+        for key, gate in self.keys.paused().items():
+            if gate.doc_id in ids:
+                self.keys.give_up(key, gate)
 
     def resume(self, destination: str, ordering_key: str) -> bool:
         """Resume a paused key by hand (its paused message was given up on: dead-lettered,
@@ -603,6 +687,13 @@ class Dispatcher:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+def _written_at(plan: Plan) -> float:
+    """When the first pending message of a plan was written (``created_at``; 0 when unknown, so
+    such plans keep their order, the sort being stable)."""
+    at = plan[1][0].created_at
+    return 0.0 if at is None else at.timestamp()
 
 
 def _keys(chunk: list[Plan]) -> set[Key]:

@@ -8,9 +8,10 @@ and gathers the touched buckets (the MERGE's literal filter). Bad input raises o
 
 The rules are those of ``Document.send`` and ``UnitOfWork.create``: ids and ordering keys are
 non-empty, at most 128 characters, without control characters; a destination is a queue or topic
-name (or the configured default); a message is at most ``max_message_bytes`` (body bytes plus
-header characters); ``deliver_at`` is a timestamp. A string body defaults to ``text/plain``, a
-struct, map or array body is written as JSON with ``application/json``, as in Python.
+name (or the configured default); a message is at most ``max_message_bytes`` (UTF-8 bytes of
+the body and properties, as ``OutboxMessage.size_bytes``); ``deliver_at`` is a timestamp. A
+string body defaults to ``text/plain``, a struct, map or array body is written as JSON with
+``application/json``, as in Python.
 
 Several changes for one id in one batch are refused (decided, not an accident): their order is
 not defined by a DataFrame, and applying them "in order" would need an order column the caller
@@ -220,13 +221,23 @@ def _row_problem(max_message_bytes: int) -> Any:
 
     def message_problem(m: Any, i: Any) -> Any:
         where = F.concat(F.lit("messages["), i.cast("string"), F.lit("]."))
-        size = F.octet_length(m["body"]) + F.coalesce(
-            F.aggregate(
-                F.map_entries(F.from_json(m["headers"], "map<string,string>")),
+        # OutboxMessage.size_bytes: UTF-8 bytes of the body and the properties (the message id
+        # is always 32 characters)
+        size = (
+            F.octet_length(m["body"])
+            + F.lit(32)
+            + F.coalesce(F.octet_length(m["type"]), F.lit(0))
+            + F.coalesce(F.octet_length(m["content_type"]), F.lit(0))
+            + F.coalesce(F.octet_length(m["ordering_key"]), F.lit(0))
+            + F.coalesce(F.octet_length(m["correlation_id"]), F.lit(0))
+            + F.coalesce(
+                F.aggregate(
+                    F.map_entries(F.from_json(m["headers"], "map<string,string>")),
+                    F.lit(0),
+                    lambda acc, e: acc + F.octet_length(e["key"]) + F.octet_length(e["value"]),
+                ),
                 F.lit(0),
-                lambda acc, e: acc + F.length(e["key"]) + F.length(e["value"]),
-            ),
-            F.lit(0),
+            )
         )
         problem = (
             F.when(m.isNull(), F.lit("message is null"))

@@ -401,3 +401,37 @@ def test_the_queue_pool_is_sized_for_the_worker(workspace: Path, clock: ManualCl
         DispatcherWorker(ob.runtime, concurrency=12)
         needed = 2 * 12 + ob.settings.max_in_flight
         assert ob.runtime.queue.engine.pool.size() >= needed  # type: ignore[attr-defined]
+
+
+def test_a_key_gated_by_a_document_another_worker_delivered_passes_on(
+    workspace: Path, clock: ManualClock
+) -> None:
+    """Worker 1 paused key k at A's message and holds B behind it; A's retry went to another
+    worker, which delivered it. Worker 1 reads A's row with B's command, sees A's watermark, and
+    sends B (without that read, B would wait for A here until dead-lettered)."""
+    from dispatcher.command_handler import CommandHandler
+
+    ob, faulty = deferred(workspace, clock)
+    with ob:
+        for doc in ("A", "B"):  # two commits, one key
+            with ob.unit_of_work() as uow:
+                uow.create(doc, type="t").send("E", {}, ordering_key="k")
+        (a_msg,) = ob.store.read(["A"])[1]["A"].outbox
+        (b_msg,) = ob.store.read(["B"])[1]["B"].outbox
+        faulty.fail_message(a_msg.message_id)
+        worker = DispatcherWorker(ob.runtime, seed=1)
+        stats = worker.run(once=True)
+        assert stats.abandoned == 2  # A failed, B held behind it
+        assert ob.runtime.dispatcher.keys.gates() == {"A"}
+        faulty.heal()
+        clock.set(max(p.not_before for p in ob.runtime.queue.peek("outbox-commands", 10)))
+        # another worker, with a dispatcher of its own, takes A's command and delivers A
+        other = Outbox.open(workspace, clock=clock, transport=faulty, dispatch="deferred")
+        with other:
+            mine = other.runtime.queue.receive("outbox-commands", 1, session_id="A")
+            done = CommandHandler(other.runtime, backoff=lambda n: 1.0).handle(mine)
+            assert done.completed == 1
+        worker.run(until_idle=True)  # only B's command is left
+        sent = [m.message_id for m in faulty.inner.deliveries]  # type: ignore[attr-defined]
+        assert sent == [a_msg.message_id, b_msg.message_id]
+        assert ob.runtime.dispatcher.keys.gates() == set()

@@ -41,6 +41,12 @@ def test_message_and_command_ids_match_the_python_functions(spark: Any) -> None:
         ([("a", "t", "{}", None, []), ("a", "t", "{}", None, [])], "more than once"),
         ([("a", "t", "not json", None, [])], "state is not a JSON object"),
         ([("a", "t", "{}", None, [("M", "x" * 300_000, None)])], "oversized"),
+        # UTF-8 bytes, as OutboxMessage.size_bytes: 1,000 characters of header, 2,000 bytes;
+        # body + id (32) + type + content type (text/plain) + key + value = the limit + 1
+        (
+            [("a", "t", "{}", None, [("M", "x" * (262_144 - 2044 + 1), {"h": "é" * 1000})])],
+            "is 262145 bytes",
+        ),
     ],
 )
 def test_bad_rows_fail_before_anything_commits(
@@ -49,7 +55,7 @@ def test_bad_rows_fail_before_anything_commits(
     before = sob.store.refresh()
     with pytest.raises(ValidationError, match=needle) as info:
         sob.apply(changes(spark, *rows))
-    if needle == "oversized":
+    if "bytes" in needle or needle == "oversized":
         assert isinstance(info.value, MessageTooLargeError)
     assert sob.store.refresh() == before
 

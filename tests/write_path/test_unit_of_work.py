@@ -356,3 +356,29 @@ def test_a_finished_unit_of_work_leaves_no_reference_cycle(ob: Outbox) -> None:
             assert alive() is None, f"{finish}: the document outlived its unit of work"
     finally:
         gc.enable()
+
+
+def test_the_size_limit_counts_utf8_bytes_of_body_and_properties(
+    workspace: object, clock: object
+) -> None:
+    """Issue 29: a header of 1,000 ``é`` is 2,000 bytes on the wire; counted as characters, a
+    message over the limit passed. The limit is what ``size_bytes`` counts, byte for byte."""
+    ob = bare_outbox(workspace, clock, max_message_bytes=4096)  # type: ignore[arg-type]
+    with ob.unit_of_work() as uow:
+        msg = uow.create("a", type="T").send("E", "x", destination="q", headers={"h": "é" * 1000})
+    overhead = msg.size_bytes() - 2000 - 1  # everything but the header value and the body
+    assert overhead > len("h") + len("E") + 32  # the key, the type and the message id at least
+    fits = 4096 - overhead - 2000  # a body that brings the message to the limit exactly
+    with ob.unit_of_work() as uow:
+        ok = uow.create("b", type="T").send(
+            "E", "x" * fits, destination="q", headers={"h": "é" * 1000}
+        )
+    assert ok.size_bytes() == 4096
+    with (
+        pytest.raises(MessageTooLargeError, match="is 4097 bytes; the limit is 4096"),
+        ob.unit_of_work() as uow,
+    ):
+        uow.create("c", type="T").send(
+            "E", "x" * (fits + 1), destination="q", headers={"h": "é" * 1000}
+        )
+    assert set(_rows(ob)) == {"a", "b"}
