@@ -2,30 +2,36 @@
 
     python -m benchmarks.checker_soak --first-seed 1001 --seeds 1000 --chunks 8 --scale 0.5 \\
         --workdir /tmp/soak [--deadline 14:55]
+    python -m benchmarks.checker_soak --smoke   # one seed, one chunk, the smallest scale
 
 Each chunk is one ``outbox check --results FILE --workdir DIR`` process over consecutive seeds
 (a seed is mostly waiting, so chunks overlap well even on two cores). ``--results`` is rewritten
 after every seed, so when ``--deadline`` (UTC, HH:MM) comes first the chunks are stopped and what
 they finished is merged, with ``partial: true`` and the seeds that did not run. A failed seed keeps
-its folder under ``--workdir``. The merge goes to ``benchmarks/results/checker_soak.json``
-(``--out``), with the code's commit and the wall time.
+its folder under ``--workdir`` (default: a fresh temporary folder). The merge, with the code's
+commit and the wall time, goes to ``benchmarks/results/checker_soak.json``; ``--smoke`` writes
+``checker_soak.smoke.json`` into a fresh temporary folder, never into benchmarks/results/, and
+``--out DIR`` chooses the folder (benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from benchmarks.common import add_output_options, results_dir, results_name
+
 ROOT = Path(__file__).resolve().parent.parent
-OUT = ROOT / "benchmarks" / "results" / "checker_soak.json"
 
 
 def _commit() -> str:
@@ -150,11 +156,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", type=int, default=1000)
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--scale", type=float, default=0.5)
-    ap.add_argument("--workdir", type=Path, required=True)
+    ap.add_argument("--workdir", type=Path, help="default: a fresh temporary folder")
     ap.add_argument("--deadline", help="UTC HH:MM: stop the chunks then and merge what finished")
-    ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--merge-only", action="store_true", help="merge the chunk files already there")
+    add_output_options(ap)
     args = ap.parse_args(argv)
+    if args.smoke:
+        args.seeds, args.chunks, args.scale = 1, 1, 0.5
+    if args.workdir is None:
+        if args.merge_only:
+            ap.error("--merge-only needs the --workdir the chunks wrote to")
+        args.workdir = Path(tempfile.mkdtemp(prefix="outbox-soak-"))
     args.workdir.mkdir(parents=True, exist_ok=True)
     planned = list(range(args.first_seed, args.first_seed + args.seeds))
     chunks = _chunks(args.first_seed, args.seeds, args.chunks)
@@ -170,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         procs = []
         for (first, n), f in zip(chunks, files, strict=True):
             cmd = [
-                str(ROOT / ".venv" / "bin" / "outbox"),
+                sys.executable, "-m", "outbox.cli",  # the ``outbox`` command of this interpreter
                 "check",
                 "--first-seed", str(first),
                 "--seeds", str(n),
@@ -184,13 +196,14 @@ def main(argv: list[str] | None = None) -> int:
                 subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
             )
         deadline = _deadline(args.deadline)
-        while any(p.poll() is None for p in procs):
-            if deadline is not None and time.monotonic() > deadline:
-                for p in procs:
-                    if p.poll() is None:
-                        os.killpg(p.pid, signal.SIGTERM)
+        while running := [p for p in procs if p.poll() is None]:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                for p in running:
+                    os.killpg(p.pid, signal.SIGTERM)
                 break
-            time.sleep(5)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                running[0].wait(timeout=5 if left is None else min(5.0, left))
         for p in procs:
             p.wait()
         wall = time.time() - started
@@ -198,10 +211,16 @@ def main(argv: list[str] | None = None) -> int:
     result = merge(
         docs, planned=planned, wall_s=wall, commit=commit, scale=args.scale, chunks=len(chunks)
     )
-    args.out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
+    if args.smoke:
+        result["smoke"] = True
+    name = results_name("checker_soak", smoke=args.smoke)
+    out = results_dir(args.out, quick=args.smoke) / f"{name}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(
         f"{result['seeds_run']}/{len(planned)} seeds, {result['ok_seeds']} ok, failed "
-        f"{result['failed_seeds']}, partial={result['partial']}, wall {result['wall_s']} s",
+        f"{result['failed_seeds']}, partial={result['partial']}, wall {result['wall_s']} s; "
+        f"wrote {out}",
         file=sys.stderr,
     )
     return 0 if not result["failed_seeds"] else 5

@@ -1,11 +1,28 @@
-"""Shared bits of the benchmark harness: timing, percentiles, and the results file."""
+"""Shared bits of the benchmark harness: timing, percentiles, and where the results file goes.
+
+Where a run writes (one rule for every ``benchmarks/*.py``):
+
+* a full run writes ``benchmarks/results/<name>.json``, the committed file the docs quote;
+* ``--quick`` and ``--smoke`` runs never write into ``benchmarks/results/``: their file
+  (``<name>.quick.json``, ``<name>.smoke.json``) goes to a fresh temporary folder, printed at the
+  end. (The ``*.quick.json`` files already in ``benchmarks/results/`` are earlier quick runs the
+  docs cite; no run rewrites them.)
+* ``--out DIR`` puts the file in DIR instead, for any run; with ``--quick`` or ``--smoke`` a DIR
+  inside ``benchmarks/results/`` is refused.
+
+``--smoke`` is every benchmark's smallest size, smaller than ``--quick``: each step of the full
+run once, on a few documents or messages, so tests/benchmarks/test_smoke.py can prove that every
+benchmark still runs. Its figures mean nothing.
+"""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import platform
 import statistics
+import tempfile
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -56,9 +73,62 @@ def machine() -> dict[str, Any]:
     }
 
 
-def write_results(name: str, data: dict[str, Any]) -> Path:
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+def add_output_options(parser: argparse.ArgumentParser) -> None:
+    """``--out DIR`` and ``--smoke``, the same on every benchmark (the module docstring)."""
+    parser.add_argument(
+        "--out",
+        type=Path,
+        metavar="DIR",
+        help="write the results file into DIR (default: benchmarks/results/ for a full run, a "
+        "fresh temporary folder for --quick and --smoke)",
+    )
+    parser.add_argument(
+        "--smoke",
+        action="store_true",
+        help="the smallest size, every step once (tests/benchmarks/test_smoke.py); written like "
+        "--quick, never into benchmarks/results/",
+    )
+
+
+def results_name(name: str, *, quick: bool = False, smoke: bool = False) -> str:
+    """``name``, ``name.quick`` or ``name.smoke``: the results file's stem for this kind of run."""
+    return f"{name}.smoke" if smoke else f"{name}.quick" if quick else name
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve().is_relative_to(folder.resolve())
+
+
+def results_dir(out: Path | None, *, quick: bool) -> Path:
+    """Where a run's results file goes: ``out`` when given, else ``benchmarks/results/`` for a
+    full run and a fresh temporary folder for a quick (or smoke) one, which never writes into
+    ``benchmarks/results/``."""
+    if out is not None:
+        if quick and _inside(out, RESULTS):
+            raise SystemExit(
+                f"--out {out}: a --quick or --smoke run never writes into {RESULTS} "
+                "(a full run writes the committed files)"
+            )
+        return out
+    if quick:
+        return Path(tempfile.mkdtemp(prefix="outbox-bench-results-"))
+    return RESULTS
+
+
+def save(args: argparse.Namespace, name: str, data: dict[str, Any]) -> Path:
+    """Write a run's results by the rule in the module docstring: ``args`` come from a parser
+    given ``add_output_options`` (and ``--quick``, when the benchmark has one)."""
+    quick, smoke = bool(getattr(args, "quick", False)), bool(args.smoke)
+    stem = results_name(name, quick=quick, smoke=smoke)
+    if smoke:
+        data = {"smoke": True, **data}
+    return write_results(stem, data, to=results_dir(args.out, quick=quick or smoke))
+
+
+def write_results(name: str, data: dict[str, Any], *, to: Path) -> Path:
+    """Write ``to/<name>.json`` (``to`` from ``results_dir``) with the run's time and machine."""
+    to.mkdir(parents=True, exist_ok=True)
+    path = to / f"{name}.json"
     data = {
         "benchmark": name,
         "measured_at": datetime.now(UTC).isoformat(),

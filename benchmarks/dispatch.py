@@ -2,6 +2,7 @@
 
     python -m benchmarks.dispatch            # the committed figures (results/dispatch.json)
     python -m benchmarks.dispatch --quick    # the same shape, fewer rounds, about a minute
+    python -m benchmarks.dispatch --smoke    # the same shape at 1 and 10 documents, 2 rounds
     python -m benchmarks.dispatch --docs 100000 --rounds 1   # one size, all variants, printed
     python -m benchmarks.dispatch --profile  # where the time goes (results/dispatch_profile.json)
 
@@ -30,8 +31,10 @@ Per case:
 * ``watermark_merge``: each watermark MERGE (p50/p99 ms) and ``watermark_merges``, how many.
 
 The single-document case also runs each ``WINDOWS`` value (``window_sweep``), the numbers the
-default ``watermark_window`` was chosen by. Results go to ``benchmarks/results/dispatch.json``
-(``--quick``: ``dispatch.quick.json``).
+default ``watermark_window`` was chosen by. A full run writes ``benchmarks/results/dispatch.json``;
+``--quick`` and ``--smoke`` write ``dispatch.quick.json`` / ``dispatch.smoke.json`` into a fresh
+temporary folder, never into benchmarks/results/; ``--out DIR`` chooses the folder
+(benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import machine, summarize_ms, write_results
+from benchmarks.common import add_output_options, machine, save, summarize_ms
 from outbox.app import Outbox
 
 SIZES = (1, 100, 1000)
@@ -229,6 +232,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--docs", type=int, help="one size only (printed, no results file)")
     parser.add_argument("--rounds", type=int, default=1, help="with --docs")
+    add_output_options(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-dispatch-"))
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
                         root, 100_000, 1, coalesce=True, window=0.0, one_batch_at_a_time=False
                     )
                 )
-            path = write_results("dispatch_profile", prof)
+            path = save(args, "dispatch_profile", prof)
             print(f"wrote {path}")
             return
         if args.docs:
@@ -260,9 +264,16 @@ def main(argv: list[str] | None = None) -> None:
                     )
                 )
             return
-        rounds = {1: 20, 100: 5, 1000: 3} if args.quick else {1: 100, 100: 20, 1000: 10}
+        sizes = (1, 10) if args.smoke else SIZES
+        rounds = (
+            dict.fromkeys(sizes, 2)
+            if args.smoke
+            else {1: 20, 100: 5, 1000: 3}
+            if args.quick
+            else {1: 100, 100: 20, 1000: 10}
+        )
         results: dict[str, Any] = {"machine": machine(), "transport": "sql (SQLite)", "cases": {}}
-        for docs in SIZES:
+        for docs in sizes:
             for variant, coalesce, window in VARIANTS:
                 if variant == "per_document" and docs == 1000 and args.quick:
                     continue  # 1,000 sends per round: minutes, and settled long ago
@@ -276,8 +287,9 @@ def main(argv: list[str] | None = None) -> None:
             sweep[f"{window:g}"] = case
             print(_line(f"1 doc, watermark_window {window:g}s", case))
         results["window_sweep"] = sweep
-        best = results["cases"]["1000_docs_coalesced"]
-        before = results["cases"]["1000_docs_coalesced_inline_watermark"]
+        largest = sizes[-1]
+        best = results["cases"][f"{largest}_docs_coalesced"]
+        before = results["cases"][f"{largest}_docs_coalesced_inline_watermark"]
         results["messages_per_second"] = best["messages_per_second"]
         results["p99_ms"] = best["p99_ms"]
         results["speedup_over_inline_watermark"] = round(
@@ -286,10 +298,10 @@ def main(argv: list[str] | None = None) -> None:
         results["goal_messages_per_second"] = 15_000
         results["meets_goal"] = best["messages_per_second"] >= 15_000
         results["headline"] = (
-            "1,000 documents per unit of work, coalesced sends, watermarks coalesced off the "
-            "caller's path"
+            f"{largest:,} documents per unit of work, coalesced sends, watermarks coalesced off "
+            "the caller's path"
         )
-        path = write_results("dispatch.quick" if args.quick else "dispatch", results)
+        path = save(args, "dispatch", results)
         print(f"wrote {path}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -3,19 +3,24 @@ round trip, and the ratio to the queue's own receive+complete rate measured in t
 
     python -m benchmarks.gateway            # 1,000 devices x 10 tasks
     python -m benchmarks.gateway --quick    # 200 devices x 5 tasks, well under a minute
+    python -m benchmarks.gateway --smoke    # 4 devices x 2 tasks, 4 slots
 
 Both runs use SQLite and the gateway talks to a throwaway mosquitto on 127.0.0.1
-(outbox.testing.mosquitto) with ``--concurrency`` slots. The baseline does what the gateway does
-minus MQTT: a thread receives one session head and completes it, with 1, 4 and
-``--concurrency`` threads (SQLite has one writer, so more threads need not be faster); the ratio
-is to the best of the three. The gateway adds a QoS 1 publish (waiting for the PUBACK) and the
-device's ack before each completion. Writes ``benchmarks/results/gateway.json``
-(``gateway.quick.json`` with ``--quick``).
+(outbox.testing.mosquitto), or to the broker at ``--broker URL``, with ``--concurrency`` slots.
+The baseline does what the gateway does minus MQTT: a thread receives one session head and
+completes it, with 1, 4 and ``--concurrency`` threads (SQLite has one writer, so more threads need
+not be faster); the ratio is to the best of the three. The gateway adds a QoS 1 publish (waiting
+for the PUBACK) and the device's ack before each completion.
+
+A full run writes ``benchmarks/results/gateway.json``; ``--quick`` and ``--smoke`` write
+``gateway.quick.json`` / ``gateway.smoke.json`` into a fresh temporary folder, never into
+benchmarks/results/; ``--out DIR`` chooses the folder (benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import tempfile
 import threading
@@ -23,7 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import percentile, write_results
+from benchmarks.common import add_output_options, percentile, save
 from dispatcher.gateway.mqtt import GatewayOptions, MqttGateway
 from dispatcher.queue import QueueMessage, SqlQueue
 from dispatcher.transports.mqtt_client import MqttBroker
@@ -112,34 +117,41 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="200 devices x 5 tasks")
     parser.add_argument("--devices", type=int, default=None)
     parser.add_argument("--tasks", type=int, default=None)
-    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--concurrency", type=int, default=None, help="slots (default 32)")
+    parser.add_argument(
+        "--broker", metavar="URL", help="an MQTT broker to use instead of a throwaway mosquitto"
+    )
+    add_output_options(parser)
     args = parser.parse_args(argv)
-    devices = args.devices or (200 if args.quick else 1000)
-    tasks = args.tasks or (5 if args.quick else 10)
+    devices = args.devices or (4 if args.smoke else 200 if args.quick else 1000)
+    tasks = args.tasks or (2 if args.smoke else 5 if args.quick else 10)
+    concurrency = args.concurrency or (4 if args.smoke else 32)
     load = round(os.getloadavg()[0], 2)
-    server = MosquittoServer()
-    if not server.available:
-        raise SystemExit("mosquitto is not installed: scripts/ensure-mosquitto.sh")
-    server.start()
-    try:
-        with tempfile.TemporaryDirectory(prefix="outbox-bench-") as tmp:
-            gw_url = f"sqlite:///{Path(tmp) / 'gateway.db'}"
-            upgrade(gw_url)
-            queue_runs = {}
-            for threads in sorted({1, 4, args.concurrency}):
-                url = f"sqlite:///{Path(tmp) / f'base{threads}.db'}"
-                upgrade(url)
-                queue_runs[str(threads)] = _queue_rate(url, devices, tasks, threads)
-            gateway = _gateway_rate(gw_url, server.url, devices, tasks, args.concurrency)
-    finally:
-        server.cleanup()
+    with contextlib.ExitStack() as stack:
+        broker = args.broker
+        if broker is None:
+            server = MosquittoServer()
+            if not server.available:
+                raise SystemExit("mosquitto is not installed: scripts/ensure-mosquitto.sh")
+            server.start()
+            stack.callback(server.cleanup)
+            broker = server.url
+        tmp = stack.enter_context(tempfile.TemporaryDirectory(prefix="outbox-bench-"))
+        gw_url = f"sqlite:///{Path(tmp) / 'gateway.db'}"
+        upgrade(gw_url)
+        queue_runs = {}
+        for threads in sorted({1, 4, concurrency}):
+            url = f"sqlite:///{Path(tmp) / f'base{threads}.db'}"
+            upgrade(url)
+            queue_runs[str(threads)] = _queue_rate(url, devices, tasks, threads)
+        gateway = _gateway_rate(gw_url, broker, devices, tasks, concurrency)
     best = max(queue_runs.values(), key=lambda r: float(r["per_s"]))
     ratio = round(gateway["per_s"] / best["per_s"], 3)
     results = {
         "quick": args.quick,
         "devices": devices,
         "tasks_per_device": tasks,
-        "concurrency": args.concurrency,
+        "concurrency": concurrency,
         "backend": "sqlite",
         # the machine is shared: its load when the run started says how much to trust the rates
         "load_average_1m_at_start": load,
@@ -155,8 +167,7 @@ def main(argv: list[str] | None = None) -> None:
         f"ack round trip p50 {gateway['ack_round_trip_p50_ms']} ms, "
         f"p99 {gateway['ack_round_trip_p99_ms']} ms"
     )
-    name = "gateway.quick" if args.quick else "gateway"
-    print(f"wrote {write_results(name, results)}")
+    print(f"wrote {save(args, 'gateway', results)}")
 
 
 if __name__ == "__main__":

@@ -2,10 +2,17 @@
 
     python -m benchmarks.rescuer            # 10k, 100k, 1M docs; local, sweep and Spark
     python -m benchmarks.rescuer --quick    # local engine at 10k and 100k, under a minute
+    python -m benchmarks.rescuer --smoke    # every step of the full run at 200 and 1k docs
 
 Each table is built fast (one big append, CDF on), then 100 documents are changed in 10 MERGE
 commits after the checkpoint. A pass starts from a fresh checkpoint at the build version, so
-every repetition does the same work. Results go to benchmarks/results/rescuer.json.
+every repetition does the same work. The Spark passes run in a full run and in ``--smoke``
+unless ``--no-spark`` (they reuse the process's SparkSession when it has one).
+
+A full run writes benchmarks/results/rescuer.json; ``--quick`` and ``--smoke`` write
+rescuer.quick.json / rescuer.smoke.json into a fresh temporary folder, never into
+benchmarks/results/ (rescuer-quick.json there is an earlier quick run), and ``--out DIR``
+chooses the folder (benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks.common import add_output_options, results_dir, results_name
 from outbox.core.clock import ManualClock
 from outbox.core.model import DocumentRow, bucket_of
 from outbox.delta import schema as S
@@ -36,7 +44,6 @@ from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from rescuer.window import find_window_end
 
-RESULTS = Path(__file__).parent / "results" / "rescuer.json"
 BUCKETS = 16
 CHANGED = 100
 DELAY = 15.0
@@ -73,14 +80,17 @@ def plan_polars(
             frame.sort("_key")
             .group_by("id")
             .agg(
-                pl.col("last_seq").last(), pl.col("dispatched_seq").last(), pl.col("deleted").last()
+                pl.col("last_seq").last(),
+                pl.col("dispatched_seq").last(),
+                pl.col("incarnation").last(),  # a null is the latest image's value, kept as is
+                pl.col("deleted").last(),
             )
         )
 
     pending = ~pl.col("deleted") & (pl.col("last_seq") > pl.col("dispatched_seq"))
     candidates = latest(images.filter(in_window)).filter(pending)
     current = latest(images.filter(pl.col("id").is_in(candidates["id"].implode()))).filter(pending)
-    rows = current.select("id", "last_seq", "dispatched_seq").rows()
+    rows = current.select("id", "last_seq", "dispatched_seq", "incarnation").rows()
     return change_rows, documents, feed.num_rows - change_rows, pending_from_rows(rows)
 
 
@@ -155,7 +165,9 @@ def run_pass(
     return report.to_dict()
 
 
-def measure_size(root: Path, docs: int, spark: Any | None, repeat: int) -> dict[str, Any]:
+def measure_size(
+    root: Path, docs: int, spark: Any | None, repeat: int, spark_repeat: int = 3
+) -> dict[str, Any]:
     path = root / f"t{docs}"
     t0 = time.perf_counter()
     store, base = build_table(path, docs)
@@ -177,7 +189,7 @@ def measure_size(root: Path, docs: int, spark: Any | None, repeat: int) -> dict[
 
         engine = SparkEngine(spark)
         run_pass(store, engine, base)
-        spark_s, _ = _median(lambda: run_pass(store, engine, base), 3)
+        spark_s, _ = _median(lambda: run_pass(store, engine, base), spark_repeat)
         out["spark_pass_s"] = round(spark_s, 4)
         sweep_spark_s, _ = _median(lambda: run_pass(store, engine, base, full=True), 1)
         out["spark_sweep_pass_s"] = round(sweep_spark_s, 4)
@@ -203,6 +215,10 @@ def measure_planners(rows: int) -> dict[str, Any]:
                 "id": ids,
                 "last_seq": pa.array([i % 7 for i in range(rows)], pa.int64()),
                 "dispatched_seq": pa.array([i % 5 for i in range(rows)], pa.int64()),
+                # a re-created document's images carry a new incarnation; older rows have none
+                "incarnation": pa.array(
+                    [None if i % 3 else f"inc-{i % 2}" for i in range(rows)], pa.string()
+                ),
                 "_change_type": types,
                 "_commit_version": pa.array([1 + i // 100 for i in range(rows)], pa.int64()),
             }
@@ -262,7 +278,7 @@ def measure_many_commits(root: Path, commits: int) -> dict[str, Any]:
         )
         return rp.run().to_dict()
 
-    last100_s, _ = _median(lambda: pass_from(latest - 100), 3)
+    last100_s, _ = _median(lambda: pass_from(max(0, latest - 100)), 3)
     all_s, rep = _median(lambda: pass_from(0), 1)
     out = {
         "commits": commits,
@@ -281,13 +297,29 @@ def measure_many_commits(root: Path, commits: int) -> dict[str, Any]:
     return out
 
 
-def main() -> None:
+def _label(n: int) -> str:
+    """1_000_000 -> "1m", 100_000 -> "100k", 200 -> "200": the sizes in the results' keys."""
+    for unit, suffix in ((1_000_000, "m"), (1_000, "k")):
+        if n >= unit and n % unit == 0:
+            return f"{n // unit}{suffix}"
+    return str(n)
+
+
+def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--quick", action="store_true", help="local engine, 10k and 100k only")
     parser.add_argument("--commits", type=int, default=10_000)
     parser.add_argument("--no-spark", action="store_true")
-    args = parser.parse_args()
-    sizes = [10_000, 100_000] if args.quick else [10_000, 100_000, 1_000_000]
+    add_output_options(parser)
+    args = parser.parse_args(argv)
+    # table sizes, planner feed rows, repetitions, commits of the many-commits run (0: none)
+    sizes, planner_rows, repeat, commits = (
+        ([200, 1_000], [400, 2_000], 2, 30)
+        if args.smoke
+        else ([10_000, 100_000], [1_000, 100_000, 1_000_000], 5, 0)
+        if args.quick
+        else ([10_000, 100_000, 1_000_000], [1_000, 100_000, 1_000_000], 5, args.commits)
+    )
     spark = None
     if not args.quick and not args.no_spark:
         from rescuer.cdf_spark import find_jars, get_spark
@@ -302,28 +334,35 @@ def main() -> None:
         "changed_docs": CHANGED,
         "started_at": datetime.now(UTC).isoformat(),
     }
+    if args.smoke:
+        results["smoke"] = True
     try:
-        results["sizes"] = [measure_size(root, n, spark, 5) for n in sizes]
-        results["planner"] = [measure_planners(n) for n in (1_000, 100_000, 1_000_000)]
+        # --smoke: the Spark passes at the largest size only (each is a JVM job of seconds)
+        spark_at = set(sizes[-1:] if args.smoke else sizes)
+        spark_repeat = 1 if args.smoke else 3
+        results["sizes"] = [
+            measure_size(root, n, spark if n in spark_at else None, repeat, spark_repeat)
+            for n in sizes
+        ]
+        results["planner"] = [measure_planners(n) for n in planner_rows]
         by = {r["docs"]: r for r in results["sizes"]}
         small, big = by[sizes[0]], by[sizes[-1]]
-        key = "1m" if big["docs"] == 1_000_000 else "100k"
-        results[f"feed_pass_growth_10k_to_{key}"] = round(
-            big["feed_pass_s"] / small["feed_pass_s"], 2
-        )
+        span = f"{_label(small['docs'])}_to_{_label(big['docs'])}"
+        key = _label(big["docs"])
+        results[f"feed_pass_growth_{span}"] = round(big["feed_pass_s"] / small["feed_pass_s"], 2)
         results[f"sweep_over_feed_at_{key}"] = round(big["sweep_pass_s"] / big["feed_pass_s"], 2)
         if "spark_pass_s" in big:
             results[f"spark_over_local_at_{key}"] = round(
                 big["spark_pass_s"] / big["feed_pass_s"], 1
             )
-        commits = 1_000 if args.quick else args.commits
-        if not args.quick:
+        if commits:
             results["many_commits"] = measure_many_commits(root, commits)
             results["versions_per_second"] = results["many_commits"]["versions_per_second_all"]
     finally:
         shutil.rmtree(root, ignore_errors=True)
     results["finished_at"] = datetime.now(UTC).isoformat()
-    out = RESULTS if not args.quick else RESULTS.with_name("rescuer-quick.json")
+    stem = results_name("rescuer", quick=args.quick, smoke=args.smoke)
+    out = results_dir(args.out, quick=args.quick or args.smoke) / f"{stem}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(results, indent=2, sort_keys=True) + "\n")
     print(

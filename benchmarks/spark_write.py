@@ -1,6 +1,7 @@
 """Spark write path: ``SparkOutbox.apply`` against a raw delta-spark MERGE, and dispatch throughput.
 
     python -m benchmarks.spark_write --quick   # 1,000-row ratio, 10,000 messages (< 3 min)
+    python -m benchmarks.spark_write --smoke   # 20-row ratio (1 round), 50 messages
     python -m benchmarks.spark_write           # 10,000-row ratio, 100,000 messages
 
 * ``apply_over_raw_merge``: the write part of ``apply`` (validation job + MERGE + finding the
@@ -12,7 +13,10 @@
   one watermark MERGE), with where the time goes; ``python_path_same_batch`` is its floor: the
   same batch through one Python unit of work and its immediate dispatch, same run.
 
-Results go to benchmarks/results/spark_write.json (its ``quick`` field says which sizes).
+A full run writes benchmarks/results/spark_write.json; ``--quick`` and ``--smoke`` write
+spark_write.quick.json / spark_write.smoke.json into a fresh temporary folder, never into
+benchmarks/results/, and ``--out DIR`` chooses the folder (benchmarks/common.py says the rule).
+It uses the process's SparkSession when it has one (with Delta), else starts a local one.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import write_results
+from benchmarks.common import add_output_options, save
 
 CHANGES = (
     "id string, type string, state string, expected_version bigint, "
@@ -201,10 +205,13 @@ def bench_python_path(base: Path, messages: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--quick", action="store_true", help="small sizes, under 3 minutes")
+    add_output_options(ap)
     args = ap.parse_args(argv)
     from rescuer.cdf_spark import get_spark
 
-    rows, rounds, messages = (1_000, 2, 10_000) if args.quick else (10_000, 3, 100_000)
+    rows, rounds, messages = (
+        (20, 1, 50) if args.smoke else (1_000, 2, 10_000) if args.quick else (10_000, 3, 100_000)
+    )
     started = time.perf_counter()
     load_before = os.getloadavg()[0]
     spark = get_spark()
@@ -237,7 +244,7 @@ def main(argv: list[str] | None = None) -> None:
         # the machine is shared: a ratio measured at load 3 on 2 cores is not one at load 0
         "load_average_1m": [round(load_before, 1), round(os.getloadavg()[0], 1)],
     }
-    path = write_results("spark_write", out)  # "quick" in the file says which sizes
+    path = save(args, "spark_write", out)
     print(
         f"apply_over_raw_merge={out['apply_over_raw_merge']} "
         f"messages_per_second={out['messages_per_second']} -> {path}"

@@ -1,7 +1,8 @@
 """What OpenTelemetry costs the hot path: immediate dispatch with telemetry off vs on, same run.
 
     python -m benchmarks.telemetry           # results/telemetry.json (5-15 min on 2 cores)
-    python -m benchmarks.telemetry --quick   # fewer rounds and pairs (results/telemetry.quick.json)
+    python -m benchmarks.telemetry --quick   # fewer rounds and pairs
+    python -m benchmarks.telemetry --smoke   # 1 and 10 documents, one pair
 
 Run it on a quiet machine: single runs of one case spread far wider than a 5% cost (the file
 records the load average before and after). "off" is the default install:
@@ -22,6 +23,10 @@ quartiles as the spread (``summarize``). Each run is a fresh workspace after a g
 collection. The goal (issue 18) is at most 5% fewer messages/s with telemetry on; when the
 spread is wider than the goal the file says the case is inconclusive rather than pass or fail.
 Numbers live in the results file and the rendered docs only: no test asserts them.
+
+A full run writes ``benchmarks/results/telemetry.json``; ``--quick`` and ``--smoke`` write
+``telemetry.quick.json`` / ``telemetry.smoke.json`` into a fresh temporary folder, never into
+benchmarks/results/; ``--out DIR`` chooses the folder (benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from collections.abc import Sequence
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from benchmarks.common import add_output_options, save
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import ReadableSpan
@@ -146,16 +153,24 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and pairs")
     parser.add_argument("--pairs", type=int, default=None, help="off/on pairs per size")
+    add_output_options(parser)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
-    rounds = {1: 20, 100: 4, 1000: 1} if args.quick else {1: 40, 100: 10, 1000: 3}
-    pairs = args.pairs or (3 if args.quick else 11)
+    sizes = (1, 10) if args.smoke else SIZES
+    rounds = (
+        dict.fromkeys(sizes, 2)
+        if args.smoke
+        else {1: 20, 100: 4, 1000: 1}
+        if args.quick
+        else {1: 40, 100: 10, 1000: 3}
+    )
+    pairs = args.pairs or (1 if args.smoke else 3 if args.quick else 11)
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-telemetry-"))
     load_before = os.getloadavg()
     started = time.monotonic()
     cases: dict[str, Any] = {}
     try:
-        for docs in SIZES:
+        for docs in sizes:
             runs: dict[str, list[float]] = {"off": [], "on": []}
             dispatch: dict[str, list[float]] = {"off": [], "on": []}
             for pair in range(pairs):
@@ -194,14 +209,13 @@ def main(argv: list[str] | None = None) -> None:
             "order": "pairs alternate off-on / on-off",
             "goal_slowdown_percent": GOAL_PERCENT,
             "cases": cases,
-            "slowdown_percent": cases["1000_docs"]["slowdown_percent"],
+            "slowdown_percent": cases[f"{sizes[-1]}_docs"]["slowdown_percent"],
             "measure": "messages / the units of work's wall time (build, commit, dispatch); "
             "dispatch_only: messages / (commit returned -> dispatch done)",
-            "headline": "1,000 documents per unit of work, coalesced sends, median of the pairs",
+            "headline": f"{sizes[-1]:,} documents per unit of work, coalesced sends, median of "
+            "the pairs",
         }
-        from benchmarks.common import write_results
-
-        path = write_results("telemetry.quick" if args.quick else "telemetry", results)
+        path = save(args, "telemetry", results)
         print(f"wrote {path}")
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -2,11 +2,15 @@
 
     python -m benchmarks.write_path            # everything, incl. 10,000 commits and buckets
     python -m benchmarks.write_path --quick    # the save/raw ratio and batches, under a minute
+    python -m benchmarks.write_path --smoke    # every step of the full run, a few commits each
     python -m benchmarks.write_path --ratio-only   # rerun the save/raw ratio into write_path.json
     python -m benchmarks.write_path --long-only    # rerun the 10,000-commit runs likewise
 
-Results go to benchmarks/results/write_path.json (``--quick`` writes write_path.quick.json so it
-never overwrites the committed full run).
+A full run writes benchmarks/results/write_path.json; ``--quick`` and ``--smoke`` write
+write_path.quick.json / write_path.smoke.json into a fresh temporary folder, never into
+benchmarks/results/, and ``--out DIR`` chooses the folder (benchmarks/common.py says the rule).
+``--ratio-only`` and ``--long-only`` start from the committed file (or the one already in
+``--out``) and replace their sections in it.
 """
 
 from __future__ import annotations
@@ -27,7 +31,15 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.common import RESULTS, summarize_ms, write_results
+from benchmarks.common import (
+    RESULTS,
+    add_output_options,
+    results_dir,
+    results_name,
+    save,
+    summarize_ms,
+    write_results,
+)
 from migrations.runner import migrate
 from outbox.app import Outbox
 from outbox.core.clock import SystemClock
@@ -262,7 +274,7 @@ def bench_growth(
     thing that grows (docs/delta.md).
     """
     name = f"growth-{compact_every}-{commits}-{log_retention}"
-    ob = _outbox(base / name)
+    ob = _outbox(Path(tempfile.mkdtemp(prefix=f"{name}-", dir=base)))  # a fresh table per run
     _seed(ob, seed_docs)
     compactor = AutoCompactor(ob.store, compact_every) if compact_every else None
     if compactor:
@@ -318,14 +330,25 @@ def bench_growth(
     }
 
 
-def bench_long(base: Path, commits: int) -> dict[str, Any]:
+def bench_long(
+    base: Path, commits: int, *, every: int = 100, window: int = 1000, seed_docs: int = 20_000
+) -> dict[str, Any]:
     """The 10,000-commit runs: compaction alone, then compaction plus the log trim."""
     return {
-        "long_run_compaction_only": bench_growth(base, commits, 100, 1000, seed_docs=20_000),
+        "long_run_compaction_only": bench_growth(base, commits, every, window, seed_docs=seed_docs),
         "long_run_with_upkeep": bench_growth(
-            base, commits, 100, 1000, seed_docs=20_000, log_retention=LONG_RUN_LOG_RETENTION
+            base,
+            commits,
+            every,
+            window,
+            seed_docs=seed_docs,
+            log_retention=LONG_RUN_LOG_RETENTION,
         ),
     }
+
+
+#: ``--smoke``: every step of the full run once, on a few documents and commits.
+SMOKE_LONG = {"commits": 20, "every": 10, "window": 10, "seed_docs": 20}
 
 
 def _bucket_writer(ws: str, who: int, commits: int, barrier: Any, out: Any) -> None:
@@ -379,6 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--quick", action="store_true", help="ratio and batches only (< 1 minute)")
     ap.add_argument("--long-commits", type=int, default=10_000)
     ap.add_argument("--rounds", type=int, default=None, help="rounds of the ratio comparison")
+    add_output_options(ap)
     only = ap.add_mutually_exclusive_group()
     only.add_argument(
         "--long-only",
@@ -393,58 +417,75 @@ def main(argv: list[str] | None = None) -> None:
     )
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(message)s")
-    rounds = args.rounds or (25 if args.quick else 100)
+    smoke = args.smoke
+    rounds = args.rounds or (2 if smoke else 25 if args.quick else 100)
+    seed_docs = 20 if smoke else 2000
+    long: dict[str, int] = SMOKE_LONG if smoke else {"commits": args.long_commits}
     base = Path(tempfile.mkdtemp(prefix="outbox-bench-"))
     try:
         if args.long_only:
-            _update_sections("long_runs", bench_long(base, args.long_commits))
+            _update_sections(args, "long_runs", bench_long(base, **long))
             return
         if args.ratio_only:
-            ratio = bench_ratio(base, rounds=rounds, seed_docs=2000)
+            ratio = bench_ratio(base, rounds=rounds, seed_docs=seed_docs)
             log.info("ratio: %s", ratio)
             _update_sections(
+                args,
                 "ratio",
                 {"ratio": ratio, "save_vs_raw_merge_ratio": ratio["save_vs_raw_merge_ratio"]},
             )
             return
         data: dict[str, Any] = {"quick": args.quick}
-        data["ratio"] = bench_ratio(base, rounds=rounds, seed_docs=2000)
+        data["ratio"] = bench_ratio(base, rounds=rounds, seed_docs=seed_docs)
         data["save_vs_raw_merge_ratio"] = data["ratio"]["save_vs_raw_merge_ratio"]
         log.info("ratio: %s", data["ratio"])
-        data["batches"] = bench_batches(base, [1, 100, 1000], commits=3 if args.quick else 5)
+        batch_commits = 2 if smoke else 3 if args.quick else 5
+        data["batches"] = bench_batches(
+            base, [1, 10] if smoke else [1, 100, 1000], commits=batch_commits
+        )
         log.info("batches: %s", data["batches"])
         data["group_commit"] = bench_group_commit(
-            base, threads=8, per_thread=5 if args.quick else 20
+            base, threads=2 if smoke else 8, per_thread=2 if smoke else 5 if args.quick else 20
         )
         log.info("group commit: %s", data["group_commit"])
         if not args.quick:
-            data["growth_without_upkeep"] = bench_growth(base, 1000, 0, 100)
-            data["growth_with_compaction_every_100"] = bench_growth(base, 1000, 100, 100)
-            data["buckets"] = bench_buckets(base, [1, 4, 16, 64], commits=40)
-            data.update(bench_long(base, args.long_commits))
-        path = write_results("write_path.quick" if args.quick else "write_path", data)
+            commits, every, window = (20, 10, 10) if smoke else (1000, 100, 100)
+            data["growth_without_upkeep"] = bench_growth(
+                base, commits, 0, window, seed_docs=seed_docs
+            )
+            data["growth_with_compaction_every_100"] = bench_growth(
+                base, commits, every, window, seed_docs=seed_docs
+            )
+            data["buckets"] = bench_buckets(
+                base, [4] if smoke else [1, 4, 16, 64], commits=3 if smoke else 40
+            )
+            data.update(bench_long(base, **long))
+        path = save(args, "write_path", data)
         print(f"save_vs_raw_merge_ratio = {data['save_vs_raw_merge_ratio']}  ({path})")
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _update_sections(what: str, sections: dict[str, Any]) -> None:
-    """Replace ``sections`` in the committed results and keep every other section as measured.
+def _update_sections(args: argparse.Namespace, what: str, sections: dict[str, Any]) -> None:
+    """Replace ``sections`` in the results and keep every other section as measured: in the
+    file already in the output folder, else in a copy of the committed one.
 
     The file records when each partial rerun was taken (``<what>_measured_at``) and when the
     rest was (``other_sections_measured_at``), so no figure loses its date.
     """
     import json
 
-    path = RESULTS / "write_path.json"
-    data = json.loads(path.read_text())
+    to = results_dir(args.out, quick=args.quick or args.smoke)
+    stem = results_name("write_path", quick=args.quick, smoke=args.smoke)
+    path = to / f"{stem}.json"
+    data = json.loads((path if path.exists() else RESULTS / "write_path.json").read_text())
     data.pop("benchmark", None)
     measured = data.pop("measured_at", None)
     data.pop("machine", None)
     data.setdefault("other_sections_measured_at", measured)
     data.update(sections)
     data[f"{what}_measured_at"] = datetime.now(UTC).isoformat()
-    out = write_results("write_path", data)
+    out = write_results(stem, data, to=to)
     print(f"{what} updated in {out}")
 
 

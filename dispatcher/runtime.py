@@ -173,6 +173,9 @@ class DispatcherRuntime:
         self._owns_commands = commands is None
         self._owns_transport = transport is None
         self.transport: Transport = transport or build_transport(settings, lambda: self.queue)
+        adopt = getattr(transport, "adopt_settings", None)  # e.g. geo's claim_log_timeout
+        if callable(adopt):
+            adopt(settings)
         # The watermarks of immediate dispatch, coalesced off the caller's path (None: one MERGE
         # inline per dispatch). Reads in this process flush first, so they see every mark earned.
         self.watermarks: WatermarkWriter | None = None

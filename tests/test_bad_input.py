@@ -302,7 +302,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
         1,
         "error: unknown setting 'rescue_dely' (did you mean 'rescue_delay'?) (fix: known "
-        "settings: buckets, checkpoint_store, "
+        "settings: buckets, checkpoint_store, claim_log_timeout, "
         "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
         "cosmos_claims_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
@@ -374,6 +374,21 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         1,
         "error: invalid queue name 'my queue' (fix: use 1-260 letters, digits, '.', '-', '_' "
         "or '/', starting and ending with a letter or digit)",
+    ),
+    (
+        "malformed Cosmos DB key (a setting to fix, not a network problem)",
+        ["-w", "{ws}", "rescue"],
+        {
+            "OUTBOX_CHECKPOINT_STORE": "cosmos",
+            "OUTBOX_COSMOS_ENDPOINT": "https://127.0.0.1:1/",
+            "OUTBOX_COSMOS_KEY": "not-base64!!",
+        },
+        None,
+        1,
+        "error: setting 'cosmos_key' is not a valid Cosmos DB account key: it is not base64 text "
+        "(fix: set cosmos_key (OUTBOX_COSMOS_KEY) to the account's primary or secondary key, as "
+        "the Azure portal shows it under Keys (or `az cosmosdb keys list`), or leave it empty to "
+        "sign in with DefaultAzureCredential)",
     ),
 ]
 
@@ -466,7 +481,7 @@ LIBRARY_CASES: list[tuple[str, Callable[[Outbox], Any], str, str]] = [
         "message too large",
         lambda ob: _save(ob, "pkg-2", "x" * 300_000, destination="shipments"),
         "MessageTooLargeError",
-        "message 'StatusChanged' for 'shipments' is 300000 bytes; the limit is 262144 (fix: send "
+        "message 'StatusChanged' for 'shipments' is 300060 bytes; the limit is 262144 (fix: send "
         "a reference to the data instead, or raise max_message_bytes)",
     ),
     (

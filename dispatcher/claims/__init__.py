@@ -3,6 +3,6 @@ of every message (``dispatcher.transports.geo``). The port is ``ports.ClaimLog``
 (``sql``, ``cosmos``) are imported by name when wanted, so importing the port loads no driver.
 """
 
-from dispatcher.claims.ports import ClaimEntry, ClaimLog, ClaimStatus, Taken
+from dispatcher.claims.ports import BoundedClaimLog, ClaimEntry, ClaimLog, ClaimStatus, Taken
 
-__all__ = ["ClaimEntry", "ClaimLog", "ClaimStatus", "Taken"]
+__all__ = ["BoundedClaimLog", "ClaimEntry", "ClaimLog", "ClaimStatus", "Taken"]

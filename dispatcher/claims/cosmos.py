@@ -15,10 +15,17 @@ local test server answers a read of a missing item with HTTP 500 instead of 404
 creates the entries, so a crash in between leaves a gap, never two keys at one position; gaps
 block nothing (``blocker`` looks for unfinished entries, not for missing numbers). ``blocker`` is
 a cross-partition query (entries are spread by key, so a hot session is no hot partition).
+
+``bounded(timeout)`` is the same log for the sender's write path (docs/geo.md,
+``claim_log_timeout``): every request carries the SDK's ``timeout`` (an absolute limit over the
+request and the SDK's own retries) *and* ``read_timeout`` at ``timeout``. Both are needed: the
+absolute ``timeout`` only shortens connecting, so a request on an open connection to a server that
+stopped answering waits the SDK's read timeout (65 s by default) whatever ``timeout`` says.
 """
 
 from __future__ import annotations
 
+import copy
 import hashlib
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -70,6 +77,10 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
 
     unavailable = ClaimLogUnavailableError
     failed = ClaimLogError
+    #: keyword arguments every SDK request of this log carries (``bounded`` sets the timeouts)
+    _request: dict[str, Any] = {}  # replaced by bounded, never mutated
+    #: seconds each call may take (``bounded``); None: the client's own timeouts
+    timeout: float | None = None
 
     @classmethod
     def from_settings(cls, settings: Settings, container: str | None = None) -> CosmosClaimLog:
@@ -77,6 +88,17 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
         which ``outbox migrate`` creates)."""
         client, proxy = cls._open(settings, container or settings.cosmos_claims_container)
         return cls(proxy, endpoint=settings.cosmos_endpoint, client=client)
+
+    def bounded(self, timeout: float) -> CosmosClaimLog:
+        """This log (the same container and client) with every request giving up after about
+        ``timeout`` seconds; the sender's write path. Closing it leaves the client open."""
+        if timeout <= 0:
+            raise ClaimLogError(f"claim log timeout {timeout!r} must be positive")
+        view = copy.copy(self)  # shares the container and the first-request guard
+        view._client = None  # the client stays this log's to close
+        view.timeout = timeout
+        view._request = {"timeout": timeout, "read_timeout": timeout}
+        return view
 
     # --- the edge ------------------------------------------------------------------------
 
@@ -95,6 +117,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                     "SELECT * FROM c WHERE c.pk = @pk AND c.id = @pk",
                     parameters=[{"name": "@pk", "value": item_id}],
                     partition_key=item_id,
+                    **self._request,
                 )
             )
 
@@ -104,7 +127,9 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
     def _create(self, body: dict[str, Any]) -> bool:
         """Conditional create: False when the item exists (HTTP 409)."""
         try:
-            self._call("writing the claim log", lambda: self._container.create_item(body))
+            self._call(
+                "writing the claim log", lambda: self._container.create_item(body, **self._request)
+            )
         except ClaimLogError as e:
             if status_code(e.__cause__ or e) == _CONFLICT:
                 return False
@@ -123,6 +148,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                     body,
                     etag=item["_etag"],
                     match_condition=MatchConditions.IfNotModified,
+                    **self._request,
                 ),
             )
         except ClaimLogError as e:
@@ -262,6 +288,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                         {"name": "@p", "value": position},
                     ],
                     enable_cross_partition_query=True,
+                    **self._request,
                 )
             )
 

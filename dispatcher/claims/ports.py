@@ -121,6 +121,21 @@ class ClaimLog(Protocol):
     def close(self) -> None: ...
 
 
+@runtime_checkable
+class BoundedClaimLog(Protocol):
+    """A claim log that can give up quickly: what the sender's write path needs.
+
+    ``bounded(timeout)`` is the same log (the same entries) whose every call gives up after about
+    ``timeout`` seconds with ``ClaimLogUnavailableError`` instead of waiting for a lock, a busy
+    database or a silent server. ``GeoReplicatedTransport`` registers through it, so a claim log
+    that cannot be reached fails a send quickly (retryably) instead of holding up the caller of a
+    commit. Closing the view closes only what it opened itself. Optional: a claim log without it
+    is used as it is, with whatever waits it has.
+    """
+
+    def bounded(self, timeout: float) -> ClaimLog: ...
+
+
 class OwnedMoves:
     """``complete``, ``fail`` and ``release`` for a backend: each is a move of a claim its owner
     holds, differing only in the fields it sets; the backend supplies ``_move`` (its CAS)."""

@@ -7,16 +7,28 @@ The tables (``outbox_claims``, ``outbox_claim_sessions``) are created by ``outbo
 (Alembic revision 0002). Both regions must reach the same database: a PostgreSQL server (or a
 SQLite file for tests and a single host). Driver errors leave as ``ClaimLogUnavailableError``
 (retryable) or ``ClaimLogError``.
+
+``bounded(timeout)`` is the same log for the sender's write path, every call giving up after
+about ``timeout`` seconds (docs/geo.md, ``claim_log_timeout``): its own small pool on the same URL
+(waiting at most ``timeout`` for a connection), SQLite's busy timeout at ``timeout`` instead of
+30 s, and on PostgreSQL ``lock_timeout``/``statement_timeout`` at ``timeout`` for each transaction
+(``set_config(..., true)``, i.e. ``SET LOCAL``), ``tcp_user_timeout`` at ``timeout`` and a connect
+timeout of ``max(2 s, timeout)`` (libpq and psycopg never wait less than 2 s for a connection).
+Over an engine the caller owns (or an in-memory SQLite database) the view shares that engine and
+bounds only the lock waits (SQLite's busy timeout of the connection in use, PostgreSQL's ``SET
+LOCAL``).
 """
 
 from __future__ import annotations
 
+import math
+import sqlite3
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Row, and_, insert, select, update
+from sqlalchemy import Connection, Engine, Row, and_, event, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
@@ -33,6 +45,37 @@ from outbox.core.errors import (
 
 C = claims.c
 T = TypeVar("T")
+
+
+def _ms(seconds: float) -> int:
+    return max(1, round(seconds * 1000))
+
+
+def _file_backed(engine: Engine) -> bool:
+    """Not an in-memory SQLite database (a second engine on it would be another database)."""
+    return not sql.is_sqlite(engine) or engine.url.database not in (None, "", ":memory:")
+
+
+def _bounded_engine(engine: Engine, timeout: float) -> Engine:
+    """A new engine on ``engine``'s URL whose waits end after about ``timeout`` seconds."""
+    url = engine.url.render_as_string(hide_password=False)
+    if sql.is_sqlite(engine):
+        bounded = sql.make_engine(url, pool_timeout=timeout, connect_args={"timeout": timeout})
+
+        @event.listens_for(bounded, "connect")
+        def _short_busy_timeout(dbapi_conn: Any, _record: Any) -> None:
+            # after make_engine's own pragmas, which set the 30 s busy timeout
+            dbapi_conn.execute(f"PRAGMA busy_timeout = {_ms(timeout)}")
+
+        return bounded
+    return sql.make_engine(
+        url,
+        pool_timeout=timeout,
+        connect_args={
+            "connect_timeout": max(2, math.ceil(timeout)),
+            "tcp_user_timeout": _ms(timeout),
+        },
+    )
 
 
 def _entry(row: Row[Any]) -> ClaimEntry:
@@ -61,6 +104,21 @@ class SqlClaimLog(OwnedMoves):
         else:
             self._owned = False
         self.engine = engine
+        #: seconds each call may wait (``bounded``); None: the engine's own waits
+        self.timeout: float | None = None
+        self._shared_engine_bounded = False  # the SQLite busy timeout is set per connection
+
+    def bounded(self, timeout: float) -> SqlClaimLog:
+        """This log with every call giving up after about ``timeout`` seconds (the module says
+        how); the sender's write path. Close it when done: it may hold a pool of its own."""
+        if timeout <= 0:
+            raise ClaimLogError(f"claim log timeout {timeout!r} must be positive")
+        own = self._owned and _file_backed(self.engine)
+        view = SqlClaimLog(engine=_bounded_engine(self.engine, timeout) if own else self.engine)
+        view._owned = own
+        view.timeout = timeout
+        view._shared_engine_bounded = not own and sql.is_sqlite(self.engine)
+        return view
 
     def close(self) -> None:
         if self._owned:
@@ -71,7 +129,13 @@ class SqlClaimLog(OwnedMoves):
     @contextmanager
     def _tx(self, action: str) -> Iterator[Connection]:
         try:
-            with self.engine.begin() as conn:
+            with self.engine.connect() as conn, self._busy_timeout(conn), conn.begin():
+                if self.timeout is not None and self.engine.dialect.name == "postgresql":
+                    ms = _ms(self.timeout)
+                    conn.exec_driver_sql(
+                        f"SELECT set_config('lock_timeout', '{ms}', true), "
+                        f"set_config('statement_timeout', '{ms}', true)"
+                    )
                 yield conn
         except OutboxError:
             raise
@@ -83,6 +147,25 @@ class SqlClaimLog(OwnedMoves):
                 else ClaimLogError
             )
             raise kind(str(err)) from e
+
+    @contextmanager
+    def _busy_timeout(self, conn: Connection) -> Iterator[None]:
+        """On a SQLite engine shared with unbounded users: this connection's busy timeout at
+        ``timeout`` for the transaction, the engine's own again afterwards."""
+        if not self._shared_engine_bounded or self.timeout is None:
+            yield
+            return
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        before = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
+        raw.execute(f"PRAGMA busy_timeout = {_ms(self.timeout)}")
+        try:
+            yield
+        finally:
+            try:
+                raw.execute(f"PRAGMA busy_timeout = {before}")
+            except sqlite3.Error:
+                conn.invalidate()  # never hand a connection with the short timeout back
 
     def _run(self, action: str, work: Callable[[Connection], T]) -> T:
         with self._tx(action) as conn:

@@ -5,27 +5,40 @@
   returned -> defer (set aside; ``queue.receive_deferred`` brings it back by sequence number).
 * A background thread renews the locks of running handlers, so a long handler keeps its message.
 * Order within a session holds because the queue only hands out a session's head.
-* Inbox (optional): a message_id already handled is completed without running the handler again.
-  ``inbox=True`` (or a consumer name) is the SQL inbox (``inbox.SqlInbox``); any ``inbox.Inbox``
-  may be passed instead (``inbox_cosmos.CosmosInbox``). With the SQL inbox, the record and the
-  completion commit in one transaction. Another inbox cannot join it, so the order is: handler,
-  then record, then complete; a crash before the record runs the handler again, one after it is
-  dropped by the inbox (at-least-once plus dedup, never a loss).
-  When the handler takes a ``Connection`` argument, its SQL work, the inbox row and the completion
-  commit in ONE transaction: either all happen or none do (exactly-once effect in this database).
-  That needs the SQL inbox; another inbox is refused with ``ConfigurationError``.
-  That transaction is the queue's write transaction (on SQLite: the process's single writer, under
-  BEGIN IMMEDIATE), so inside such a handler send through the given connection,
-  ``queue.send(name, message, conn=conn)``; the messages then commit or roll back with the
-  handler's work. A queue call that opens its own write transaction (``send`` without ``conn``,
-  ``complete``, ``abandon``...) from inside the handler raises ``QueueError`` instead of
-  deadlocking.
+* Inbox (optional): each message id is *claimed* in the inbox before its handler runs (see
+  ``inbox``): an id already handled is completed without running the handler; an id another
+  delivery is handling now (its claim's lease is live) is abandoned until that lease ends and
+  looked at again, never dropped (the holder may crash); a claim whose lease ended (a crashed or
+  hung handler) is taken over. ``inbox=True`` (or a consumer name) is the SQL inbox
+  (``inbox.SqlInbox``); any ``inbox.Inbox`` may be passed instead (``inbox_cosmos.CosmosInbox``).
+  The lease (``inbox_lease``) defaults to the queue's lock duration, is renewed while the handler
+  runs, and is released when the handler fails. The guarantee per mode:
+  - a handler that takes a ``Connection``, with the SQL inbox: claim, the handler's SQL work, the
+    record and the completion commit in ONE transaction: either all happen or none do
+    (exactly-once effect in this database; a concurrent duplicate waits for that transaction).
+    Another inbox is refused with ``ConfigurationError``. That transaction is the queue's write
+    transaction (on SQLite: the process's single writer, under BEGIN IMMEDIATE), so inside such
+    a handler send through the given connection, ``queue.send(name, message, conn=conn)``; the
+    messages then commit or roll back with the handler's work. A queue call that opens its own
+    write transaction (``send`` without ``conn``, ``complete``, ``abandon``...) from inside the
+    handler raises ``QueueError`` instead of deadlocking.
+  - any other handler or inbox: claim, handler, then record and complete (one transaction with
+    the SQL inbox in the queue's database; two steps otherwise). At most one handler runs at a
+    time per message id per consumer name; it runs again only after a failure, or a crash or
+    hang that outlived the lease. At-least-once with no concurrent duplicates: a crash before
+    the record runs the handler again, one after it is dropped by the inbox; never a loss.
 * Claims (optional, two regions): ``claims=<ClaimLog>`` runs the claim-log receive protocol of
   ``claimed.ClaimedReceive`` (each message handled once across both regions' copies, in session
   order; ``granularity`` "message" or "session"; the claim's lease renewed while the handler
   runs). It needs a handler without a ``Connection`` and no inbox (the claim log deduplicates).
 * ``stop()`` (or SIGTERM/SIGINT under ``run_forever``) stops receiving, lets running handlers
   finish and abandons messages it received but did not start, so their locks are released at once.
+
+Why one module: a message's way through the consumer (plain, claimed in an inbox, or inside a
+``Connection`` handler's transaction, where the inbox claim is one of its statements) shares the
+settlement helpers, the in-flight bookkeeping and the lock renewal; apart, each would restate
+them. What is not about settling is elsewhere: the inbox's storage and claim renewal in
+``inbox``, the two-region claim-log protocol in ``claimed``.
 """
 
 from __future__ import annotations
@@ -36,14 +49,15 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind
 from sqlalchemy import Connection, delete
 
 from dispatcher.queue import validation
-from dispatcher.queue.claimed import ClaimedReceive
-from dispatcher.queue.inbox import Inbox, SqlInbox, TransactionalInbox
+from dispatcher.queue.claimed import ClaimedReceive, default_owner
+from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
@@ -66,6 +80,14 @@ DEFAULT_BACKOFF = ExponentialBackoff()
 
 #: ``run_once``'s batch when no one names one (``concurrency`` when larger): one receive per batch.
 DEFAULT_MAX_MESSAGES = 16
+
+
+class _Held(Exception):
+    """Rolls a ``Connection`` handler's transaction back: another delivery holds the claim."""
+
+    def __init__(self, claim: InboxClaim) -> None:
+        super().__init__(f"held by {claim.owner} until {claim.lease_until}")
+        self.claim = claim
 
 
 class _HandlerFailed(Exception):
@@ -109,6 +131,7 @@ class Consumer:
         claim_owner: str | None = None,
         look_again: float = 1.0,
         max_messages: int | None = None,
+        inbox_lease: float | None = None,
     ) -> None:
         self.queue = queue
         self.queue_name = validation.queue_name(queue_name)
@@ -117,11 +140,21 @@ class Consumer:
         self.inbox: Inbox | None
         if isinstance(inbox, Inbox):
             self.inbox = inbox
-        elif inbox:
+        elif inbox is None or isinstance(inbox, bool | str):
             name = inbox if isinstance(inbox, str) else queue_name
-            self.inbox = SqlInbox(queue.database, name)
+            self.inbox = SqlInbox(queue.database, name) if inbox else None
         else:
-            self.inbox = None
+            raise ConfigurationError(
+                f"{type(inbox).__name__} is not an inbox: it lacks claim, renew, release or "
+                "record (dispatcher.queue.inbox.Inbox)",
+                hint="implement the Inbox protocol; outbox.testing.contracts.inbox checks it",
+            )
+        #: the SQL inbox in the queue's own database: its steps join the queue's transactions
+        self._joined: TransactionalInbox | None = (
+            self.inbox
+            if isinstance(self.inbox, TransactionalInbox) and self.inbox.joins(queue.database)
+            else None
+        )
         self.inbox_name: str | None = self.inbox.consumer if self.inbox is not None else None
         self.permanent_errors = permanent_errors
         self.backoff = backoff
@@ -135,17 +168,29 @@ class Consumer:
         self.poll_interval = poll_interval
         self.renew_check_interval = renew_check_interval
         self._with_connection = _takes_connection(handler)
-        if (
-            self._with_connection
-            and self.inbox is not None
-            and not isinstance(self.inbox, TransactionalInbox)
-        ):
+        if self._with_connection and self.inbox is not None and self._joined is None:
             raise ConfigurationError(
                 f"the handler takes a Connection, so its work commits in the queue's SQL "
                 f"transaction, which the inbox {type(self.inbox).__name__} cannot join",
                 hint="use the SQL inbox (inbox=True) with such a handler, or a handler without "
                 "a Connection argument",
             )
+        #: who claims in the inbox (each delivery adds its lock token: two deliveries of one id
+        #: to this consumer's threads are two claimers), and for how long
+        self.owner = claim_owner or default_owner()
+        if inbox_lease is not None and not inbox_lease > 0:
+            raise ConfigurationError(f"inbox_lease must be positive, got {inbox_lease!r}")
+        self.inbox_lease = (
+            queue.lock_duration if inbox_lease is None else timedelta(seconds=inbox_lease)
+        )
+        self.look_again = look_again
+        self._keeper = (
+            ClaimKeeper(
+                self.inbox, self.clock, self.inbox_lease, check_interval=renew_check_interval
+            )
+            if self.inbox is not None
+            else None
+        )
         self.claimed: ClaimedReceive | None = None
         if claims is not None:
             if self._with_connection or self.inbox is not None:
@@ -194,9 +239,11 @@ class Consumer:
         if self._with_connection:  # completed inside the handler's transaction: no renewal
             list(self._pool.map(self._process, batch))
             return len(batch)
-        claims: AbstractContextManager[None] = (
-            self.claimed.renewing() if self.claimed is not None else nullcontext()
-        )
+        claims: AbstractContextManager[None] = nullcontext()
+        if self.claimed is not None:
+            claims = self.claimed.renewing()
+        elif self._keeper is not None:
+            claims = self._keeper.renewing()
         with (
             LockRenewer(
                 self.queue, self._held, self.clock, check_interval=self.renew_check_interval
@@ -267,29 +314,80 @@ class Consumer:
         if self.claimed is not None:
             self.claimed.process(self, msg)
             return
-        if self.inbox is not None and self.inbox.handled(msg.message_id):
-            log.info("message %s was already handled; dropping the repeat", msg.message_id)
+        if self._keeper is None:
+            failed = self._call(msg)
+            if failed is not None:
+                failed()
+                return
             self._settle(self.queue.complete, msg)
+            self.processed += 1
             return
+        owner = self._owner(msg)
+        if not self._claim(self._keeper, msg, owner):
+            return
+        try:
+            failed = self._call(msg)
+        finally:
+            self._keeper.forget(msg.message_id, owner)
+        if failed is not None:  # released first, so the retry finds the id free
+            self._keeper.release(msg.message_id, owner)
+            failed()
+            return
+        self._complete_with_inbox(msg, owner)
+        self.processed += 1
+
+    def _call(self, msg: ReceivedMessage) -> Callable[[], None] | None:
+        """Run the handler: None when it succeeded, else the settlement its outcome asks for."""
         try:
             result = self.handler(msg)  # type: ignore[call-arg]
         except DeferMessage as e:
-            self._defer(msg, e)
-            return
+            deferred = e
+            return lambda: self._defer(msg, deferred)
         except self.permanent_errors as e:
-            self._dead_letter(msg, e)
-            return
+            poison = e
+            return lambda: self._dead_letter(msg, poison)
         except Exception as e:
-            self._abandon(msg, e)
-            return
+            error = e
+            return lambda: self._abandon(msg, error)
         if isinstance(result, DeferMessage):
-            self._defer(msg, result)
-            return
-        if self.inbox is not None:
-            self._complete_with_inbox(msg)
-        else:
+            return lambda: self._defer(msg, result)
+        return None
+
+    def _owner(self, msg: ReceivedMessage) -> str:
+        return f"{self.owner}:{msg.lock_token or msg.sequence_number}"
+
+    def _claim(self, keeper: ClaimKeeper, msg: ReceivedMessage, owner: str) -> bool:
+        """Claim the id before the handler runs; False when this delivery was settled instead:
+        handled (completed), held by another live claim (waits) or the inbox failed."""
+        try:
+            claim = keeper.take(msg.message_id, owner)
+        except Exception as e:  # nothing runs without a claim
+            self._abandon(msg, e)
+            return False
+        if claim.handled:
+            log.info("message %s was already handled; dropping the repeat", msg.message_id)
             self._settle(self.queue.complete, msg)
-        self.processed += 1
+            return False
+        if claim.held:
+            self._wait_for(msg, claim)
+            return False
+        return True
+
+    def _wait_for(self, msg: ReceivedMessage, claim: InboxClaim) -> None:
+        """Another delivery of the id is being handled: abandon this one until that claim's lease
+        ends (at least ``look_again`` seconds, at most one lease), then look again. Never drop
+        it: the holder may crash."""
+        now = self.clock.now()
+        lease = self.inbox_lease.total_seconds()
+        left = lease if claim.lease_until is None else (claim.lease_until - now).total_seconds()
+        delay = min(max(left, self.look_again), lease)
+        log.info(
+            "message %s is being handled by %s; this delivery waits %.1fs",
+            msg.message_id,
+            claim.owner,
+            delay,
+        )
+        self._settle(lambda m: self.queue.abandon(m, delay=delay), msg)
 
     def _run_in_transaction(self, msg: ReceivedMessage) -> None:
         """Complete first, inside the handler's transaction: once the delete is in (uncommitted),
@@ -300,14 +398,30 @@ class Consumer:
             with db.write("handle a message") as conn:
                 if not self._delete_locked(conn, msg):
                     raise LockLostError(f"message {msg.message_id}: lock lost before handling")
-                if self.inbox is not None and not self._record(conn, msg):
-                    return  # already handled: the delete above completes it
+                if self._joined is not None:
+                    claim = self._joined.claim_in(
+                        conn,
+                        msg.message_id,
+                        self._owner(msg),
+                        lease=self.inbox_lease,
+                        at=self.clock.now(),
+                    )
+                    if claim.handled:  # the delete above completes the repeat
+                        log.info("message %s was already handled; dropping it", msg.message_id)
+                        return
+                    if claim.held:  # a consumer of this name without a Connection handler
+                        raise _Held(claim)
                 try:
                     result = self.handler(msg, conn)  # type: ignore[call-arg]
                 except Exception as e:  # the handler's own: kept apart from the queue's errors
                     raise _HandlerFailed(e) from e
                 if isinstance(result, DeferMessage):  # roll the handler's work back, then defer
                     raise _HandlerFailed(result)
+                if self._joined is not None:
+                    self._joined.record_in(conn, msg.message_id, at=self.clock.now())
+        except _Held as held:
+            self._wait_for(msg, held.claim)
+            return
         except _HandlerFailed as failed:
             error = failed.error
             if isinstance(error, DeferMessage):
@@ -339,34 +453,35 @@ class Consumer:
         )
         return result.rowcount == 1
 
-    def _record(self, conn: Connection, msg: ReceivedMessage) -> bool:
-        """Insert the inbox row; False when this consumer already handled the message_id."""
-        assert isinstance(self.inbox, TransactionalInbox)
-        return self.inbox.record_in(conn, msg.message_id, at=self.clock.now())
-
-    def _complete_with_inbox(self, msg: ReceivedMessage) -> None:
-        if not isinstance(self.inbox, TransactionalInbox):
-            self._record_then_complete(msg)
+    def _complete_with_inbox(self, msg: ReceivedMessage, owner: str) -> None:
+        """Record, then complete. The SQL inbox in the queue's database does both in one
+        transaction; a lost lock still records (the handler succeeded), so the redelivery is
+        dropped. Another inbox records first: a failed record releases the claim and abandons
+        (the handler runs again: at-least-once); a lost completion after the record is
+        redelivered and dropped by the inbox."""
+        assert self.inbox is not None
+        assert self._keeper is not None
+        if self._joined is None:
+            try:
+                self.inbox.record(msg.message_id, at=self.clock.now())
+            except Exception as e:
+                self._keeper.release(msg.message_id, owner)
+                self._abandon(msg, e)
+                return
+            self._settle(self.queue.complete, msg)
             return
         try:
             with self.queue.database.write("complete a message") as conn:
-                self._record(conn, msg)
+                self._joined.record_in(conn, msg.message_id, at=self.clock.now())
                 if not self._delete_locked(conn, msg):
-                    raise LockLostError(f"message {msg.message_id}: lock lost before completion")
-        except LockLostError as e:
-            log.warning("%s; the handler may run again (the inbox will not drop it)", e)
-
-    def _record_then_complete(self, msg: ReceivedMessage) -> None:
-        """An inbox outside the queue's database: record first, then complete. A failed record
-        abandons (the handler runs again: at-least-once); a lost completion after the record is
-        redelivered and dropped by the inbox."""
-        assert self.inbox is not None
-        try:
-            self.inbox.record(msg.message_id, at=self.clock.now())
-        except Exception as e:
+                    log.warning(
+                        "message %s: lock lost before completion; recorded, so its redelivery "
+                        "is dropped by the inbox",
+                        msg.message_id,
+                    )
+        except Exception as e:  # neither recorded nor completed: the handler runs again
+            self._keeper.release(msg.message_id, owner)
             self._abandon(msg, e)
-            return
-        self._settle(self.queue.complete, msg)
 
     def _abandon(self, msg: ReceivedMessage, error: Exception) -> None:
         telemetry.record_error(error)

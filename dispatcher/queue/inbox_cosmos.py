@@ -1,44 +1,55 @@
-"""A consumer inbox in a Cosmos DB container: a handled message id is a *conditional create*.
+"""A consumer inbox in a Cosmos DB container: a claim is a *conditional create*, every later move
+a *replace with the etag* read.
 
 One item per (consumer, message id)::
 
     {"id": sha256(consumer, message_id), "pk": <the same>, "consumer": ..., "message_id": ...,
-     "handled_at": "..."}
+     "handled_at": "..." | null, "owner": "..." | null, "lease_until": "..." | null}
 
-* ``create_item`` succeeds for the first recorder; a repeat gets HTTP 409 (``record`` -> False).
-  Cosmos DB checks id uniqueness per logical partition, so the id and the partition key are the
+* ``handled_at`` set: the id was handled (items written before claims existed have only it, and
+  keep meaning "handled"). Otherwise the item is a claim of ``owner`` until ``lease_until``
+  (null: released).
+* ``claim``: ``create_item`` for the first claimer; HTTP 409 means the item exists, so it is
+  read: handled -> ``HANDLED``; another owner's live lease -> ``HELD``; else (released, expired,
+  or the caller's own) ``replace_item`` with ``If-Match: <etag>``, where HTTP 412 means someone
+  wrote in between and the item is read again. ``record``, ``renew`` and ``release`` are the same
+  read-then-replace. So of racing claimers exactly one wins, as with the SQL inbox.
+* Cosmos DB checks id uniqueness per logical partition, so the id and the partition key are the
   same hash: uniqueness per (consumer, message id), items spread over every partition, and each
   lookup is a single-partition query. The id is a hash because ids may not contain ``/``.
-* ``handled`` is a query, not a point read: the local test server answers a read of a missing
-  item with HTTP 500 instead of 404.
+* Items are read with a query, not a point read: the local test server answers a read of a
+  missing item with HTTP 500 instead of 404.
 
-What is and isn't atomic, compared with the SQL inbox: the SQL inbox commits its record, the
-handler's SQL work and the message's completion in ONE transaction (exactly-once effect in that
-database). A Cosmos inbox cannot join a SQL transaction, so the consumer runs: check -> handler ->
-record -> complete, each its own step. A crash between any two steps never loses a message:
-
-* before the record: the message is redelivered and the handler runs again (at-least-once);
-* after the record, before the completion: the redelivery is dropped by the inbox (dedup), which
-  is right because the handler had succeeded.
-
-So the handler must tolerate running twice for one message id in the first case (idempotent
-effects, or effects in the same Cosmos partition guarded by their own etags). A handler that
-takes a SQL ``Connection`` needs the SQL inbox; the consumer refuses that pairing.
+What the consumer guarantees with this inbox: it cannot join the queue's SQL transaction, so
+the consumer runs claim -> handler -> record -> complete, each its own step. At most one handler
+runs at a time per message id per consumer name; a concurrent duplicate waits (its queue copy is
+abandoned until the claim's lease ends) and is dropped once the id is recorded. A handler runs
+again only after it failed (the claim is released), or after a crash or hang outlived the lease
+(the claim is taken over). A crash after the record but before the completion redelivers the
+message, and the inbox drops it. At-least-once with no concurrent duplicates: the handler must
+tolerate a second run in those cases (idempotent effects, or effects in the same Cosmos
+partition guarded by their own etags). A handler that takes a SQL ``Connection`` needs the SQL
+inbox; the consumer refuses that pairing.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from datetime import datetime
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any, TypeVar
 
+from dispatcher.queue.inbox import ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
 from outbox.core.cosmos import CosmosAdapter, status_code
-from outbox.core.errors import QueueError, QueueUnavailableError
+from outbox.core.errors import OutboxError, QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 
-_CONFLICT = 409
+_CONFLICT, _PRECONDITION = 409, 412
+#: Reads of an item that keeps changing under one step before giving up (retryable).
+_ATTEMPTS = 20
+T = TypeVar("T")
 
 
 def item_id(consumer: str, message_id: str) -> str:
@@ -46,9 +57,14 @@ def item_id(consumer: str, message_id: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
+def _when(text: str | None) -> datetime | None:
+    return None if text is None else utc(datetime.fromisoformat(text))
+
+
 class CosmosInbox(CosmosAdapter):
-    """Handled ids of ``consumer`` in the container ``cosmos_inbox_container`` (partition key
-    ``/pk``, created by ``outbox migrate``). ``container`` is an azure-cosmos ``ContainerProxy``.
+    """Handled ids and live claims of ``consumer`` in the container ``cosmos_inbox_container``
+    (partition key ``/pk``, created by ``outbox migrate``). ``container`` is an azure-cosmos
+    ``ContainerProxy``.
 
     Records are never deleted by the framework; give the container a default time-to-live
     (``defaultTtl``) longer than any redelivery or resend window if it should not grow forever.
@@ -68,36 +84,135 @@ class CosmosInbox(CosmosAdapter):
         client, container = cls._open(settings, settings.cosmos_inbox_container)
         return cls(container, consumer, endpoint=settings.cosmos_endpoint, client=client)
 
-    def handled(self, message_id: str) -> bool:
-        key = item_id(self.consumer, message_id)
+    # --- the edge ------------------------------------------------------------------------
 
-        def query() -> list[Any]:
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        try:
+            return self._once_warm(call)
+        except OutboxError:
+            raise
+        except Exception as e:
+            raise self._error(what, e) from e
+
+    def _find(self, key: str) -> dict[str, Any] | None:
+        def query() -> list[dict[str, Any]]:
             return list(
                 self._container.query_items(
-                    "SELECT c.id FROM c WHERE c.pk = @pk AND c.id = @pk",
+                    "SELECT * FROM c WHERE c.pk = @pk AND c.id = @pk",
                     parameters=[{"name": "@pk", "value": key}],
                     partition_key=key,
                 )
             )
 
-        try:
-            return bool(self._once_warm(query))
-        except Exception as e:
-            raise self._error("reading the inbox", e) from e
+        found = self._call("reading the inbox", query)
+        return found[0] if found else None
 
-    def record(self, message_id: str, *, at: datetime) -> bool:
-        key = item_id(self.consumer, message_id)
-        body = {
+    def _create(self, body: dict[str, Any]) -> bool:
+        """Conditional create: False when the item exists (HTTP 409)."""
+        try:
+            self._call("writing the inbox", lambda: self._container.create_item(body))
+        except QueueError as e:
+            if status_code(e.__cause__ or e) == _CONFLICT:
+                return False
+            raise
+        return True
+
+    def _replace(self, item: dict[str, Any], changes: dict[str, Any]) -> bool:
+        """Replace ``item`` with ``changes`` if nobody wrote it since it was read (False: 412)."""
+        from azure.core import MatchConditions
+
+        body = {k: v for k, v in item.items() if not k.startswith("_")}
+        body.update(changes)
+        try:
+            self._call(
+                "writing the inbox",
+                lambda: self._container.replace_item(
+                    item["id"],
+                    body,
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                ),
+            )
+        except QueueError as e:
+            if status_code(e.__cause__ or e) == _PRECONDITION:
+                return False
+            raise
+        return True
+
+    def _body(self, key: str, message_id: str, **fields: Any) -> dict[str, Any]:
+        return {
             "id": key,
             "pk": key,
             "consumer": self.consumer,
             "message_id": message_id,
-            "handled_at": utc(at).isoformat(),
+            "handled_at": None,
+            "owner": None,
+            "lease_until": None,
+            **fields,
         }
-        try:
-            self._once_warm(lambda: self._container.create_item(body))
-        except Exception as e:
-            if status_code(e) == _CONFLICT:
+
+    def _kept_moving(self, what: str, message_id: str) -> QueueUnavailableError:
+        return QueueUnavailableError(
+            f"{what} message {message_id!r} in the inbox: the item kept changing under "
+            f"{_ATTEMPTS} attempts",
+            hint="retry; many deliveries of one message id at once cause this",
+        )
+
+    # --- the port ------------------------------------------------------------------------
+
+    def handled(self, message_id: str) -> bool:
+        item = self._find(item_id(self.consumer, message_id))
+        return item is not None and item.get("handled_at") is not None
+
+    def claim(self, message_id: str, owner: str, *, lease: timedelta, at: datetime) -> InboxClaim:
+        key = item_id(self.consumer, message_id)
+        until = utc(at + lease)
+        mine = {"owner": owner, "lease_until": until.isoformat()}
+        won = InboxClaim(ClaimOutcome.WON, owner, until)
+        for _ in range(_ATTEMPTS):
+            if self._create(self._body(key, message_id, **mine)):
+                return won
+            item = self._find(key)
+            if item is None:
+                continue  # deleted in between (a time-to-live): create again
+            if item.get("handled_at") is not None:
+                return InboxClaim(ClaimOutcome.HANDLED, item.get("owner"), None)
+            holder, lease_until = item.get("owner"), _when(item.get("lease_until"))
+            if holder != owner and lease_until is not None and lease_until > utc(at):
+                return InboxClaim(ClaimOutcome.HELD, holder, lease_until)
+            if self._replace(item, mine):
+                return won
+        raise self._kept_moving("claiming", message_id)
+
+    def _move(self, message_id: str, owner: str, changes: dict[str, Any]) -> bool:
+        """Replace ``owner``'s claim with ``changes``; False when ``owner`` does not hold it."""
+        key = item_id(self.consumer, message_id)
+        for _ in range(_ATTEMPTS):
+            item = self._find(key)
+            if item is None or item.get("handled_at") is not None or item.get("owner") != owner:
                 return False
-            raise self._error("recording a handled message in the inbox", e) from e
-        return True
+            if self._replace(item, changes):
+                return True
+        raise self._kept_moving("moving the claim of", message_id)
+
+    def renew(self, message_id: str, owner: str, *, lease: timedelta, at: datetime) -> bool:
+        return self._move(message_id, owner, {"lease_until": utc(at + lease).isoformat()})
+
+    def release(self, message_id: str, owner: str) -> None:
+        self._move(message_id, owner, {"owner": None, "lease_until": None})
+
+    def record(self, message_id: str, *, at: datetime) -> bool:
+        key = item_id(self.consumer, message_id)
+        handled_at = utc(at).isoformat()
+        for _ in range(_ATTEMPTS):
+            if self._create(self._body(key, message_id, handled_at=handled_at)):
+                return True
+            item = self._find(key)
+            if item is None:
+                continue
+            if item.get("handled_at") is not None:
+                return False  # someone recorded first
+            # the claim's owner stays, as who handled it
+            if self._replace(item, {"handled_at": handled_at, "lease_until": None}):
+                return True
+        raise self._kept_moving("recording", message_id)

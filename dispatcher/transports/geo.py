@@ -25,6 +25,12 @@ know each message's place and never start one before its predecessor finished
 (``dispatcher.queue.claimed``). If the claim log cannot be reached the send fails retryably:
 nothing is sent that consumers could not order. Messages both regions refused are marked failed
 in the log, so they hold up nothing behind them.
+
+The send is on the caller's path (immediate dispatch runs right after a commit), so it never waits
+on the claim log longer than ``claim_log_timeout`` (default 1 s, else the outbox's
+``claim_log_timeout`` setting): its calls go through ``claims.bounded(claim_log_timeout)``
+(``dispatcher.claims.ports.BoundedClaimLog``), and the first one that gives up fails the send
+retryably. The commit is durable already; the outbox's retry command or the rescuer sends later.
 """
 
 from __future__ import annotations
@@ -36,8 +42,9 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
-from dispatcher.claims.ports import ClaimLog, message_key, session_key
+from dispatcher.claims.ports import BoundedClaimLog, ClaimLog, message_key, session_key
 from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.durations import parse_duration
@@ -45,16 +52,22 @@ from outbox.core.errors import (
     ClaimLogError,
     ClaimLostError,
     ClosedError,
+    ConfigurationError,
     OutboxError,
     PermanentTransportError,
     RetryableTransportError,
     TransportError,
 )
 
+if TYPE_CHECKING:
+    from outbox.core.settings import Settings
+
 log = logging.getLogger("outbox.transports.geo")
 
 #: Seconds a region that failed a send is skipped before it is tried again.
 DEFAULT_REGION_BACKOFF = 30.0
+#: Seconds a send may wait on the claim log (the ``claim_log_timeout`` setting's default).
+DEFAULT_CLAIM_LOG_TIMEOUT = 1.0
 
 
 class GeoReplicatedTransport:
@@ -74,7 +87,10 @@ class GeoReplicatedTransport:
         clock: Clock | None = None,
         region_backoff: str | float = DEFAULT_REGION_BACKOFF,
         names: tuple[str, str] = ("primary", "secondary"),
+        claim_log_timeout: str | float | None = None,
     ) -> None:
+        """``claim_log_timeout``: how long a send may wait on ``claims`` (default: the outbox's
+        ``claim_log_timeout`` setting when ``Outbox.open`` wires this transport, else 1 s)."""
         self.regions = (primary, secondary)
         self.names = names
         self.secondary_delay = timedelta(
@@ -82,6 +98,11 @@ class GeoReplicatedTransport:
         )
         self.region_backoff = parse_duration(region_backoff, name="region_backoff")
         self.claims = claims
+        self._timeout_given = claim_log_timeout is not None
+        self.claim_log_timeout = self._positive_timeout(
+            DEFAULT_CLAIM_LOG_TIMEOUT if claim_log_timeout is None else claim_log_timeout
+        )
+        self._send_claims: ClaimLog | None = None  # claims, bounded: made on first use
         self.clock = clock or SystemClock()
         self._owner = f"geo-sender-{uuid.uuid4().hex[:12]}"
         self._lock = threading.Lock()
@@ -90,6 +111,26 @@ class GeoReplicatedTransport:
         self._closed = False
         #: messages each region missed while the other settled them
         self.missed = [0, 0]
+
+    @staticmethod
+    def _positive_timeout(value: str | float) -> float:
+        seconds = parse_duration(value, name="claim_log_timeout")
+        if seconds <= 0:
+            raise ConfigurationError(
+                f"claim_log_timeout must be positive, got {value!r}", hint="e.g. 1s or 500ms"
+            )
+        return seconds
+
+    def adopt_settings(self, settings: Settings) -> None:
+        """Take ``claim_log_timeout`` from the outbox's settings unless it was given here
+        (``DispatcherRuntime`` calls this for a transport passed to ``Outbox.open``)."""
+        if self._timeout_given:
+            return
+        with self._lock:
+            self.claim_log_timeout = self._positive_timeout(settings.claim_log_timeout)
+            view, self._send_claims = self._send_claims, None
+        if view is not None and view is not self.claims:
+            view.close()
 
     # --- sending ------------------------------------------------------------------------------
 
@@ -189,8 +230,21 @@ class GeoReplicatedTransport:
 
     # --- the claim log ------------------------------------------------------------------------
 
-    def _register(self, batch: list[TransportMessage], now: datetime) -> None:
+    def _claims_for_sends(self) -> ClaimLog:
+        """``claims`` bounded to ``claim_log_timeout`` (as it is when it cannot be bounded)."""
         assert self.claims is not None
+        with self._lock:
+            if self._send_claims is None:
+                claims = self.claims
+                self._send_claims = (
+                    claims.bounded(self.claim_log_timeout)
+                    if isinstance(claims, BoundedClaimLog)
+                    else claims
+                )
+            return self._send_claims
+
+    def _register(self, batch: list[TransportMessage], now: datetime) -> None:
+        claims = self._claims_for_sends()
         sessions: dict[str, list[str]] = {}
         for m in batch:
             if m.session_id is not None:
@@ -198,11 +252,16 @@ class GeoReplicatedTransport:
                 sessions.setdefault(key, []).append(message_key(m.destination, m.message_id))
         try:
             for session, keys in sessions.items():
-                self.claims.register(session, keys, at=now)
+                claims.register(session, keys, at=now)
         except OutboxError as e:
+            bound = (
+                f" (waiting at most claim_log_timeout {self.claim_log_timeout:g}s)"
+                if claims is not self.claims
+                else ""
+            )
             raise RetryableTransportError(
-                f"the claim log did not register message {batch[0].message_id}, so nothing "
-                f"was sent: {e}",
+                f"the claim log did not register message {batch[0].message_id}{bound}, so "
+                f"nothing was sent and the send is retried later: {e}",
                 message_id=batch[0].message_id,
             ) from e
 
@@ -211,18 +270,24 @@ class GeoReplicatedTransport:
         the message they named: the rest of a refused batch is re-sent one by one and delivered."""
         if self.claims is None:
             return
+        claims = self._claims_for_sends()
         lease = timedelta(seconds=60)
         for m in batch:
             if m.session_id is None:
                 continue
             key = message_key(m.destination, m.message_id)
             try:
-                if self.claims.claim(key, self._owner, lease=lease, at=now).won:
-                    self.claims.fail(key, self._owner, at=now)
+                if claims.claim(key, self._owner, lease=lease, at=now).won:
+                    claims.fail(key, self._owner, at=now)
             except (ClaimLostError, ClaimLogError) as e:
                 log.warning("could not mark refused message %s failed: %s", m.message_id, e)
 
     def close(self) -> None:
-        """The regions' transports belong to whoever built them; only the send pool is ours."""
+        """The regions' transports and ``claims`` belong to whoever built them; the send pool and
+        the bounded view of ``claims`` are ours."""
         self._closed = True
         self._pool.shutdown(wait=True)
+        with self._lock:
+            view, self._send_claims = self._send_claims, None
+        if view is not None and view is not self.claims:
+            view.close()

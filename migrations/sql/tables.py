@@ -107,12 +107,17 @@ checkpoints = Table(
     PrimaryKeyConstraint("table_uri", "rescuer_name", name="pk_outbox_checkpoints"),
 )
 
+# The consumer inbox (dispatcher.queue.inbox.SqlInbox): a row with handled_at is a handled
+# message id (every row written before revision 0004 is one); a row without it is a claim of
+# ``owner`` until ``lease_until`` (NULL: released), taken before the handler runs.
 inbox = Table(
     "outbox_inbox",
     metadata,
     Column("consumer", String(NAME), nullable=False),
     Column("message_id", String(ID), nullable=False),
-    Column("handled_at", DateTime(timezone=True), nullable=False),
+    Column("handled_at", DateTime(timezone=True), nullable=True),
+    Column("owner", String(NAME), nullable=True),
+    Column("lease_until", DateTime(timezone=True), nullable=True),
     PrimaryKeyConstraint("consumer", "message_id", name="pk_outbox_inbox"),
 )
 

@@ -1,5 +1,6 @@
-"""The rescuer as the checker runs it: the product's ``RescuePass`` in the supervisor, on an
-accelerated clock, behind a sink that records what it enqueued and sometimes dies mid-pass.
+"""The rescuer as the checker runs it: the product's ``RescuePass`` and ``QueueSink`` in the
+supervisor, on an accelerated clock, the sink's queue recording what it accepted, and the sink
+sometimes dying mid-pass.
 
 Time: Delta commit timestamps are real wall time, and the rescuer compares them with its clock's
 ``now()``. The rescuer here runs on a clock that is ``rescue_delay - COMPRESSED_DELAY`` seconds
@@ -14,10 +15,11 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
+from dispatcher.queue.messages import QueueMessage
 from outbox.checker.report import CheckReport
 from outbox.core.clock import SystemClock
 from outbox.core.errors import OutboxError
@@ -41,24 +43,48 @@ class InterruptedPass(Exception):
     """Stands for Ctrl-C or a crash in the middle of a rescue pass (after some enqueues)."""
 
 
-class RecordingSink:
-    """Commands into the SQL queue, remembering which documents got a *new* command and when
-    (wall time): a worker's first delivery on a document no retry command ever named can only
-    have come through one of these."""
+class RecordingQueue:
+    """The SQL command queue as the production ``QueueSink`` sees it, remembering which documents
+    got a *new* command and when (wall time): a worker's first delivery on a document no retry
+    command ever named can only have come through one of these.
 
-    def __init__(self, queue: Any, queue_name: str) -> None:
-        self.queue, self.queue_name = queue, queue_name
+    It wraps the sink's *output* (what the sink sends, and the ids the queue accepted as new)
+    and nothing else, so the rescuer the checker runs is the production one: ``RescuePass`` over
+    the production engine and ``QueueSink``. A broken pass, planner or sink fails the seed
+    (``outbox.testing.mutations``); a sink of the checker's own would hide a broken ``QueueSink``.
+    """
+
+    def __init__(self, queue: Any) -> None:
+        self.queue = queue
         self.first_command_at: dict[str, float] = {}  # document id -> wall time
 
-    def enqueue(self, commands: Sequence[Any]) -> int:
-        if not commands:
-            return 0
-        by_id = {c.command_id: c.id for c in commands}
+    def send(
+        self, queue: str, messages: QueueMessage | Sequence[QueueMessage], *, conn: Any = None
+    ) -> list[str]:
+        batch = [messages] if isinstance(messages, QueueMessage) else list(messages)
+        return self._record(batch, lambda: self.queue.send(queue, batch, conn=conn))
+
+    def send_batch(
+        self, entries: Sequence[tuple[str, QueueMessage]], *, conn: Any = None
+    ) -> list[str]:
+        batch = [m for _, m in entries]
+        return self._record(batch, lambda: self.queue.send_batch(entries, conn=conn))
+
+    def validate(self, queue: str, msg: QueueMessage) -> None:
+        self.queue.validate(queue, msg)
+
+    def close(self) -> None:
+        self.queue.close()
+
+    def _record(self, batch: list[QueueMessage], send: Callable[[], list[str]]) -> list[str]:
+        by_id = {m.message_id: m.session_id for m in batch}
         now = time.time()  # before the send: no worker can have seen the command earlier
-        sent = self.queue.send(self.queue_name, [c.to_queue_message() for c in commands])
-        for command_id in sent:
-            self.first_command_at.setdefault(by_id[command_id], now)
-        return len(sent)
+        sent = send()
+        for message_id in sent:
+            doc = by_id.get(message_id)
+            if doc is not None:
+                self.first_command_at.setdefault(doc, now)
+        return sent
 
 
 class FlakySink:

@@ -8,6 +8,7 @@ A *mutation* (``outbox.testing.mutations``) runs the same seed against a deliber
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import shutil
@@ -27,7 +28,7 @@ from outbox.checker.rescue import (
     FlakySink,
     InterruptedPass,
     OffsetClock,
-    RecordingSink,
+    RecordingQueue,
     run_rescue_pass,
 )
 from outbox.checker.scenario import Scenario, SparkPlan
@@ -77,8 +78,11 @@ def run_check(
     say(sc.describe() + (f"; MUTATION {mutation}" if mutation else ""))
     db = seed_database(sql, seed)
     report.sql = db.backend
-    run, sink, close = _prepare(sc, report, root, mutation, broken, say, db)
+    run, recording, close = _prepare(sc, report, root, mutation, broken, say, db)
+    rescue_mutation = contextlib.ExitStack()
     try:
+        if broken:  # a broken production rescuer (its pass, sink or planner), for this seed only
+            rescue_mutation.enter_context(broken.supervisor_rescue())
         python_writers = [w for w in run.children.writers if not w.cfg.get("spark")]
         for child in run.children.writers:
             if child.cfg.get("spark"):  # its JVM first: its MERGE must meet the writers
@@ -94,9 +98,10 @@ def run_check(
         run.children.stop()
         from outbox.checker.verify import verify
 
-        verify(run, root, sink.first_command_at)
+        verify(run, root, recording.first_command_at)
         _spark_counts(run)
     finally:
+        rescue_mutation.close()
         close()
     report.duration_s = round(time.monotonic() - t_start, 2)
     if report.ok and not keep:
@@ -138,14 +143,20 @@ def _prepare(
     broken: mutations.Mutation | None,
     say: Progress,
     db: SeedDatabase,
-) -> tuple[Run, RecordingSink, Callable[[], None]]:
-    """The workspace, the children's configurations, the rescuer and its sink."""
-    from dispatcher.queue.sql_queue import SqlQueue
+) -> tuple[Run, RecordingQueue, Callable[[], None]]:
+    """The workspace, the children's configurations, the rescuer and its sink.
+
+    The rescuer is built as ``outbox rescue`` builds it (``outbox.cli.rescue``): ``RescuePass``
+    over ``make_engine``, ``checkpoint_store_from_settings`` and ``QueueSink.from_settings``. The
+    checker only wraps the sink's queue (``RecordingQueue``: what was accepted, and when), the
+    sink in its injected mid-pass death (``FlakySink``), and the clock (``OffsetClock``).
+    """
     from outbox.app import Outbox
     from outbox.delta.store import DeltaDocumentStore
-    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.checkpoint_factory import checkpoint_store_from_settings
     from rescuer.engines import make_engine
     from rescuer.runner import RescuePass
+    from rescuer.sink import QueueSink
 
     overrides: dict[str, Any] = {
         "default_destination": "shipments",
@@ -171,11 +182,12 @@ def _prepare(
         ].kills_pending += 1
     for w in children.writers:
         w.cfg["await_kill"] = w.kills_pending > 0
-    queue = SqlQueue.from_settings(settings, clock=SystemClock())
-    recording = RecordingSink(queue, settings.command_queue)
-    inner = broken.wrap_sink(recording) if broken else recording
+    production = QueueSink.from_settings(settings, clock=SystemClock())
+    queue = production.queue  # the SQL queue: the drain and the re-create step use it too
+    production.queue = recording = RecordingQueue(queue)
+    inner = broken.wrap_sink(production) if broken else production
     sink = FlakySink(inner, random.Random(sc.seed ^ 0x5EED), sc.rescue_failure_rate)
-    checkpoints = SqlCheckpointStore(settings.sql_url)
+    checkpoints = checkpoint_store_from_settings(settings)
     store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
     offset = settings.rescue_delay - COMPRESSED_DELAY
     clock = OffsetClock(offset)
@@ -186,6 +198,7 @@ def _prepare(
         sink,
         clock=clock,
         delay=settings.rescue_delay,
+        name=settings.rescuer_name,
     )
     report.rescue_delay_simulated_s = settings.rescue_delay
     report.rescue_delay_real_s = COMPRESSED_DELAY

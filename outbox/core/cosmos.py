@@ -13,6 +13,8 @@ test server answers a read of a missing item with HTTP 500 instead of 404 (docs/
 
 from __future__ import annotations
 
+import base64
+import binascii
 import logging
 import threading
 import warnings
@@ -66,6 +68,8 @@ def translate(
     not be reached or was busy, ``failed`` otherwise, each naming the endpoint and the fix."""
     if isinstance(error, OutboxError):
         return error
+    if isinstance(error, binascii.Error):  # the SDK decoding the key to sign a request
+        return malformed_key("it is not base64 text")
     first = (str(error).strip().splitlines() or [type(error).__name__])[0][:300]
     code = status_code(error)
     if code is None or code in _RETRYABLE_STATUSES:
@@ -88,8 +92,38 @@ def translate(
     return failed(f"{what}: Cosmos DB at {endpoint} answered HTTP {code}: {first}")
 
 
+#: What to do about a malformed key (the CLI prints it as the fix).
+KEY_HINT = (
+    "set cosmos_key (OUTBOX_COSMOS_KEY) to the account's primary or secondary key, as the Azure "
+    "portal shows it under Keys (or `az cosmosdb keys list`), or leave it empty to sign in with "
+    "DefaultAzureCredential"
+)
+
+
+def malformed_key(reason: str) -> ConfigurationError:
+    """The error for a ``cosmos_key`` that is no account key at all (never the key itself: it is
+    a secret). Not retryable: no network problem, a setting to fix."""
+    return ConfigurationError(
+        f"setting 'cosmos_key' is not a valid Cosmos DB account key: {reason}", hint=KEY_HINT
+    )
+
+
+def check_key(key: str) -> None:
+    """``ConfigurationError`` unless ``key`` decodes as base64, the way azure-cosmos decodes it to
+    sign each request (``base64.b64decode``, which skips characters outside the alphabet, so a
+    key the SDK would accept is never refused here). A key that decodes but is the wrong one is
+    the account's to refuse (HTTP 401, reported as refused credentials)."""
+    try:
+        decoded = base64.b64decode(key)
+    except (binascii.Error, ValueError):
+        raise malformed_key("it is not base64 text") from None
+    if not decoded:
+        raise malformed_key("it holds no base64 data")
+
+
 def _credential(key: str) -> Any:
     if key:
+        check_key(key)
         return key
     try:
         from azure.identity import DefaultAzureCredential

@@ -95,6 +95,9 @@ class Settings:
     cosmos_checkpoint_container: str = "checkpoints"
     cosmos_inbox_container: str = "inbox"
     cosmos_claims_container: str = "claims"  # the geo claim log (docs/geo.md)
+    # How long a send through the geo transport may wait on its claim log before it fails
+    # retryably (the commit is durable; a retry or the rescuer sends later). docs/geo.md.
+    claim_log_timeout: float = 1.0
 
     def __post_init__(self) -> None:
         ws = Path(self.workspace)
@@ -142,6 +145,8 @@ class Settings:
             raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
         if not 0 <= self.watermark_window <= 5:
             raise bad("watermark_window", f"{self.watermark_window:g}s is outside 0s..5s")
+        if not 0 < self.claim_log_timeout <= 30:
+            raise bad("claim_log_timeout", f"{self.claim_log_timeout:g}s; must be in (0s, 30s]")
         if self.compact_every < 0:
             raise bad("compact_every", "must be 0 (off) or more")
         if self.log_retention <= 0:
@@ -319,6 +324,7 @@ _DURATIONS = {
     "duplicate_detection_window",
     "log_retention",
     "watermark_window",
+    "claim_log_timeout",
 }
 _INTS = {
     "buckets",

@@ -30,7 +30,8 @@ Contents:
 - ``contracts.transport`` - ``TransportContract`` for ``dispatcher.transports.base.Transport``
 - ``contracts.queue`` - ``QueueContract`` for a durable queue with ``SqlQueue``'s surface
 - ``contracts.checkpoint_store`` - ``CheckpointStoreContract`` for ``rescuer.checkpoint``
-- ``contracts.inbox`` - ``InboxContract`` for ``dispatcher.queue.inbox.Inbox``
+- ``contracts.inbox`` - ``InboxContract`` for ``dispatcher.queue.inbox.Inbox``, and
+  ``InboxConsumerContract``: the consumer over that inbox (one handler per message id at a time)
 - ``contracts.command_sink`` - ``CommandSinkContract`` for ``rescuer.sink.CommandSink``
 - ``contracts.rescuer_engine`` - ``RescuerEngineContract`` for ``rescuer.planner.Engine``
 - ``tables.Table`` - a Delta document table with one-line saves, dispatches and deletes

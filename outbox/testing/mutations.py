@@ -5,7 +5,10 @@ plausible bug would, and ``tests/e2e/test_checker_mutations.py`` requires the ch
 seed and to name the invariant that caught it.
 
 How a mutation reaches the code it breaks: the checker's supervisor runs the rescuer in its own
-process, so rescuer mutations wrap the supervisor's objects (``wrap_sink``, ``wrap_rescuer``).
+process, so rescuer mutations wrap the supervisor's objects (``wrap_sink``, ``wrap_rescuer``) or
+break the production rescuer's own code there for the seed's duration (``supervisor_rescue``:
+``RescuePass``, ``QueueSink``, the planner), which is caught only because the checker runs the
+production rescuer, not a stand-in.
 Writers and workers are child processes, so their mutations are applied *inside* the child, by the
 checker's child entry points (``outbox.checker.procs``), on that child's own ``Outbox``
 (``patch_outbox``) and transport (``wrap_transport``). The mutation's name travels in the child's
@@ -16,9 +19,11 @@ reads either: nothing here is imported outside the testing kit and the checker.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
-from collections.abc import Callable, Mapping, Sequence
+import sys
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from unittest import mock
@@ -61,6 +66,11 @@ class Mutation:
         """Around the supervisor's own unit of work (the delete-and-re-create step)."""
         return contextlib.nullcontext()
 
+    def supervisor_rescue(self) -> contextlib.AbstractContextManager[Any]:
+        """Around the whole seed in the supervisor: breaks the production rescuer's classes or
+        functions themselves (undone when the seed ends)."""
+        return contextlib.nullcontext()
+
 
 # --- the rescuer (in the supervisor) ---------------------------------------------------------
 
@@ -87,6 +97,75 @@ class _RaisingPass:
 class RescuerRaises(Mutation):
     def wrap_rescuer(self, rescuer: Any) -> Any:
         return _RaisingPass()
+
+
+class CheckpointPastTheWindow(Mutation):
+    """``RescuePass`` advances its checkpoint to the newest version instead of the window's end
+    (the newest version at least ``rescue_delay`` old): the young tail, which the pass did not
+    enqueue, is behind the checkpoint, so a document stranded there is never rescued."""
+
+    def supervisor_rescue(self) -> contextlib.AbstractContextManager[Any]:
+        from rescuer.runner import RescuePass
+
+        real: Callable[..., int | None] = RescuePass._advance
+
+        def advance(rescuer: Any, cp: Any, end: Any, *args: Any, **kwargs: Any) -> int | None:
+            return real(rescuer, cp, dataclasses.replace(end, end=end.latest), *args, **kwargs)
+
+        return mock.patch.object(RescuePass, "_advance", advance)
+
+
+class SinkSwallowsOne(Mutation):
+    """``QueueSink.enqueue`` sends all but the last command of each call and counts that one as
+    enqueued (an off-by-one in its batching): the pass believes it is durable and moves on."""
+
+    def supervisor_rescue(self) -> contextlib.AbstractContextManager[Any]:
+        from rescuer.sink import QueueSink
+
+        real: Callable[[Any, Sequence[Any]], int] = QueueSink.enqueue
+
+        def enqueue(sink: Any, commands: Sequence[Any]) -> int:
+            if not commands:
+                return real(sink, commands)
+            return real(sink, commands[:-1]) + 1
+
+        return mock.patch.object(QueueSink, "enqueue", enqueue)
+
+
+class PlannerOffByOne(Mutation):
+    """The planner's pending rows (``rescuer.planner.pending_from_rows``, which every plan goes
+    through: a feed plan on either engine and a sweep) take ``last_seq > dispatched_seq + 1`` for
+    pending: a document with one message left to send is left out, so it is never rescued."""
+
+    def supervisor_rescue(self) -> contextlib.AbstractContextManager[Any]:
+        import rescuer.cdf_local  # noqa: F401 - the local engine holds the function by name too
+        from rescuer import planner
+
+        real = planner.pending_from_rows
+
+        def pending_from_rows(rows: Iterable[Sequence[Any]]) -> tuple[Any, ...]:
+            return real(r for r in rows if int(r[1]) > int(r[2]) + 1)
+
+        return _replaced(
+            real, pending_from_rows, ("rescuer.planner", "rescuer.cdf_local", "rescuer.cdf_spark")
+        )
+
+
+@contextlib.contextmanager
+def _replaced(real: Any, broken: Any, modules: Sequence[str]) -> Iterator[None]:
+    """``broken`` for ``real`` wherever one of the (imported) ``modules`` holds it by name."""
+    held = [
+        (module, attr)
+        for module in filter(None, (sys.modules.get(name) for name in modules))
+        for attr, value in vars(module).items()
+        if value is real
+    ]
+    if not held:
+        raise RuntimeError(f"no module of {list(modules)} holds {real!r}: nothing to break")
+    with contextlib.ExitStack() as stack:
+        for module, attr in held:
+            stack.enter_context(mock.patch.object(module, attr, broken))
+        yield
 
 
 # --- writers and workers (in the child) ------------------------------------------------------
@@ -217,6 +296,21 @@ MUTATIONS: dict[str, Mutation] = {
             "rescuer-enqueues-nothing", "I1 no loss", "the rescue sink drops every command"
         ),
         RescuerRaises("rescuer-raises", "rescue_errors", "every rescue pass raises"),
+        CheckpointPastTheWindow(
+            "rescue-checkpoint-past-window",
+            "I1 no loss",
+            "the rescue pass advances its checkpoint over the young tail it did not enqueue",
+        ),
+        SinkSwallowsOne(
+            "rescue-sink-swallows-one",
+            "I1 no loss",
+            "the production sink drops the last command of each enqueue, counting it as sent",
+        ),
+        PlannerOffByOne(
+            "rescue-planner-off-by-one",
+            "I1 no loss",
+            "the rescue planner counts a document with one pending message as dispatched",
+        ),
         TransportReorders(
             "transport-reorders", "I2 order", "the broker swaps two messages of one document"
         ),

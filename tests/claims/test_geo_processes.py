@@ -77,6 +77,7 @@ class Regions:
         self.queues = {r: SqlQueue(self.urls[r]) for r in ("east", "west")}
         self.claims = SqlClaimLog(self.urls["claims"])
         self.procs: dict[str, Any] = {}
+        self.transports: list[GeoReplicatedTransport] = []  # closed with the regions
 
     def geo(self, primary_down: bool = False, delay: float = DELAY) -> GeoReplicatedTransport:
         east: Transport = SqlQueueTransport(self.queues["east"])
@@ -84,9 +85,11 @@ class Regions:
             faulty = FaultyTransport(east)
             faulty.outage()
             east = faulty
-        return GeoReplicatedTransport(
+        geo = GeoReplicatedTransport(
             east, SqlQueueTransport(self.queues["west"]), delay, claims=self.claims
         )
+        self.transports.append(geo)  # its bounded view of the claim log has a pool of its own
+        return geo
 
     def start(self, region: str, hang_on: str = "") -> None:
         ctx.set_forkserver_preload(PRELOAD)
@@ -165,6 +168,8 @@ class Regions:
             if p.is_alive():
                 p.kill()
                 p.join()
+        for geo in self.transports:
+            geo.close()
         for q in self.queues.values():
             q.close()
         self.claims.close()

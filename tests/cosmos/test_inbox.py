@@ -1,6 +1,7 @@
-"""The shipped inbox contract on ``CosmosInbox`` over the local Cosmos-protocol server (409 on a
-repeated create), and the consumer's ordering with an inbox outside its SQL database: handler,
-record, complete; a crash at any step loses nothing."""
+"""The shipped inbox contract, with its consumer tests, on ``CosmosInbox`` over the local
+Cosmos-protocol server (409 on a repeated create, 412 on a stale etag), and the consumer's order
+with an inbox outside its SQL database: claim, handler, record, complete; a crash at any step
+loses nothing."""
 
 from __future__ import annotations
 
@@ -18,10 +19,10 @@ from dispatcher.queue.messages import ReceivedMessage
 from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError, QueueUnavailableError
-from outbox.testing.contracts.inbox import InboxContract
+from outbox.testing.contracts.inbox import InboxConsumerContract
 
 
-class TestCosmosInbox(InboxContract):
+class TestCosmosInbox(InboxConsumerContract):
     @pytest.fixture(autouse=True)
     def _container(self, cosmos_inbox_container: Any) -> None:
         self.container = cosmos_inbox_container
@@ -117,3 +118,28 @@ def test_a_connection_handler_needs_the_sql_inbox(
 
     with pytest.raises(ConfigurationError, match="cannot join"):
         Consumer(queue, "q", handler, inbox=CosmosInbox(cosmos_inbox_container, "c"))
+
+
+def test_an_item_written_before_claims_stays_handled(cosmos_inbox_container: Any) -> None:
+    """Items of the earlier inbox (a conditional create with ``handled_at`` only) keep meaning
+    "handled": a claim of the id is ``HANDLED`` and a record is second."""
+    from datetime import UTC, datetime, timedelta
+
+    from dispatcher.queue.inbox_cosmos import item_id
+
+    key = item_id("billing", "old")
+    cosmos_inbox_container.create_item(
+        {
+            "id": key,
+            "pk": key,
+            "consumer": "billing",
+            "message_id": "old",
+            "handled_at": "2026-01-01T00:00:00+00:00",
+        }
+    )
+    inbox = CosmosInbox(cosmos_inbox_container, "billing")
+    at = datetime(2026, 6, 1, tzinfo=UTC)
+    assert inbox.handled("old")
+    assert inbox.claim("old", "a", lease=timedelta(seconds=30), at=at).handled
+    assert inbox.record("old", at=at) is False
+    assert inbox.renew("old", "a", lease=timedelta(seconds=30), at=at) is False

@@ -20,6 +20,10 @@ from outbox.app import Outbox
 from outbox.core.errors import RetryableTransportError
 from outbox.core.model import DocumentRow, OutboxMessage
 
+#: Seconds a test waits for another thread before calling it hung. Only a hang reaches it:
+#: every wait returns as soon as its event comes, so a loaded machine costs nothing.
+HANG = 60.0
+
 
 class Marks:
     """A watermark store that only records."""
@@ -66,7 +70,7 @@ class Flaky(InMemoryTransport):
             if m.message_id in self.gates:
                 entered, release = self.gates[m.message_id]
                 entered.set()
-                assert release.wait(10)
+                assert release.wait(HANG)
             if m.message_id in self.failing:
                 raise RetryableTransportError("broker busy", message_id=m.message_id)
         super().send(batch)
@@ -164,14 +168,14 @@ def test_sends_of_one_key_follow_dispatch_order_across_threads() -> None:
     t.gates["A-1"] = (entered, release)
     first = threading.Thread(target=d.dispatch, args=([row("A", "k")],))
     first.start()
-    assert entered.wait(10)  # A holds its turn inside the broker call
+    assert entered.wait(HANG)  # A holds its turn inside the broker call
     second = threading.Thread(target=d.dispatch, args=([row("B", "k"), row("C", "other")],))
     second.start()
-    assert t.arrived.setdefault("C-1", threading.Event()).wait(10)  # C goes on without A
+    assert t.arrived.setdefault("C-1", threading.Event()).wait(HANG)  # C goes on without A
     assert sent(t) == ["C-1"]  # B waits for A's turn to end
     release.set()
-    first.join(10)
-    second.join(10)
+    first.join(HANG)
+    second.join(HANG)
     assert sent(t) == ["C-1", "A-1", "B-1"]
 
 

@@ -27,6 +27,10 @@ from tests.dispatcher import procs
 from tests.dispatcher.helpers import write_docs
 from tests.dispatcher.recovery import committed_messages, sql_deliveries
 
+#: Seconds a test waits for another thread before calling it hung. Only a hang reaches it:
+#: every wait returns as soon as its event comes, so a loaded machine costs nothing.
+HANG = 60.0
+
 OUTBOX = str(Path(sys.executable).parent / "outbox")
 
 
@@ -231,7 +235,7 @@ def test_worker_keeps_its_command_locked_while_a_slow_send_runs(
             for _ in range(3):
                 renewed.clear()
                 clock.advance(20)
-                assert renewed.wait(10), "the command's lock was not renewed"
+                assert renewed.wait(HANG), "the command's lock was not renewed"
                 stolen.extend(queue.receive("outbox-commands"))
             super().send(batch)
 
@@ -361,7 +365,7 @@ def test_a_crashed_batch_leaves_nothing_for_the_next_batchs_renewer(
     class SlowTransport(InMemoryTransport):
         def send(self, batch: Sequence[TransportMessage]) -> None:
             clock.advance(20)
-            assert second_renewed.wait(10), "the second batch's lock was not renewed"
+            assert second_renewed.wait(HANG), "the second batch's lock was not renewed"
             super().send(batch)
 
     with ob:

@@ -2,7 +2,8 @@
 runs one seed and must be caught, by the invariant (or report field) that names the bug.
 
 Writer and worker mutations are applied inside the checker's child processes (the mutation's name
-travels in their configuration); rescuer mutations wrap the supervisor's own rescuer and sink.
+travels in their configuration); rescuer mutations wrap the supervisor's own rescuer and sink, or
+break the production rescuer's code (its pass, sink or planner) in the supervisor for the seed.
 """
 
 from __future__ import annotations
@@ -45,6 +46,81 @@ def test_a_rescuer_that_raises_fails_the_seed(tmp_path: Path) -> None:
     assert not report.ok
     assert report.rescue_errors
     assert report.rescue_errors[0].startswith("MutationError: mutated rescuer")
+
+
+# The production rescuer broken in each of its parts (issue 29, item 6): the checker runs
+# ``RescuePass`` over the production engine and ``QueueSink``, so each must fail the seed.
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_rescue_pass_that_checkpoints_past_its_window_loses_the_young_tail(
+    tmp_path: Path,
+) -> None:
+    report = _run("rescue-checkpoint-past-window", tmp_path)
+    assert not report.ok
+    assert "I1 no loss" in _broken(report), report.summary()
+    assert report.not_dispatched, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_production_sink_that_swallows_a_command_loses_its_document(tmp_path: Path) -> None:
+    """``QueueSink`` itself is broken: caught only because the checker's rescuer sends through
+    it (a sink of the checker's own, as before issue 29, passed this seed)."""
+    report = _run("rescue-sink-swallows-one", tmp_path)
+    assert not report.ok
+    assert "I1 no loss" in _broken(report), report.summary()
+    assert report.not_dispatched, report.summary()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(120)
+def test_a_planner_off_by_one_never_rescues_a_document_with_one_pending_message(
+    tmp_path: Path,
+) -> None:
+    report = _run("rescue-planner-off-by-one", tmp_path)
+    assert not report.ok
+    assert "I1 no loss" in _broken(report), report.summary()
+    assert report.not_dispatched, report.summary()
+
+
+def test_the_checker_runs_the_production_rescuer(tmp_path: Path) -> None:
+    """What ``outbox rescue`` builds, wrapped only where the checker must: the sink's queue
+    records what it accepted, the sink may die mid-pass, the clock runs ahead."""
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.checker.backends import seed_database
+    from outbox.checker.rescue import FlakySink, OffsetClock, RecordingQueue
+    from outbox.checker.run import _prepare
+    from outbox.checker.scenario import Scenario
+    from rescuer.cdf_local import LocalEngine
+    from rescuer.checkpoint import SqlCheckpointStore
+    from rescuer.runner import RescuePass
+    from rescuer.sink import QueueSink
+
+    sc = Scenario.from_seed(SEED, scale=SCALE)
+    report = CheckReport(seed=SEED, scenario=sc.describe())
+    root = tmp_path / "seed"
+    root.mkdir()
+    run, recording, close = _prepare(
+        sc, report, root, "", None, lambda _m: None, seed_database("sqlite", SEED)
+    )
+    try:
+        rescuer = run.rescuer
+        assert type(rescuer) is RescuePass
+        assert type(rescuer.engine) is LocalEngine
+        assert type(rescuer.checkpoints) is SqlCheckpointStore
+        assert type(rescuer.clock) is OffsetClock
+        assert rescuer.name == run.settings.rescuer_name
+        assert type(rescuer.sink) is FlakySink
+        production = rescuer.sink.inner
+        assert type(production) is QueueSink
+        assert type(recording) is RecordingQueue
+        assert production.queue is recording
+        assert recording.queue is run.queue
+        assert type(run.queue) is SqlQueue
+    finally:
+        close()
 
 
 @pytest.mark.slow
@@ -125,6 +201,9 @@ def test_every_mutation_has_a_test() -> None:
     names = {
         "rescuer-enqueues-nothing",
         "rescuer-raises",
+        "rescue-checkpoint-past-window",
+        "rescue-sink-swallows-one",
+        "rescue-planner-off-by-one",
         "transport-reorders",
         "sends-before-commit",
         "watermark-lowers",

@@ -31,10 +31,13 @@ def _claim(markers: Path, key: str, violations: Path) -> Path:
     return path
 
 
-def work(url: str, workdir: str, worker: int, start: Any) -> None:
+def work(url: str, workdir: str, worker: int, start: Any, holding: Any = None) -> None:
     """Handle until nothing is left but dead letters: a poison body is abandoned (50 ms backoff)
     until it is dead-lettered; every message whose index is 1 mod 4 is abandoned with a 200 ms
-    backoff on its first delivery; the rest are completed."""
+    backoff on its first delivery; the rest are completed.
+
+    With ``holding`` (a barrier across the workers), a worker handles nothing of its first batch
+    until every worker holds one, so each takes part however the machine schedules them."""
     root = Path(workdir)
     markers, violations = root / "markers", root / "violations.txt"
     queue = SqlQueue(url, lock_duration=20, max_delivery_count=3)
@@ -48,6 +51,9 @@ def work(url: str, workdir: str, worker: int, start: Any) -> None:
                 break
             time.sleep(0.01)  # polling for backoffs and an expired lock, not waiting on time
             continue
+        if holding is not None:
+            holding.wait()  # every worker holds a first batch now
+            holding = None
         for m in batch:
             marker = _claim(markers, f"s-{m.session_id}", violations)
             _record(log, f"{m.session_id} {m.message_id} {m.delivery_count} w{worker}\n")

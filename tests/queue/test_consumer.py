@@ -18,6 +18,10 @@ from dispatcher.queue import (
 from dispatcher.queue.messages import ReceivedMessage
 from outbox.core.clock import ManualClock
 
+#: Seconds a test waits for another thread before calling it hung. Only a hang reaches it:
+#: every wait returns as soon as its event comes, so a loaded machine costs nothing.
+HANG = 60.0
+
 
 def send(queue: SqlQueue, *mids: str, session: str | None = None) -> None:
     queue.send(
@@ -93,7 +97,7 @@ def test_long_handler_keeps_its_lock(queue: SqlQueue, clock: ManualClock) -> Non
         for _ in range(3):  # 60s of handler time on a 30s lock
             renewed.clear()
             clock.advance(20)
-            assert renewed.wait(5), "the lock was not renewed"
+            assert renewed.wait(HANG), "the lock was not renewed"
             stolen.extend(queue.receive("q"))
 
     Consumer(queue, "q", slow, renew_check_interval=0.01).run_once()
@@ -127,7 +131,7 @@ def test_run_once_handles_a_batch_and_keeps_the_waiting_messages_locks(
                 for event in renewed.values():
                     event.clear()
                 clock.advance(20)
-                assert all(e.wait(5) for e in renewed.values()), "a waiting lock was not renewed"
+                assert all(e.wait(HANG) for e in renewed.values()), "a waiting lock was not renewed"
                 stolen.extend(queue.receive("q"))
 
     consumer = Consumer(queue, "q", handler, renew_check_interval=0.01)
@@ -222,16 +226,16 @@ def test_stop_releases_received_but_unstarted(queue: SqlQueue) -> None:
 
     def handler(_m: ReceivedMessage) -> None:
         started.set()
-        release.wait(5)
+        release.wait(HANG)
 
     consumer = Consumer(queue, "q", handler, concurrency=3)
     consumer._pool._max_workers = 1  # type: ignore[attr-defined]  # one runs, two wait
     t = threading.Thread(target=consumer.run_once)
     t.start()
-    assert started.wait(5)
+    assert started.wait(HANG)
     consumer.stop()
     release.set()
-    t.join(5)
+    t.join(HANG)
     assert consumer.processed == 1
     assert [p.state for p in queue.peek("q")] == ["active", "active"]  # locks released at once
 

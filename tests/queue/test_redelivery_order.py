@@ -2,9 +2,10 @@
 processes on SQLite and PostgreSQL (issue 16).
 
 Five sessions are sent interleaved in one batch. A process takes three sessions' heads with a 1 s
-lock and is SIGKILLed; three competing processes then handle everything: some messages are
-abandoned with a backoff on their first delivery, and one message (``P-2``) fails every time until
-``max_delivery_count`` (3) dead-letters it mid-session. From the shared handling log:
+lock and is SIGKILLed; two competing processes then handle everything (each holds its first
+batch until both hold one, so both take part however the machine schedules them): some messages
+are abandoned with a backoff on their first delivery, and one message (``P-2``) fails every time
+until ``max_delivery_count`` (3) dead-letters it mid-session. From the shared handling log:
 
 * per session, the handled index never goes down: a redelivered message n is handled again before
   any later message, never after one (consistent redelivery);
@@ -65,10 +66,13 @@ def test_first_handling_follows_send_order_through_every_redelivery(
     (tmp_path / "markers").mkdir()
     ready = tmp_path / "ready"
     # every process starts at once (spawning is most of the time); the workers wait at the
-    # barrier until the holder is dead
-    start = ctx.Barrier(WORKERS + 1)
+    # barrier until the holder is dead, and each then holds its first batch until all hold one
+    # (so several handle messages by construction, not by the scheduler's grace)
+    start, holding = ctx.Barrier(WORKERS + 1), ctx.Barrier(WORKERS)
     procs = [
-        ctx.Process(target=order_workers.work, args=(migrated_url, str(tmp_path), w, start))
+        ctx.Process(
+            target=order_workers.work, args=(migrated_url, str(tmp_path), w, start, holding)
+        )
         for w in range(WORKERS)
     ]
     holder = ctx.Process(
@@ -98,13 +102,14 @@ def test_first_handling_follows_send_order_through_every_redelivery(
         first = list(dict.fromkeys(indices))
         assert first == list(range(n)), f"{session}: first handlings {first}"
     # every scenario happened: the SIGKILLed holder's messages came back with a second delivery,
-    # abandons with backoff redelivered, the poison went three times, several processes worked
+    # abandons with backoff redelivered, the poison went three times, every worker handled some
     redelivered = {f"{s}-{i}" for s, hs in handled.items() for i, count, _ in hs if count == 2}
     assert set(killed) <= redelivered
     assert len(killed) == 3
     assert {f"{s}-1" for s in SESSIONS} <= redelivered
     assert [c for i, c, _ in handled["P"] if i == 2] == [1, 2, 3]
-    assert len({who for hs in handled.values() for _, _, who in hs} - {"killed"}) > 1
+    workers = {f"w{w}" for w in range(WORKERS)}
+    assert {who for hs in handled.values() for _, _, who in hs} == {"killed", *workers}
     # the dead letter mid-session: only it, and the session's later messages were all handled
     [dead] = queue.list_dead_letters(order_workers.QUEUE)
     assert (dead.message_id, dead.reason, dead.delivery_count) == (

@@ -21,9 +21,14 @@ def _claim(markers: Path, key: str, violations: Path) -> Path:
     return path
 
 
-def compete(url: str, workdir: str, worker: int, start: Any = None) -> None:
+def compete(url: str, workdir: str, worker: int, start: Any = None, holding: Any = None) -> None:
     """Receive and complete until the queue is empty, proving exclusivity with O_EXCL markers
-    that are held until the message is settled."""
+    that are held until the message is settled.
+
+    With ``holding`` (a barrier across the receivers), a receiver records its first batch in
+    ``first-<worker>.log`` and settles nothing until every receiver holds one: the receivers
+    then hold locks at the same moment, so each gets some of the work whatever the scheduler
+    does, and the first batches must be disjoint."""
     root = Path(workdir)
     markers, violations = root / "markers", root / "violations.txt"
     queue = SqlQueue(url, lock_duration=120)
@@ -37,6 +42,12 @@ def compete(url: str, workdir: str, worker: int, start: Any = None) -> None:
                 break
             time.sleep(0.005)  # polling for other workers' completions, not waiting on time
             continue
+        if holding is not None:
+            (root / f"first-{worker}.log").write_text(
+                "".join(f"{m.message_id} {m.session_id or '-'}\n" for m in batch)
+            )
+            holding.wait()  # every receiver holds a first batch now
+            holding = None
         for m in batch:
             held = [_claim(markers, f"m-{m.message_id}", violations)]
             if m.session_id:

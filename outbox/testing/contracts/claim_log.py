@@ -5,7 +5,9 @@ Why it ships: the two-region consumer (``dispatcher.queue.claimed``) handles eac
 in order only if its claim log does exactly this. A backend subclasses ``ClaimLogContract`` and
 implements ``make_log`` (a log over a fresh, empty store; logs made in one test share it);
 ``dispatcher.claims.sql.SqlClaimLog`` (SQLite, PostgreSQL) and
-``dispatcher.claims.cosmos.CosmosClaimLog`` run it.
+``dispatcher.claims.cosmos.CosmosClaimLog`` run it. A log that offers ``bounded(timeout)`` (the
+sender's write path, ``dispatcher.claims.ports.BoundedClaimLog``) must give a view of the same
+entries that closes without closing the log.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from dispatcher.claims.ports import ClaimLog, ClaimStatus
+from dispatcher.claims.ports import BoundedClaimLog, ClaimLog, ClaimStatus
 from outbox.core.errors import ClaimLostError
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -159,6 +161,29 @@ class ClaimLogContract:
             entry = logs[0].read(key)
             assert entry is not None
             assert entry.owner == wins[0]
+
+    def test_a_bounded_view_is_the_same_log(self, log: ClaimLog) -> None:
+        if not isinstance(log, BoundedClaimLog):
+            pytest.skip("this claim log offers no bounded view")
+        view = log.bounded(30.0)  # generous: this is about sharing, not about the bound
+        try:
+            view.register("s", ["m1", "m2"], at=at(0))
+            log.register("s", ["m3"], at=at(1))
+            entries = [log.read(k) for k in ("m1", "m2", "m3")]
+            positions = [e.position for e in entries if e is not None and e.position is not None]
+            assert len(positions) == 3
+            assert positions == sorted(positions)
+            assert view.read("m3") == entries[2]
+            assert view.claim("m1", "east", lease=LEASE, at=at(2)).won
+            assert not log.claim("m1", "west", lease=LEASE, at=at(3)).won
+            view.fail("m1", "east", at=at(4))
+            blocker = view.blocker("s", positions[2])
+            assert blocker is not None
+            assert blocker.key == "m2"
+        finally:
+            view.close()
+        assert log.read("m1") is not None  # closing the view left the log open
+        assert log.claim("m2", "west", lease=LEASE, at=at(5)).won
 
 
 def _race(logs: list[ClaimLog], key: str) -> list[str]:

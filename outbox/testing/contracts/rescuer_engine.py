@@ -11,6 +11,8 @@ engine (DuckDB, Polars, a warehouse) subclasses ``RescuerEngineContract`` and im
 
 from __future__ import annotations
 
+import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -122,6 +124,31 @@ class RescuerEngineContract:
         assert late.mode == "feed"
         assert _ids(sink) == [("young", 1)]
         assert late.checkpoint_after == v
+
+    def test_the_window_ends_at_the_newest_version_old_enough(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """The feed is planned over (checkpoint, v1], v1 the newest version at least the delay
+        old, not up to the newest version: a young change beside an old one waits until it has
+        aged (enqueued young, it would race the immediate dispatcher)."""
+        base = _baseline(table, rescuer, clock)
+        old = table.put(("old", 1))
+        while datetime.now(UTC) <= table.at(old, 0.002):  # commit times are milliseconds
+            time.sleep(0.001)
+        young = table.put(("young", 1))
+        assert table.committed_at(young) > table.at(old, 0.001)
+        clock.set(table.at(old, DELAY + 0.001))  # just past the old change's time plus the delay
+        report = rescuer.run()
+        assert report.mode == "feed"
+        assert (report.window_start, report.window_end) == (base, old)
+        assert report.latest_version == young
+        assert _ids(sink) == [("old", 1)], f"a change younger than the delay: {_ids(sink)}"
+        assert report.checkpoint_after == old
+        clock.set(table.at(young, DELAY + 0.001))
+        aged = rescuer.run()
+        assert (aged.window_start, aged.window_end) == (old, young)
+        assert _ids(sink) == [("old", 1), ("young", 1)]
+        assert aged.checkpoint_after == young
 
     def test_only_the_latest_post_image_counts(
         self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock

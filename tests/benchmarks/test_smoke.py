@@ -1,0 +1,276 @@
+"""Every benchmark still runs, and no quick run touches a committed results file.
+
+Each ``benchmarks/*.py`` with a ``main`` (found by reading the folder, so a new benchmark cannot
+be left out: it fails here until ``SMOKES`` says how to run it) runs at its ``--smoke`` size, the
+full run's every step on a few documents, with no ``--out``: by the rule in benchmarks/common.py
+its results file must then land in a fresh temporary folder, and ``TMPDIR`` points that (and the
+benchmark's scratch folders) into the test's ``tmp_path``. Each test asserts that the run
+succeeded, that it wrote exactly its ``<name>.smoke.json`` there with the top-level keys of the
+full run's file that matter (what the docs' tables are rendered from), and that
+``benchmarks/results/`` is as it was: ``git status --porcelain`` and every file's size and
+modification time. ``--out DIR``, the other way to choose the folder, is checked on the shared
+helper and in every benchmark's ``--help``.
+
+The servers come from the suite: PostgreSQL from ``pg_url``, the broker from ``mqtt_url``. The
+Spark benchmarks run in this process on the ``spark_session`` fixture, so they reuse the Spark
+tests' JVM (tests/conftest.py puts them on that worker) instead of starting one each.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks import common
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCHMARKS = ROOT / "benchmarks"
+RESULTS = common.RESULTS
+
+#: Modules of benchmarks/ with a ``main`` that measure nothing, and why they are not run here.
+NOT_BENCHMARKS = {
+    "report": "renders the docs' tables from the results files; tests/test_docs_numbers.py "
+    "runs it against every document",
+}
+
+
+@dataclass(frozen=True)
+class Smoke:
+    keys: frozenset[str]  # top-level keys the results file must have (as the full run's file)
+    args: tuple[str, ...] = ()
+    needs: str = ""  # "postgres" or "mqtt": the suite's server is passed in (--pg-url, --broker)
+
+
+def _keys(*names: str) -> frozenset[str]:
+    return frozenset(names)
+
+
+_RESCUER = _keys(
+    "sizes",
+    "planner",
+    "changed_docs",
+    "feed_pass_growth_200_to_1k",
+    "sweep_over_feed_at_1k",
+    "many_commits",
+    "versions_per_second",
+)
+
+#: How each benchmark's smoke run is made, run as ``python -m benchmarks.NAME --smoke ARGS``.
+SMOKES: dict[str, Smoke] = {
+    "checker_soak": Smoke(
+        _keys("kind", "seeds_run", "ok_seeds", "failed_seeds", "total", "seeds", "wall_s")
+    ),
+    "dispatch": Smoke(
+        _keys(
+            "cases",
+            "window_sweep",
+            "messages_per_second",
+            "p99_ms",
+            "speedup_over_inline_watermark",
+            "meets_goal",
+            "headline",
+        )
+    ),
+    "gateway": Smoke(
+        _keys(
+            "queue_receive_complete_by_threads",
+            "queue_receive_complete_best_per_s",
+            "gateway",
+            "gateway_over_queue",
+        ),
+        needs="mqtt",
+    ),
+    "rescuer": Smoke(_RESCUER, args=("--no-spark",)),  # its Spark passes: SPARK_SMOKES
+    "sql_queue": Smoke(
+        _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
+        needs="postgres",
+    ),
+    "telemetry": Smoke(
+        _keys("cases", "slowdown_percent", "goal_slowdown_percent", "headline", "wall_s")
+    ),
+    "write_path": Smoke(
+        _keys(
+            "ratio",
+            "save_vs_raw_merge_ratio",
+            "batches",
+            "group_commit",
+            "growth_without_upkeep",
+            "growth_with_compaction_every_100",
+            "buckets",
+            "long_run_compaction_only",
+            "long_run_with_upkeep",
+        )
+    ),
+}
+
+#: The runs that need Spark: ``main(["--smoke", *ARGS])`` in this process, on its SparkSession.
+SPARK_SMOKES: dict[str, Smoke] = {
+    "spark_write": Smoke(
+        _keys(
+            "apply_over_raw_merge",
+            "messages_per_second",
+            "ratio",
+            "dispatch",
+            "python_path_same_batch",
+            "dispatch_over_python_path",
+        )
+    ),
+    "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
+}
+
+
+def discovered() -> list[str]:
+    """The modules of benchmarks/ that define a top-level ``main``."""
+    found = []
+    for path in sorted(BENCHMARKS.glob("*.py")):
+        tree = ast.parse(path.read_text(), filename=str(path))
+        if any(isinstance(n, ast.FunctionDef) and n.name == "main" for n in tree.body):
+            found.append(path.stem)
+    return found
+
+
+def _results_state() -> tuple[str, dict[str, tuple[int, int]]]:
+    """``git status`` of benchmarks/results/ and each file's (mtime, size) there."""
+    status = ""
+    if shutil.which("git") and (ROOT / ".git").exists():
+        status = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=all", "--", "benchmarks/results"],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
+    files = {
+        str(p.relative_to(RESULTS)): (p.stat().st_mtime_ns, p.stat().st_size)
+        for p in sorted(RESULTS.rglob("*"))
+        if p.is_file()
+    }
+    return status, files
+
+
+def _unchanged(before: tuple[str, dict[str, tuple[int, int]]]) -> None:
+    status, files = _results_state()
+    assert status == before[0], f"the run changed benchmarks/results/:\n{status}"
+    changed = sorted(k for k in files.keys() | before[1].keys() if files.get(k) != before[1].get(k))
+    assert not changed, f"the run wrote into benchmarks/results/: {changed}"
+
+
+def _check_results(name: str, smoke: Smoke, tmp: Path) -> dict[str, Any]:
+    written = sorted(tmp.glob("outbox-bench-results-*/*.json"))
+    assert [p.name for p in written] == [f"{name}.smoke.json"], written
+    data: dict[str, Any] = json.loads(written[0].read_text())
+    assert data.get("smoke") is True
+    missing = sorted(smoke.keys - data.keys())
+    assert not missing, f"{written[0].name} lacks {missing}"
+    return data
+
+
+def _took(name: str, started: float) -> None:
+    print(f"smoke {name}: {time.monotonic() - started:.1f} s")  # shown with -s or on failure
+
+
+def test_every_benchmark_has_a_smoke_run() -> None:
+    benchmarks = set(discovered()) - set(NOT_BENCHMARKS)
+    assert benchmarks == set(SMOKES) | set(SPARK_SMOKES), (
+        "every benchmarks/*.py with a main needs an entry in SMOKES or SPARK_SMOKES "
+        "(or NOT_BENCHMARKS, with the reason)"
+    )
+    assert set(NOT_BENCHMARKS) <= set(discovered())  # no stale entry
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=pytest.mark.postgres)
+        if n in SMOKES and SMOKES[n].needs == "postgres"
+        else n
+        for n in discovered()
+        if n not in NOT_BENCHMARKS and (n in SMOKES or n not in SPARK_SMOKES)
+    ],
+)
+def test_benchmark_runs_at_its_smoke_size(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    smoke = SMOKES.get(name)
+    if smoke is None:
+        pytest.fail(f"benchmarks/{name}.py has a main but no entry in SMOKES")
+    args = ["--smoke", *smoke.args]
+    if smoke.needs == "postgres":
+        args += ["--pg-url", str(request.getfixturevalue("pg_url"))]
+    elif smoke.needs == "mqtt":
+        args += ["--broker", str(request.getfixturevalue("mqtt_url"))]
+    before = _results_state()
+    started = time.monotonic()
+    run = subprocess.run(
+        [sys.executable, "-m", f"benchmarks.{name}", *args],
+        check=False,
+        cwd=ROOT,
+        env={**os.environ, "TMPDIR": str(tmp_path)},
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    _took(name, started)
+    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
+    _unchanged(before)
+    _check_results(name, smoke, tmp_path)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(SPARK_SMOKES))
+def test_spark_benchmark_runs_at_its_smoke_size(
+    name: str, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    before = _results_state()
+    started = time.monotonic()
+    importlib.import_module(f"benchmarks.{name}").main(["--smoke", *SPARK_SMOKES[name].args])
+    _took(name, started)
+    _unchanged(before)
+    _check_results(name, SPARK_SMOKES[name], tmp_path)
+
+
+@pytest.mark.parametrize("name", sorted(set(discovered()) - set(NOT_BENCHMARKS)))
+def test_every_benchmark_offers_out_and_smoke(
+    name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        importlib.import_module(f"benchmarks.{name}").main(["--help"])
+    assert exited.value.code == 0
+    usage = capsys.readouterr().out
+    assert "--out DIR" in usage
+    assert "--smoke" in usage
+
+
+def test_a_quick_run_never_writes_into_results(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The rule every benchmark's output goes through (benchmarks/common.py)."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert common.results_dir(None, quick=False) == RESULTS  # a full run: the committed files
+    fresh = common.results_dir(None, quick=True)  # a fresh temporary folder
+    assert fresh.parent == tmp_path
+    assert fresh.is_dir()
+    assert not any(fresh.iterdir())
+    assert common.results_dir(tmp_path, quick=True) == tmp_path  # --out DIR
+    for inside in (RESULTS, RESULTS / "sub", BENCHMARKS / "results" / ".." / "results"):
+        with pytest.raises(SystemExit, match="never writes into"):
+            common.results_dir(inside, quick=True)
+    args = argparse.Namespace(out=tmp_path, smoke=True, quick=False)
+    path = common.save(args, "example", {"figure": 1.0})
+    assert path == tmp_path / "example.smoke.json"
+    assert json.loads(path.read_text())["smoke"] is True

@@ -1,0 +1,191 @@
+"""Source-level mutation proofs: removing a guard must fail the test that owns it (issue 29).
+
+Each row below removes one mechanism from the production source, the way the issue's scratch-copy
+runs did, and requires the test that owns the mechanism to fail on the assertion named in the
+row. How, and why this way: the one function holding the mechanism is recompiled from its own
+source with the edit applied and patched onto its class for the duration of the run (in process:
+no copy of the tree, no second pytest), then the owning test function is called with the fixtures
+it declares. The same owner must pass on the intact code first, so a row cannot pass because its
+owner broke for another reason; and each edit must match the source exactly once, so a row that
+no longer applies fails here instead of silently testing nothing.
+
+The end-to-end checker's broken builds are another set (``outbox.testing.mutations``, run by
+``tests/e2e/test_checker_mutations.py``); these are the cheap ones, a second or so each.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import linecache
+import textwrap
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox.core.clock import ManualClock
+from outbox.testing.contracts.rescuer_engine import DELAY
+from outbox.testing.tables import Table
+from rescuer.checkpoint import InMemoryCheckpointStore
+from rescuer.runner import RescuePass
+from rescuer.sink import InMemorySink
+from tests.rescuer import test_contract
+from tests.write_path import test_save_guards
+from tests.write_path.conftest import bare_outbox
+
+#: Compile the recompiled function as its module was compiled (postponed annotations).
+_ANNOTATIONS_FLAG: int = importlib.import_module("__future__").annotations.compiler_flag
+
+
+def _with_outbox(test: Callable[[Any], None]) -> Callable[[Path], None]:
+    """Run a write-path test (``ob`` fixture) on a fresh bare outbox."""
+
+    def run(tmp_path: Path) -> None:
+        ob = bare_outbox(tmp_path / "ws", ManualClock())
+        try:
+            test(ob)
+        finally:
+            ob.close()
+
+    return run
+
+
+def _with_rescuer(name: str) -> Callable[[Path], None]:
+    """Run a rescuer-engine contract test on the local engine (its fixtures built as the
+    contract's own fixtures build them)."""
+
+    def run(tmp_path: Path) -> None:
+        contract = test_contract.TestLocalEngine()
+        table = Table(tmp_path / "documents")
+        sink, clock = InMemorySink(), ManualClock()
+        rescuer = RescuePass(
+            table.store,
+            contract.make_engine(),
+            InMemoryCheckpointStore(),
+            sink,
+            clock=clock,
+            delay=DELAY,
+        )
+        getattr(contract, name)(table=table, rescuer=rescuer, sink=sink, clock=clock)
+
+    return run
+
+
+@dataclass(frozen=True)
+class SourceMutation:
+    name: str
+    target: str  # "module:Class.method", the one function the edit applies to
+    edits: tuple[tuple[str, str], ...]  # (exact source text, its replacement)
+    owner: str  # the owning test's node id
+    run_owner: Callable[[Path], None]
+    failing_line: str  # a fragment of the owner's source line that must fail
+
+
+MUTATIONS = [
+    SourceMutation(
+        "a carried mark assigns dispatched_seq (no greatest, no < guard)",
+        "outbox.delta.store:DeltaDocumentStore._merge_documents",
+        (
+            ('"greatest(t.dispatched_seq, s._mark)"', '"s._mark"'),
+            ('"s._mark IS NOT NULL AND t.dispatched_seq < s._mark "', '"s._mark IS NOT NULL "'),
+        ),
+        "tests/write_path/test_save_guards.py::"
+        "test_a_save_carrying_a_stale_mark_keeps_the_higher_watermark",
+        _with_outbox(test_save_guards.test_a_save_carrying_a_stale_mark_keeps_the_higher_watermark),
+        'assert _row(ob, "a").dispatched_seq == 3',
+    ),
+    SourceMutation(
+        "the save's MERGE has no version check",
+        "outbox.delta.store:DeltaDocumentStore._merge_documents",
+        (('"s._mark IS NULL AND t.version = s._expected "', '"s._mark IS NULL "'),),
+        "tests/write_path/test_save_guards.py::"
+        "test_a_stale_expected_version_on_a_current_snapshot_raises_and_writes_nothing",
+        _with_outbox(
+            test_save_guards.test_a_stale_expected_version_on_a_current_snapshot_raises_and_writes_nothing
+        ),
+        "with pytest.raises(ConcurrencyError):",
+    ),
+    SourceMutation(
+        "the rescuer plans the feed up to the newest version, not the window's end",
+        "rescuer.runner:RescuePass._run",
+        (("FeedWindow(before, end.end, latest)", "FeedWindow(before, latest, latest)"),),
+        "tests/rescuer/test_contract.py::TestLocalEngine::"
+        "test_the_window_ends_at_the_newest_version_old_enough",
+        _with_rescuer("test_the_window_ends_at_the_newest_version_old_enough"),
+        'assert _ids(sink) == [("old", 1)]',
+    ),
+]
+
+
+def _mutated(target: str, edits: tuple[tuple[str, str], ...]) -> tuple[type, str, Any]:
+    """(class, attribute, the function recompiled from its source with ``edits`` applied)."""
+    module_name, _, qualname = target.partition(":")
+    class_name, _, attr = qualname.partition(".")
+    module = importlib.import_module(module_name)
+    cls = getattr(module, class_name)
+    original = inspect.unwrap(getattr(cls, attr))
+    lines, first = inspect.getsourcelines(original)
+    source = textwrap.dedent("".join(lines))
+    for old, new in edits:
+        count = source.count(old)
+        assert count == 1, f"{target}: {old!r} is in its source {count} times, not once"
+        source = source.replace(old, new)
+    code = compile(
+        "\n" * (first - 1) + source,  # tracebacks keep the real line numbers
+        inspect.getsourcefile(original) or module_name,
+        "exec",
+        flags=_ANNOTATIONS_FLAG,
+        dont_inherit=True,
+    )
+    defined: dict[str, Any] = {}
+    exec(code, vars(module), defined)  # the module's globals, as the original sees them
+    return cls, attr, defined[original.__name__]
+
+
+def _failing_source_line(error: BaseException, owner: Callable[..., Any]) -> str:
+    """The owner's source line the failure was raised from (its innermost frame there)."""
+    code = getattr(owner, "__code__", None)
+    owner_file = code.co_filename if code is not None else ""
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == owner_file]
+    assert frames, f"the failure did not come from the owner: {error!r}"
+    return linecache.getline(owner_file, frames[-1].lineno or 0).strip()
+
+
+def _owner_function(m: SourceMutation) -> Callable[..., Any]:
+    path, _, rest = m.owner.partition("::")
+    module = importlib.import_module(path.removesuffix(".py").replace("/", "."))
+    obj: Any = module
+    for part in rest.split("::"):
+        obj = getattr(obj, part)
+    return obj  # type: ignore[no-any-return]
+
+
+@pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
+def test_the_owning_test_catches_the_source_mutation(
+    m: SourceMutation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = _owner_function(m)
+    m.run_owner(tmp_path / "intact")  # the owner passes on the intact code
+    cls, attr, broken = _mutated(m.target, m.edits)
+    monkeypatch.setattr(cls, attr, broken)
+    with pytest.raises((AssertionError, pytest.fail.Exception)) as caught:
+        m.run_owner(tmp_path / "mutated")
+    monkeypatch.undo()
+    assert m.failing_line in _failing_source_line(caught.value, owner), (
+        f"{m.owner} failed elsewhere than on {m.failing_line!r}: {caught.value!r}"
+    )
+
+
+def test_the_recompiled_function_is_the_original_when_nothing_is_edited(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The mechanism itself: recompiled without an edit, every owner still passes."""
+    for m in MUTATIONS:
+        cls, attr, same = _mutated(m.target, ())
+        with monkeypatch.context() as patch:
+            patch.setattr(cls, attr, same)
+            m.run_owner(tmp_path / m.name.replace(" ", "-"))
