@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         procs = []
         for (first, n), f in zip(chunks, files, strict=True):
             cmd = [
-                sys.executable, "-m", "outbox.cli",  # the ``outbox`` command of this interpreter
+                sys.executable, "-m", "outbox.app.cli",  # ``outbox`` of this interpreter
                 "check",
                 "--first-seed", str(first),
                 "--seeds", str(n),

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import add_output_options, machine, save, summarize_ms
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 
 SIZES = (1, 100, 1000)
 #: watermark_window values for the single-document sweep (0: inline MERGE)

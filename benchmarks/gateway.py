@@ -29,9 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import add_output_options, percentile, save
-from dispatcher.gateway.mqtt import GatewayOptions, MqttGateway
+from dispatcher.mqtt.client import MqttBroker
+from dispatcher.mqtt.gateway import GatewayOptions, MqttGateway
 from dispatcher.queue import QueueMessage, SqlQueue
-from dispatcher.transports.mqtt_client import MqttBroker
 from migrations.sql import upgrade
 from outbox.testing.devices import DeviceSimulator
 from outbox.testing.mosquitto import MosquittoServer

@@ -91,7 +91,7 @@ def _raw_source(spark: Any, n: int, round_no: int, buckets: int) -> Any:
 def bench_ratio(spark: Any, base: Path, rows: int, rounds: int) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
-    from outbox.spark import SparkOutbox
+    from outbox.app.spark import SparkOutbox
 
     sob = SparkOutbox(
         spark, base / "ours", transport="memory", compact_every=0, default_destination="shipments"
@@ -138,7 +138,7 @@ def bench_ratio(spark: Any, base: Path, rows: int, rounds: int) -> dict[str, Any
 
 
 def bench_dispatch(spark: Any, base: Path, messages: int) -> dict[str, Any]:
-    from outbox.spark import SparkOutbox
+    from outbox.app.spark import SparkOutbox
 
     sob = SparkOutbox(
         spark,
@@ -176,7 +176,7 @@ def bench_python_path(base: Path, messages: int) -> dict[str, Any]:
     """The floor for ``messages_per_second``: the same batch (one message per document, one
     commit) through the Python write path's unit of work and immediate dispatch, same run.
     Commit -> watermark written, as the Spark figure (its dispatch_s) counts it."""
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
 
     with Outbox.open(
         base / "python", default_destination="shipments", transport="sql", compact_every=0

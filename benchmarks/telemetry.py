@@ -111,7 +111,7 @@ def run_case(root: Path, docs: int, rounds: int, *, on: bool, tag: str) -> tuple
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
     from outbox.core import telemetry
 
     provider: TracerProvider | None = None

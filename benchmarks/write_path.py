@@ -41,14 +41,14 @@ from benchmarks.common import (
     write_results,
 )
 from migrations.runner import migrate
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
+from outbox.app.maintenance import AutoCompactor, AutoLogTrimmer, compact
 from outbox.core.clock import SystemClock
 from outbox.core.model import DocumentRow, OutboxMessage, message_id_for
 from outbox.core.settings import Settings
 from outbox.delta import schema as S
 from outbox.delta.log import list_log
 from outbox.delta.store import DeltaDocumentStore
-from outbox.maintenance import AutoCompactor, AutoLogTrimmer, compact
 
 log = logging.getLogger("benchmarks.write_path")
 

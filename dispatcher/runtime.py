@@ -19,33 +19,27 @@ schedule, with backoff and dead-lettering from the queue. The command id is deri
 If even that enqueue fails (the database is down), it is logged and counted, and the rescuer
 remains the safety net. Nothing here ever raises to the application (I4).
 
-Commands go to the SQL queue, or to Azure Service Bus with ``command_transport = "servicebus"``
-(``commands``: session id = document id, message id = command id, scheduled enqueue for delays).
+The transport, the SQL queue and the command queue come from a ``RuntimeBackends`` (in production
+``outbox.wiring.Backends``, which turns the settings into them and closes them): the runtime never
+chooses a backend.
 """
 
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from dispatcher import hooks
 from dispatcher.commands import DocRef, commands_for
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics
-from dispatcher.transports.base import Transport, TransportMessage
+from dispatcher.transports.base import Transport
 from dispatcher.watermarks import WatermarkWriter
 from outbox.core.clock import Clock, SystemClock
-from outbox.core.errors import (
-    ConfigurationError,
-    MissingDependencyError,
-    OutboxError,
-    RetryableTransportError,
-)
 from outbox.core.model import DocumentRow
 
 if TYPE_CHECKING:
@@ -57,88 +51,20 @@ if TYPE_CHECKING:
 log = logging.getLogger("outbox.dispatcher")
 
 
-class _SqlTransportWhenReachable:
-    """The SQL transport, built when its database answers, so writes never depend on the queue
-    database being up: ``Outbox.open`` and every commit succeed while it is down (each dispatch
-    fails retryably, is logged and counted, and the rescuer delivers later). A database that
-    answers but is wrong (not migrated) still fails ``Outbox.open`` at once."""
-
-    atomic_batches = True
-
-    def __init__(self, queue_factory: Callable[[], SqlQueue]) -> None:
-        self._factory = queue_factory
-        self._inner: Transport | None = None
-        try:
-            self._build()
-        except OutboxError as e:
-            if not e.retryable:
-                raise
-            log.warning(
-                "the queue database is unreachable (%s); commits go on, and the rescuer "
-                "delivers their messages once it is back",
-                e,
-            )
-
-    def _build(self) -> Transport:
-        if self._inner is None:
-            from dispatcher.transports.sql import SqlQueueTransport
-
-            self._inner = SqlQueueTransport(self._factory())
-        return self._inner
-
-    def send(self, batch: Sequence[TransportMessage]) -> None:
-        try:
-            inner = self._build()
-        except OutboxError as e:
-            if not batch:
-                return
-            raise RetryableTransportError(
-                f"the SQL queue is not reachable: {e}", message_id=batch[0].message_id
-            ) from e
-        inner.send(batch)
-
-    def close(self) -> None:
-        if self._inner is not None:
-            self._inner.close()
-
-
 #: Seconds before the worker picks up the command for a failed immediate dispatch.
 DEFAULT_RETRY_DELAY = 2.0
 
 
-def build_transport(settings: Settings, queue_factory: Callable[[], SqlQueue]) -> Transport:
-    """The transport named by ``settings.transport``; ``queue_factory()`` gives the SQL queue."""
-    if settings.transport == "sql":
-        return _SqlTransportWhenReachable(queue_factory)
-    if settings.transport == "memory":
-        from dispatcher.transports.memory import InMemoryTransport
+class RuntimeBackends(Protocol):
+    """What the runtime takes from whoever chose the backends (``outbox.wiring.Backends``):
+    each built on first use and closed by its owner, not by the runtime."""
 
-        return InMemoryTransport()
-    if settings.transport == "servicebus":
-        try:
-            from dispatcher.transports import servicebus  # type: ignore[attr-defined,unused-ignore]
-        except ImportError as e:
-            raise MissingDependencyError(
-                "transport 'servicebus' is not available: the Azure Service Bus adapter or its "
-                f"dependency is not installed ({e})",
-                hint="pip install 'delta-outbox[azure]', or set transport = 'sql', or pass a "
-                "Transport object to Outbox.open(transport=...)",
-            ) from e
-        built: Transport = servicebus.ServiceBusTransport.from_settings(settings)
-        return built
-    if settings.transport == "mqtt":
-        try:
-            from dispatcher.transports.mqtt import MqttTransport
-        except ImportError as e:
-            raise MissingDependencyError(
-                f"transport 'mqtt' is not available: paho-mqtt is not installed ({e})",
-                hint="pip install 'delta-outbox[mqtt]', or set transport = 'sql'",
-            ) from e
-        return MqttTransport(settings.mqtt_broker, topic=settings.mqtt_topic, wait_for_broker=False)
-    raise ConfigurationError(  # pragma: no cover - Settings validates the name
-        f"setting 'transport' is invalid: {settings.transport!r}",
-        hint="use sql, memory, servicebus or mqtt",
-    )
+    @property
+    def sql_queue(self) -> SqlQueue: ...
+
+    def transport(self) -> Transport: ...
+
+    def command_queue(self) -> CommandQueue: ...
 
 
 class DispatcherRuntime:
@@ -148,11 +74,9 @@ class DispatcherRuntime:
         self,
         store: DeltaDocumentStore,
         settings: Settings,
+        backends: RuntimeBackends,
         *,
-        transport: Transport | None = None,
         clock: Clock | None = None,
-        queue: SqlQueue | None = None,
-        commands: CommandQueue | None = None,
         metrics: DispatchMetrics | None = None,
         crash_points: StepHook | None = None,
         retry_delay: float = DEFAULT_RETRY_DELAY,
@@ -161,19 +85,14 @@ class DispatcherRuntime:
     ) -> None:
         self.store = store
         self.settings = settings
+        self.backends = backends
         self.clock = clock or SystemClock()
         self.metrics = metrics or DispatchMetrics()
         self.crash_points = crash_points or hooks.installed()
         self.retry_delay = retry_delay
         self.mode = settings.dispatch
-        self._queue = queue
-        self._owns_queue = queue is None
-        self._queue_lock = threading.Lock()
-        self._commands = commands
-        self._owns_commands = commands is None
-        self._owns_transport = transport is None
-        self.transport: Transport = transport or build_transport(settings, lambda: self.queue)
-        adopt = getattr(transport, "adopt_settings", None)  # e.g. geo's claim_log_timeout
+        self.transport: Transport = backends.transport()
+        adopt = getattr(self.transport, "adopt_settings", None)  # e.g. geo's claim_log_timeout
         if callable(adopt):
             adopt(settings)
         # The watermarks of immediate dispatch, coalesced off the caller's path (None: one MERGE
@@ -182,8 +101,7 @@ class DispatcherRuntime:
         window = settings.watermark_window if watermark_window is None else watermark_window
         if window > 0:
             self.watermarks = WatermarkWriter(store, window=window, metrics=self.metrics)
-            store.read_barrier = self.watermarks.flush
-            store.mark_source = self.watermarks  # marks ride along in the next save's MERGE
+            store.attach_watermarks(self.watermarks)
         self.dispatcher = Dispatcher(
             store,
             self.transport,
@@ -199,31 +117,12 @@ class DispatcherRuntime:
     @property
     def queue(self) -> SqlQueue:
         """The SQL queue on ``settings.sql_url`` (commands, and the SQL transport's messages)."""
-        with self._queue_lock:
-            if self._queue is None:
-                from dispatcher.queue.sql_queue import SqlQueue
-
-                self._queue = SqlQueue.from_settings(
-                    self.settings, clock=self.clock, pool_size=self.pool_size()
-                )
-            return self._queue
+        return self.backends.sql_queue
 
     @property
     def commands(self) -> CommandQueue:
-        """The queue that carries ``ProcessDocument`` commands: ``queue`` (SQL), or the Service
-        Bus command queue when ``settings.command_transport`` is ``servicebus``."""
-        if self._commands is not None:
-            return self._commands
-        if self.settings.command_transport != "servicebus":
-            return self.queue
-        with self._queue_lock:
-            if self._commands is None:
-                from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
-
-                self._commands = ServiceBusCommandQueue.from_settings(
-                    self.settings, clock=self.clock
-                )
-            return self._commands
+        """The queue that carries ``ProcessDocument`` commands (``command_transport``)."""
+        return self.backends.command_queue()
 
     def pool_size(self, worker_threads: int = 0) -> int:
         """Connections the queue needs: one per concurrent send, two per worker thread (its
@@ -286,19 +185,12 @@ class DispatcherRuntime:
         return len(commands)
 
     def close(self) -> None:
+        """Stop the watermark writer (its marks written, or re-sent later) and the dispatcher's
+        pool; the backends are closed by their owner."""
         if self._closed:
             return
         self._closed = True
         if self.watermarks is not None:  # before the store closes: written, or re-sent later
             self.watermarks.close()
-            if self.store.read_barrier == self.watermarks.flush:
-                self.store.read_barrier = None
-            if self.store.mark_source is self.watermarks:
-                self.store.mark_source = None
+            self.store.detach_watermarks(self.watermarks)
         self.dispatcher.close()
-        if self._owns_transport:
-            self.transport.close()
-        if self._owns_queue and self._queue is not None:
-            self._queue.close()
-        if self._owns_commands and self._commands is not None:
-            self._commands.close()

@@ -68,8 +68,8 @@ class WatermarkWriter:
     """Coalesces watermark marks and writes them from one background thread (thread safe).
 
     Marks also ride along in the next save's MERGE when the store takes them (``take`` /
-    ``settle``, see ``DeltaDocumentStore.mark_source``): a stream of units of work then pays no
-    watermark commit at all, and the thread only writes what no save carried within the window.
+    ``settle``, see ``DeltaDocumentStore.attach_watermarks``): a stream of units of work then pays
+    no watermark commit at all, and the thread only writes what no save carried within the window.
     """
 
     def __init__(

@@ -1,23 +1,38 @@
 """``outbox migrate``: the Delta table, the SQL schema, (when an account is configured) the
-Cosmos DB database and containers, and (when Service Bus is the transport or the command
-transport) the Service Bus command queue and declared destinations; idempotent and safe to run
-twice."""
+Cosmos DB database and containers, and whatever the chosen backends provision (the Service Bus
+command queue and declared destinations, for example); idempotent and safe to run twice.
+
+Why the backends' provisioning is handed in: this floor knows the table and the schema; which
+backends the settings choose, and what each needs created, is ``outbox.wiring``'s to say
+(``Backends.migrate`` passes their provisioners).
+"""
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from outbox.core.errors import ConfigurationError, WorkspaceError
 from outbox.core.settings import Settings
 from outbox.core.sql import redact_url
 
-if TYPE_CHECKING:
-    from dispatcher.transports.servicebus_admin import Provisioned
-
 log = logging.getLogger("outbox.migrate")
+
+
+@dataclass
+class Provisioned:
+    """What a backend's provisioning did, and the entities it found in conflict with the
+    settings (reported, never changed)."""
+
+    actions: list[str] = field(default_factory=list)
+    conflicts: list[str] = field(default_factory=list)
+
+
+#: A backend's provisioning step: creates what it needs, returns what it did.
+Provisioner = Callable[[Settings], Provisioned]
 
 
 @dataclass
@@ -62,13 +77,18 @@ def ensure_workspace(settings: Settings) -> list[str]:
 
 
 def migrate(
-    settings: Settings, *, only_if_missing: bool = False, raise_on_conflict: bool = True
+    settings: Settings,
+    *,
+    provisioners: Sequence[Provisioner] = (),
+    only_if_missing: bool = False,
+    raise_on_conflict: bool = True,
 ) -> MigrationReport:
-    """Create or upgrade everything the settings point at.
+    """Create or upgrade everything the settings point at, then run ``provisioners`` (the chosen
+    backends', from ``outbox.wiring``).
 
     ``only_if_missing`` is the cheap path ``Outbox.open`` takes: it skips the work when the table
-    already exists (an explicit ``outbox migrate`` always checks both schemas). A Service Bus
-    entity in conflict with the settings raises ``ConfigurationError`` after everything else was
+    already exists (an explicit ``outbox migrate`` always checks both schemas). An entity in
+    conflict with the settings raises ``ConfigurationError`` after everything else was
     provisioned; with ``raise_on_conflict=False`` it is only listed in ``report.conflicts`` (the
     CLI prints the report, then exits 1).
     """
@@ -87,8 +107,8 @@ def migrate(
     report.actions += upgrade(settings.sql_url)
     if settings.cosmos_configured:
         report.actions += ensure_cosmos(settings)
-    if "servicebus" in (settings.command_transport, settings.transport):
-        provisioned = _provision_servicebus(settings)
+    for provision in provisioners:
+        provisioned = provision(settings)
         report.actions += provisioned.actions
         report.conflicts += provisioned.conflicts
     for a in report.actions:
@@ -96,22 +116,6 @@ def migrate(
     if report.conflicts and raise_on_conflict:
         raise ConfigurationError("; ".join(report.conflicts))
     return report
-
-
-def _provision_servicebus(settings: Settings) -> Provisioned:
-    """The Service Bus command queue and the declared destinations
-    (``dispatcher.transports.servicebus_admin``)."""
-    from dispatcher.transports.servicebus_admin import Provisioned, provision
-    from dispatcher.transports.servicebus_queue import connect
-
-    if settings.command_transport != "servicebus" and not settings.servicebus_destinations:
-        return Provisioned()  # transport servicebus alone, nothing declared: nothing to create
-    client, admin = connect()
-    try:
-        return provision(admin, settings)
-    finally:
-        for c in (admin, client):
-            c.close()
 
 
 def ensure_cosmos(settings: Settings) -> list[str]:

@@ -3,10 +3,12 @@
 >>> from outbox import Outbox
 >>> ob = Outbox.open(".outbox")          # doctest: +SKIP
 
-This package is both the kernel's home (``outbox.core``) and the facade's (``outbox.app``). The
-names below are resolved on first use (PEP 562), so importing ``outbox.core.errors`` from a lower
-layer never drags in the facade and, through it, the whole dispatcher: the layers stay acyclic at
-run time as well as on paper (see "Layers" in the README).
+The package reads floor to roof: ``outbox.core`` (the kernel: model, errors, settings, clock),
+``outbox.delta`` (the document table), ``outbox.unit_of_work``, then ``outbox.wiring`` (settings to
+backends), ``outbox.testing`` (the kit) and ``outbox.app`` (the roof: facade, CLI, status, checker,
+demos, Spark). The names below are resolved on first use (PEP 562), so importing
+``outbox.core.errors`` from a lower floor never drags in the facade and, through it, the whole
+dispatcher: the floors stay acyclic at run time as well as on paper (docs/design.md, "Layers").
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from typing import TYPE_CHECKING
 from outbox.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
     from outbox.core.clock import Clock, ManualClock, SystemClock
     from outbox.core.errors import (
         ChangeDataFeedDisabledError,
@@ -37,7 +39,7 @@ if TYPE_CHECKING:
     from outbox.unit_of_work import Document, UnitOfWork
 
 _EXPORTS = {
-    "Outbox": "outbox.app",
+    "Outbox": "outbox.app.facade",
     "Clock": "outbox.core.clock",
     "ManualClock": "outbox.core.clock",
     "SystemClock": "outbox.core.clock",

@@ -257,6 +257,8 @@ class SparkEngine:
     come back."""
 
     name = "spark"
+    #: A pass plans on a cluster: a health check gives it longer (``outbox rescue --every``).
+    on_a_cluster = True
 
     def __init__(
         self, spark: Any | None = None, *, storage_options: Mapping[str, str] | None = None

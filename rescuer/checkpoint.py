@@ -99,6 +99,12 @@ def _validate(cp: Checkpoint) -> Checkpoint:
     return cp
 
 
+class ClosableCheckpointStore(CheckpointStore, Protocol):
+    """A store its opener must close (both shipped stores hold connections)."""
+
+    def close(self) -> None: ...
+
+
 class InMemoryCheckpointStore:
     """Checkpoints in a dict, with the same compare-and-set semantics as the SQL store."""
 

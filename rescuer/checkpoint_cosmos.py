@@ -60,13 +60,20 @@ class CosmosCheckpointStore(CosmosAdapter):
 
     def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
         super().__init__(container, endpoint=endpoint, client=client)
+        #: Where the checkpoints are, for ``outbox status`` (never a key).
+        self.where = f"cosmos {endpoint} {getattr(container, 'container_link', '')}".strip()
         self._etags: dict[tuple[str, str], tuple[int, str]] = {}  # key -> (generation, etag)
         self._etags_lock = threading.Lock()
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CosmosCheckpointStore:
         client, container = cls._open(settings, settings.cosmos_checkpoint_container)
-        return cls(container, endpoint=settings.cosmos_endpoint, client=client)
+        store = cls(container, endpoint=settings.cosmos_endpoint, client=client)
+        store.where = (
+            f"cosmos {settings.cosmos_endpoint} "
+            f"{settings.cosmos_database}/{settings.cosmos_checkpoint_container}"
+        )
+        return store
 
     def _query(self, what: str, where: str, params: dict[str, Any], pk: str | None) -> list[Any]:
         query = f"SELECT * FROM c{' WHERE ' + where if where else ''}"

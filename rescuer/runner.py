@@ -1,4 +1,4 @@
-"""One rescue pass (DESIGN.md "Rescuer pass"), independent of the engine that reads the table.
+"""One rescue pass (docs/design.md, "The flows"), independent of the engine that reads the table.
 
 1. Read the checkpoint v0 (a version). 2. Find v1, the newest version at least ``delay`` old.
 3. Plan from the change feed over (v0, v1] (or a full sweep: no checkpoint yet, ``full=True``, or
@@ -21,6 +21,7 @@ from typing import Any
 from dispatcher.commands import commands_for
 from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock, utc
+from outbox.core.durations import format_duration
 from outbox.core.errors import (
     CheckpointConflictError,
     CheckpointError,
@@ -75,13 +76,21 @@ class PassReport:
         return d
 
     def summary(self) -> str:
+        """One pass on one line, for a log or a pipe (the pass's INFO line, ``outbox rescue``
+        piped, the Spark job): what it read, what it enqueued and what the queue already held
+        (``already_queued``: commands the queue dropped as duplicates)."""
+
+        def v(value: int | None) -> str:
+            return "-" if value is None else str(value)
+
         return (
-            f"rescue {self.table_uri} [{self.rescuer_name}/{self.engine}]"
-            f" mode={self.mode or 'idle'}"
-            f" window=({self.window_start},{self.window_end}] versions={self.versions_scanned}"
-            f" change_rows={self.change_rows} docs={self.documents_examined}"
-            f" enqueued={self.commands_enqueued} checkpoint={self.checkpoint_before}->"
-            f"{self.checkpoint_after} lag={self.lag_versions}v/{self.lag_seconds:.1f}s"
+            f"rescue {self.table_uri} [{self.rescuer_name}/{self.engine}] "
+            f"mode={self.mode or 'idle'} window=({v(self.window_start)},"
+            f"{v(self.window_end)}] versions={self.versions_scanned} "
+            f"pending_docs={self.pending_documents} enqueued={self.commands_enqueued} "
+            f"already_queued={self.duplicates_dropped} "
+            f"checkpoint={v(self.checkpoint_before)}->{v(self.checkpoint_after)} "
+            f"lag={self.lag_versions}v/{format_duration(self.lag_seconds)}"
         )
 
 

@@ -1,5 +1,5 @@
-"""Where rescue commands go: the durable SQL command queue, the Service Bus command queue
-(``command_transport = "servicebus"``), or a list in tests.
+"""Where rescue commands go: the command queue the settings choose (``outbox.wiring`` builds the
+``QueueSink`` over it), or a list in tests.
 
 Why a small protocol of our own: a pass only needs "enqueue these, tell me how many were new".
 The queue's duplicate detection on ``message_id`` (= the command id from (table, id, last_seq))
@@ -17,8 +17,6 @@ from dispatcher.commands import ProcessDocument
 
 if TYPE_CHECKING:
     from dispatcher.queue.ports import QueueSender
-    from outbox.core.clock import Clock
-    from outbox.core.settings import Settings
 
 #: Commands per queue transaction: big enough to amortize the commit, small enough to keep
 #: SQLite's write lock short.
@@ -38,13 +36,9 @@ class InMemorySink:
         self.commands: list[ProcessDocument] = []
         self._seen: set[str] = set()
         self._lock = threading.Lock()
-        self.fail_next: BaseException | None = None  # test hook: raise on the next enqueue
 
     def enqueue(self, commands: Sequence[ProcessDocument]) -> int:
         with self._lock:
-            if self.fail_next is not None:
-                error, self.fail_next = self.fail_next, None
-                raise error
             new = 0
             for c in commands:
                 if c.command_id in self._seen:
@@ -56,23 +50,12 @@ class InMemorySink:
 
 
 class QueueSink:
-    """``ProcessDocument`` commands into the command queue (``settings.command_queue``): SQL, or
-    Service Bus, where duplicate detection on the command id drops repeats the same way."""
+    """``ProcessDocument`` commands into a command queue (the SQL queue, or Service Bus, whose
+    duplicate detection on the command id drops repeats the same way)."""
 
     def __init__(self, queue: QueueSender, queue_name: str) -> None:
         self.queue = queue  # a SqlQueue, or its .sender
         self.queue_name = queue_name
-
-    @classmethod
-    def from_settings(cls, settings: Settings, *, clock: Clock | None = None) -> QueueSink:
-        if settings.command_transport == "servicebus":
-            from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
-
-            sb = ServiceBusCommandQueue.from_settings(settings, clock=clock)
-            return cls(sb, settings.command_queue)
-        from dispatcher.queue.sql_queue import SqlQueue
-
-        return cls(SqlQueue.from_settings(settings, clock=clock), settings.command_queue)
 
     def enqueue(self, commands: Sequence[ProcessDocument]) -> int:
         new = 0

@@ -3,7 +3,7 @@
 Why walk ``history()`` backwards from the latest version: the answer is always near the head (a
 delay is at most an hour), so reading the newest commits costs O(commits in the last delay), never
 O(history). ``load_cdf(ending_timestamp=...)`` and ``load_as_version(datetime)`` would walk the
-log from version 0 (see DELTA_NOTES.md), which grows without bound.
+log from version 0 (docs/delta.md), which grows without bound.
 
 Commit timestamps are the writers' wall clocks (``commitInfo.timestamp``), so "now" comes from the
 injected clock and is compared against them; tests set the clock relative to the real commit

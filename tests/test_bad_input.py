@@ -21,7 +21,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox import Outbox
-from outbox.cli import main
+from outbox.app.cli import main
 from outbox.core.errors import OutboxError
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
@@ -258,9 +258,10 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         ["-w", "{ws}", "rescue", "--engine", "flink"],
         {},
         None,
-        2,
-        "error: Invalid value for '--engine': 'flink' is not one of 'local', 'spark'. "
-        "(see `main rescue --help`)",
+        1,
+        "error: setting 'rescuer_engine' is invalid: 'flink' is not a rescuer engine (fix: use "
+        "one of local, spark, or install the package that provides it (entry point group "
+        "delta_outbox.rescuer_engines))",
     ),
     (
         "rescue --delay too short",
@@ -290,10 +291,12 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
     (
         "unknown transport",
         ["-w", "{ws}", "status"],
-        {"OUTBOX_TRANSPORT": "kafka"},
+        {"OUTBOX_TRANSPORT": "carrier-pigeon"},
         None,
         1,
-        "error: setting 'transport' is invalid: 'kafka'; use one of sql, memory, servicebus, mqtt",
+        "error: setting 'transport' is invalid: 'carrier-pigeon' is not a transport (fix: use one "
+        "of memory, mqtt, servicebus, sql, or install the package that provides it (entry point "
+        "group delta_outbox.transports))",
     ),
     (
         "misspelt setting in outbox.toml",
@@ -302,14 +305,15 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
         1,
         "error: unknown setting 'rescue_dely' (did you mean 'rescue_delay'?) (fix: known "
-        "settings: buckets, checkpoint_store, claim_log_timeout, "
+        "settings: buckets, checkpoint_store, claim_log, claim_log_timeout, "
         "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
         "cosmos_claims_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
         "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
-        "lock_duration, log_retention, max_commit_retries, max_delivery_count, max_in_flight, "
-        "max_message_bytes, mqtt_broker, mqtt_topic, "
-        "rescue_delay, rescue_interval, rescuer_name, servicebus_destinations, sql_url, "
+        "inbox_store, lock_duration, log_retention, max_commit_retries, max_delivery_count, "
+        "max_in_flight, max_message_bytes, mqtt_broker, mqtt_topic, "
+        "rescue_delay, rescue_interval, rescuer_engine, rescuer_name, servicebus_destinations, "
+        "sql_url, "
         "storage_options, table_uri, transport, watermark_window, workspace)",
     ),
     (
@@ -514,9 +518,11 @@ LIBRARY_CASES: list[tuple[str, Callable[[Outbox], Any], str, str]] = [
     ),
     (
         "unknown rescuer engine",
-        lambda ob: __import__("rescuer.engines").engines.make_engine("flink"),
-        "ValidationError",
-        "unknown rescuer engine 'flink' (fix: use --engine local or spark)",
+        lambda ob: ob.backends.rescuer_engine("flink"),
+        "ConfigurationError",
+        "setting 'rescuer_engine' is invalid: 'flink' is not a rescuer engine (fix: use one of "
+        "local, spark, or install the package that provides it (entry point group "
+        "delta_outbox.rescuer_engines))",
     ),
     (
         "invalid setting value",
@@ -569,10 +575,10 @@ def test_ctrl_c_during_a_rescue_pass_keeps_the_checkpoint(ws: Path) -> None:
     from datetime import timedelta
 
     from outbox.core.clock import SystemClock
+    from outbox.testing.faulty import FaultySink
+    from rescuer.cdf_local import LocalEngine
     from rescuer.checkpoint import InMemoryCheckpointStore
-    from rescuer.engines import make_engine
     from rescuer.runner import RescuePass
-    from rescuer.sink import InMemorySink
 
     class Later(SystemClock):
         def now(self) -> Any:
@@ -580,8 +586,8 @@ def test_ctrl_c_during_a_rescue_pass_keeps_the_checkpoint(ws: Path) -> None:
 
     with Outbox.open(ws, transport="memory", dispatch="deferred") as ob:
         _save(ob, "pkg-2", {"a": 1}, destination="shipments")  # deferred: left pending
-        sink, checkpoints = InMemorySink(), InMemoryCheckpointStore()
-        rescuer = RescuePass(ob.store, make_engine("local"), checkpoints, sink, clock=Later())
+        sink, checkpoints = FaultySink(), InMemoryCheckpointStore()
+        rescuer = RescuePass(ob.store, LocalEngine(), checkpoints, sink, clock=Later())
         sink.fail_next = KeyboardInterrupt()
         with pytest.raises(KeyboardInterrupt):
             rescuer.run()
@@ -595,7 +601,7 @@ def test_ctrl_c_in_any_command_is_one_line(ws: Path, monkeypatch: pytest.MonkeyP
     def interrupted(*_a: Any, **_k: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr("outbox.status.collect_status", interrupted)
+    monkeypatch.setattr("outbox.app.status.collect_status", interrupted)
     result = CliRunner().invoke(main, ["-w", str(ws), "status"])
     assert result.exit_code == 130
     assert result.stderr.strip() == (
@@ -692,7 +698,7 @@ _BLOCK_IN_A_PASS = """
 import signal, sys
 from datetime import timedelta
 
-import outbox.cli.rescue as rescue_cli
+import outbox.app.cli.rescue as rescue_cli
 from outbox.core.clock import SystemClock
 from rescuer.cdf_local import LocalEngine
 
@@ -713,7 +719,7 @@ rescue_cli.SystemClock = Later
 LocalEngine.plan_sweep = blocked
 # Ctrl-C as in a terminal: a process started under pytest-xdist inherits SIGINT ignored.
 signal.signal(signal.SIGINT, signal.default_int_handler)
-from outbox.cli import main
+from outbox.app.cli import main
 
 main(["-w", sys.argv[1], "rescue"], prog_name="outbox")
 """

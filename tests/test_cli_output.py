@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from outbox.cli import exit_codes, main, output
+from outbox.app.cli import exit_codes, main, output
 
 CLI = Path(output.__file__).parent
 
@@ -56,7 +56,7 @@ def test_piped_output_is_plain_text_and_json_is_one_document(
 
 def test_commands_write_only_through_the_output_module() -> None:
     """No command module prints or dumps JSON on its own: the output contract lives in one
-    place (outbox/cli/output.py)."""
+    place (outbox/app/cli/output.py)."""
     offenders = []
     for path in sorted(CLI.glob("*.py")):
         if path.name == "output.py":
@@ -87,8 +87,16 @@ def test_help_imports_nothing_heavy() -> None:
     import subprocess
     import sys
 
-    heavy = ("sqlalchemy", "deltalake", "pyarrow", "rich", "alembic", "pyspark", "outbox.app")
-    code = f"import sys, outbox.cli; print([m for m in {heavy!r} if m in sys.modules])"
+    heavy = (
+        "sqlalchemy",
+        "deltalake",
+        "pyarrow",
+        "rich",
+        "alembic",
+        "pyspark",
+        "outbox.app.facade",
+    )
+    code = f"import sys, outbox.app.cli; print([m for m in {heavy!r} if m in sys.modules])"
     out = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, check=True
     ).stdout

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from outbox import demo
-from outbox.cli import main
+from outbox.app.cli import main
+from outbox.app.demos import shipments as demo
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 
@@ -97,11 +97,11 @@ def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
         ages["hub"] = (story.clock.now() - hub).total_seconds()
 
     monkeypatch.setattr(demo, "_hub_scan", slow_hub_scan)
-    caplog.set_level(logging.INFO, logger="outbox.demo")
+    caplog.set_level(logging.INFO, logger="outbox.app.demos.shipments")
     ws = tmp_path / "demo"
     result = CliRunner().invoke(main, ["demo", "-w", str(ws), "--packages", "4", "--json"])
     assert result.exit_code == 0, result.output
-    steps = [r.getMessage() for r in caplog.records if r.name == "outbox.demo"]
+    steps = [r.getMessage() for r in caplog.records if r.name == "outbox.app.demos.shipments"]
     report = json.loads(result.stdout)
     [first] = report["rescue_passes"]
     assert first["commands_enqueued"] == 4
@@ -138,7 +138,7 @@ def test_geo_failover_is_timed_from_the_failure_not_from_wests_first_handling() 
     the failure, never a negative number; none at all is said in words."""
     import time
 
-    from outbox import demo_geo
+    from outbox.app.demos import geo as demo_geo
 
     class Msg:
         def __init__(self, mid: str, step: int) -> None:
@@ -167,7 +167,7 @@ def test_geo_waits_while_there_is_progress_and_names_a_stall(
 ) -> None:
     """A large ``demo geo`` is slow, not lost: the wait gives up only when nothing moves for
     ``DEADLINE`` (it used to give up after 45 s in all and report the unhandled rest as lost)."""
-    from outbox import demo_geo
+    from outbox.app.demos import geo as demo_geo
 
     monkeypatch.setattr(demo_geo, "DEADLINE", 0.2)
     report = demo_geo.GeoDemoReport(workspace="ws", kept=False, packages=1)
@@ -205,10 +205,10 @@ def test_the_devices_story_says_so_when_the_online_devices_were_not_done(
         return False if waits[0] == 1 else real_wait(self, condition, timeout)
 
     monkeypatch.setattr(DeviceSimulator, "wait_for", first_gives_up)
-    caplog.set_level(logging.INFO, logger="outbox.demo")
+    caplog.set_level(logging.INFO, logger="outbox.app.demos.shipments")
     result = CliRunner().invoke(main, ["demo", "devices", "--json"])
     assert result.exit_code == 5, result.output
-    steps = [r.getMessage() for r in caplog.records if r.name == "outbox.demo"]
+    steps = [r.getMessage() for r in caplog.records if r.name == "outbox.app.demos.shipments"]
     assert steps[2].startswith("the others are NOT done (timed out); door-")
     assert json.loads(result.stdout)["problems"] == ["timed out waiting for the online devices"]
 

@@ -18,7 +18,7 @@ from dispatcher.queue.messages import QueueMessage
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
 from outbox import Outbox
-from outbox.cli import main, output
+from outbox.app.cli import main, output
 from outbox.core.clock import ManualClock, utc
 from outbox.delta.store import DeltaDocumentStore
 
@@ -67,7 +67,7 @@ def test_once_exits_1_when_a_command_was_not_completed_and_max_backoff_caps_the_
     monkeypatch.setattr(DeltaDocumentStore, "read", unreadable)
     started = datetime.now().astimezone()
     # the run's clock stands still (a loaded machine would otherwise move it past the cap)
-    monkeypatch.setattr("outbox.app.SystemClock", lambda: ManualClock(started))
+    monkeypatch.setattr("outbox.app.facade.SystemClock", lambda: ManualClock(started))
     result = CliRunner().invoke(
         main, ["-w", str(ws), "run-dispatcher", "--once", "--max-backoff", "500ms"]
     )
@@ -153,7 +153,7 @@ def _pass(**changes: Any) -> Any:
 def test_rescue_text_has_no_reprs_says_what_was_queued_and_is_quiet_when_idle(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    from outbox.cli import rescue
+    from outbox.app.cli import rescue
 
     rescue._show(_pass(), as_json=False, looping=True, first=True)
     rescue._show(_pass(), as_json=False, looping=True, first=False)  # idle: nothing printed
@@ -258,8 +258,8 @@ def test_check_prints_each_line_once(
     as log lines with --json; never both."""
     import json
 
-    from outbox.checker import run as checker_run
-    from outbox.checker.report import CheckReport
+    from outbox.app.checker import run as checker_run
+    from outbox.app.checker.report import CheckReport
 
     def fake_run_check(seed: int, root: Path, *, progress: Any, **_k: Any) -> CheckReport:
         report = CheckReport(seed=seed, scenario="fake", invariants={"I1 no loss": True})
@@ -302,9 +302,9 @@ def test_status_names_queues_nobody_receives_from(tmp_path: Path) -> None:
     from datetime import UTC, timedelta
 
     from dispatcher.queue import QueueMessage, SqlQueue
-    from outbox.cli.status import _print_status
+    from outbox.app.cli.status import _print_status
+    from outbox.app.status import collect_status
     from outbox.core.settings import Settings
-    from outbox.status import collect_status
 
     ws = tmp_path / "ws"
     with Outbox.open(ws, default_destination="shipments") as ob, ob.unit_of_work() as uow:

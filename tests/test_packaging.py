@@ -1,6 +1,7 @@
 """The wheel installs only the product's packages: ``outbox``, ``dispatcher``, ``rescuer`` and
 ``migrations`` (the generic names ``cli`` or ``benchmarks`` would collide with other projects in
-site-packages), and its console scripts: ``outbox`` (``outbox.cli:main``) and the Spark rescuer job.
+site-packages), and its console scripts: ``outbox`` (``outbox.app.cli:main``) and the Spark
+rescuer job.
 
 Built offline: ``uv build --offline`` (hatchling comes from uv's cache), else ``pip wheel``.
 Installed with ``--no-deps --no-index`` into a fresh venv, so nothing is downloaded.
@@ -80,17 +81,17 @@ def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path
     dist_info = {n for n in added if n.endswith(".dist-info")}
     assert [n.split("-")[0] for n in dist_info] == ["delta_outbox"], added
     assert added - dist_info == PACKAGES  # no cli, no benchmarks, no tests, no stray module
-    assert (site / "outbox" / "cli" / "__init__.py").is_file()
+    assert (site / "outbox" / "app" / "cli" / "__init__.py").is_file()
 
     [info] = dist_info
     entry_points = (site / info / "entry_points.txt").read_text()
     scripts = _section(entry_points, "console_scripts")
     assert scripts == {
-        "outbox": "outbox.cli:main",
-        "outbox-rescue-spark": "rescuer.spark_job:main",  # the Databricks wheel task
+        "outbox": "outbox.app.cli:main",
+        "outbox-rescue-spark": "outbox.app.spark.rescue_job:main",  # the Databricks wheel task
     }
     script = (venv / "bin" / "outbox").read_text()
-    assert "from outbox.cli import main" in script
+    assert "from outbox.app.cli import main" in script
 
 
 def _section(ini: str, name: str) -> dict[str, str]:

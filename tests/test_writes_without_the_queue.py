@@ -13,8 +13,8 @@ from dispatcher.worker import DispatcherWorker
 from migrations.sql import upgrade
 from outbox import Outbox
 from outbox.core.clock import ManualClock
+from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import SqlCheckpointStore
-from rescuer.engines import make_engine
 from rescuer.runner import RescuePass
 from rescuer.sink import QueueSink
 from tests.pg import PostgresServer
@@ -52,7 +52,7 @@ def test_writes_commit_while_the_queue_database_is_down(
         checkpoints = SqlCheckpointStore(pg_url)
         try:
             sink = QueueSink(ob.runtime.commands, ob.settings.command_queue)
-            rescued = RescuePass(ob.store, make_engine("local"), checkpoints, sink, clock=clock)
+            rescued = RescuePass(ob.store, LocalEngine(), checkpoints, sink, clock=clock)
             assert rescued.run().commands_enqueued == 3
         finally:
             checkpoints.close()

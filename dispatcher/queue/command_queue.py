@@ -2,7 +2,7 @@
 sink need from the queue that carries ``ProcessDocument`` commands.
 
 Why one protocol over the three ports: the same worker code serves the SQL queue (``SqlQueue``) and
-Service Bus (``dispatcher.transports.servicebus_queue.ServiceBusCommandQueue``); it sends,
+Service Bus (``dispatcher.servicebus.command_queue.ServiceBusCommandQueue``); it sends,
 receives, settles and renews locks (``QueueSender`` + ``QueueReceiver``), asks the depth to know
 when it is idle, and gets a chance at housekeeping and at sizing its connections.
 """

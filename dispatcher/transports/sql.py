@@ -7,11 +7,12 @@ is committed; a re-sent batch is dropped by the queue's duplicate detection on m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import logging
+from collections.abc import Callable, Sequence
 
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
-from dispatcher.transports.base import TransportMessage
+from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.errors import (
     ClosedError,
     OutboxError,
@@ -19,6 +20,8 @@ from outbox.core.errors import (
     RetryableTransportError,
     ValidationError,
 )
+
+log = logging.getLogger("outbox.dispatcher")
 
 
 class SqlQueueTransport:
@@ -76,3 +79,46 @@ class SqlQueueTransport:
 
     def close(self) -> None:
         """The queue belongs to whoever built it (the runtime shares it with the command worker)."""
+
+
+class ReachableSqlTransport:
+    """The SQL transport, built when its database answers, so writes never depend on the queue
+    database being up: ``Outbox.open`` and every commit succeed while it is down (each dispatch
+    fails retryably, is logged and counted, and the rescuer delivers later). A database that
+    answers but is wrong (not migrated) still fails at once."""
+
+    atomic_batches = True
+
+    def __init__(self, queue_factory: Callable[[], SqlQueue]) -> None:
+        self._factory = queue_factory
+        self._inner: Transport | None = None
+        try:
+            self._build()
+        except OutboxError as e:
+            if not e.retryable:
+                raise
+            log.warning(
+                "the queue database is unreachable (%s); commits go on, and the rescuer "
+                "delivers their messages once it is back",
+                e,
+            )
+
+    def _build(self) -> Transport:
+        if self._inner is None:
+            self._inner = SqlQueueTransport(self._factory())
+        return self._inner
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        try:
+            inner = self._build()
+        except OutboxError as e:
+            if not batch:
+                return
+            raise RetryableTransportError(
+                f"the SQL queue is not reachable: {e}", message_id=batch[0].message_id
+            ) from e
+        inner.send(batch)
+
+    def close(self) -> None:
+        if self._inner is not None:
+            self._inner.close()

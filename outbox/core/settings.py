@@ -31,14 +31,21 @@ TABLE_DIR = "documents"
 SQLITE_FILE = "outbox.db"
 ENV_PREFIX = "OUTBOX_"
 
-TransportName = Literal["sql", "memory", "servicebus", "mqtt"]
-CommandTransport = Literal["sql", "servicebus"]
 DispatchMode = Literal["immediate", "deferred"]
-CheckpointStoreName = Literal["sql", "cosmos"]
 
 #: ``servicebus_destinations`` entries with this prefix are topics; the others are queues.
 TOPIC_PREFIX = "topic:"
 _ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+
+#: The settings that name a backend (``outbox.wiring`` checks the names).
+BACKEND_SETTINGS = (
+    "transport",
+    "command_transport",
+    "checkpoint_store",
+    "rescuer_engine",
+    "claim_log",
+    "inbox_store",
+)
 
 MIN_RESCUE_DELAY = 15.0
 MAX_RESCUE_DELAY = 3600.0
@@ -52,7 +59,8 @@ class Settings:
     table_uri: str = ""  # default: <workspace>/documents
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)
     sql_url: str = ""  # default: sqlite:///<workspace>/outbox.db
-    transport: TransportName = "sql"
+    # Backends, by name (``outbox.wiring`` knows the names, a plugin may add its own):
+    transport: str = "sql"  # sql, memory, servicebus, mqtt
     dispatch: DispatchMode = "immediate"
     rescue_delay: float = 15.0
     rescue_interval: float = 30.0
@@ -62,7 +70,8 @@ class Settings:
     max_in_flight: int = 16
     max_commit_retries: int = 10
     command_queue: str = "outbox-commands"
-    command_transport: CommandTransport = "sql"  # where ProcessDocument goes (sql or servicebus)
+    command_transport: str = "sql"  # where ProcessDocument goes: sql or servicebus
+    rescuer_engine: str = "local"  # the rescuer's change-feed engine: local or spark
     default_destination: str | None = None
     # The destinations ``doc.send`` may name (env: comma-separated). Empty: any valid name (a
     # typo creates a queue no one reads). Declared: an unknown name fails before the commit with
@@ -88,7 +97,9 @@ class Settings:
     watermark_window: float = 0.2
     # Cosmos DB (docs/cosmos.md): rescuer checkpoints and consumer inboxes. An empty key signs in
     # with DefaultAzureCredential (needs azure-identity).
-    checkpoint_store: CheckpointStoreName = "sql"
+    checkpoint_store: str = "sql"  # sql or cosmos
+    inbox_store: str = "sql"  # a consumer's inbox from settings: sql or cosmos
+    claim_log: str = "sql"  # the geo claim log from settings: sql or cosmos (docs/geo.md)
     cosmos_endpoint: str = ""
     cosmos_key: str = field(default="", repr=False)
     cosmos_database: str = "outbox"
@@ -118,13 +129,9 @@ class Settings:
         def bad(name: str, why: str) -> ConfigurationError:
             return ConfigurationError(f"setting {name!r} is invalid: {why}")
 
-        if self.transport not in ("sql", "memory", "servicebus", "mqtt"):
-            raise bad("transport", f"{self.transport!r}; use one of sql, memory, servicebus, mqtt")
-        if self.transport == "mqtt" and not self.mqtt_broker:
-            raise ConfigurationError(
-                "setting 'mqtt_broker' is missing: transport 'mqtt' needs the broker's URL",
-                hint="set OUTBOX_MQTT_BROKER=mqtt://host:1883 (mqtts:// for TLS)",
-            )
+        for name in BACKEND_SETTINGS:  # which names exist is outbox.wiring's to say
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise bad(name, "must name a backend")
         if self.dispatch not in ("immediate", "deferred"):
             raise bad("dispatch", f"{self.dispatch!r}; use immediate or deferred")
         if not MIN_RESCUE_DELAY <= self.rescue_delay <= MAX_RESCUE_DELAY:
@@ -157,8 +164,6 @@ class Settings:
             object.__setattr__(self, "log_retention", self.rescue_delay)
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
-        if self.command_transport not in ("sql", "servicebus"):
-            raise bad("command_transport", f"{self.command_transport!r}; use sql or servicebus")
         self._validate_cosmos(bad)
         self._validate_servicebus_destinations(bad)
         self._validate_destinations(bad)
@@ -170,14 +175,6 @@ class Settings:
             )
 
     def _validate_cosmos(self, bad: Any) -> None:
-        if self.checkpoint_store not in ("sql", "cosmos"):
-            raise bad("checkpoint_store", f"{self.checkpoint_store!r}; use sql or cosmos")
-        if self.checkpoint_store == "cosmos" and not self.cosmos_endpoint:
-            raise bad(
-                "cosmos_endpoint",
-                "checkpoint_store is cosmos but no endpoint is set; set OUTBOX_COSMOS_ENDPOINT, "
-                "e.g. https://ACCOUNT.documents.azure.com:443/",
-            )
         if self.cosmos_endpoint and not self.cosmos_endpoint.startswith(("https://", "http://")):
             raise bad("cosmos_endpoint", f"{self.cosmos_endpoint!r} is not an https:// URL")
         for name in (

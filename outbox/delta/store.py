@@ -13,7 +13,7 @@ Why it looks the way it does (see docs/delta.md for the measurements):
 * Saves never write a saved document's ``dispatched_seq``; only watermarks do, with
   ``greatest(...)`` and no version check, so the dispatcher never fails an application's save
   (invariant I4). Watermarks come from ``advance_watermarks`` or ride along in a save's MERGE as
-  extra source rows for *other* documents (``mark_source``), the same update either way.
+  extra source rows for *other* documents (``attach_watermarks``), the same update either way.
 * ``incarnation`` is written by the insert branch only: updates and watermarks never touch it.
   An update also requires the incarnation it read (``IS NOT DISTINCT FROM``, so a legacy null
   matches a null): a document deleted and re-created since the read restarts at version 1, and
@@ -82,9 +82,12 @@ class _Ticket:
     error: BaseException | None = None
 
 
-class MarkSource(Protocol):
-    """Watermarks accepted by the transport but not yet written (``WatermarkWriter``): a save
-    takes them into its own MERGE, and settles them once that commit landed or failed."""
+class PendingWatermarks(Protocol):
+    """Watermarks accepted by the transport but not yet written (``WatermarkWriter``): a read
+    flushes them first (so a read in this process sees every mark it earned), and a save takes
+    them into its own MERGE and settles them once that commit landed or failed."""
+
+    def flush(self) -> object: ...
 
     def take(self, exclude: Iterable[str] = ()) -> Any: ...
 
@@ -167,11 +170,9 @@ class DeltaDocumentStore:
         self.watermark_groups = 0  # watermark MERGEs that carried more than one dispatch
         self._closed = False
         self.commit_retries = 0  # observed CommitFailedError retries, for metrics and benchmarks
-        #: Called before ``read`` and ``scan_pending``: the dispatcher's watermark writer flushes
-        #: there, so a read in this process sees every watermark this process already earned.
-        self.read_barrier: Callable[[], object] | None = None
-        #: Unwritten watermarks that ride along in the next save's MERGE (``MarkSource``).
-        self.mark_source: MarkSource | None = None
+        # This process's unwritten watermarks (``attach_watermarks``): flushed before ``read``
+        # and ``scan_pending``, carried by the next save's MERGE.
+        self._pending: PendingWatermarks | None = None
         self._carried: Any = None  # the batch the MERGE being built carries
         self._merge_counts = (0, 0)  # (inserted, updated) of the last save MERGE
         self._dt = self._open()
@@ -304,10 +305,21 @@ class DeltaDocumentStore:
     def version(self) -> int:
         return int(self._dt.version())
 
+    def attach_watermarks(self, pending: PendingWatermarks) -> None:
+        """Attach this process's unwritten watermarks (the dispatcher's ``WatermarkWriter``):
+        from now on a read flushes them first, and a save carries them in its MERGE."""
+        self._pending = pending
+
+    def detach_watermarks(self, pending: PendingWatermarks | None = None) -> None:
+        """Detach ``pending`` (whatever is attached, when None); a read or a save no longer
+        involves it."""
+        if pending is None or self._pending is pending:
+            self._pending = None
+
     def _barrier(self) -> None:
-        barrier = self.read_barrier
-        if barrier is not None:
-            barrier()
+        pending = self._pending
+        if pending is not None:
+            pending.flush()
 
     def _backoff(self, attempt: int) -> None:
         self.commit_retries += 1
@@ -481,12 +493,12 @@ class DeltaDocumentStore:
             return batch
 
     def _commit_tickets(self, tickets: list[_Ticket]) -> None:
-        """The save's commit, carrying the unwritten watermarks (``mark_source``) when there
+        """The save's commit, carrying the unwritten watermarks (``attach_watermarks``) when there
         are any: a stream of units of work then pays no watermark commit of its own. A mark only
         raises ``dispatched_seq`` (``greatest``) of the life it names, never of a document this
         save writes (its mark waits for the next write), so the save's own rules are unchanged;
         if the save fails, the marks go back and wait."""
-        source = self.mark_source
+        source = self._pending
         batch = None
         if source is not None:
             batch = source.take(exclude=[w.row.id for t in tickets for w in t.writes])

@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from dispatcher.gateway.acks import ack_payload, session_matcher
-from dispatcher.transports.mqtt import MESSAGE_ID, check_template
-from dispatcher.transports.mqtt_client import MqttBroker, MqttConnection
+from dispatcher.mqtt.acks import ack_payload, session_matcher
+from dispatcher.mqtt.client import MqttBroker, MqttConnection
+from dispatcher.mqtt.transport import MESSAGE_ID, check_template
 
 if TYPE_CHECKING:
     from paho.mqtt.client import MQTTMessage

@@ -1,4 +1,4 @@
-"""A fault-injecting transport wrapper for tests and the demo.
+"""Fault-injecting wrappers for tests and the demo: a transport, and a command sink.
 
 Real brokers fail in a handful of ways that matter to the outbox: a send fails as a whole (busy,
 unreachable), one destination refuses messages (deleted queue), everything is down for a while, a
@@ -14,10 +14,12 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from dispatcher.commands import ProcessDocument
 from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import PermanentTransportError, RetryableTransportError, TransportError
 from outbox.testing.crash_points import InjectedCrash
+from rescuer.sink import InMemorySink
 
 
 class FaultyTransport:
@@ -181,3 +183,18 @@ def _error(permanent: bool, message_id: str | None, what: str) -> TransportError
         message_id=message_id,
         hint="this failure was injected by FaultyTransport; call heal() to stop it",
     )
+
+
+class FaultySink(InMemorySink):
+    """The in-memory command sink with a fault: ``fail_next`` is raised by the next enqueue
+    (before anything of it is kept), then cleared."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail_next: BaseException | None = None
+
+    def enqueue(self, commands: Sequence[ProcessDocument]) -> int:
+        error, self.fail_next = self.fail_next, None
+        if error is not None:
+            raise error
+        return super().enqueue(commands)

@@ -10,7 +10,7 @@ break the production rescuer's own code there for the seed's duration (``supervi
 ``RescuePass``, ``QueueSink``, the planner), which is caught only because the checker runs the
 production rescuer, not a stand-in.
 Writers and workers are child processes, so their mutations are applied *inside* the child, by the
-checker's child entry points (``outbox.checker.procs``), on that child's own ``Outbox``
+checker's child entry points (``outbox.app.checker.procs``), on that child's own ``Outbox``
 (``patch_outbox``) and transport (``wrap_transport``). The mutation's name travels in the child's
 configuration; ``OUTBOX_CHECK_MUTATION`` only seeds it for ``outbox check``. Production code never
 reads either: nothing here is imported outside the testing kit and the checker.
@@ -238,7 +238,7 @@ class WatermarkLowers(Mutation):
 
         mock.patch.object(store, "advance_watermarks", advance).start()
         # every mark goes through the MERGE above (none rides along in a save's MERGE)
-        store.mark_source = None
+        store.detach_watermarks()
 
 
 def _force_watermarks(store: Any, marks: Mapping[str, int]) -> None:

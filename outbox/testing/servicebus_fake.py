@@ -1,7 +1,7 @@
 """A faithful in-memory fake of the Azure Service Bus SDK surface the outbox uses, send and receive.
 
 Why a fake: no local server speaks to the Python SDK (it insists on the ``$cbs`` claims-based
-security node; see AZURE_NOTES.md), and Microsoft's emulator needs Docker. So the kit ships this
+security node; docs/servicebus.md), and Microsoft's emulator needs Docker. So the kit ships this
 broker model and the adapters are tested against it, plus live tests when a namespace is
 configured. Each behaviour below is the documented one (docs/servicebus.md says where each was
 checked):
@@ -806,6 +806,6 @@ class FakeAdministrationClient:
 def clients(
     bus: FakeServiceBus,
 ) -> Callable[[], tuple[FakeServiceBusClient, FakeAdministrationClient]]:
-    """A factory for ``servicebus_sdk.use_clients``: every adapter built from settings talks to
+    """A factory for ``sdk.use_clients``: every adapter built from settings talks to
     ``bus``."""
     return lambda: (bus.client(), bus.admin())

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from outbox.cli import main
+from outbox.app.cli import main
 
 pytestmark = pytest.mark.slow
 
@@ -33,7 +33,7 @@ def test_demo_geo_fails_over_and_every_invariant_holds(tmp_path: Path) -> None:
 
 
 def test_a_broken_invariant_is_reported_and_exits_5(monkeypatch: pytest.MonkeyPatch) -> None:
-    from outbox import demo_geo
+    from outbox.app.demos import geo as demo_geo
 
     effects = demo_geo._Effects()
     handle = demo_geo._Effects.handler(effects, "west")

@@ -189,7 +189,7 @@ def test_any_two_transports_a_sql_queue_and_service_bus(
     """The secondary on Service Bus (the SDK fake): the same ids and session, and its copy
     scheduled ``secondary_delay`` later through scheduled_enqueue_time_utc."""
     pytest.importorskip("azure.servicebus")
-    from dispatcher.transports.servicebus import ServiceBusTransport
+    from dispatcher.servicebus.transport import ServiceBusTransport
     from tests.dispatcher.test_servicebus import FakeNamespace, FakeServiceBusClient
 
     ns = FakeNamespace()

@@ -33,17 +33,17 @@ from azure.servicebus import NEXT_AVAILABLE_SESSION
 from azure.servicebus.exceptions import OperationTimeoutError
 from click.testing import CliRunner
 
-from dispatcher.transports import servicebus_sdk
-from outbox.app import Outbox
-from outbox.cli import main
+from dispatcher.servicebus import sdk as servicebus_sdk
+from outbox.app.cli import main
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore
 from outbox.testing.crash_points import InjectedCrash, crash_points
 from outbox.testing.servicebus_fake import FakeServiceBus, clients
+from outbox.wiring import Backends
 from rescuer.checkpoint_cosmos import CosmosCheckpointStore
-from rescuer.checkpoint_factory import checkpoint_store_from_settings
 from rescuer.sink import QueueSink
 from tests.dispatcher.helpers import write_docs
 
@@ -155,13 +155,13 @@ def _scenario(
     ts = int(store.delta_table.history(1)[0]["timestamp"])
     store.close()
     later = datetime.fromtimestamp(ts / 1000, tz=UTC) + timedelta(seconds=60)
-    monkeypatch.setattr("outbox.cli.rescue.SystemClock", lambda: ManualClock(later))
+    monkeypatch.setattr("outbox.app.cli.rescue.SystemClock", lambda: ManualClock(later))
     report = _cli(ws, env, "rescue")
     assert report["checkpoint_after"] == version
-    checkpoints = checkpoint_store_from_settings(settings)
-    assert isinstance(checkpoints, CosmosCheckpointStore)
-    [cp] = checkpoints.list()
-    checkpoints.close()
+    with Backends(settings) as backends:
+        checkpoints = backends.checkpoint_store()
+        assert isinstance(checkpoints, CosmosCheckpointStore)
+        [cp] = checkpoints.list()
     assert (cp.table_uri, cp.version) == (settings.table_uri, version)
 
     # -- the worker, receiving from the Service Bus command queue

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from dispatcher.claims.cosmos import CosmosClaimLog
-from outbox.cli import main
+from outbox.app.cli import main
+from outbox.app.maintenance import oldest_needed_version
 from outbox.core.clock import ManualClock
 from outbox.core.cosmos import make_client
 from outbox.core.errors import (
@@ -25,10 +26,9 @@ from outbox.core.errors import (
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
-from outbox.maintenance import oldest_needed_version
+from outbox.wiring import Backends, check
 from rescuer.checkpoint import SqlCheckpointStore
 from rescuer.checkpoint_cosmos import CosmosCheckpointStore
-from rescuer.checkpoint_factory import checkpoint_store_from_settings
 from tests.pg import _free_port
 
 
@@ -74,13 +74,14 @@ def test_migrate_rescue_status_and_forget_use_cosmos(
     v = store.save([DocumentWrite(DocumentRow("d1", "t", 1, {}, 2, 0, []), 0, store.version())])
     ts = int(store.delta_table.history(1)[0]["timestamp"])
     later = datetime.fromtimestamp(ts / 1000, tz=UTC) + timedelta(seconds=31)
-    monkeypatch.setattr("outbox.cli.rescue.SystemClock", lambda: ManualClock(later))
+    monkeypatch.setattr("outbox.app.cli.rescue.SystemClock", lambda: ManualClock(later))
     rescued = runner.invoke(main, ["-w", ws, "rescue", "--json", "--delay", "30s"], env=env)
     assert rescued.exit_code == 0, rescued.output
     assert _json(rescued.output)["checkpoint_after"] == v
 
     settings = Settings.load(ws, env=env)
-    cosmos = checkpoint_store_from_settings(settings)
+    backends = Backends(settings)
+    cosmos = backends.checkpoint_store()
     assert isinstance(cosmos, CosmosCheckpointStore)
     [cp] = cosmos.list()
     assert (cp.table_uri, cp.rescuer_name, cp.version) == (store.uri, "default", v)
@@ -102,7 +103,7 @@ def test_migrate_rescue_status_and_forget_use_cosmos(
     assert gone.exit_code == 0, gone.output
     assert json.loads(gone.output)["forgot"] is True
     assert cosmos.list() == []
-    cosmos.close()
+    backends.close()
     store.close()
     cosmos_client.delete_database(db)
 
@@ -155,17 +156,20 @@ def test_a_missing_container_says_run_migrate(cosmos_settings: Settings) -> None
 def test_missing_azure_cosmos_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "azure.cosmos", None)  # import fails as if not installed
     settings = Settings(checkpoint_store="cosmos", cosmos_endpoint="https://127.0.0.1:1")
-    with pytest.raises(MissingDependencyError, match=r"pip install 'delta-outbox\[azure\]'"):
-        checkpoint_store_from_settings(settings)
+    with (
+        pytest.raises(MissingDependencyError, match=r"pip install 'delta-outbox\[azure\]'"),
+        Backends(settings) as backends,
+    ):
+        backends.checkpoint_store()
 
 
 def test_cosmos_settings_are_validated_and_the_key_never_printed() -> None:
     from outbox.core.errors import ConfigurationError
 
     with pytest.raises(ConfigurationError, match="cosmos_endpoint"):
-        Settings(checkpoint_store="cosmos")
+        check(Settings(checkpoint_store="cosmos"))
     with pytest.raises(ConfigurationError, match="checkpoint_store"):
-        Settings(checkpoint_store="redis")  # type: ignore[arg-type]
+        check(Settings(checkpoint_store="redis"))
     s = Settings(cosmos_endpoint="https://a.documents.azure.com:443/", cosmos_key="secret")
     assert "secret" not in repr(s)
     assert s.to_dict()["cosmos_key"] == "***"

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dispatcher.transports.memory import InMemoryTransport
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.testing.crash_points import crash_points
 

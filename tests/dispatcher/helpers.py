@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.model import OutboxMessage
 
 

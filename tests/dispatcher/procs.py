@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.testing.crash_points import ENV_VAR, crash_points, install
 from tests.dispatcher.helpers import write_docs
 

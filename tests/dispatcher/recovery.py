@@ -8,7 +8,7 @@ from pathlib import Path
 from dispatcher.invariants import InvariantReport, verify_deliveries
 from dispatcher.transports.base import TransportMessage
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 

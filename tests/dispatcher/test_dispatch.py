@@ -15,7 +15,7 @@ from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage, bucket_of, message_id_for
 from outbox.delta import schema as S

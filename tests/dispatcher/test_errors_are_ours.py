@@ -11,7 +11,7 @@ import pytest
 from dispatcher.dispatch import Dispatcher
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError, ValidationError
 from outbox.testing.crash_points import ENV_VAR, CrashPoints

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dispatcher.dispatch import Dispatcher
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.errors import RetryableTransportError
 from outbox.core.model import DocumentRow, OutboxMessage
 

@@ -35,13 +35,13 @@ pytest.importorskip("azure.servicebus")
 from azure.servicebus import ServiceBusMessage, ServiceBusMessageBatch
 from azure.servicebus import exceptions as sb_errors
 
-from dispatcher.transports.base import Transport, TransportMessage
-from dispatcher.transports.servicebus import (
+from dispatcher.servicebus.transport import (
     ENV_CONNECTION_STRING,
     ENV_NAMESPACE,
     ENV_TOPICS,
     ServiceBusTransport,
 )
+from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.errors import (
     ConfigurationError,
     MissingDependencyError,
@@ -775,18 +775,18 @@ def test_missing_sdk_is_a_missing_dependency_with_the_install_hint(
 def test_the_runtime_builds_it_from_settings(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Any
 ) -> None:
-    from dispatcher.runtime import build_transport
     from outbox.core.settings import Settings
+    from outbox.wiring import Backends
 
     monkeypatch.setenv(ENV_CONNECTION_STRING, FAKE_CONN)
-    t = build_transport(Settings(workspace=tmp_path, transport="servicebus"), lambda: None)
-    try:
-        assert isinstance(t, ServiceBusTransport)
-    finally:
-        t.close()
+    with Backends(Settings(workspace=tmp_path, transport="servicebus")) as backends:
+        assert isinstance(backends.transport(), ServiceBusTransport)
     monkeypatch.delenv(ENV_CONNECTION_STRING)
-    with pytest.raises(ConfigurationError, match=ENV_CONNECTION_STRING):
-        build_transport(Settings(workspace=tmp_path, transport="servicebus"), lambda: None)
+    with (
+        pytest.raises(ConfigurationError, match=ENV_CONNECTION_STRING),
+        Backends(Settings(workspace=tmp_path, transport="servicebus")) as backends,
+    ):
+        backends.transport()
 
 
 # --- live ----------------------------------------------------------------------------------------

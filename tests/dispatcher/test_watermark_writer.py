@@ -13,7 +13,7 @@ from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.watermarks import WatermarkWriter
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.errors import RetryableTransportError, StoreError
 from outbox.core.model import OutboxMessage

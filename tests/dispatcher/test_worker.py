@@ -19,7 +19,7 @@ from dispatcher.invariants import verify_deliveries
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 from outbox.testing.faulty import FaultyTransport

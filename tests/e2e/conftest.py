@@ -20,8 +20,8 @@ from typing import Any
 
 import pytest
 
-from outbox.checker.report import CheckReport
-from outbox.checker.run import run_check
+from outbox.app.checker.report import CheckReport
+from outbox.app.checker.run import run_check
 
 #: Seeds run at once (``OUTBOX_CHECK_JOBS`` overrides it).
 SEED_JOBS = int(os.environ.get("OUTBOX_CHECK_JOBS", "4"))

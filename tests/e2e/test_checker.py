@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from outbox.cli import main
+from outbox.app.cli import main
 from tests.e2e.conftest import RunSeed, seed_runner
 
 SEEDS = list(range(1, 51))
@@ -98,7 +98,7 @@ def test_status_health_checks(tmp_path: Path) -> None:
     from datetime import UTC, datetime, timedelta
 
     from dispatcher.transports.memory import InMemoryTransport
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
     from outbox.core.clock import ManualClock
     from outbox.testing.faulty import FaultyTransport
 
@@ -142,8 +142,8 @@ def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
     """Injected interruptions and ``OutboxError``s are retried by the next pass; anything else
     (a raw driver error, a rescuer bug) is recorded and fails the seed, whatever the invariants
     say."""
-    from outbox.checker.report import CheckReport, aggregate
-    from outbox.checker.rescue import InterruptedPass, run_rescue_pass
+    from outbox.app.checker.report import CheckReport, aggregate
+    from outbox.app.checker.rescue import InterruptedPass, run_rescue_pass
     from outbox.core.errors import QueueUnavailableError
 
     class Pass:
@@ -174,7 +174,7 @@ def test_a_rescue_pass_that_breaks_unexpectedly_fails_the_seed() -> None:
 
 
 def test_nothing_committed_is_not_ok() -> None:
-    from outbox.checker.report import CheckReport
+    from outbox.app.checker.report import CheckReport
 
     report = CheckReport(seed=8, scenario="unit", drained=True, invariants={"I1 no loss": True})
     assert not report.ok
@@ -184,7 +184,7 @@ def test_nothing_committed_is_not_ok() -> None:
 
 def test_every_ci_plan_strands_a_round_and_places_its_faults() -> None:
     """The plans themselves: each CI seed needs the rescuer and has faults to fire."""
-    from outbox.checker.scenario import Scenario
+    from outbox.app.checker.scenario import Scenario
 
     for seed in SEEDS:
         sc = Scenario.from_seed(seed, scale=CI_SCALE)

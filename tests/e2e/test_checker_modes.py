@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from outbox.checker.report import CheckReport
-from outbox.checker.run import run_check
-from outbox.checker.scenario import Scenario
+from outbox.app.checker.report import CheckReport
+from outbox.app.checker.run import run_check
+from outbox.app.checker.scenario import Scenario
 from tests.e2e.conftest import RunSeed, seed_runner
 from tests.pg import PostgresServer
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from outbox.checker.report import CheckReport
-from outbox.checker.run import run_check
+from outbox.app.checker.report import CheckReport
+from outbox.app.checker.run import run_check
 from outbox.testing.mutations import MUTATIONS
 
 SEED = 4
@@ -89,10 +89,10 @@ def test_the_checker_runs_the_production_rescuer(tmp_path: Path) -> None:
     """What ``outbox rescue`` builds, wrapped only where the checker must: the sink's queue
     records what it accepted, the sink may die mid-pass, the clock runs ahead."""
     from dispatcher.queue.sql_queue import SqlQueue
-    from outbox.checker.backends import seed_database
-    from outbox.checker.rescue import FlakySink, OffsetClock, RecordingQueue
-    from outbox.checker.run import _prepare
-    from outbox.checker.scenario import Scenario
+    from outbox.app.checker.backends import seed_database
+    from outbox.app.checker.rescue import FlakySink, OffsetClock, RecordingQueue
+    from outbox.app.checker.run import _prepare
+    from outbox.app.checker.scenario import Scenario
     from rescuer.cdf_local import LocalEngine
     from rescuer.checkpoint import SqlCheckpointStore
     from rescuer.runner import RescuePass

@@ -9,8 +9,8 @@ from __future__ import annotations
 from pathlib import Path
 from types import SimpleNamespace
 
-from outbox.checker.execute import _outages
-from outbox.checker.scenario import Outage
+from outbox.app.checker.execute import _outages
+from outbox.app.checker.scenario import Outage
 
 
 def _run(tmp_path: Path, *outages: Outage) -> SimpleNamespace:

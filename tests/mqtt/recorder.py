@@ -8,7 +8,7 @@ import uuid
 
 from paho.mqtt.client import MQTTMessage
 
-from dispatcher.transports.mqtt_client import MqttBroker, MqttConnection, Publish
+from dispatcher.mqtt.client import MqttBroker, MqttConnection, Publish
 
 FENCE = b"--fence--"
 

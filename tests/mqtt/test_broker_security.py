@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from dispatcher.mqtt.client import MqttBroker
+from dispatcher.mqtt.transport import MqttTransport
 from dispatcher.transports.base import TransportMessage
-from dispatcher.transports.mqtt import MqttTransport
-from dispatcher.transports.mqtt_client import MqttBroker
 from outbox.core.errors import RetryableTransportError
 from tests.mqtt.broker import MosquittoServer
 

@@ -6,7 +6,7 @@ import json
 
 from click.testing import CliRunner
 
-from outbox.cli import main
+from outbox.app.cli import main
 from outbox.testing.mosquitto import MosquittoServer
 
 

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dispatcher.queue import QueueMessage, SqlQueue
 from migrations.sql import upgrade
-from outbox.cli import main
+from outbox.app.cli import main
 
 
 def _workspace(tmp_path: Path) -> Path:

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from dispatcher.gateway.acks import ack_id
-from dispatcher.gateway.mqtt import GatewayOptions, GatewayStats, MqttGateway
+from dispatcher.mqtt.acks import ack_id
+from dispatcher.mqtt.client import MqttBroker
+from dispatcher.mqtt.gateway import GatewayOptions, GatewayStats, MqttGateway
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
-from dispatcher.transports.mqtt_client import MqttBroker
 from migrations.sql import upgrade
 from outbox.testing.devices import DeviceSimulator
 from tests.mqtt.broker import MosquittoServer

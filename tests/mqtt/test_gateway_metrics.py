@@ -37,7 +37,7 @@ def test_gateway_serves_its_metrics_and_health(tmp_path: Path, mqtt_url: str) ->
     ):
         gateway = subprocess.Popen(
             [
-                *(sys.executable, "-m", "outbox.cli", "-w", str(tmp_path / "ws")),
+                *(sys.executable, "-m", "outbox.app.cli", "-w", str(tmp_path / "ws")),
                 *("run-gateway", "mqtt", "--destination", DEST, "--broker", mqtt_url),
                 *("--topic", f"{prefix}/{{session}}/tasks"),
                 *("--ack-topic", f"{prefix}/{{session}}/ack"),

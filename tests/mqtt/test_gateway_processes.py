@@ -44,7 +44,7 @@ SILENT_TASKS = 2
 
 def _gateway(url: str, ws: Path, prefix: str, env: dict[str, str]) -> subprocess.Popen[str]:
     cmd = [
-        sys.executable, "-m", "outbox.cli", "-w", str(ws), "run-gateway", "mqtt",
+        sys.executable, "-m", "outbox.app.cli", "-w", str(ws), "run-gateway", "mqtt",
         "--destination", DEST, "--broker", url,
         "--topic", f"{prefix}/{{session}}/tasks", "--ack-topic", f"{prefix}/{{session}}/ack",
         "--retry-interval", "250ms", "--max-tries", "6", "--concurrency", "16",

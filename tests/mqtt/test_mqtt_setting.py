@@ -8,7 +8,7 @@ import socket
 import uuid
 from pathlib import Path
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from tests.mqtt.recorder import Recorder
 
 

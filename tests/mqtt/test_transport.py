@@ -9,9 +9,9 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from dispatcher.mqtt.client import MqttBroker, MqttConnection
+from dispatcher.mqtt.transport import MqttTransport, from_mqtt
 from dispatcher.transports.base import Transport, TransportMessage
-from dispatcher.transports.mqtt import MqttTransport, from_mqtt
-from dispatcher.transports.mqtt_client import MqttBroker, MqttConnection
 from outbox.core.clock import ManualClock
 from outbox.core.errors import (
     ConfigurationError,

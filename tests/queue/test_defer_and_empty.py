@@ -18,7 +18,7 @@ from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.sql import SqlQueueTransport
 from migrations.sql import upgrade
-from outbox.cli import main
+from outbox.app.cli import main
 from outbox.core.clock import ManualClock
 from outbox.core.sql import make_engine
 
@@ -36,7 +36,7 @@ def test_the_sql_transport_and_the_consumer_carry_an_empty_body(queue: SqlQueue)
 
 def test_the_servicebus_transport_sends_an_empty_body() -> None:
     pytest.importorskip("azure.servicebus")
-    from dispatcher.transports.servicebus import ServiceBusTransport
+    from dispatcher.servicebus.transport import ServiceBusTransport
     from outbox.testing.servicebus_fake import FakeServiceBus
 
     bus = FakeServiceBus(ManualClock())
@@ -49,7 +49,7 @@ def test_the_servicebus_transport_sends_an_empty_body() -> None:
 
 def test_a_received_sdk_message_without_a_body_is_empty() -> None:
     """``ServiceBusMessage(None)`` arrives with ``body`` None (an AMQP value body)."""
-    from dispatcher.transports.servicebus_commands import body
+    from dispatcher.servicebus.commands import body
 
     class NoBody:
         body = None

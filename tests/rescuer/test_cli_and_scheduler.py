@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from outbox.cli import main
+from outbox.app.cli import main
 from outbox.core.clock import ManualClock
 from outbox.core.errors import EngineError
 from outbox.core.model import DocumentRow
@@ -47,7 +47,7 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
     from datetime import UTC, datetime
 
     later = datetime.fromtimestamp(ts / 1000, tz=UTC) + timedelta(seconds=31)
-    monkeypatch.setattr("outbox.cli.rescue.SystemClock", lambda: ManualClock(later))
+    monkeypatch.setattr("outbox.app.cli.rescue.SystemClock", lambda: ManualClock(later))
     result = runner.invoke(main, ["-w", str(workspace), "rescue", "--json", "--delay", "30s"])
     assert result.exit_code == 0, result.output
     report = json.loads(result.output[result.output.index("{") :])
@@ -72,7 +72,7 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
     assert json.loads(peeked[0].body)["id"] == "d1"
 
     # a rescuer that is retired is forgotten: it no longer holds back log trimming and vacuum
-    from outbox.maintenance import oldest_needed_version
+    from outbox.app.maintenance import oldest_needed_version
 
     sql_url = f"sqlite:///{(workspace / 'outbox.db').absolute()}"
     assert oldest_needed_version(sql_url, store.uri) == v + 1
@@ -91,7 +91,7 @@ def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
     # The CLI, in a fresh process (no SparkSession yet): one line that says what to do.
     env = {**os.environ, "OUTBOX_DELTA_JARS": str(tmp_path)}
     proc = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "-w", str(tmp_path / "ws"), "migrate"],
+        [sys.executable, "-m", "outbox.app.cli", "-w", str(tmp_path / "ws"), "migrate"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -104,7 +104,7 @@ def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "outbox.cli",
+            "outbox.app.cli",
             "-w",
             str(tmp_path / "ws"),
             "rescue",

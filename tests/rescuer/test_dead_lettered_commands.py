@@ -17,9 +17,9 @@ from pathlib import Path
 from dispatcher.commands import ProcessDocument
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
+from outbox.app.status import collect_status
 from outbox.core.clock import ManualClock
-from outbox.status import collect_status
 from outbox.testing.faulty import FaultyTransport
 
 OUTBOX = str(Path(sys.executable).parent / "outbox")

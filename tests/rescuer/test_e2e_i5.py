@@ -12,7 +12,7 @@ import pytest
 from dispatcher.invariants import verify_deliveries
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 from outbox.testing.crash_points import InjectedCrash, crash_points

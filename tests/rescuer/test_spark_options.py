@@ -44,8 +44,9 @@ class _Spark:
 def test_make_engine_passes_storage_options_to_spark(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from outbox.core.settings import Settings
+    from outbox.wiring import Backends
     from rescuer import cdf_spark
-    from rescuer.engines import make_engine
 
     spark = _Spark()
     monkeypatch.setattr(cdf_spark, "get_spark", lambda: spark)
@@ -58,7 +59,7 @@ def test_make_engine_passes_storage_options_to_spark(
         "azure_storage_sas_token": "secret-sas",
     }
     with caplog.at_level(logging.WARNING, logger="outbox.rescuer"):
-        engine = make_engine("spark", storage_options=options)
+        engine = Backends(Settings(storage_options=options)).rescuer_engine("spark")
     engine.feed_frame("s3://b/t", FeedWindow(1, 2, 3))  # type: ignore[attr-defined]
     assert spark.seen["fs.s3a.access.key"] == "AK"
     assert spark.seen["fs.s3a.secret.key"] == "SK"

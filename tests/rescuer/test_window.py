@@ -47,7 +47,7 @@ def test_commit_times_are_utc_and_newest_first(table: Table) -> None:
 
 def test_status_and_the_pass_report_the_same_lag(table: Table) -> None:
     """Both ask ``lag_seconds``: the age of the oldest commit the checkpoint does not cover."""
-    from outbox.status import _checkpoint
+    from outbox.app.status import _checkpoint
 
     v1 = table.put(("a", 1))
     v2 = table.put(("b", 1))

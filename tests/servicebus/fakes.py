@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import timedelta
 
 from dispatcher.queue.messages import PeekedMessage
-from dispatcher.transports.servicebus_commands import PROP_NO_SESSION, PROP_ORIGINAL_ID
-from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
+from dispatcher.servicebus.command_queue import ServiceBusCommandQueue
+from dispatcher.servicebus.commands import PROP_NO_SESSION, PROP_ORIGINAL_ID
 from outbox.core.clock import ManualClock
 from outbox.testing.servicebus_fake import FakeServiceBus
 

@@ -16,9 +16,9 @@ from click.testing import CliRunner
 
 from dispatcher.commands import COMMAND_SUBJECT
 from dispatcher.queue.messages import QueueMessage
-from dispatcher.transports import servicebus_sdk
-from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
-from outbox.cli import main
+from dispatcher.servicebus import sdk as servicebus_sdk
+from dispatcher.servicebus.command_queue import ServiceBusCommandQueue
+from outbox.app.cli import main
 from outbox.core.clock import ManualClock
 from outbox.testing.servicebus_fake import FakeServiceBus, clients
 

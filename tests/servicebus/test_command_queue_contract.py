@@ -134,7 +134,7 @@ def test_a_repeated_delayed_abandon_schedules_one_copy() -> None:
     queue.send("q", msg("a", "S"))
     [m] = queue.receive("q")
     sender = bus.client().get_queue_sender("q")
-    from dispatcher.transports.servicebus_commands import derived_id
+    from dispatcher.servicebus.commands import derived_id
 
     queue._send_sdk("q", [queue._to_sdk(msg(derived_id("a", "1"), "S"))])  # the copy of a crash
     queue.abandon(m, delay=5)

@@ -17,9 +17,9 @@ import pytest
 pytest.importorskip("azure.servicebus")
 
 from dispatcher.queue.messages import QueueMessage
-from dispatcher.transports.servicebus_admin import provision_command_queue
-from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue, connect
-from dispatcher.transports.servicebus_sdk import ENV_CONNECTION_STRING, ENV_NAMESPACE
+from dispatcher.servicebus.admin import provision_command_queue
+from dispatcher.servicebus.command_queue import ServiceBusCommandQueue, connect
+from dispatcher.servicebus.sdk import ENV_CONNECTION_STRING, ENV_NAMESPACE
 from outbox.core.settings import Settings
 
 pytestmark = pytest.mark.skipif(

@@ -16,10 +16,10 @@ pytest.importorskip("azure.servicebus")
 
 from click.testing import CliRunner, Result
 
-from dispatcher.transports import servicebus_sdk
+from dispatcher.servicebus import sdk as servicebus_sdk
+from dispatcher.servicebus.transport import ServiceBusTransport
 from dispatcher.transports.base import TransportMessage
-from dispatcher.transports.servicebus import ServiceBusTransport
-from outbox.cli import main
+from outbox.app.cli import main
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError
 from outbox.core.settings import Settings

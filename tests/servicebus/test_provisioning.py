@@ -10,13 +10,13 @@ import pytest
 
 pytest.importorskip("azure.servicebus")
 
-from dispatcher.transports import servicebus_sdk
-from dispatcher.transports.servicebus_admin import provision_command_queue
-from migrations.runner import migrate
+from dispatcher.servicebus import sdk as servicebus_sdk
+from dispatcher.servicebus.admin import provision_command_queue
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError
 from outbox.core.settings import Settings
 from outbox.testing.servicebus_fake import FakeServiceBus, clients
+from outbox.wiring import Backends
 
 
 def test_migrate_creates_the_command_queue_once(tmp_path: Path) -> None:
@@ -29,8 +29,8 @@ def test_migrate_creates_the_command_queue_once(tmp_path: Path) -> None:
         duplicate_detection_window=3600,
     )
     with servicebus_sdk.use_clients(clients(bus)):
-        first = migrate(settings)
-        again = migrate(settings)
+        first = Backends(settings).migrate()
+        again = Backends(settings).migrate()
     assert any("created Service Bus queue 'outbox-commands'" in a for a in first.actions)
     assert not any("Service Bus" in a for a in again.actions)
     spec = bus.queues["outbox-commands"].spec
@@ -54,5 +54,5 @@ def test_a_conflicting_queue_is_reported_and_left_unchanged(tmp_path: Path) -> N
 
 
 def test_sql_command_transport_touches_no_service_bus(tmp_path: Path) -> None:
-    report = migrate(Settings(workspace=tmp_path / "ws"))
+    report = Backends(Settings(workspace=tmp_path / "ws")).migrate()
     assert not any("Service Bus" in a for a in report.actions)

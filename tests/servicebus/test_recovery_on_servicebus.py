@@ -14,11 +14,11 @@ import pytest
 pytest.importorskip("azure.servicebus")
 
 from dispatcher.invariants import verify_deliveries
-from dispatcher.transports import servicebus_sdk
+from dispatcher.servicebus import sdk as servicebus_sdk
+from dispatcher.servicebus.command_queue import ServiceBusCommandQueue
 from dispatcher.transports.memory import InMemoryTransport
-from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 from outbox.testing.crash_points import InjectedCrash, crash_points
@@ -27,7 +27,6 @@ from outbox.testing.servicebus_fake import FakeServiceBus, clients
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import SqlCheckpointStore
 from rescuer.runner import run_pass
-from rescuer.sink import QueueSink
 from tests.dispatcher.helpers import write_docs
 from tests.servicebus.fakes import namespace
 
@@ -52,7 +51,7 @@ def test_crash_after_commit_is_rescued_through_service_bus(
         command_transport="servicebus",
     )
     checkpoints = SqlCheckpointStore(ob.settings.sql_url)
-    sink = QueueSink.from_settings(ob.settings, clock=clock)
+    sink = ob.backends.command_sink()
     try:
         assert isinstance(ob.runtime.commands, ServiceBusCommandQueue)
         assert isinstance(sink.queue, ServiceBusCommandQueue)
@@ -88,7 +87,6 @@ def test_crash_after_commit_is_rescued_through_service_bus(
         assert ob.store.scan_pending().num_rows == 0
         assert bus.messages("outbox-commands") == []
     finally:
-        sink.close()
         checkpoints.close()
         ob.close()
 

@@ -55,7 +55,7 @@ def transport() -> InMemoryTransport:
 @pytest.fixture
 def sob(spark: Any, tmp_path: Path, transport: InMemoryTransport, clock: ManualClock) -> Any:
     """A SparkOutbox on a fresh 4-bucket workspace, publishing to memory."""
-    from outbox.spark import SparkOutbox
+    from outbox.app.spark import SparkOutbox
 
     ob = SparkOutbox(
         spark,

@@ -50,13 +50,13 @@ def read_journal(path: str | Path) -> list[dict[str, Any]]:
 
 
 def _transport(cfg: dict[str, Any], role: str) -> Any:
-    from outbox.checker.broker import LogTransport
+    from outbox.app.checker.broker import LogTransport
 
     return LogTransport(cfg["log"], role=role)
 
 
 def spark_main(cfg: dict[str, Any]) -> None:
-    from outbox.spark import SparkOutbox
+    from outbox.app.spark import SparkOutbox
     from outbox.testing import crash_points
     from rescuer.cdf_spark import get_spark
 
@@ -96,7 +96,7 @@ def spark_main(cfg: dict[str, Any]) -> None:
 def _batch(spark: Any, cfg: dict[str, Any], b: int) -> Any:
     """Batch ``b``: every driver document, one message each, state kept (null), built in Spark
     SQL from a range (the test computes the same ids in Python: ``SPARK_DOCS``)."""
-    from outbox.spark.ids import bucket_sql
+    from outbox.app.spark.ids import bucket_sql
 
     body = f"""concat('{{"doc":"', id, '","b":{b}}}')"""
     return (
@@ -138,7 +138,7 @@ def _spark_events(cfg: dict[str, Any]) -> list[dict[str, Any]]:
 def _merge_signalling(cfg: dict[str, Any], batch: list[int]) -> None:
     """Journal each MERGE attempt right before it runs (``attempt`` 1 is the writers' cue),
     around the product's own ``run_merge``; nothing else changes."""
-    from outbox.spark import merge
+    from outbox.app.spark import merge
 
     real = merge.run_merge
     attempts: dict[int, int] = {}
@@ -156,7 +156,7 @@ def writer_main(cfg: dict[str, Any], role: str) -> None:
     """A burst of ``burst`` saves each time the driver starts a MERGE: the application's own
     documents (``own``), or the driver's overlapping ones (``overlap``), whose saves then commit
     while that MERGE runs on the same buckets."""
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
 
     journal = cfg[f"{role}_journal"]
     docs: list[str] = cfg[f"{role}_docs"]

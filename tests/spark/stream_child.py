@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from outbox.spark import ApplyResult, SparkOutbox
+from outbox.app.spark import ApplyResult, SparkOutbox
 from outbox.testing import crash_points
 from rescuer.cdf_spark import get_spark
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from outbox.spark.api import _is_commit_conflict
+from outbox.app.spark.api import _is_commit_conflict
 from tests.spark.conftest import _unavailable
 
 pytestmark = pytest.mark.spark

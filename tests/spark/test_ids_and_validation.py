@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from outbox.app.spark.ids import bucket_sql, command_id_sql, message_id_sql
 from outbox.core.errors import MessageTooLargeError, ValidationError
 from outbox.core.model import bucket_of, command_id_for, message_id_for
-from outbox.spark.ids import bucket_sql, command_id_sql, message_id_sql
 from tests.spark.test_apply import changes
 
 pytestmark = pytest.mark.spark

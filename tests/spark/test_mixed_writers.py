@@ -95,19 +95,18 @@ def _deliver(ws: Path, log: Path, broken: Any) -> Any:
     until the command queue is empty; returns the checker's delivery verdict."""
     from dispatcher.invariants import verify_deliveries
     from dispatcher.worker import DispatcherWorker
-    from outbox.app import Outbox
-    from outbox.checker.broker import LogTransport, read_log
-    from outbox.checker.rescue import OffsetClock
-    from outbox.checker.truth import read_truth
+    from outbox.app.checker.broker import LogTransport, read_log
+    from outbox.app.checker.rescue import OffsetClock
+    from outbox.app.checker.truth import read_truth
+    from outbox.app.facade import Outbox
     from rescuer.cdf_local import LocalEngine
     from rescuer.checkpoint import InMemoryCheckpointStore
     from rescuer.runner import RescuePass
-    from rescuer.sink import QueueSink
 
     with Outbox.open(
         ws, create=False, transport=LogTransport(log, role="worker"), **SETTINGS
     ) as ob:
-        sink: Any = QueueSink.from_settings(ob.settings)
+        sink: Any = ob.backends.command_sink()
         rescuer = RescuePass(
             ob.store,
             LocalEngine(),
@@ -117,7 +116,6 @@ def _deliver(ws: Path, log: Path, broken: Any) -> Any:
             delay=ob.settings.rescue_delay,
         )
         rescuer.run()
-        sink.close()
         DispatcherWorker(ob.runtime, batch_size=64, poll_interval=0.01).run(until_idle=True)
         ob.store.refresh()
         truth = read_truth(ob.store.delta_table)
@@ -128,7 +126,7 @@ def _deliver(ws: Path, log: Path, broken: Any) -> Any:
 
 @pytest.mark.timeout(1800)
 def test_spark_driver_and_python_writers_with_a_kill_after_commit(tmp_path: Path) -> None:
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
     from outbox.testing import mutations
 
     ws, log = tmp_path / "ws", tmp_path / "broker.log"

@@ -60,7 +60,7 @@ def test_spark_submit_runs_one_rescue_pass(tmp_path: Path) -> None:
             "spark.databricks.delta.snapshotPartitions=1",
             "--conf",
             "spark.ui.showConsoleProgress=false",
-            str(REPO / "rescuer" / "spark_job.py"),
+            str(REPO / "outbox" / "app" / "spark" / "rescue_job.py"),
             "--workspace",
             str(workspace),
             "--full",

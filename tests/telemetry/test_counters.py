@@ -12,7 +12,7 @@ from deltalake.exceptions import CommitFailedError
 
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.messages import ReceivedMessage
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from tests.telemetry.conftest import Otel
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from tests.telemetry.conftest import Otel
 

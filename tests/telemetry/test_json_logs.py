@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.telemetry import JsonLogFormatter
 from tests.telemetry.conftest import Otel
 

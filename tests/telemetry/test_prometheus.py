@@ -14,7 +14,7 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from migrations.sql import upgrade
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.testing.crash_points import InjectedCrash, crash_points
 from tests.telemetry.proxy import Proxy
 from tests.telemetry.scrape import free_port, probe, scrape, value, wait_for

@@ -10,8 +10,8 @@ import pytest
 pytest.importorskip("azure.servicebus")
 
 from dispatcher.queue.messages import QueueMessage
-from dispatcher.transports.servicebus_queue import ServiceBusCommandQueue
-from outbox.cli.telemetry_options import queue_depths
+from dispatcher.servicebus.command_queue import ServiceBusCommandQueue
+from outbox.app.cli.telemetry_options import queue_depths
 from outbox.core import telemetry
 from outbox.core.clock import ManualClock
 from outbox.testing.servicebus_fake import FakeServiceBus

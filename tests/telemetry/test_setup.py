@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from outbox.cli import main
+from outbox.app.cli import main
 from outbox.core import telemetry
 from outbox.core.errors import ConfigurationError
 

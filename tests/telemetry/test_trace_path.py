@@ -13,7 +13,7 @@ from opentelemetry.trace import StatusCode
 from dispatcher.queue.consumer import Consumer
 from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.worker import DispatcherWorker
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.testing.crash_points import InjectedCrash, crash_points
 from rescuer.cdf_local import LocalEngine

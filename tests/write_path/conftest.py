@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore

@@ -14,7 +14,7 @@ pytestmark = pytest.mark.slow
 
 
 def _open(ws: str) -> Any:
-    from outbox.app import Outbox
+    from outbox.app.facade import Outbox
     from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
 

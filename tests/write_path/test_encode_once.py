@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 
 
 def test_each_state_is_encoded_once_per_save(ob: Outbox, monkeypatch: pytest.MonkeyPatch) -> None:

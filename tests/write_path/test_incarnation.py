@@ -18,7 +18,7 @@ from deltalake import DeltaTable
 from dispatcher.commands import ProcessDocument, commands_for
 from dispatcher.queue import SqlQueue
 from migrations.runner import migrate
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConcurrencyError, SchemaMismatchError
 from outbox.core.model import (

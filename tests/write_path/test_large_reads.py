@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
 from outbox.delta import store as delta_store
 
 

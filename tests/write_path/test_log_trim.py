@@ -10,14 +10,14 @@ import pytest
 from click.testing import CliRunner
 
 from migrations.runner import migrate
-from outbox.app import Outbox
-from outbox.cli import main as cli_main
+from outbox.app.cli import main as cli_main
+from outbox.app.facade import Outbox
+from outbox.app.maintenance import AutoLogTrimmer, trim_log_safely
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError, StoreError
 from outbox.core.settings import Settings
 from outbox.delta.log import LogFile, change_files, list_log, plan_trim, trim_log
 from outbox.delta.store import DeltaDocumentStore
-from outbox.maintenance import AutoLogTrimmer, trim_log_safely
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import SqlCheckpointStore
 from rescuer.runner import run_pass

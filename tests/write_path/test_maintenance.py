@@ -9,18 +9,18 @@ import pytest
 from sqlalchemy import text
 
 from migrations.runner import migrate
-from outbox.app import Outbox
-from outbox.core.clock import ManualClock, SystemClock
-from outbox.core.errors import VacuumRefusedError
-from outbox.core.settings import Settings
-from outbox.core.sql import make_engine
-from outbox.maintenance import (
+from outbox.app.facade import Outbox
+from outbox.app.maintenance import (
     AutoCompactor,
     check_vacuum,
     commit_time,
     maintain,
     oldest_needed_version,
 )
+from outbox.core.clock import ManualClock, SystemClock
+from outbox.core.errors import VacuumRefusedError
+from outbox.core.settings import Settings
+from outbox.core.sql import make_engine
 from tests.write_path.conftest import bare_outbox
 
 

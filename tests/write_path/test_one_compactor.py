@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from outbox.app import Outbox
+from outbox.app.facade import Outbox
+from outbox.app.maintenance import AutoCompactor, compact
 from outbox.core.errors import StoreError
-from outbox.maintenance import AutoCompactor, compact
 
 
 def test_a_compaction_while_another_process_compacts_is_skipped(tmp_path: Path) -> None:

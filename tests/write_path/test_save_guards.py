@@ -20,12 +20,15 @@ from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 
 
 class _StaleMarks:
-    """A ``MarkSource`` holding one batch of marks (as a dispatcher's ``WatermarkWriter`` would
-    after its messages were accepted), recording how the save settled it."""
+    """``PendingWatermarks`` holding one batch of marks (as a dispatcher's ``WatermarkWriter``
+    would after its messages were accepted), recording how the save settled it."""
 
     def __init__(self, marks: dict[str, tuple[int, str | None]]) -> None:
         self.batch: MarkBatch | None = MarkBatch(marks, {d: 1 for d in marks})
         self.settled: list[tuple[BaseException | None, bool]] = []
+
+    def flush(self) -> None:
+        """Nothing is written by a read here: the batch waits for the save to carry it."""
 
     def take(self, exclude: Iterable[str] = ()) -> MarkBatch | None:
         batch, self.batch = self.batch, None
@@ -55,14 +58,14 @@ def test_a_save_carrying_a_stale_mark_keeps_the_higher_watermark(ob: Outbox) -> 
     finally:
         other.close()
     marks = _StaleMarks({"a": (1, incarnation)})  # this process sent only seq 1 of "a"
-    ob.store.mark_source = marks
+    ob.store.attach_watermarks(marks)
     try:
         with ob.unit_of_work() as uow:
             b = uow.get("b")
             assert b is not None
             b.state["n"] = 1
     finally:
-        ob.store.mark_source = None
+        ob.store.detach_watermarks(marks)
     assert marks.settled == [(None, True)]  # the stale mark rode along in the save's MERGE
     assert _row(ob, "b").state == {"n": 1}
     assert _row(ob, "a").dispatched_seq == 3  # I4: never lowered by a carried mark

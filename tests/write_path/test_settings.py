@@ -56,7 +56,7 @@ def test_config_file_from_environment(tmp_path: Path) -> None:
         ({"rescue_delay": "5s"}, "'rescue_delay' is invalid: 5s is outside 15s..1h"),
         ({"rescue_delay": "2h"}, "'rescue_delay' is invalid"),
         ({"rescue_delay": "soon"}, "'rescue_delay' has an invalid value 'soon'"),
-        ({"transport": "kafka"}, "'transport' is invalid: 'kafka'"),
+        ({"transport": ""}, "'transport' is invalid: must name a backend"),
         ({"dispatch": "later"}, "'dispatch' is invalid"),
         ({"buckets": 0}, "'buckets' is invalid"),
         ({"buckets": "many"}, "'buckets' has an invalid value"),

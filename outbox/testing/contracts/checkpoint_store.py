@@ -1,7 +1,7 @@
 """The checkpoint-store contract: compare-and-set on a generation, per (table, rescuer name).
 
 Why it ships: a rescuer's safety after a crash rests on its checkpoint moving only forward and
-only once per pass, even when two rescuers race (DESIGN.md "Rescuer pass", step 5). A store for
+only once per pass, even when two rescuers race (docs/design.md, "The flows"). A store for
 another database subclasses ``CheckpointStoreContract`` and implements
 ``make_checkpoint_store``; ``close_checkpoint_store`` closes it after each test.
 """

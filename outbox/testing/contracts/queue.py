@@ -1,5 +1,5 @@
-"""The queue contract: every Service-Bus-like semantic the outbox relies on (DESIGN.md "Durable
-SQL queue"): duplicate detection, session FIFO with one holder, scheduled delivery, peek-lock
+"""The queue contract: every Service-Bus-like semantic the outbox relies on (docs/sql_queue.md):
+duplicate detection, session FIFO with one holder, scheduled delivery, peek-lock
 settlement, delivery counts and dead letters.
 
 Why it ships: the dispatcher worker and the rescuer trust these semantics blindly, so a queue

@@ -1,4 +1,4 @@
-"""The rescuer-engine contract: whole rescue passes (DESIGN.md "Rescuer pass") over real Delta
+"""The rescuer-engine contract: whole rescue passes (docs/design.md, "The flows") over real Delta
 tables, so an engine is judged by what the pass enqueues and where it leaves the checkpoint.
 
 Why it ships: ``RescuePass`` trusts its engine to plan exactly the documents whose latest image in
@@ -20,6 +20,7 @@ import pytest
 
 from outbox.core.clock import ManualClock
 from outbox.core.errors import CheckpointError
+from outbox.testing.faulty import FaultySink
 from outbox.testing.tables import Table
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.planner import Engine
@@ -69,8 +70,8 @@ class RescuerEngineContract:
         return InMemoryCheckpointStore()
 
     @pytest.fixture
-    def sink(self) -> InMemorySink:
-        return InMemorySink()
+    def sink(self) -> FaultySink:
+        return FaultySink()
 
     @pytest.fixture
     def engine(self) -> Engine:
@@ -213,7 +214,7 @@ class RescuerEngineContract:
         assert len(sink.commands) == 2
 
     def test_a_failed_enqueue_leaves_the_checkpoint(
-        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+        self, table: Table, rescuer: RescuePass, sink: FaultySink, clock: ManualClock
     ) -> None:
         base = _baseline(table, rescuer, clock)
         v = table.put(("x", 1))

@@ -1,0 +1,191 @@
+"""Run one seed's plan: the write phase under faults, then the drain.
+
+The supervisor loop ticks every ``TICK`` seconds (so a planned SIGKILL usually lands while its
+victim is mid-round) and runs a rescue pass every ``PASS_EVERY`` seconds. Every planned fault
+fires whatever the timing (a loaded machine, a slow fork server, a late tick):
+
+- plan times count from the start of the write phase, not from before the fork server started;
+- a writer is killed once its journal shows the planned round, and a writer with a kill still due
+  waits for it when done instead of exiting (``procs.writer_main``);
+- a writer whose crash point the planned rounds did not reach (an outage or the failure rate took
+  its sends) runs make-up rounds until it fires; a crash point not fired is carried over to a
+  restarted process (``reap``);
+- a worker kill or an outage still due when the writers finish happens then; two kills due at once
+  land on two processes (the second on the restarted one), never twice on one pid;
+- a second worker starts only once the first worker's crash point fired (otherwise it could take
+  every command and leave that crash point without a hit), or when nothing is left to do;
+- the drain ends only when every planned kill has landed and every worker has started.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from outbox.app.checker.reap import Child, Children
+from outbox.app.checker.report import CheckReport
+from outbox.app.checker.rescue import run_rescue_pass
+from outbox.app.checker.scenario import Kill, Scenario
+
+log = logging.getLogger("outbox.app.checker")
+
+TICK = 0.02
+PASS_EVERY = 0.3
+WRITE_PHASE_LIMIT = 900.0  # a Spark writer's batches (--writer spark) take minutes under load
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class Run:
+    """What the supervisor drives and counts while a seed runs."""
+
+    scenario: Scenario
+    report: CheckReport
+    children: Children
+    rescuer: Any
+    store: Any  # outbox.delta.store.DeltaDocumentStore
+    queue: Any  # dispatcher.queue.sql_queue.SqlQueue
+    command_queue: str
+    outage_flag: Path
+    say: Progress
+    kills_due: list[Kill] = field(default_factory=list)
+    kills_fired: list[Kill] = field(default_factory=list)
+    outages_done: int = 0
+    t0: float = field(default_factory=time.monotonic)
+    next_pass: float = 0.0
+    settings: Any = None  # outbox.core.settings.Settings of the seed's workspace
+    recreated: str | None = None  # the document deleted outside the library and created again
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.t0
+
+    def rescue_if_due(self) -> None:
+        if time.monotonic() >= self.next_pass:
+            run_rescue_pass(self.rescuer, self.report)
+            self.next_pass = time.monotonic() + PASS_EVERY
+
+
+def write_phase(run: Run) -> None:
+    """Writers write under faults while workers and rescue passes run; returns when every writer
+    finished (or used up its restarts)."""
+    run.kills_due = list(run.scenario.kills)
+    # Plan times count from here, once the children are started: starting the fork server
+    # takes seconds, more under load, and must not eat the outages and kills planned early.
+    run.t0 = time.monotonic()
+    while run.children.writers_running():
+        t = run.elapsed()
+        _outages(run, t, writers_done=False)
+        _kills(run, t, writers_done=False)
+        _late_workers(run, idle=False)
+        run.children.reap(restart_writers=True)
+        run.rescue_if_due()
+        time.sleep(TICK)
+        if t > WRITE_PHASE_LIMIT:  # pragma: no cover - a writer hung: fail loudly, not forever
+            raise RuntimeError(f"seed {run.scenario.seed}: writers still running after {t:.0f}s")
+    _outages(run, run.elapsed(), writers_done=True)
+    _kills(run, run.elapsed(), writers_done=True)
+    run.say(f"writers done after {run.elapsed():.1f}s; draining")
+
+
+def _outages(run: Run, t: float, *, writers_done: bool) -> None:
+    """Switch the broker outage flag on and off; an outage still due at the end runs then."""
+    plan = run.scenario.outages
+    if writers_done:
+        if run.outage_flag.exists():
+            # the writers finished inside an outage: it still ends as planned (the CI run that
+            # found this left the flag on, so the broker stayed down through the whole drain)
+            now = next((o for o in plan if o.at <= t < o.at + o.seconds), None)
+            if now is not None:
+                time.sleep(now.at + now.seconds - t)
+            run.outage_flag.unlink()
+        for o in plan[run.outages_done :]:
+            run.outage_flag.touch()
+            run.report.outages += 1
+            run.say(f"broker outage ({o.seconds}s) as the writers finish")
+            time.sleep(o.seconds)  # the outage itself: every sender fails meanwhile
+            run.outage_flag.unlink()
+        run.outages_done = len(plan)
+        return
+    down = next((o for o in plan if o.at <= t < o.at + o.seconds), None)
+    if down is not None and not run.outage_flag.exists():
+        run.outage_flag.touch()
+        run.report.outages += 1
+        run.outages_done = max(run.outages_done, plan.index(down) + 1)
+        run.say(f"broker outage at {t:.1f}s")
+    elif down is None and run.outage_flag.exists():
+        run.outage_flag.unlink()
+
+
+def _kills(run: Run, t: float, *, writers_done: bool) -> None:
+    """Send the planned SIGKILLs that are due. A kill needs a live victim that no earlier planned
+    kill hit (two kills due at once land on two processes, the second on the restarted one).
+    A writer with a kill still due waits for it when done, so it is alive whenever that is."""
+    for kill in list(run.kills_due):
+        group = run.children.writers if kill.role == "writer" else run.children.workers
+        victim = group[kill.index]
+        if kill.role == "writer":
+            due = victim.rounds_done() >= kill.after_round
+        else:
+            due = writers_done or kill.at <= t
+        pid = victim.proc.pid if victim.proc is not None else None
+        if due and victim.alive and pid and pid not in victim.killed_pids:
+            os.kill(pid, signal.SIGKILL)
+            victim.killed_pids.add(pid)
+            victim.kills_pending -= 1
+            run.report.sigkills_sent += 1
+            run.kills_due.remove(kill)
+            run.kills_fired.append(kill)
+            run.say(f"{kill.describe()} (pid {pid}) at {t:.1f}s")
+
+
+def _late_workers(run: Run, *, idle: bool) -> None:
+    """Start worker k > 0 once every earlier worker's planned crash point has fired, or once
+    there is nothing left to do (``idle``: no crash point can fire any more, and a kill planned
+    for the late worker needs it alive). Starting it earlier could let it take every command
+    and leave the first worker's crash point without a hit."""
+    for k, w in enumerate(run.children.workers):
+        if w.started:
+            continue
+        earlier = run.children.workers[:k]
+        if idle or all(not e.cfg["crash"] or e.crash_fired() for e in earlier):
+            run.children.start(w)
+
+
+def drain(run: Run, timeout: float) -> None:
+    """The broker is back: rescue passes and workers finish the job, until nothing is pending,
+    the command queue is empty twice in a row, every worker has started and every planned
+    kill has landed (or ``timeout``)."""
+    deadline = time.monotonic() + timeout
+    quiet = 0
+    while time.monotonic() < deadline:
+        run.children.reap(restart_writers=False)
+        _kills(run, run.elapsed(), writers_done=True)
+        run_rescue_pass(run.rescuer, run.report)
+        pending = run.store.scan_pending(columns=["id"]).num_rows
+        stats = run.queue.stats().get(run.command_queue)
+        in_queue = stats.total if stats is not None else 0
+        dead = stats.dead_lettered if stats is not None else 0
+        idle = pending == 0 and in_queue == 0
+        _late_workers(run, idle=idle)
+        settled = not run.kills_due and all(w.started for w in run.children.workers)
+        quiet = quiet + 1 if idle and settled else 0
+        if quiet >= 2:
+            run.report.drained = True
+            return
+        if pending and not in_queue and dead:
+            run.report.dead_lettered += run.queue.requeue(all=True)  # as an operator would
+        time.sleep(PASS_EVERY)
+
+
+def worker_child(index: int, base: dict[str, Any], seed: int, crash: str, root: Path) -> Child:
+    cfg = {**base, "index": index, "seed": seed, "crash": crash}
+    cfg["stderr"] = str(root / f"worker-{index}.log")
+    cfg["journal"] = str(root / f"worker-{index}.jsonl")
+    return Child("worker", index, cfg)

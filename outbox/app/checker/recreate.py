@@ -1,0 +1,69 @@
+"""The external delete and re-create: an erasure job deletes a document outside the library, and
+the application creates it again under the same id.
+
+Why the checker does this: message ids are derived from (table, id, incarnation, seq). Without
+the incarnation a re-created document would restart at seq 1 with its old messages' ids, and
+duplicate detection (the queue's, Service Bus's, a consumer's inbox) would drop the new ones: a
+loss no other fault produces. The supervisor deletes a document whose messages were all sent
+(``dispatched_seq = last_seq`` in the delete's own predicate, so nothing pending is erased), creates
+it again with new messages and hands it to the workers through a ``ProcessDocument`` command; the
+second drain must deliver them like any other.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outbox.app.checker.execute import Run
+from outbox.app.checker.procs import DESTINATION
+
+RECREATED_MESSAGES = 3
+
+
+def delete_and_recreate(run: Run, broken: Any) -> None:
+    """Delete one fully dispatched document, create it again with new messages, enqueue its
+    command; sets ``run.recreated`` when it happened and clears ``drained`` for the next drain."""
+    from deltalake import DeltaTable
+
+    settings = run.settings
+    table = DeltaTable(settings.table_uri, storage_options=settings.storage_options or None)
+    rows = table.to_pyarrow_table(columns=["id", "last_seq", "dispatched_seq"]).to_pylist()
+    done = sorted(
+        r["id"] for r in rows if r["last_seq"] > 0 and r["dispatched_seq"] == r["last_seq"]
+    )
+    for doc_id in done:
+        quoted = doc_id.replace("'", "''")
+        metrics = table.delete(f"id = '{quoted}' AND dispatched_seq = last_seq")
+        if int(metrics.get("num_deleted_rows", 0)):
+            break
+    else:
+        run.say("no fully dispatched document to delete: the re-create step did not run")
+        return
+    _recreate(run, doc_id, broken)
+    run.recreated = doc_id
+    run.report.drained = False
+    run.say(f"deleted {doc_id!r} outside the library and created it again")
+
+
+def _recreate(run: Run, doc_id: str, broken: Any) -> None:
+    from contextlib import nullcontext
+
+    from dispatcher.commands import commands_for
+    from outbox.core.clock import SystemClock
+    from outbox.unit_of_work import UnitOfWork
+
+    store = run.store
+    store.refresh()
+    with broken.supervisor_writes() if broken else nullcontext():
+        uow = UnitOfWork(store, run.settings, SystemClock())
+        with uow:
+            doc = uow.create(doc_id, type="package")
+            doc.state["recreated"] = True
+            for k in range(RECREATED_MESSAGES):
+                doc.send("Recreated", {"doc": doc_id, "k": k}, destination=DESTINATION)
+    _, found = store.read([doc_id])
+    row = found[doc_id]
+    commands = commands_for(
+        store.table_id, run.settings.table_uri, [(row.id, row.last_seq, row.incarnation)]
+    )
+    run.queue.send(run.command_queue, [c.to_queue_message() for c in commands])

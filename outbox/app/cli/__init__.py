@@ -1,0 +1,85 @@
+"""The ``outbox`` command: one click group, one module per command (or command group).
+
+Command modules import the heavy machinery (Delta, SQLAlchemy, the runtime) inside their command
+functions, so ``outbox --help`` stays fast. Output goes through :mod:`outbox.app.cli.output`, exit
+codes come from :mod:`outbox.app.cli.exit_codes`.
+"""
+
+from __future__ import annotations
+
+import click
+
+from outbox.app.cli import (
+    check,
+    dead_letters,
+    demo,
+    devices,
+    dispatcher,
+    gateway,
+    maintain,
+    migrate,
+    queues,
+    rescue,
+    status,
+)
+from outbox.app.cli.output import setup_logging
+from outbox.app.cli.support import CliContext, OutboxGroup
+from outbox.app.cli.telemetry_options import use_log_format
+
+
+@click.group(cls=OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option(
+    "--workspace",
+    "-w",
+    envvar="OUTBOX_WORKSPACE",
+    help="Workspace folder (Delta table + SQLite). Default ./.outbox.",
+)
+@click.option(
+    "--config",
+    envvar="OUTBOX_CONFIG",
+    help="Settings file (TOML). Default <workspace>/outbox.toml.",
+)
+@click.option("--verbose", "-v", is_flag=True, help="Debug logging.")
+@click.option("--quiet", "-q", is_flag=True, help="Only warnings and errors on stderr.")
+@click.option(
+    "--log-format",
+    type=click.Choice(["text", "json"]),
+    default="text",
+    envvar="OUTBOX_LOG_FORMAT",
+    help="json: one object per log line, with the trace id when there is a span.",
+)
+@click.version_option(package_name="delta-outbox")
+@click.pass_context
+def main(
+    ctx: click.Context,
+    workspace: str | None,
+    config: str | None,
+    verbose: bool,
+    quiet: bool,
+    log_format: str,
+) -> None:
+    """delta-outbox: a transactional outbox on Delta Lake with a change-feed rescuer."""
+    setup_logging(verbose, quiet=quiet)
+    use_log_format(log_format)
+    ctx.obj = CliContext(workspace=workspace, config=config, verbose=verbose)
+
+
+# --- command registration, explicit: one module per command or command group -------------------
+for _module in (
+    migrate,
+    maintain,
+    dispatcher,
+    gateway,
+    devices,
+    queues,
+    dead_letters,
+    rescue,
+    demo,
+    check,
+    status,
+):
+    _module.register(main)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -1,0 +1,225 @@
+"""``outbox dead-letters list|show|requeue|purge``: look at dead-lettered messages and repair.
+
+With ``command_transport = "servicebus"`` they address the Service Bus command queue's dead-letter
+subqueue (ids are its sequence numbers); ``outbox dead-letters --sql ...`` addresses the SQL
+queue's dead letters instead (the SQL transport's messages)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from outbox.app.cli.output import ask, echo, emit_json, print_kv, print_table, progress
+from outbox.app.cli.support import CliContext, json_option, open_queue, pass_cli
+from outbox.core.errors import ValidationError
+
+if TYPE_CHECKING:  # the queue pulls in SQLAlchemy: import it when a command runs, not for --help
+    from dispatcher.queue.messages import DeadLetter
+
+_SELECTION_HELP = "Give IDs, --all, or --where KEY=VALUE (keys: queue, reason, session_id, ...)."
+
+
+def _dead_letter_dict(d: DeadLetter) -> dict[str, Any]:
+    return {
+        "id": d.id,
+        "queue": d.queue,
+        "message_id": d.message_id,
+        "session_id": d.session_id,
+        "subject": d.subject,
+        "content_type": d.content_type,
+        "correlation_id": d.correlation_id,
+        "headers": d.headers,
+        "enqueued_at": d.enqueued_at,
+        "sequence_number": d.sequence_number,
+        "delivery_count": d.delivery_count,
+        "reason": d.reason,
+        "description": d.description,
+        "dead_lettered_at": d.dead_lettered_at,
+        "body": d.body,
+    }
+
+
+def _where(pairs: tuple[str, ...]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise ValidationError(
+                f"--where {pair!r} is not KEY=VALUE", hint="e.g. --where reason=Timeout"
+            )
+        out[key.strip()] = value
+    return out
+
+
+@contextmanager
+def _dead_letters(cli: CliContext) -> Iterator[Any]:
+    """The SQL queue's dead letters, or with commands elsewhere (Service Bus), the command
+    queue's, unless ``--sql`` was given."""
+    from outbox.wiring import Backends
+
+    use_sql = bool(click.get_current_context().meta.get("dead_letters.sql"))
+    if use_sql:
+        with open_queue(cli) as queue:
+            yield queue
+        return
+    with Backends(cli.settings()) as backends:
+        yield backends.command_queue()
+
+
+@click.group("dead-letters")
+@click.option(
+    "--sql",
+    "use_sql",
+    is_flag=True,
+    help="The SQL queue's dead letters even when commands go to Service Bus.",
+)
+@click.pass_context
+def dead_letters_group(ctx: click.Context, use_sql: bool) -> None:
+    """List, show, requeue and purge dead-lettered messages."""
+    ctx.meta["dead_letters.sql"] = use_sql
+
+
+@dead_letters_group.command("list")
+@click.option("--queue", "queue_name", help="Only this queue.")
+@click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter (repeatable).")
+@click.option("--limit", "-n", default=50, show_default=True, type=click.IntRange(min=1))
+@json_option
+@pass_cli
+def list_cmd(
+    cli: CliContext, queue_name: str | None, where: tuple[str, ...], limit: int, as_json: bool
+) -> None:
+    """Dead letters, oldest first."""
+    with _dead_letters(cli) as queue:
+        items = queue.list_dead_letters(queue_name, limit, where=_where(where))
+    if as_json:
+        emit_json([_dead_letter_dict(d) for d in items])
+        return
+    print_table(
+        "dead letters",
+        ["id", "queue", "message_id", "session", "reason", "deliveries", "dead-lettered at"],
+        [
+            (
+                d.id,
+                d.queue,
+                d.message_id,
+                d.session_id,
+                d.reason,
+                d.delivery_count,
+                d.dead_lettered_at.isoformat(),
+            )
+            for d in items
+        ],
+    )
+
+
+@dead_letters_group.command("show")
+@click.argument("dead_letter_id", type=int)
+@json_option
+@pass_cli
+def show_cmd(cli: CliContext, dead_letter_id: int, as_json: bool) -> None:
+    """One dead letter in full, body included."""
+    with _dead_letters(cli) as queue:
+        d = queue.get_dead_letter(dead_letter_id)
+    data = _dead_letter_dict(d)
+    if as_json:
+        emit_json(data)
+        return
+    print_kv(f"dead letter {d.id}", [(k, v) for k, v in data.items()])
+
+
+def _bulk(
+    cli: CliContext,
+    verb: str,
+    *,
+    ids: tuple[int, ...],
+    everything: bool,
+    where: tuple[str, ...],
+    as_json: bool,
+    yes: bool = False,
+) -> None:
+    if sum([bool(ids), bool(where), everything]) != 1:
+        raise ValidationError(
+            f"say which dead letters to {verb}: ids, --where KEY=VALUE, or --all (exactly one)",
+            hint=f"e.g. outbox dead-letters {verb} 12 13, {verb} --where reason=Timeout, or "
+            f"{verb} --all" + (" --yes" if verb == "purge" else ""),
+        )
+    selection: dict[str, Any] = {
+        "ids": list(ids) if ids else None,
+        "where": _where(where) or None,
+        "all": everything,
+    }
+    with _dead_letters(cli) as queue:
+        for dead_letter_id in ids:  # an unknown id is a typo: say so instead of "0 requeued"
+            queue.get_dead_letter(dead_letter_id)
+        total = queue.count_dead_letters(**selection)
+        if verb == "purge" and everything and not yes and total:
+            _confirm_purge_all(total)
+        action = queue.requeue if verb == "requeue" else queue.purge
+        with progress(f"{verb} dead letters", total) as advance:
+            done = action(**selection, on_progress=advance)
+    if as_json:
+        emit_json({verb + "d": done})
+    else:
+        echo(f"{verb}d {done} dead letter(s)")
+
+
+def _confirm_purge_all(total: int) -> None:
+    """Deleting every dead letter cannot be undone: asked on a terminal, refused elsewhere
+    without ``--yes`` (a script must say it means it)."""
+    answer = ask(f"delete all {total} dead letter(s) for good?")
+    if answer is None:
+        raise ValidationError(
+            f"purge --all would delete {total} dead letter(s) for good and stdin is not a "
+            "terminal to confirm it; nothing was deleted",
+            hint="add --yes to confirm",
+        )
+    if not answer:
+        raise ValidationError("purge --all not confirmed; nothing was deleted")
+
+
+@dead_letters_group.command("requeue")
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all", "everything", is_flag=True, help="Every dead letter.")
+@click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter (repeatable).")
+@json_option
+@pass_cli
+def requeue_cmd(
+    cli: CliContext, ids: tuple[int, ...], everything: bool, where: tuple[str, ...], as_json: bool
+) -> None:
+    """Put dead letters back on their queue (same message_id, delivery count 0)."""
+    _bulk(cli, "requeue", ids=ids, everything=everything, where=where, as_json=as_json)
+
+
+@dead_letters_group.command("purge")
+@click.argument("ids", nargs=-1, type=int)
+@click.option("--all", "everything", is_flag=True, help="Every dead letter (asks first).")
+@click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter (repeatable).")
+@click.option(
+    "--yes",
+    "-y",
+    is_flag=True,
+    help="Do not ask before --all (required for --all when stdin is not a terminal).",
+)
+@json_option
+@pass_cli
+def purge_cmd(
+    cli: CliContext,
+    ids: tuple[int, ...],
+    everything: bool,
+    where: tuple[str, ...],
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Delete dead letters for good."""
+    _bulk(cli, "purge", ids=ids, everything=everything, where=where, as_json=as_json, yes=yes)
+
+
+requeue_cmd.help = f"{requeue_cmd.help} {_SELECTION_HELP}"
+purge_cmd.help = f"{purge_cmd.help} {_SELECTION_HELP}"
+
+
+def register(group: click.Group) -> None:
+    group.add_command(dead_letters_group)

@@ -1,0 +1,154 @@
+"""``outbox run-gateway mqtt``: serve devices that handle one task at a time from the SQL queue.
+
+Every option can also come from the environment (``OUTBOX_GATEWAY_<OPTION>``, e.g.
+``OUTBOX_GATEWAY_BROKER``), so a service unit keeps the password out of its command line.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from outbox.app.cli.output import emit_json, print_kv
+from outbox.app.cli.support import CliContext, json_option, pass_cli
+from outbox.app.cli.telemetry_options import metrics_port_option, start_gateway_telemetry
+from outbox.core.durations import parse_duration
+
+log = logging.getLogger("outbox.gateway")
+
+
+@click.group("run-gateway")
+def run_gateway() -> None:
+    """Long-running gateways from the queue to devices."""
+
+
+@run_gateway.command("mqtt", context_settings={"auto_envvar_prefix": "OUTBOX_GATEWAY"})
+@click.option("--destination", required=True, help="The queue whose sessions are devices.")
+@click.option("--broker", required=True, help="mqtt://host:port, or mqtts://host:port for TLS.")
+@click.option("--username", default=None, help="Broker login.")
+@click.option("--password", default=None, help="Broker password (better: the environment).")
+@click.option("--tls", is_flag=True, help="TLS even with an mqtt:// URL.")
+@click.option("--ca-file", default=None, help="CA certificates to check the broker with.")
+@click.option(
+    "--topic",
+    default="devices/{session}/tasks",
+    show_default=True,
+    help="Where a device's tasks go ({session} is the device).",
+)
+@click.option(
+    "--ack-topic",
+    default="devices/{session}/tasks/ack",
+    show_default=True,
+    help="Where a device acks ({session} is the device); the ack carries the message id.",
+)
+@click.option(
+    "--retry-interval",
+    default="10s",
+    show_default=True,
+    help="Publish the same task again after this long without an ack.",
+)
+@click.option(
+    "--max-tries",
+    type=click.IntRange(1, 1000),
+    default=5,
+    show_default=True,
+    help="Publishes without an ack before the task is dead-lettered DeviceDidNotAck.",
+)
+@click.option(
+    "--concurrency",
+    type=click.IntRange(1, 1024),
+    default=16,
+    show_default=True,
+    help="Devices served at once (one task in flight each).",
+)
+@click.option(
+    "--time-to-live",
+    default=None,
+    help="Dead-letter a task this old (Expired) instead of publishing it; a message's "
+    "expires_at header also counts.",
+)
+@click.option(
+    "--poll-interval",
+    default="500ms",
+    show_default=True,
+    help="Wait between receives when no device has a task ready.",
+)
+@click.option("--once", is_flag=True, help="Serve what is ready now, then exit.")
+@metrics_port_option
+@json_option
+@pass_cli
+def mqtt(
+    cli: CliContext,
+    *,
+    metrics_port: int | None,
+    destination: str,
+    broker: str,
+    username: str | None,
+    password: str | None,
+    tls: bool,
+    ca_file: str | None,
+    topic: str,
+    ack_topic: str,
+    retry_interval: str,
+    max_tries: int,
+    concurrency: int,
+    time_to_live: str | None,
+    poll_interval: str,
+    once: bool,
+    as_json: bool,
+) -> None:
+    """Publish each device's tasks one at a time (QoS 1), complete each on the device's ack,
+    publish it again after --retry-interval, dead-letter it after --max-tries. Stops cleanly on
+    SIGTERM/SIGINT (exit 0): waits in progress finish, unacked tasks are abandoned at once."""
+    from dispatcher.mqtt.client import MqttBroker
+    from dispatcher.mqtt.gateway import GatewayOptions, MqttGateway
+    from dispatcher.queue import validation
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.core.errors import ConfigurationError, ValidationError
+
+    try:
+        validation.queue_name(destination)
+    except ValidationError as e:
+        raise ConfigurationError(f"--destination: {e}") from e
+    options = GatewayOptions(
+        destination=destination,
+        topic=topic,
+        ack_topic=ack_topic,
+        retry_interval=parse_duration(retry_interval, name="--retry-interval"),
+        max_tries=max_tries,
+        concurrency=concurrency,
+        poll_interval=parse_duration(poll_interval, name="--poll-interval"),
+        time_to_live=(
+            parse_duration(time_to_live, name="--time-to-live") if time_to_live else None
+        ),
+    ).checked()
+    endpoint = MqttBroker.parse(
+        broker, username=username, password=password, tls=tls or None, ca_file=ca_file
+    )
+    queue = SqlQueue.from_settings(cli.settings(), pool_size=concurrency + 2)
+    try:
+        gateway = MqttGateway(queue, options, broker=endpoint)
+        start_gateway_telemetry(metrics_port, gateway, queue)
+        log.info(
+            "run-gateway mqtt: queue %r -> %s %s, acks on %s, concurrency %d",
+            destination,
+            endpoint.url,
+            topic,
+            ack_topic,
+            concurrency,
+        )
+        try:
+            stats = gateway.run(once=once)
+        finally:
+            gateway.close()
+    finally:
+        queue.close()
+    if as_json:
+        emit_json(stats.to_dict())
+    else:
+        print_kv("run-gateway mqtt", stats.to_dict().items())
+
+
+def register(group: click.Group) -> None:
+    group.add_command(run_gateway)

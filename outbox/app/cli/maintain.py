@@ -1,0 +1,93 @@
+"""``outbox maintain``: the table's upkeep (compaction, checkpoint, log trim, vacuum) and the
+queue's expired duplicate-detection ids."""
+
+from __future__ import annotations
+
+import click
+
+from outbox.app.cli.output import emit_json, print_kv, snake_keys
+from outbox.app.cli.support import CliContext, json_option, pass_cli
+from outbox.core.clock import SystemClock
+from outbox.core.durations import parse_duration
+from outbox.core.errors import ValidationError
+from outbox.core.settings import Settings
+
+
+@click.command()
+@click.option("--no-compact", is_flag=True, help="Skip compaction.")
+@click.option("--no-checkpoint", is_flag=True, help="Skip writing a Delta checkpoint.")
+@click.option(
+    "--vacuum",
+    "vacuum",
+    metavar="RETENTION",
+    help="Also vacuum files older than RETENTION (e.g. 168h). Refused when the rescuer still "
+    "needs that history.",
+)
+@click.option(
+    "--no-trim-log",
+    is_flag=True,
+    help="Skip trimming the Delta log (commit files older than log_retention, never past the "
+    "oldest rescuer checkpoint).",
+)
+@click.option(
+    "--dry-run",
+    is_flag=True,
+    help="Change nothing: report what vacuum and the log trim would delete (no compaction, no "
+    "checkpoint).",
+)
+@json_option
+@pass_cli
+def maintain(
+    cli: CliContext,
+    no_compact: bool,
+    no_checkpoint: bool,
+    vacuum: str | None,
+    no_trim_log: bool,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """Compact small files, write a checkpoint, trim the Delta log and (optionally) vacuum,
+    never deleting history the rescuer still needs."""
+    from outbox.app.maintenance import maintain as run
+    from outbox.delta.store import DeltaDocumentStore
+
+    settings = cli.settings()
+    retention = parse_duration(vacuum, name="--vacuum") if vacuum else None
+    if retention is not None and retention <= 0:
+        raise ValidationError("--vacuum: retention must be positive, e.g. 168h")
+    store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+    report = run(
+        store,
+        clock=SystemClock(),
+        sql_url=settings.sql_url,
+        rescue_delay_seconds=settings.rescue_delay,
+        do_compact=not (no_compact or dry_run),  # a dry run writes nothing
+        do_checkpoint=not (no_checkpoint or dry_run),
+        vacuum_retention_seconds=retention,
+        dry_run=dry_run,
+        log_retention_seconds=None if no_trim_log else settings.log_retention,
+        storage_options=settings.storage_options,
+        settings=settings,
+    )
+    result = snake_keys(report.to_dict(), "compacted")
+    result["expired_duplicate_ids_deleted"] = None if dry_run else _forget_duplicates(settings)
+    if as_json:
+        emit_json(result)
+    else:
+        print_kv("maintenance", result.items())
+
+
+def _forget_duplicates(settings: Settings) -> int | None:
+    """Prune the queue's expired duplicate-detection ids (None: no queue database to prune)."""
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.core.errors import QueueError
+
+    try:
+        with SqlQueue.from_settings(settings) as queue:
+            return queue.forget_expired_duplicates(limit=None)
+    except QueueError:
+        return None
+
+
+def register(group: click.Group) -> None:
+    group.add_command(maintain)

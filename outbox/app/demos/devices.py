@@ -1,0 +1,202 @@
+"""``outbox demo devices``: door terminals that handle one task at a time, one of them offline.
+
+A few devices get ordered tasks through the SQL queue and ``MqttGateway``, over a throwaway
+mosquitto on 127.0.0.1, played by the kit's ``DeviceSimulator``. One device is
+offline at the start: its first task is published again every retry interval while the others
+finish theirs, the rest of its tasks wait behind it in the queue (``outbox devices list`` shows
+that), and when it comes back its tasks flow in order. The summary checks, from the devices' own
+record, that each got its tasks in order, never two at once, and nothing was dead-lettered.
+
+Why threads, not processes: the device's wait and catch-up is the story; the multi-process proof
+(a gateway SIGKILLed, a broker restart, lost acks) is tests/mqtt/test_gateway_processes.py.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from outbox.core.errors import MissingDependencyError
+
+Step = Callable[[str], None]
+DESTINATION = "devices"
+OFFLINE = "door-3"
+RETRY_INTERVAL = 0.5  # seconds: short, so the wait shows without taking long
+OFFLINE_FOR = 2.0
+DEADLINE = 45.0
+
+
+@dataclass
+class DevicesDemoReport:
+    workspace: str
+    kept: bool
+    devices: int
+    tasks_per_device: int
+    broker: str = ""
+    completed: int = 0
+    publishes: int = 0
+    republishes: int = 0
+    dead_lettered: int = 0
+    offline_device: str = OFFLINE
+    republished_while_offline: int = 0
+    queued_behind_while_offline: int = 0
+    max_in_flight: int = 0
+    devices_in_order: int = 0
+    duration_s: float = 0.0
+    invariants: dict[str, bool] = field(default_factory=dict)
+    problems: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return bool(self.invariants) and all(self.invariants.values()) and not self.problems
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+def device_name(i: int) -> str:
+    return f"door-{i + 1}"
+
+
+def run_devices_demo(
+    workspace: str | Path | None,
+    *,
+    devices: int = 4,
+    tasks: int = 3,
+    broker: str | None = None,
+    step: Step,
+) -> DevicesDemoReport:
+    """Play the story in ``workspace`` (a temporary folder, removed after, if None)."""
+    from dispatcher.mqtt.client import MqttBroker
+    from dispatcher.mqtt.devices import device_statuses
+    from dispatcher.mqtt.gateway import GatewayOptions, MqttGateway
+    from dispatcher.queue import QueueMessage, SqlQueue
+    from migrations.sql import upgrade
+    from outbox.testing.devices import DeviceSimulator
+    from outbox.testing.mosquitto import MosquittoServer
+
+    t_start = time.monotonic()
+    temp = workspace is None
+    ws = Path(tempfile.mkdtemp(prefix="outbox-devices-demo-")) if temp else Path(str(workspace))
+    report = DevicesDemoReport(
+        workspace=str(ws), kept=not temp, devices=devices, tasks_per_device=tasks
+    )
+    server: MosquittoServer | None = None
+    try:
+        if broker is None:
+            server = MosquittoServer()
+            if not server.available:
+                raise MissingDependencyError(
+                    "the devices demo starts a mosquitto broker, and mosquitto is not installed",
+                    hint="apt-get install mosquitto (scripts/ensure-mosquitto.sh does it)",
+                )
+            broker = server.start()
+        report.broker = broker
+        ws.mkdir(parents=True, exist_ok=True)
+        url = f"sqlite:///{ws / 'outbox.db'}"
+        upgrade(url)
+        names = [device_name(i) for i in range(devices)]
+        plan = {d: [f"{d}:task-{t + 1}" for t in range(tasks)] for d in names}
+        with SqlQueue(url, lock_duration=10) as queue:
+            for d, ids in plan.items():
+                queue.send(DESTINATION, [QueueMessage(b'{"open":1}', m, session_id=d) for m in ids])
+            step(f"queued {tasks} tasks for each of {devices} devices (a session per device)")
+            offline = OFFLINE if OFFLINE in plan else names[-1]
+            report.offline_device = offline
+            with DeviceSimulator(broker, ack_delay=0.05, offline=[offline]) as sim:
+                options = GatewayOptions(
+                    destination=DESTINATION,
+                    retry_interval=RETRY_INTERVAL,
+                    max_tries=1000,
+                    concurrency=devices,
+                    poll_interval=0.05,
+                )
+                gateway = MqttGateway(queue, options, broker=MqttBroker.parse(broker))
+                stats_box: list[Any] = []
+                runner = threading.Thread(
+                    target=lambda: stats_box.append(gateway.run(handle_signals=False)),
+                    daemon=True,
+                )
+                runner.start()
+                step(f"gateway started on {broker}; {offline} is offline")
+                others = [d for d in names if d != offline]
+                others_done = sim.wait_for(
+                    lambda s: all(len(s.record(d).done) == tasks for d in others), DEADLINE
+                )
+                if not others_done:
+                    report.problems.append("timed out waiting for the online devices")
+                sim.wait_for(lambda s: s.record(offline).missed >= 2, DEADLINE)
+                (status,) = device_statuses(
+                    queue.receiver, queue.admin, DESTINATION, device=offline
+                )
+                report.republished_while_offline = sim.record(offline).missed
+                report.queued_behind_while_offline = status.queued
+                step(
+                    f"the others are {'done' if others_done else 'NOT done (timed out)'}; "
+                    f"{offline}'s first task was published "
+                    f"{report.republished_while_offline} times, {status.queued} wait behind it"
+                )
+                sim.online(offline)
+                step(f"{offline} is back")
+                if not sim.wait_for(lambda s: len(s.record(offline).done) == tasks, DEADLINE):
+                    report.problems.append(f"timed out waiting for {offline}")
+                gateway.stop()
+                runner.join(DEADLINE)
+                gateway.close()
+                records = {d: sim.record(d) for d in names}
+            dead = queue.list_dead_letters(DESTINATION)
+        if stats_box:
+            stats = stats_box[0]
+            report.completed = stats.completed
+            report.publishes = stats.publishes
+            report.republishes = stats.republishes
+        report.dead_lettered = len(dead)
+        report.max_in_flight = max(r.max_in_flight for r in records.values())
+        report.devices_in_order = sum(records[d].tasks == ids for d, ids in plan.items())
+        in_order = "in order" if records[offline].tasks == plan[offline] else "OUT OF ORDER"
+        acked = report.completed == devices * tasks
+        step(
+            f"{offline}'s tasks went out {in_order}; "
+            + (
+                "every device acked every task"
+                if acked
+                else f"{report.completed} of {devices * tasks} tasks acked and completed"
+            )
+        )
+        report.invariants = {
+            "every task acked and completed": report.completed == devices * tasks,
+            "each device got its tasks in order": report.devices_in_order == devices,
+            "never two tasks in flight on one device": report.max_in_flight == 1,
+            "nothing dead-lettered": report.dead_lettered == 0,
+        }
+    finally:
+        if server is not None:
+            server.cleanup()
+        if temp:
+            shutil.rmtree(ws, ignore_errors=True)
+        report.duration_s = round(time.monotonic() - t_start, 1)
+    return report
+
+
+def iter_rows(report: DevicesDemoReport) -> Iterator[tuple[str, str]]:
+    """The summary table's rows."""
+    yield "devices", f"{report.devices} ({report.tasks_per_device} tasks each)"
+    yield "broker", report.broker
+    yield "tasks completed", str(report.completed)
+    yield "publishes (re-publishes)", f"{report.publishes} ({report.republishes})"
+    yield "offline device", report.offline_device
+    yield "its first task published while offline", f"{report.republished_while_offline} times"
+    yield "its tasks waiting in the queue meanwhile", str(report.queued_behind_while_offline)
+    yield "most tasks in flight on one device", str(report.max_in_flight)
+    yield "devices with tasks in order", f"{report.devices_in_order}/{report.devices}"
+    for name, held in report.invariants.items():
+        yield name, "held" if held else "BROKEN"
+    yield "wall time", f"{report.duration_s:.1f}s"

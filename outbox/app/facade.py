@@ -1,0 +1,179 @@
+"""``Outbox``: the entry point applications hold on to.
+
+``Outbox.open`` resolves settings (arguments > ``OUTBOX_*`` > settings file > defaults), turns
+them into backends (``outbox.wiring.Backends``), opens the Delta document store and wires the
+dispatcher (immediate or deferred) behind every commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Protocol
+
+from dispatcher.runtime import DispatcherRuntime
+from dispatcher.transports.base import Transport
+from outbox.app.maintenance import AutoCompactor, AutoLogTrimmer
+from outbox.core.clock import Clock, SystemClock
+from outbox.core.errors import ClosedError, ConfigurationError
+from outbox.core.model import DocumentRow
+from outbox.core.settings import Settings
+from outbox.delta.store import DeltaDocumentStore
+from outbox.unit_of_work import UnitOfWork
+from outbox.wiring import Backends
+
+log = logging.getLogger("outbox")
+
+CommitListener = Callable[[Sequence[DocumentRow], int], None]
+
+
+class _Closeable(Protocol):
+    def close(self) -> None: ...
+
+
+class Outbox:
+    """Documents in a Delta table, with their outgoing messages committed alongside."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        store: DeltaDocumentStore,
+        *,
+        clock: Clock,
+    ) -> None:
+        self.settings = settings
+        self.store = store
+        self.clock = clock
+        self._listeners: list[CommitListener] = []
+        self._closeables: list[_Closeable] = []
+        self._closed = False
+        self._runtime: DispatcherRuntime | None = None
+        self._backends: Backends | None = None
+
+    @classmethod
+    def open(
+        cls,
+        workspace: str | Path | None = None,
+        *,
+        settings: Settings | None = None,
+        clock: Clock | None = None,
+        transport: Transport | str | None = None,
+        create: bool = True,
+        **overrides: Any,
+    ) -> Outbox:
+        """Open (and, with ``create=True``, create) the outbox in ``workspace``.
+
+        ``overrides`` are settings by name: ``table_uri``, ``storage_options``, ``sql_url``,
+        ``transport`` (a name, or pass a ``Transport`` object as ``transport``), ``rescue_delay``,
+        ``dispatch`` and the rest of ``Settings``.
+        """
+        if isinstance(transport, str):
+            overrides["transport"] = transport
+            transport = None
+        if settings is None:
+            settings = Settings.load(workspace, **overrides)
+        elif overrides:
+            settings = settings.replace(**overrides)
+        clock = clock or SystemClock()
+        backends = Backends(settings, clock=clock, transport=transport)
+        try:
+            if create:
+                backends.migrate(only_if_missing=True)
+            store = DeltaDocumentStore(
+                settings.table_uri,
+                storage_options=settings.storage_options,
+                clock=clock,
+                max_commit_retries=settings.max_commit_retries,
+                group_commit=settings.group_commit,
+            )
+        except BaseException:
+            backends.close()
+            raise
+        ob = cls(settings, store, clock=clock)
+        ob._backends = backends
+        ob._closeables.append(backends)  # closed last: after the runtime that uses them
+        ob._wire_dispatch(backends)
+        if settings.compact_every:
+            ob.add_commit_listener(AutoCompactor(store, settings.compact_every))
+            ob.add_commit_listener(
+                AutoLogTrimmer(
+                    store,
+                    settings.compact_every,
+                    sql_url=settings.sql_url,
+                    retention_seconds=settings.log_retention,
+                    clock=clock,
+                    storage_options=settings.storage_options,
+                    settings=settings,
+                )
+            )
+        return ob
+
+    def _wire_dispatch(self, backends: Backends) -> None:
+        """Connect the dispatcher (immediate or deferred) to every commit.
+
+        The dispatcher package owns the runtime; the outbox only knows it as a commit listener.
+        """
+        runtime = DispatcherRuntime(self.store, self.settings, backends, clock=self.clock)
+        self._runtime = runtime
+        self._listeners.append(runtime.after_commit)
+        self._closeables.append(runtime)
+
+    @property
+    def backends(self) -> Backends:
+        """The backends ``open`` built from the settings (transport, queues, stores)."""
+        if self._backends is None:
+            raise ConfigurationError(
+                "this Outbox has no backends: it was built directly, not with Outbox.open",
+                hint="use Outbox.open(...)",
+            )
+        return self._backends
+
+    @property
+    def runtime(self) -> DispatcherRuntime:
+        """The dispatcher runtime (transport, command queue, dispatcher) that ``open`` wired."""
+        if self._runtime is None:
+            raise ConfigurationError(
+                "this Outbox has no dispatcher: it was built directly, not with Outbox.open",
+                hint="use Outbox.open(...) to get the dispatcher wired behind every commit",
+            )
+        return self._runtime
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        self._listeners.append(listener)
+
+    def _after_commit(self, rows: Sequence[DocumentRow], version: int) -> None:
+        for listener in self._listeners:
+            try:
+                listener(rows, version)
+            except Exception:  # the commit happened; the rescuer finishes the job (I4)
+                log.exception("after-commit listener failed; the rescuer will cover it")
+
+    def unit_of_work(self) -> UnitOfWork:
+        """A new unit of work: one Delta commit when its ``with`` block exits cleanly."""
+        if self._closed:
+            raise ClosedError("this Outbox is closed", hint="open a new one with Outbox.open(...)")
+        return UnitOfWork(self.store, self.settings, self.clock, on_commit=self._after_commit)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        for c in reversed(self._closeables):
+            try:
+                c.close()
+            except Exception:  # pragma: no cover - best effort on shutdown
+                log.exception("closing %r failed", c)
+        self.store.close()
+
+    def __enter__(self) -> Outbox:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

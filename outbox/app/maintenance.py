@@ -1,0 +1,340 @@
+"""Table upkeep: compaction, checkpoints and a vacuum that keeps what the rescuer still needs.
+
+Small files make every MERGE slower (a 1-row MERGE rewrites the whole file holding the row), so
+compaction (``outbox.delta.compaction``) runs every ``compact_every`` commits and through ``outbox
+maintain``. It emits no change rows (``dataChange=false``), so the rescuer never sees it.
+
+A vacuum deletes files of old versions. The rescuer reads the change data feed from its checkpoint
+onward, so a vacuum whose retention would reach into that window (or into ``rescue_delay`` plus a
+margin) is refused with an error that says what to do instead.
+
+Log trimming (``outbox.delta.log``) keeps the ``_delta_log`` directory short, because deltalake
+lists all of it after every commit; it stops at the oldest version a rescuer still has to read.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from outbox.core.clock import Clock
+from outbox.core.durations import format_duration
+from outbox.core.errors import StoreError, VacuumRefusedError
+from outbox.delta.compaction import compact, store_failure
+from outbox.delta.log import trim_log
+from outbox.delta.store import DeltaDocumentStore
+
+if TYPE_CHECKING:
+    from outbox.core.settings import Settings
+
+log = logging.getLogger("outbox.maintain")
+
+#: Vacuum retention must exceed the rescuer's needs by at least this much.
+VACUUM_MARGIN = timedelta(hours=1)
+
+
+@dataclass
+class MaintenanceReport:
+    version_before: int
+    version_after: int = 0
+    compacted: dict[str, Any] = field(default_factory=dict)
+    checkpoint_written: bool = False
+    vacuumed_files: int | None = None
+    vacuum_retention_hours: float | None = None
+    log_trim: dict[str, Any] | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def checkpoint(store: DeltaDocumentStore) -> None:
+    """Write a Delta checkpoint so opening the table does not replay the whole log."""
+    with store._lock:
+        try:
+            store.refresh()
+            store.delta_table.create_checkpoint()
+        except Exception as e:
+            raise store_failure("writing a checkpoint of", store, e) from e
+
+
+def oldest_needed_version(
+    sql_url: str,
+    table_uri: str,
+    table_id: str | None = None,
+    *,
+    settings: Settings | None = None,
+) -> int | None:
+    """The oldest table version any rescuer of the table still has to read, or None.
+
+    The checkpoints are read from ``settings``' checkpoint store (``checkpoint_store``: SQL or
+    Cosmos DB) when given, else from the SQL database at ``sql_url``.
+
+    A checkpoint counts when its table URI is ``table_uri`` or, with ``table_id``, when it was
+    written for that table id: the same table reached through another spelling of its URI (a
+    trailing slash, ``file://``, a symlink, ``az://`` vs ``abfss://``) must hold history too.
+
+    Fails closed: when the checkpoints cannot be read, the vacuum is refused rather than run
+    blind, since it could delete the history a rescuer is about to read.
+    """
+    from outbox.wiring import Backends
+    from rescuer.checkpoint import SqlCheckpointStore
+
+    try:
+        if settings is not None:
+            with Backends(settings) as backends:
+                rows = backends.checkpoint_store().list(None if table_id is not None else table_uri)
+        else:
+            store = SqlCheckpointStore(sql_url)
+            try:
+                rows = store.list(None if table_id is not None else table_uri)
+            finally:
+                store.close()
+    except Exception as e:  # any failure to read them: refuse, never guess
+        raise VacuumRefusedError(
+            f"cannot tell which history the rescuer still needs: {e}",
+            hint="fix sql_url, or the cosmos_* settings when checkpoint_store is cosmos (or run "
+            "`outbox migrate`), so the rescuer checkpoints can be read",
+        ) from e
+    versions = [
+        cp.version
+        for cp in rows
+        if cp.version is not None
+        and (cp.table_uri == table_uri or (table_id is not None and cp.table_id == table_id))
+    ]
+    return min(versions) + 1 if versions else None
+
+
+def commit_time(store: DeltaDocumentStore, version: int) -> datetime | None:
+    """Commit timestamp of ``version`` in UTC (None when the log no longer has it)."""
+    from rescuer.window import commit_times
+
+    latest = store.version()
+    for commit in commit_times(store.delta_table, max(1, latest - version + 1), latest=latest):
+        if commit.version == version:
+            return commit.timestamp
+    return None
+
+
+def check_vacuum(
+    store: DeltaDocumentStore,
+    *,
+    retention: timedelta,
+    rescue_delay: timedelta,
+    needed_version: int | None,
+    clock: Clock,
+) -> None:
+    """Raise ``VacuumRefusedError`` when ``retention`` would cut into the rescuer's window."""
+    floor = rescue_delay + VACUUM_MARGIN
+    if retention < floor:
+        raise VacuumRefusedError(
+            f"vacuum retention {format_duration(retention.total_seconds())} is shorter than the "
+            f"rescue delay plus a margin ({format_duration(floor.total_seconds())})",
+            hint=f"use a retention of at least {int(floor.total_seconds() // 3600) + 1}h",
+        )
+    if needed_version is None or needed_version > store.version():
+        return
+    when = commit_time(store, needed_version)
+    if when is None:
+        return
+    age = clock.now() - when
+    if retention < age + VACUUM_MARGIN:
+        raise VacuumRefusedError(
+            f"vacuum with retention {format_duration(retention.total_seconds())} would delete "
+            f"change-feed history from version {needed_version} (committed "
+            f"{format_duration(age.total_seconds())} ago) that the rescuer has not read yet",
+            hint="run `outbox rescue` first, or use a retention longer than "
+            f"{int((age + VACUUM_MARGIN).total_seconds() // 3600) + 1}h",
+        )
+
+
+def maintain(
+    store: DeltaDocumentStore,
+    *,
+    clock: Clock,
+    sql_url: str,
+    rescue_delay_seconds: float,
+    do_compact: bool = True,
+    do_checkpoint: bool = True,
+    vacuum_retention_seconds: float | None = None,
+    dry_run: bool = False,
+    log_retention_seconds: float | None = None,
+    storage_options: Mapping[str, str] | None = None,
+    settings: Settings | None = None,
+) -> MaintenanceReport:
+    """Compaction, a checkpoint, then (with ``log_retention_seconds``) a log trim and (with
+    ``vacuum_retention_seconds``) a guarded vacuum. The checkpoint comes before the trim so the
+    trim has a fresh checkpoint to keep. ``settings``: read the rescuer checkpoints from the
+    store it names (see ``oldest_needed_version``)."""
+    start = time.perf_counter()
+    report = MaintenanceReport(version_before=store.refresh())
+    if do_compact:
+        report.compacted = compact(store)
+    if do_checkpoint:
+        checkpoint(store)
+        report.checkpoint_written = True
+    if vacuum_retention_seconds is not None:
+        # delta-rs takes whole hours: round *up*, and check the retention actually used.
+        hours = max(1, math.ceil(vacuum_retention_seconds / 3600))
+        retention = timedelta(hours=hours)
+        check_vacuum(
+            store,
+            retention=retention,
+            rescue_delay=timedelta(seconds=rescue_delay_seconds),
+            needed_version=oldest_needed_version(
+                sql_url, store.uri, store.table_id, settings=settings
+            ),
+            clock=clock,
+        )
+        try:
+            removed = store.delta_table.vacuum(
+                retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
+            )
+        except Exception as e:
+            raise StoreError(f"vacuum of {store.uri} failed: {e}") from e
+        report.vacuumed_files = len(removed)
+        report.vacuum_retention_hours = hours
+    if log_retention_seconds is not None:
+        report.log_trim = trim_log_safely(
+            store,
+            clock=clock,
+            sql_url=sql_url,
+            retention_seconds=log_retention_seconds,
+            storage_options=storage_options,
+            dry_run=dry_run,
+            settings=settings,
+        )
+    report.version_after = store.refresh()
+    report.seconds = round(time.perf_counter() - start, 3)
+    return report
+
+
+class _EveryVersions:
+    """The gate the upkeep listeners share: True once per ``every`` table versions (never when
+    ``every`` is 0). It counts versions, not this process's commits, so several writer
+    processes each run the upkeep at most once per ``every`` versions."""
+
+    def __init__(self, store: DeltaDocumentStore, every: int) -> None:
+        self._every = every
+        self._next = (store.version() // every + 1) * every if every > 0 else 0
+        self._lock = threading.Lock()
+
+    def due(self, version: int) -> bool:
+        if self._every <= 0:
+            return False
+        with self._lock:
+            if version < self._next:
+                return False
+            self._next = (version // self._every + 1) * self._every
+        return True
+
+
+class AutoCompactor:
+    """A commit listener that compacts every ``every`` commits (0 turns it off).
+
+    It counts table versions, so with several writer processes each compacts at most once per
+    ``every`` versions; a compaction that conflicts with a writer is skipped. With many writer
+    processes, prefer ``compact_every = 0`` and a scheduled ``outbox maintain``.
+    """
+
+    def __init__(self, store: DeltaDocumentStore, every: int) -> None:
+        if every > 0 and store._log_dir is None:
+            # No cross-machine lock exists for an object store, and deltalake commits two
+            # concurrent compactions of one version (every compacted row then twice).
+            log.info(
+                "compact_every = %d ignored for %s: writers on an object store do not compact "
+                "(two could compact at once); schedule one `outbox maintain` instead",
+                every,
+                store.uri,
+            )
+            every = 0
+        self._store = store
+        self._gate = _EveryVersions(store, every)
+        self.runs = 0
+
+    def __call__(self, _rows: Any, version: int) -> None:
+        if not self._gate.due(version):
+            return
+        compact(self._store)
+        self.runs += 1
+
+
+def trim_log_safely(
+    store: DeltaDocumentStore,
+    *,
+    clock: Clock,
+    sql_url: str,
+    retention_seconds: float,
+    storage_options: Mapping[str, str] | None = None,
+    dry_run: bool = False,
+    settings: Settings | None = None,
+) -> dict[str, Any]:
+    """Trim the Delta log behind the rescuer; skipped (reported, never raised) when the rescuer
+    checkpoints cannot be read, because trimming blind could cut the rescuer's feed."""
+    try:
+        needed = oldest_needed_version(sql_url, store.uri, store.table_id, settings=settings)
+    except VacuumRefusedError as e:
+        log.warning("log trim skipped: %s", e)
+        return {"skipped": str(e)}
+    report = trim_log(
+        store.uri,
+        now=clock.now(),
+        retention=timedelta(seconds=retention_seconds),
+        needed=needed,
+        storage_options=storage_options,
+        dry_run=dry_run,
+    )
+    return report.to_dict()
+
+
+class AutoLogTrimmer:
+    """A commit listener that trims the Delta log every ``every`` versions (0 turns it off).
+
+    Why in the writer: deltalake lists the whole log after each commit, so an untrimmed log makes
+    every commit slower (docs/delta.md). A failure is logged and the next run tries again; the
+    commit that triggered it has already happened.
+    """
+
+    def __init__(
+        self,
+        store: DeltaDocumentStore,
+        every: int,
+        *,
+        sql_url: str,
+        retention_seconds: float,
+        clock: Clock,
+        storage_options: Mapping[str, str] | None = None,
+        settings: Settings | None = None,
+    ) -> None:
+        self._store = store
+        self._gate = _EveryVersions(store, every)
+        self._sql_url = sql_url
+        self._settings = settings
+        self._retention = retention_seconds
+        self._clock = clock
+        self._options = storage_options
+        self.runs = 0
+        self.last: dict[str, Any] | None = None
+
+    def __call__(self, _rows: Any, version: int) -> None:
+        if not self._gate.due(version):
+            return
+        try:
+            self.last = trim_log_safely(
+                self._store,
+                clock=self._clock,
+                sql_url=self._sql_url,
+                retention_seconds=self._retention,
+                storage_options=self._options,
+                settings=self._settings,
+            )
+        except Exception as e:  # after the commit: report, never raise into the writer
+            log.warning("log trim failed (the next one will retry): %s", e)
+            self.last = {"failed": str(e)}
+        self.runs += 1

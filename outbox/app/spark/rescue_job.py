@@ -1,0 +1,92 @@
+"""The rescuer as a scheduled Spark job: the entry point ``spark-submit`` runs.
+
+    spark-submit --jars delta-spark_4.2_2.13-4.4.0.jar,delta-storage-4.4.0.jar \\
+        "$(python -c 'import outbox.app.spark.rescue_job as j; print(j.__file__)')" \\
+        --workspace /dbfs/outbox --json
+
+(or ``python -m outbox.app.spark.rescue_job``, or the console script ``outbox-rescue-spark``; on
+Databricks a Python wheel task calling ``outbox.app.spark.rescue_job:main``; docs/spark.md has
+them all). It runs ONE rescue pass with the
+Spark engine on the job's own SparkSession (``getOrCreate``: the master, JARs and credentials
+come from spark-submit or the cluster), then exits: the scheduler (cron, a Databricks job
+schedule) decides how often. The checkpoint store and the command queue are the ones the
+settings name, exactly as for ``outbox rescue --engine spark``; exit status 0 on success, 1 on an
+``OutboxError`` (its message on stderr), so a job run shows as failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import TYPE_CHECKING, Any
+
+from outbox.core.durations import parse_duration
+from outbox.core.errors import OutboxError
+from outbox.core.settings import Settings
+from rescuer.cdf_spark import DELTA_CATALOG, DELTA_EXTENSION
+
+if TYPE_CHECKING:
+    from rescuer.runner import PassReport
+
+
+def job_session() -> Any:
+    """The job's SparkSession, with Delta's extension and catalog when it is built here."""
+    from pyspark.sql import SparkSession
+
+    active = SparkSession.getActiveSession()
+    if active is not None:
+        return active
+    return (
+        SparkSession.builder.appName("outbox-rescuer")
+        .config("spark.sql.extensions", DELTA_EXTENSION)
+        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
+        .getOrCreate()
+    )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="outbox-rescue-spark", description=__doc__.splitlines()[0])
+    p.add_argument("--workspace", help="outbox workspace (settings file, default table and db)")
+    p.add_argument("--table-uri", help="the document table (default: from the settings)")
+    p.add_argument("--sql-url", help="checkpoints and command queue (default: from the settings)")
+    p.add_argument("--delay", help="only rescue changes older than this (15s..1h)")
+    p.add_argument("--name", help="rescuer name: its checkpoint is kept per table and name")
+    p.add_argument("--full", action="store_true", help="sweep every current row")
+    p.add_argument("--json", action="store_true", help="print the pass report as JSON")
+    return p.parse_args(argv)
+
+
+def run(args: argparse.Namespace, spark: Any | None = None) -> PassReport:
+    """One pass; returns its report."""
+    from outbox.app.rescue import open_rescuer
+
+    overrides = {k: v for k, v in (("table_uri", args.table_uri), ("sql_url", args.sql_url)) if v}
+    settings = Settings.load(args.workspace, **overrides)
+    delay = parse_duration(args.delay, name="--delay") if args.delay else None
+    with open_rescuer(
+        settings,
+        engine="spark",
+        delay=delay,
+        name=args.name,
+        spark=spark if spark is not None else job_session(),
+    ) as rescuer:
+        return rescuer.rescue_pass.run(full=args.full)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        report = run(args)
+    except OutboxError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps(report.to_dict(), default=str, sort_keys=True))
+    else:
+        print(report.summary())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Compaction: rewriting a table's small files into larger ones, by one compactor at a time.
+
+Small files make every MERGE slower (a 1-row MERGE rewrites the whole file holding the row).
+Compaction emits no change rows (``dataChange=false``), so the rescuer never sees it. Why it has
+its own module: deltalake 1.6.6 commits two concurrent compactions of one version (docs/delta.md),
+so compacting safely takes a lock and a check after the commit, which the rest of the table's
+upkeep (``outbox.app.maintenance``) does not need.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Iterator
+from typing import Any
+
+from outbox.core.errors import StoreError
+from outbox.delta.log import commit_actions, removed_by
+from outbox.delta.store import DeltaDocumentStore
+
+log = logging.getLogger("outbox.maintain")
+
+
+def store_failure(what: str, store: DeltaDocumentStore, e: Exception) -> StoreError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return StoreError(f"{what} {store.uri} failed: {first}")
+
+
+@contextlib.contextmanager
+def _one_compactor(store: DeltaDocumentStore) -> Iterator[bool]:
+    """An exclusive, non-blocking file lock per local table: yields False when another process
+    holds it.
+
+    Why: deltalake 1.6.6 committed two OPTIMIZEs that both read the same version and removed the
+    same files (the checker's seed 47: versions 23 and 24), so every compacted row then existed
+    twice. Two processes reaching ``compact_every`` together must not both compact. Remote
+    tables (no local log folder) have no such lock: their writers do not compact (see
+    ``AutoCompactor``), and ``_check_no_double_compaction`` catches overlapping jobs.
+    """
+    log_dir = store._log_dir
+    if log_dir is None:
+        yield True
+        return
+    import fcntl
+
+    with open(log_dir.parent / "_outbox_compact.lock", "a+b") as f:
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        try:
+            yield True
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+def compact(store: DeltaDocumentStore) -> dict[str, Any]:
+    """Rewrite small files into larger ones. A conflict with a writer is skipped, not raised."""
+    from deltalake.exceptions import CommitFailedError
+
+    with store._lock, _one_compactor(store) as mine:
+        if not mine:
+            log.info("compaction skipped: another process is compacting this table")
+            return {"skipped": "another process is compacting"}
+        try:
+            store.refresh()
+            metrics: dict[str, Any] = store.delta_table.optimize.compact()
+        except CommitFailedError as e:
+            log.info("compaction skipped: a writer committed meanwhile (%s)", e)
+            return {"skipped": "conflict"}
+        except Exception as e:
+            raise store_failure("compacting", store, e) from e
+        if metrics.get("numFilesRemoved"):
+            _check_no_double_compaction(store, store.version())
+    return {
+        k: metrics.get(k)
+        for k in ("numFilesAdded", "numFilesRemoved", "partitionsOptimized", "totalConsideredFiles")
+    }
+
+
+def _check_no_double_compaction(store: DeltaDocumentStore, version: int) -> None:
+    """Fail loudly when another compaction, committed after this one read the table, had
+    already removed files this one removed: their rows now exist twice.
+
+    Why: deltalake 1.6.6 does not treat two data-neutral removals of one file as a conflict
+    (docs/delta.md), and the file lock in ``_one_compactor`` covers only processes on one
+    machine. Remote tables turn automatic compaction off for the same reason; this check catches
+    two ``outbox maintain`` jobs that overlap, and any other compactor of the table.
+    """
+    opts = store._storage_options
+    ours = commit_actions(store.uri, version, storage_options=opts)
+    info: dict[str, Any] = next(
+        (a["commitInfo"] for a in ours if isinstance(a.get("commitInfo"), dict)), {}
+    )
+    read = info.get("readVersion")
+    removed, _ = removed_by(ours)
+    if not isinstance(read, int) or not removed:
+        return
+    for other in range(read + 1, version):
+        theirs, neutral = removed_by(commit_actions(store.uri, other, storage_options=opts))
+        both = removed & theirs
+        if both and neutral:
+            raise StoreError(
+                f"compaction commit {version} of {store.uri} removed {len(both)} file(s) that "
+                f"commit {other} (another compaction of the same version {read}) had already "
+                "removed: the rows they held now exist twice",
+                hint=f"stop the writers and restore the table to version {version - 1} "
+                "(DeltaTable.restore) if nothing committed after it; run compaction from one "
+                "process only (compact_every = 0 and one scheduled `outbox maintain`)",
+            )
