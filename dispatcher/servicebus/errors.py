@@ -1,6 +1,7 @@
-"""Service Bus SDK errors as ours, classified as docs/servicebus.md says: permanent when re-sending cannot
-help (missing entity, too large, over quota), retryable otherwise (nothing is lost by retrying,
-while a wrong "permanent" would give up on a message). Each names the first unsent message.
+"""Service Bus SDK errors as ours, classified as docs/servicebus.md says: permanent when re-sending
+cannot help (missing entity, too large, over quota), retryable otherwise (nothing is lost by
+retrying, while a wrong "permanent" would give up on a message). Each names the first unsent
+message.
 """
 
 from __future__ import annotations
