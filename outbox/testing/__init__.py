@@ -1,10 +1,10 @@
 """The testing kit: contract suites, fault injection and crash points for delta-outbox backends.
 
 Why it ships in the wheel: our ``tests/`` folder does not, yet someone writing a transport, a
-command queue, a checkpoint store, a command sink or a rescuer engine needs to prove it keeps
-the outbox's invariants (docs/design.md, I1-I6) the way ours do. So the suites we run against
-every one of our backends live here, as abstract pytest classes, and our own tests subclass them
-exactly as a third party would (eventsourcing ships ``eventsourcing/tests/persistence.py`` the same way;
+command queue, a checkpoint store, a command sink or a rescuer engine needs to prove it keeps the
+outbox's invariants (docs/design.md, I1-I6) the way ours do. So the suites we run against every one
+of our backends live here, as abstract pytest classes, and our own tests subclass them exactly as a
+third party would (eventsourcing ships ``eventsourcing/tests/persistence.py`` the same way;
 Watermill ships a universal pub/sub suite with feature flags).
 
 Use, in your own test module (pytest required; the kit's contracts import it)::
