@@ -26,13 +26,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from opentelemetry.trace import SpanKind
-
 from dispatcher.commands import ProcessDocument
 from dispatcher.queue.lock_renewer import LockRenewer
 from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON
-from outbox.core import telemetry
 from outbox.core.errors import LockLostError, OutboxError
+from outbox.core.observers import Settlement
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import ReceivedMessage
@@ -70,7 +68,7 @@ class WorkerStats:
         return asdict(self)
 
 
-class _Held:
+class _Unsettled:
     """The messages of one batch not settled yet: what that batch's lock renewer keeps alive."""
 
     def __init__(self, received: Sequence[ReceivedMessage]) -> None:
@@ -105,8 +103,7 @@ class CommandHandler:
         self.store = runtime.store
         self.queue = runtime.commands
         self.dispatcher = runtime.dispatcher
-        self.metrics = runtime.metrics
-        self.crash_points = runtime.crash_points
+        self.observe = runtime.observe
         self.clock = runtime.clock
         # The queue dead-letters at its own limit; deciding with the same number keeps the two
         # from disagreeing when a queue is shared with other settings.
@@ -119,16 +116,9 @@ class CommandHandler:
         ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
         t0 = time.perf_counter()
         batch = WorkerStats(batches=1, commands=len(received))
-        held = _Held(received)  # this batch's own: another thread's renewer never sees it
-        parent, links = telemetry.batch_parent(m.headers for m in received)
+        held = _Unsettled(received)  # this batch's own: another thread's renewer never sees it
         try:
-            with telemetry.span(
-                "outbox.worker.commands",
-                parent=parent,
-                links=links,
-                attributes={"messaging.batch.message_count": len(received)},
-                kind=SpanKind.CONSUMER,
-            ):
+            with self.observe.handling(received):
                 self._handle_batch(batch, held, received)
         finally:
             held.clear()  # settled or not, the renewer must not keep these locks any longer
@@ -145,21 +135,20 @@ class CommandHandler:
         return batch
 
     def _handle_batch(
-        self, batch: WorkerStats, held: _Held, received: Sequence[ReceivedMessage]
+        self, batch: WorkerStats, held: _Unsettled, received: Sequence[ReceivedMessage]
     ) -> None:
         commands: list[tuple[ReceivedMessage, ProcessDocument]] = []
         for msg in received:
             try:
                 cmd = ProcessDocument.from_json(msg.body)
             except OutboxError as e:
-                self._settle(batch, held, msg, "dead_letter", "MalformedCommand", str(e))
+                self._dead_letter(batch, held, msg, "MalformedCommand", str(e))
                 continue
             if cmd.table != self.store.table_id:
-                self._settle(
+                self._dead_letter(
                     batch,
                     held,
                     msg,
-                    "dead_letter",
                     "WrongTable",
                     f"command for table {cmd.table} ({cmd.table_uri or 'no uri'}); this worker "
                     f"serves table {self.store.table_id} at {self.store.uri}. Run a worker "
@@ -182,7 +171,7 @@ class CommandHandler:
     def _handle_commands(
         self,
         batch: WorkerStats,
-        held: _Held,
+        held: _Unsettled,
         commands: list[tuple[ReceivedMessage, ProcessDocument]],
     ) -> None:
         ids = list(dict.fromkeys(cmd.id for _, cmd in commands))
@@ -199,7 +188,7 @@ class CommandHandler:
             for msg, _ in commands:
                 self._retry(batch, held, msg, f"reading the document failed: {e}")
             return
-        self.crash_points.hit("worker_holding")
+        self.observe.holding()
         if gates:
             self.dispatcher.forget_gates([g for g in gates if g not in rows])  # deleted
             self.dispatcher.keys.seen([rows[g] for g in gates if g in rows])
@@ -219,11 +208,10 @@ class CommandHandler:
                 continue
             outcome = report.outcomes.get(cmd.id)
             if outcome is not None and outcome.permanent:
-                self._settle(
+                self._dead_letter(
                     batch,
                     held,
                     msg,
-                    "dead_letter",
                     "PermanentTransportError",
                     str(outcome.error),
                 )
@@ -244,58 +232,62 @@ class CommandHandler:
                     reason="DocumentNotFound",
                 )
             else:
-                self._settle(batch, held, msg, "complete")
+                self._complete(batch, held, msg)
 
     # --- settling ---------------------------------------------------------------------------
 
     def _retry(
         self,
         batch: WorkerStats,
-        held: _Held,
+        held: _Unsettled,
         msg: ReceivedMessage,
         why: str,
         reason: str = MAX_DELIVERY_REASON,
     ) -> None:
         if msg.delivery_count >= self.max_delivery_count:
-            self._settle(
-                batch,
-                held,
-                msg,
-                "dead_letter",
-                reason,
-                f"gave up after {msg.delivery_count} deliveries; last error: {why}",
-            )
+            description = f"gave up after {msg.delivery_count} deliveries; last error: {why}"
+            self._dead_letter(batch, held, msg, reason, description)
             return
-        self._settle(batch, held, msg, "abandon", delay=self.backoff(msg.delivery_count), why=why)
+        delay = self.backoff(msg.delivery_count)
+        abandon = lambda: self.queue.abandon(msg, delay)  # noqa: E731
+        if self._settle(batch, held, msg, Settlement.ABANDON, abandon):
+            batch.abandoned += 1
+            log.info("command %s: retry in %.1fs (%s)", msg.message_id, delay, why)
+
+    def _complete(self, batch: WorkerStats, held: _Unsettled, msg: ReceivedMessage) -> None:
+        if self._settle(batch, held, msg, Settlement.COMPLETE, lambda: self.queue.complete(msg)):
+            batch.completed += 1
+
+    def _dead_letter(
+        self, batch: WorkerStats, held: _Unsettled, msg: ReceivedMessage, reason: str, why: str
+    ) -> None:
+        def action() -> None:
+            self.queue.dead_letter(msg, reason, why[:4000])
+
+        if self._settle(batch, held, msg, Settlement.DEAD_LETTER, action):
+            batch.dead_lettered += 1
+            log.warning("command %s dead-lettered: %s: %s", msg.message_id, reason, why)
 
     def _settle(
         self,
         batch: WorkerStats,
-        held: _Held,
+        held: _Unsettled,
         msg: ReceivedMessage,
-        how: str,
-        reason: str = "",
-        description: str = "",
-        *,
-        delay: float = 0.0,
-        why: str = "",
-    ) -> None:
+        how: Settlement,
+        action: Callable[[], None],
+    ) -> bool:
+        """Run the settlement ``action`` of ``msg``; True when it landed. A lost lock or a failed
+        settlement is logged (and a lost lock counted): the command is redelivered, and the work
+        was idempotent (I6)."""
         held.pop(msg)
-        action: Callable[[], None]
-        if how == "complete":
-            action = lambda: self.queue.complete(msg)  # noqa: E731
-        elif how == "abandon":
-            action = lambda: self.queue.abandon(msg, delay)  # noqa: E731
-        else:
-            action = lambda: self.queue.dead_letter(msg, reason, description[:4000])  # noqa: E731
         try:
             action()
         except LockLostError:
             # Another worker has (or will have) the command; our work was idempotent (I6).
             batch.lock_lost += 1
-            self.metrics.inc("lock_lost")
+            self.observe.settled(Settlement.LOCK_LOST)
             log.info("command %s: lock lost before %s; it is redelivered", msg.message_id, how)
-            return
+            return False
         except Exception as e:
             log.warning(
                 "command %s: %s failed (%s); its lock expires and it is redelivered",
@@ -303,15 +295,6 @@ class CommandHandler:
                 how,
                 e,
             )
-            return
-        if how == "complete":
-            batch.completed += 1
-            self.metrics.inc("commands_completed")
-        elif how == "abandon":
-            batch.abandoned += 1
-            self.metrics.inc("commands_abandoned")
-            log.info("command %s: retry in %.1fs (%s)", msg.message_id, delay, why)
-        else:
-            batch.dead_lettered += 1
-            self.metrics.inc("commands_dead_lettered")
-            log.warning("command %s dead-lettered: %s: %s", msg.message_id, reason, description)
+            return False
+        self.observe.settled(how)
+        return True

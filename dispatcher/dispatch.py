@@ -51,19 +51,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Protocol
 
-from dispatcher import hooks
-from dispatcher.hooks import StepHook
-from dispatcher.metrics import DispatchMetrics
+from dispatcher.keys import Key, KeyOrder, Pause, key_of
 from dispatcher.transports.base import Transport, TransportMessage
-from outbox.core import telemetry
 from outbox.core.errors import PermanentTransportError, RetryableTransportError, ValidationError
 from outbox.core.model import DocumentRow, OutboxMessage
+from outbox.core.observers import NO_OBSERVER, Observer
 
 if TYPE_CHECKING:
     from dispatcher.watermarks import WatermarkWriter
@@ -75,188 +72,6 @@ log = logging.getLogger("outbox.dispatcher")
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 
 Plan = tuple[DocumentRow, list[OutboxMessage]]
-#: An ordering key as the broker sees it: (destination, session). Sessions are per entity.
-Key = tuple[str, str]
-
-
-def key_of(message: OutboxMessage, doc_id: str) -> Key:
-    """The message's ordering key: its session (``ordering_key``, else the document id) on its
-    destination."""
-    return (message.destination, message.ordering_key or doc_id)
-
-
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """Why a key is paused: the first unsent message of that key (its document and seq)."""
-
-    doc_id: str
-    seq: int
-    message_id: str
-    incarnation: str | None = None  # the document's life the message belongs to
-
-
-class KeyOrder:
-    """One process's line per ordering key, its paused keys and the documents they hold back
-    (thread safe).
-
-    A paused key has a *gate*: the one message allowed through (with the earlier messages of its
-    own document). Documents stopped behind the gate wait in the key's *held line*, in the order
-    they were first held. When the gate's message is delivered, the gate passes to the first
-    held document, so the held documents go out in the order they were committed, whichever of
-    their retries reaches ``dispatch`` first (Pub/Sub's publisher has the same rule)."""
-
-    def __init__(self) -> None:
-        self._cond = threading.Condition()
-        self._next = 0
-        self._lines: dict[Key, deque[int]] = {}
-        self._paused: dict[Key, Pause] = {}
-        self._held: dict[Key, list[Pause]] = {}
-
-    def take(self, keys: set[Key]) -> int:
-        """A ticket at the end of each key's line."""
-        with self._cond:
-            ticket = self._next
-            self._next += 1
-            for k in keys:
-                self._lines.setdefault(k, deque()).append(ticket)
-            return ticket
-
-    def wait_turn(self, ticket: int, keys: Iterable[Key]) -> None:
-        """Block until ``ticket`` is first in every one of ``keys``' lines."""
-        wanted = set(keys)
-        with self._cond:
-            self._cond.wait_for(lambda: all(self._lines[k][0] == ticket for k in wanted))
-
-    def release(self, ticket: int, keys: set[Key]) -> None:
-        with self._cond:
-            for k in keys:
-                line = self._lines.get(k)
-                if line is not None and ticket in line:
-                    line.remove(ticket)
-                    if not line:
-                        del self._lines[k]
-            self._cond.notify_all()
-
-    def pause(self, key: Key, pause: Pause) -> None:
-        """``pause``'s document stopped with ``pause`` as its first unsent message of ``key``.
-
-        An open key is paused there. A key paused by another document (or another life of this
-        one) holds this document in its line, once, at its first held message; a key already
-        paused by this document keeps its gate."""
-        with self._cond:
-            gate = self._paused.get(key)
-            if gate is None:
-                self._paused[key] = pause
-                log.warning(
-                    "ordering key %s/%s paused at message %s (document %r seq %d): later messages "
-                    "of this key wait until it is delivered",
-                    key[0],
-                    key[1],
-                    pause.message_id,
-                    pause.doc_id,
-                    pause.seq,
-                )
-            elif not _same_life(gate, pause):
-                held = self._held.setdefault(key, [])
-                if not any(_same_life(h, pause) for h in held):
-                    held.append(pause)
-
-    def any_paused(self) -> bool:
-        """Is any key paused? (When none is, a chunk skips the per-message check.)"""
-        with self._cond:
-            return bool(self._paused)
-
-    def blocking(self, key: Key, message_id: str) -> Pause | None:
-        """The pause that holds ``message_id`` back, or None (the paused message itself passes)."""
-        with self._cond:
-            p = self._paused.get(key)
-        return None if p is None or p.message_id == message_id else p
-
-    def delivered(self, message_ids: Iterable[str]) -> None:
-        """Pass the gate on for every key whose gate message is among ``message_ids``."""
-        with self._cond:
-            if not self._paused:
-                return
-            ids = set(message_ids)
-            for k, p in list(self._paused.items()):
-                if p.message_id in ids:
-                    self._advance(k, f"{p.message_id} was delivered", lambda h: h.message_id in ids)
-
-    def seen(self, rows: Iterable[DocumentRow]) -> None:
-        """Pass gates on whose message a row's watermark shows delivered (by anyone), and drop
-        held documents delivered elsewhere."""
-        with self._cond:
-            if not self._paused:  # the usual case: no pass over the rows
-                return
-            marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
-
-            def gone(p: Pause) -> bool:
-                mark, life = marks.get(p.doc_id, (-1, p.incarnation))
-                # delivered, or the document was deleted and created again: a message of its
-                # old life will never be sent, and waiting for it would stop the key for good
-                return mark >= p.seq or life != p.incarnation
-
-            for k, p in list(self._paused.items()):
-                held = self._held.get(k)
-                if held:
-                    held[:] = [h for h in held if not gone(h)]
-                if gone(p):
-                    self._advance(k, f"{p.message_id} was delivered", gone)
-
-    def resume(self, key: Key) -> bool:
-        """Give up on ``key``'s gate message (dead-lettered, say): the gate passes to the next
-        held document, or the key opens. False if the key was not paused."""
-        with self._cond:
-            if key not in self._paused:
-                return False
-            self._advance(key, "resumed by hand", lambda h: False)
-            return True
-
-    def give_up(self, key: Key, gate: Pause) -> None:
-        """Pass ``key``'s gate on if it is still ``gate`` (its message will never be sent)."""
-        with self._cond:
-            if self._paused.get(key) == gate:
-                self._advance(key, f"{gate.message_id} belongs to an ended life", lambda h: False)
-
-    def _advance(self, key: Key, why: str, done: Callable[[Pause], bool]) -> None:
-        """The gate of ``key`` is through: the first held document not ``done`` becomes the gate;
-        with none left, the key opens. Called with the condition held."""
-        held = self._held.get(key, [])
-        while held and done(held[0]):
-            held.pop(0)
-        if held:
-            nxt = self._paused[key] = held.pop(0)
-            log.info(
-                "ordering key %s/%s: %s; the held document %r goes next (message %s)",
-                *key,
-                why,
-                nxt.doc_id,
-                nxt.message_id,
-            )
-        else:
-            del self._paused[key]
-            log.info("ordering key %s/%s resumed: %s", *key, why)
-        if not held:
-            self._held.pop(key, None)
-
-    def paused(self) -> dict[Key, Pause]:
-        with self._cond:
-            return dict(self._paused)
-
-    def held(self) -> dict[Key, list[Pause]]:
-        """Each paused key's held documents, first in line first."""
-        with self._cond:
-            return {k: list(v) for k, v in self._held.items() if v}
-
-    def gates(self) -> set[str]:
-        """The documents whose messages gate a key: a worker reads their rows with its batch, so
-        a gate delivered by another process is seen (``seen``) and does not hold the key here."""
-        with self._cond:
-            return {p.doc_id for p in self._paused.values()}
-
-
-def _same_life(a: Pause, b: Pause) -> bool:
-    return a.doc_id == b.doc_id and a.incarnation == b.incarnation
 
 
 class WatermarkStore(Protocol):
@@ -356,10 +171,11 @@ class Dispatcher:
         max_in_flight: int = 16,
         max_batch_messages: int = DEFAULT_MAX_BATCH_MESSAGES,
         coalesce: bool | None = None,
-        metrics: DispatchMetrics | None = None,
-        crash_points: StepHook | None = None,
+        observer: Observer = NO_OBSERVER,
         watermarks: WatermarkWriter | None = None,
     ) -> None:
+        """``observer`` watches the steps (metrics, spans, crash points: ``Observers`` of them,
+        built by the runtime); a dispatcher built without one watches nothing."""
         if max_in_flight < 1 or max_batch_messages < 1:
             raise ValidationError(
                 f"max_in_flight ({max_in_flight!r}) and max_batch_messages "
@@ -370,8 +186,8 @@ class Dispatcher:
         self.max_in_flight = max_in_flight
         self.max_batch_messages = max_batch_messages
         self.coalesce = atomic_batches(transport) if coalesce is None else coalesce
-        self.metrics = metrics or DispatchMetrics()
-        self.crash_points = crash_points or hooks.installed()
+        self.observe = observer
+        self._system = type(transport).__name__
         #: Where ``dispatch(..., defer_watermark=True)`` puts its marks; also consulted so this
         #: process never re-sends what a not-yet-written mark covers.
         self.watermarks = watermarks
@@ -385,7 +201,6 @@ class Dispatcher:
         # the other: the superlinear cost of a 100,000-document unit of work). The pool still
         # runs per-document sends concurrently (network transports).
         self._coalesced_slot = threading.Lock()
-        self.one_batch_at_a_time = True  # False: the old behaviour, for the benchmark's "before"
 
     # --- the whole job ----------------------------------------------------------------------
 
@@ -403,33 +218,12 @@ class Dispatcher:
         once the sends returned, and the MERGE happens later, coalesced with other dispatches'.
         """
         started = time.perf_counter() if started is None else started
-        if not telemetry.tracing():  # nobody records the span: skip its pass over the messages
-            return self._dispatch(rows, started, defer_watermark)
-        pending = [  # unsorted: the attributes do not depend on the order
-            m
-            for r in rows
-            if r.has_pending
-            for m in r.outbox
-            if r.dispatched_seq < m.seq <= r.last_seq
-        ]
-        parent, links = telemetry.batch_parent(m.headers for m in pending)
-        attributes = {
-            "messaging.system": type(self.transport).__name__,
-            "messaging.destination.name": ",".join(sorted({m.destination for m in pending})),
-            "messaging.batch.message_count": len(pending),
-        }
-        with telemetry.span("outbox.dispatch", parent=parent, links=links, attributes=attributes):
-            return self._dispatch(rows, started, defer_watermark)
-
-    def _dispatch(
-        self, rows: Sequence[DocumentRow], started: float, defer_watermark: bool
-    ) -> DispatchReport:
-        report = self.send_pending(rows, started=started)
-        self.crash_points.hit("after_send")
-        if defer_watermark and self.watermarks is not None:
-            self.defer(report, rows)
-        else:
-            self.advance(report, rows)
+        with self.observe.dispatching(rows, self._system):
+            report = self.send_pending(rows, started=started)
+            if defer_watermark and self.watermarks is not None:
+                self.defer(report, rows)
+            else:
+                self.advance(report, rows)
         return report
 
     def send_pending(
@@ -453,6 +247,7 @@ class Dispatcher:
         report = DispatchReport()
         self.keys.seen(unique.values())  # delivered elsewhere since it paused its key
         if not plans:
+            self.observe.sends_done(0, 0, 0)
             return report
         chunks = self._chunks(plans)
         if len(chunks) == 1:
@@ -466,9 +261,8 @@ class Dispatcher:
             for o in outcomes:
                 report.outcomes[o.doc_id] = o
                 report.messages_sent += _count_sent(o, unique[o.doc_id])
-        self.metrics.inc("messages_sent", report.messages_sent)
-        self.metrics.inc("documents_dispatched", sum(o.complete for o in report.outcomes.values()))
-        self.metrics.inc("documents_failed", sum(not o.complete for o in report.outcomes.values()))
+        complete = sum(o.complete for o in report.outcomes.values())
+        self.observe.sends_done(report.messages_sent, complete, len(report.outcomes) - complete)
         return report
 
     def defer(self, report: DispatchReport, rows: Sequence[DocumentRow]) -> None:
@@ -481,7 +275,7 @@ class Dispatcher:
         }
         if not marks:
             return
-        self.crash_points.hit("during_watermark")  # dying here: sent, never marked
+        self.observe.watermark_due()  # dying here: sent, never marked
         self.watermarks.submit(marks)
         report.watermark_deferred = True
 
@@ -491,16 +285,16 @@ class Dispatcher:
         if not marks:
             return
         lives = {r.id: r.incarnation for r in rows}
-        self.crash_points.hit("during_watermark")
+        self.observe.watermark_due()
         t0 = time.perf_counter()
         try:
-            with telemetry.span("outbox.watermark", attributes={"outbox.documents": len(marks)}):
+            with self.observe.writing_watermark(len(marks)):
                 report.watermark_version = self.store.advance_watermarks(
                     marks, {d: lives[d] for d in marks} if lives.keys() >= marks.keys() else None
                 )
         except Exception as e:
             report.watermark_error = e
-            self.metrics.inc("watermark_failures")
+            self.observe.watermark_failed()
             log.warning(
                 "watermark for %d document(s) was not written (%s); their messages were sent and "
                 "will be re-sent with the same message ids by a command or the rescuer",
@@ -510,8 +304,7 @@ class Dispatcher:
         finally:
             report.watermark_seconds = time.perf_counter() - t0
         if report.watermark_error is None:
-            self.metrics.inc("watermark_merges")
-            self.metrics.observe_watermark(report.watermark_seconds)
+            self.observe.watermark_written(report.watermark_seconds)
 
     # --- sending ----------------------------------------------------------------------------
 
@@ -573,7 +366,7 @@ class Dispatcher:
         """Send ``chunk`` once it is first in line for each of its keys."""
         try:
             self.keys.wait_turn(ticket, keys)
-            if len(chunk) > 1 and self.one_batch_at_a_time:  # coalesced: see __init__
+            if len(chunk) > 1:  # coalesced: one at a time (see __init__)
                 with self._coalesced_slot:
                     return self._run_chunk(chunk, started)
             return self._run_chunk(chunk, started)
@@ -589,7 +382,7 @@ class Dispatcher:
                 batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
                 self._send(batch, started)
             except Exception as e:
-                self.metrics.inc("coalesced_fallbacks")
+                self.observe.batch_fell_back()
                 log.info(
                     "a batch of %d documents failed (%s); sending each on its own", len(chunk), e
                 )
@@ -618,14 +411,14 @@ class Dispatcher:
                     f"is paused until message {pause.message_id} is delivered",
                     message_id=m.message_id,
                 )
-                self.metrics.inc("key_paused_stops")
+                self.observe.key_paused()
                 break
         for i in range(0, len(sendable), self.max_batch_messages):
             part = sendable[i : i + self.max_batch_messages]
             try:
                 self._send([to_transport_message(m, row.id) for m in part], started)
             except Exception as e:
-                self.metrics.inc("send_failures")
+                self.observe.send_failed()
                 log.warning(
                     "document %r: send of seq %d..%d failed (%s); its later messages wait for a "
                     "retry",
@@ -664,10 +457,8 @@ class Dispatcher:
         return pause
 
     def _send(self, batch: list[TransportMessage], started: float) -> None:
-        self.metrics.inc("send_calls")
         self.transport.send(batch)
-        self.metrics.observe_settle(time.perf_counter() - started, len(batch))
-        self.crash_points.hit("mid_batch")
+        self.observe.sent(len(batch), time.perf_counter() - started)
 
     def forget_gates(self, doc_ids: Iterable[str]) -> None:
         """The documents ``doc_ids`` are gone (deleted): a key they gate passes on, since their

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
+from outbox.core.observers import NO_OBSERVER, Observer
+
 POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark", "worker_holding")
 
 
@@ -52,3 +54,33 @@ def install(hook: StepHook | None) -> None:
 def installed() -> StepHook:
     """The hook new dispatchers and workers use unless they are given one."""
     return _installed[0]
+
+
+class StepHookObserver(Observer):
+    """A step hook (the testing kit's crash points) as an observer of the seam: each named point
+    is the step it stands after (or before, for ``during_watermark``)."""
+
+    def __init__(self, hook: StepHook) -> None:
+        self.hook = hook
+
+    def committed(self) -> None:
+        self.hook.hit("after_commit")
+
+    def sent(self, messages: int, since_commit: float) -> None:
+        self.hook.hit("mid_batch")
+
+    def sends_done(self, messages: int, complete: int, failed: int) -> None:
+        self.hook.hit("after_send")
+
+    def watermark_due(self) -> None:
+        self.hook.hit("during_watermark")
+
+    def holding(self) -> None:
+        self.hook.hit("worker_holding")
+
+
+def observer(hook: StepHook | None = None) -> Observer:
+    """The observer for ``hook`` (default: the installed one): none at all for ``NO_HOOK``, so
+    production runs without even the call."""
+    chosen = hook if hook is not None else installed()
+    return NO_OBSERVER if chosen is NO_HOOK else StepHookObserver(chosen)

@@ -7,7 +7,8 @@ grow without bound.
 
 Every counter and latency is also recorded through OpenTelemetry (``outbox.core.telemetry``) here,
 at this one choke point, as ``outbox.<counter>`` counters and ``outbox.*.duration`` histograms in
-seconds (docs/observability.md lists them): no call site knows about OpenTelemetry.
+seconds (docs/observability.md lists them): no call site knows about OpenTelemetry. The steps
+reach them through ``MetricsObserver``, an observer of the seam (``outbox.core.observers``).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox.core import telemetry
+from outbox.core.observers import Observer, Settlement
 
 COUNTERS = (
     "commits_seen",
@@ -124,3 +126,59 @@ def _percentile(sorted_values: list[float], q: float) -> float:
         return 0.0
     index = min(len(sorted_values) - 1, max(0, round(q * (len(sorted_values) - 1))))
     return sorted_values[index]
+
+
+class MetricsObserver(Observer):
+    """``DispatchMetrics`` as an observer of the dispatch and worker steps: each step counts and
+    times itself here, the only place that knows the counters' names."""
+
+    def __init__(self, metrics: DispatchMetrics) -> None:
+        self.metrics = metrics
+
+    def committed(self) -> None:
+        self.metrics.inc("commits_seen")
+
+    def sent(self, messages: int, since_commit: float) -> None:
+        self.metrics.inc("send_calls")
+        self.metrics.observe_settle(since_commit, messages)
+
+    def send_failed(self) -> None:
+        self.metrics.inc("send_failures")
+
+    def batch_fell_back(self) -> None:
+        self.metrics.inc("coalesced_fallbacks")
+
+    def key_paused(self) -> None:
+        self.metrics.inc("key_paused_stops")
+
+    def sends_done(self, messages: int, complete: int, failed: int) -> None:
+        self.metrics.inc("messages_sent", messages)
+        self.metrics.inc("documents_dispatched", complete)
+        self.metrics.inc("documents_failed", failed)
+
+    def watermark_written(self, seconds: float) -> None:
+        self.metrics.inc("watermark_merges")
+        self.metrics.observe_watermark(seconds)
+
+    def watermark_failed(self) -> None:
+        self.metrics.inc("watermark_failures")
+
+    def dispatched(self, seconds: float) -> None:
+        self.metrics.observe_dispatch(seconds)
+
+    def commands_enqueued(self, commands: int, *, failed: bool = False) -> None:
+        self.metrics.inc("enqueue_failures" if failed else "commands_enqueued", commands)
+
+    def settled(self, how: Settlement) -> None:
+        self.metrics.inc(_SETTLED[how])
+
+    def queue_error(self) -> None:
+        self.metrics.inc("worker_queue_errors")
+
+
+_SETTLED = {
+    Settlement.COMPLETE: "commands_completed",
+    Settlement.ABANDON: "commands_abandoned",
+    Settlement.DEAD_LETTER: "commands_dead_lettered",
+    Settlement.LOCK_LOST: "lock_lost",
+}

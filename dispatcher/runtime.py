@@ -36,11 +36,13 @@ from dispatcher import hooks
 from dispatcher.commands import DocRef, commands_for
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
 from dispatcher.hooks import StepHook
-from dispatcher.metrics import DispatchMetrics
+from dispatcher.metrics import DispatchMetrics, MetricsObserver
 from dispatcher.transports.base import Transport
 from dispatcher.watermarks import WatermarkWriter
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.model import DocumentRow
+from outbox.core.observers import Observer, Observers
+from outbox.core.tracing import TRACING
 
 if TYPE_CHECKING:
     from dispatcher.queue.command_queue import CommandQueue
@@ -79,6 +81,7 @@ class DispatcherRuntime:
         clock: Clock | None = None,
         metrics: DispatchMetrics | None = None,
         crash_points: StepHook | None = None,
+        observers: Sequence[Observer] = (),
         retry_delay: float = DEFAULT_RETRY_DELAY,
         max_batch_messages: int | None = None,
         watermark_window: float | None = None,
@@ -89,6 +92,11 @@ class DispatcherRuntime:
         self.clock = clock or SystemClock()
         self.metrics = metrics or DispatchMetrics()
         self.crash_points = crash_points or hooks.installed()
+        #: What watches every step: the counters, the spans, a proof's crash points (in that
+        #: order: a crash point fires after the step was counted), and ``observers``.
+        self.observe: Observer = Observers(
+            [MetricsObserver(self.metrics), TRACING, hooks.observer(self.crash_points), *observers]
+        )
         self.retry_delay = retry_delay
         self.mode = settings.dispatch
         self.transport: Transport = backends.transport()
@@ -100,14 +108,13 @@ class DispatcherRuntime:
         self.watermarks: WatermarkWriter | None = None
         window = settings.watermark_window if watermark_window is None else watermark_window
         if window > 0:
-            self.watermarks = WatermarkWriter(store, window=window, metrics=self.metrics)
+            self.watermarks = WatermarkWriter(store, window=window, observer=self.observe)
             store.attach_watermarks(self.watermarks)
         self.dispatcher = Dispatcher(
             store,
             self.transport,
             max_in_flight=settings.max_in_flight,
-            metrics=self.metrics,
-            crash_points=self.crash_points,
+            observer=self.observe,
             max_batch_messages=max_batch_messages or DEFAULT_MAX_BATCH_MESSAGES,
             watermarks=self.watermarks,
         )
@@ -135,8 +142,7 @@ class DispatcherRuntime:
     def after_commit(self, rows: Sequence[DocumentRow], version: int) -> None:
         """Called by the unit of work right after its commit, with the rows it saved."""
         started = time.perf_counter()
-        self.metrics.inc("commits_seen")
-        self.crash_points.hit("after_commit")
+        self.observe.committed()
         try:
             if self.mode == "deferred":
                 self.enqueue_commands(
@@ -146,7 +152,7 @@ class DispatcherRuntime:
             report = self.dispatcher.dispatch(
                 rows, started=started, defer_watermark=self.watermarks is not None
             )
-            self.metrics.observe_dispatch(time.perf_counter() - started)
+            self.observe.dispatched(time.perf_counter() - started)
             self.last_report = report
             if report.failed:
                 by_id = {r.id: r for r in rows}
@@ -173,7 +179,7 @@ class DispatcherRuntime:
         try:
             self.commands.send(self.settings.command_queue, messages)
         except Exception as e:
-            self.metrics.inc("enqueue_failures", len(commands))
+            self.observe.commands_enqueued(len(commands), failed=True)
             log.warning(
                 "could not enqueue ProcessDocument for %d document(s) (%s); the rescuer will "
                 "find them after its delay",
@@ -181,7 +187,7 @@ class DispatcherRuntime:
                 e,
             )
             return 0
-        self.metrics.inc("commands_enqueued", len(commands))
+        self.observe.commands_enqueued(len(commands))
         return len(commands)
 
     def close(self) -> None:

@@ -30,8 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from typing import Protocol
 
-from dispatcher.metrics import DispatchMetrics
-from outbox.core import telemetry
+from outbox.core.observers import NO_OBSERVER, Observer
 
 log = logging.getLogger("outbox.dispatcher")
 
@@ -78,13 +77,13 @@ class WatermarkWriter:
         *,
         window: float = DEFAULT_WATERMARK_WINDOW,
         max_documents: int = DEFAULT_MAX_DOCUMENTS,
-        metrics: DispatchMetrics | None = None,
+        observer: Observer = NO_OBSERVER,
         retry_seconds: float = RETRY_SECONDS,
     ) -> None:
         self.store = store
         self.window = window
         self.max_documents = max_documents
-        self.metrics = metrics or DispatchMetrics()
+        self.observe = observer  # the runtime's: the MERGE's span and counters
         self.retry_seconds = retry_seconds
         self._cond = threading.Condition()
         self._pending: dict[str, Mark] = {}
@@ -288,21 +287,20 @@ class WatermarkWriter:
     def _write(self, marks: Mapping[str, Mark]) -> Exception | None:
         t0 = time.perf_counter()
         try:
-            with telemetry.span("outbox.watermark", attributes={"outbox.documents": len(marks)}):
+            with self.observe.writing_watermark(len(marks)):
                 self.store.advance_watermarks(
                     {d: m[0] for d, m in marks.items()}, {d: m[1] for d, m in marks.items()}
                 )
         except Exception as e:
             self.last_error = e
-            self.metrics.inc("watermark_failures")
+            self.observe.watermark_failed()
             log.warning(
                 "watermark for %d document(s) was not written (%s); kept for the next try",
                 len(marks),
                 e,
             )
             return e
-        self.metrics.inc("watermark_merges")
-        self.metrics.observe_watermark(time.perf_counter() - t0)
+        self.observe.watermark_written(time.perf_counter() - t0)
         return None
 
 

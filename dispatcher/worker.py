@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 from dispatcher.command_handler import CommandHandler, WorkerStats
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.errors import ValidationError
-from outbox.core.runloop import RunLoop, stop_on_signals
+from outbox.core.runloop import RunLoop, run_loops
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import QueueStats, ReceivedMessage
@@ -106,7 +106,6 @@ class DispatcherWorker:
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self.stats = WorkerStats()
-        self._failure: BaseException | None = None
         self.wait_log_interval = wait_log_interval
         self._wait_logged_at: datetime | None = None
         self.queue.ensure_pool_size(runtime.pool_size(concurrency))
@@ -131,53 +130,30 @@ class DispatcherWorker:
 
         Raises the first non-retryable error any thread met (after every thread has stopped).
         """
-        # The signals are handled here, once for all threads (a thread cannot install handlers).
-        with stop_on_signals(self.stop) as signals:
-            log.info(
+        stopped_by = run_loops(
+            self.concurrency,
+            self._make_loop,
+            self.stop,
+            name="outbox-worker",
+            once=once,
+            until_idle=self._idle if until_idle else None,
+            ready=lambda: log.info(
                 "worker ready: receiving from %r with %d thread(s)",
                 self.command_queue,
                 self.concurrency,
-            )
-            if self.concurrency == 1:
-                self._loop(once=once, until_idle=until_idle)
-            else:
-                threads = [
-                    threading.Thread(
-                        target=self._loop,
-                        kwargs={"once": once, "until_idle": until_idle},
-                        name=f"outbox-worker-{i}",
-                        daemon=True,
-                    )
-                    for i in range(self.concurrency)
-                ]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    while t.is_alive():  # join in slices so the main thread still sees signals
-                        t.join(0.2)
-        self.stats.stopped_by_signal = signals.received is not None
-        if self._failure is not None:
-            raise self._failure
+            ),
+        )
+        self.stats.stopped_by_signal = stopped_by is not None
         return self.stats
 
-    def _loop(self, *, once: bool, until_idle: bool) -> None:
-        loop = RunLoop(
+    def _make_loop(self) -> RunLoop:
+        return RunLoop(
             self._poll,
             clock=self.clock,
             idle_wait=self.poll_interval,
             on_error=self._queue_unavailable,
             stop_event=self._stop,
         )
-        try:
-            loop.run(once=once, until_idle=self._idle if until_idle else None, handle_signals=False)
-        except BaseException as e:  # recorded for run() to raise; the other threads stop too
-            with self._stats_lock:
-                first = self._failure is None
-                if first:
-                    self._failure = e
-            if not first and isinstance(e, Exception):  # the first one is raised by run()
-                log.warning("worker thread also failed: %s", e)
-            self.stop()
 
     def _poll(self) -> int:
         """One receive and its batch; returns how many commands were received."""
@@ -210,7 +186,7 @@ class DispatcherWorker:
         log.info("waiting: %s", describe_wait(self.command_queue, depth))
 
     def _queue_unavailable(self, error: Exception, delay: float) -> None:
-        self.metrics.inc("worker_queue_errors")
+        self.runtime.observe.queue_error()
         log.warning("the command queue is unavailable (%s); retrying in %.1fs", error, delay)
 
     def _idle(self) -> bool:

@@ -31,15 +31,13 @@ from datetime import datetime
 from typing import Any
 
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter, status_code
+from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
 from outbox.core.errors import (
     CheckpointError,
     CheckpointUnavailableError,
 )
 from outbox.core.settings import Settings
 from rescuer.checkpoint import Checkpoint, _conflict, _validate
-
-_CONFLICT, _STALE, _MISSING = 409, 412, 404
 
 
 def item_id(table_uri: str, rescuer_name: str) -> str:
@@ -57,6 +55,7 @@ class CosmosCheckpointStore(CosmosAdapter):
 
     unavailable = CheckpointUnavailableError
     failed = CheckpointError
+    subject = "the rescuer checkpoint"
 
     def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
         super().__init__(container, endpoint=endpoint, client=client)
@@ -67,37 +66,18 @@ class CosmosCheckpointStore(CosmosAdapter):
 
     @classmethod
     def from_settings(cls, settings: Settings) -> CosmosCheckpointStore:
-        client, container = cls._open(settings, settings.cosmos_checkpoint_container)
-        store = cls(container, endpoint=settings.cosmos_endpoint, client=client)
+        store = cls._open(settings, settings.cosmos_checkpoint_container)
         store.where = (
             f"cosmos {settings.cosmos_endpoint} "
             f"{settings.cosmos_database}/{settings.cosmos_checkpoint_container}"
         )
         return store
 
-    def _query(self, what: str, where: str, params: dict[str, Any], pk: str | None) -> list[Any]:
-        query = f"SELECT * FROM c{' WHERE ' + where if where else ''}"
-        parameters = [{"name": k, "value": v} for k, v in params.items()]
-        return self._once_warm(lambda: self._run_query(what, query, parameters, pk))
-
-    def _run_query(self, what: str, query: str, parameters: list[Any], pk: str | None) -> list[Any]:
-        try:
-            if pk is not None:
-                items = self._container.query_items(query, parameters=parameters, partition_key=pk)
-            else:
-                items = self._container.query_items(
-                    query, parameters=parameters, enable_cross_partition_query=True
-                )
-            return list(items)
-        except Exception as e:
-            raise self._error(what, e) from e
-
     def _item(self, table_uri: str, rescuer_name: str) -> dict[str, Any] | None:
         rows = self._query(
-            "reading the rescuer checkpoint",
-            "c.pk = @pk AND c.id = @id",
+            "SELECT * FROM c WHERE c.pk = @pk AND c.id = @id",
             {"@pk": table_uri, "@id": item_id(table_uri, rescuer_name)},
-            table_uri,
+            pk=table_uri,
         )
         item = dict(rows[0]) if rows else None
         self._remember(table_uri, rescuer_name, item)
@@ -170,54 +150,40 @@ class CosmosCheckpointStore(CosmosAdapter):
             "details": json.loads(json.dumps(details, sort_keys=True, default=str)),
         }
         if expected_generation is None:
-            self._create(body, table_uri, rescuer_name)
+            done = self._create(body)  # None (409): a racing rescuer created it first
         else:
-            self._replace(body, table_uri, rescuer_name, expected_generation)
+            etag = self._etag(table_uri, rescuer_name, expected_generation)
+            # None (412, 404): moved or forgotten since that read
+            done = self._replace(body, etag, stale=(PRECONDITION_FAILED, NOT_FOUND))
+        if done is None:
+            found = self.generation(table_uri, rescuer_name)
+            raise _conflict(table_uri, rescuer_name, expected_generation, found)
+        self._remember(table_uri, rescuer_name, dict(done))
         return Checkpoint(table_uri, rescuer_name, version, generation, at, at, dict(details))
 
-    def _create(self, body: dict[str, Any], table_uri: str, rescuer_name: str) -> None:
-        try:
-            done = self._container.create_item(body)
-        except Exception as e:
-            if status_code(e) == _CONFLICT:
-                found = self.generation(table_uri, rescuer_name)
-                raise _conflict(table_uri, rescuer_name, None, found) from e
-            raise self._error("writing the rescuer checkpoint", e) from e
-        self._remember(table_uri, rescuer_name, dict(done))
-
-    def _replace(
-        self, body: dict[str, Any], table_uri: str, rescuer_name: str, expected: int
-    ) -> None:
-        from azure.core import MatchConditions
-
+    def _etag(self, table_uri: str, rescuer_name: str, expected: int) -> str:
+        """The etag of the checkpoint at generation ``expected``: the one remembered from the last
+        read, else read now (``CheckpointConflictError`` at another generation)."""
         with self._etags_lock:
             seen = self._etags.get((table_uri, rescuer_name))
-        if seen is None or seen[0] != expected:  # not read here at that generation: read now
-            current = self._item(table_uri, rescuer_name)
-            found = _generation(current)
-            if current is None or found != expected:
-                raise _conflict(table_uri, rescuer_name, expected, found)
-            seen = (expected, str(current["_etag"]))
-        try:
-            done = self._container.replace_item(
-                body["id"], body, etag=seen[1], match_condition=MatchConditions.IfNotModified
-            )
-        except Exception as e:
-            if status_code(e) in (_STALE, _MISSING):  # moved or forgotten since that read
-                found = self.generation(table_uri, rescuer_name)
-                raise _conflict(table_uri, rescuer_name, expected, found) from e
-            raise self._error("writing the rescuer checkpoint", e) from e
-        self._remember(table_uri, rescuer_name, dict(done))
+        if seen is not None and seen[0] == expected:
+            return seen[1]
+        current = self._item(table_uri, rescuer_name)  # not read here at that generation
+        found = _generation(current)
+        if current is None or found != expected:
+            raise _conflict(table_uri, rescuer_name, expected, found)
+        return str(current["_etag"])
 
     def generation(self, table_uri: str, rescuer_name: str) -> int | None:
         return _generation(self._item(table_uri, rescuer_name))
 
     def list(self, table_uri: str | None = None) -> list[Checkpoint]:
+        what = "listing rescuer checkpoints"
         if table_uri is None:
-            rows = self._query("listing rescuer checkpoints", "", {}, None)
+            rows = self._query("SELECT * FROM c", what=what)
         else:
             rows = self._query(
-                "listing rescuer checkpoints", "c.pk = @pk", {"@pk": table_uri}, table_uri
+                "SELECT * FROM c WHERE c.pk = @pk", {"@pk": table_uri}, pk=table_uri, what=what
             )
         checkpoints = [self._checkpoint(dict(r)) for r in rows]
         return sorted(checkpoints, key=lambda c: (c.table_uri, c.rescuer_name))
@@ -226,11 +192,16 @@ class CosmosCheckpointStore(CosmosAdapter):
         if self._item(table_uri, rescuer_name) is None:
             return False
         try:
-            self._container.delete_item(item_id(table_uri, rescuer_name), partition_key=table_uri)
-        except Exception as e:
-            if status_code(e) == _MISSING:  # forgotten by someone else meanwhile
+            self._call(
+                "deleting the rescuer checkpoint",
+                lambda: self._container.delete_item(
+                    item_id(table_uri, rescuer_name), partition_key=table_uri
+                ),
+            )
+        except CheckpointError as e:
+            if self._refused(e, (NOT_FOUND,)):  # forgotten by someone else meanwhile
                 return False
-            raise self._error("deleting the rescuer checkpoint", e) from e
+            raise
         finally:
             self._remember(table_uri, rescuer_name, None)
         return True

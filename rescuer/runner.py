@@ -19,7 +19,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from dispatcher.commands import commands_for
-from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock, utc
 from outbox.core.durations import format_duration
 from outbox.core.errors import (
@@ -28,7 +27,9 @@ from outbox.core.errors import (
     FeedUnavailableError,
     ValidationError,
 )
+from outbox.core.observers import Observer
 from outbox.core.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
+from outbox.core.tracing import TRACING
 from outbox.delta.store import DeltaDocumentStore
 from rescuer.checkpoint import Checkpoint, CheckpointStore
 from rescuer.planner import Engine, FeedWindow, Mode, Plan, driver_errors
@@ -118,7 +119,9 @@ class RescuePass:
         clock: Clock | None = None,
         delay: float = MIN_RESCUE_DELAY,
         name: str = "default",
+        observer: Observer = TRACING,
     ) -> None:
+        """``observer`` watches each pass (default: its span and the rescue gauges)."""
         self.store = store
         self.engine = engine
         self.checkpoints = checkpoints
@@ -126,6 +129,7 @@ class RescuePass:
         self.clock = clock or SystemClock()
         self.delay = check_delay(delay)
         self.name = name
+        self.observe = observer
         #: version -> commit time, kept across passes (commits never change), so each pass
         #: reads only the commits made since the previous one (see ``find_window_end``).
         self._commit_times: dict[int, datetime] = {}
@@ -147,19 +151,11 @@ class RescuePass:
         return cp
 
     def run(self, *, full: bool = False) -> PassReport:
-        """One pass, traced as ``outbox.rescue`` (its commands carry this trace) and measured."""
-        with telemetry.span("outbox.rescue", attributes={"outbox.rescuer": self.name}) as span:
+        """One pass, watched by the observer (traced as ``outbox.rescue``, so its commands carry
+        this trace, and measured)."""
+        with self.observe.rescuing(self.name):
             report = self._run(full=full)
-            span.set_attributes(
-                {
-                    "outbox.rescue.versions_scanned": report.versions_scanned,
-                    "outbox.rescue.documents_examined": report.documents_examined,
-                    "outbox.rescue.commands_enqueued": report.commands_enqueued,
-                    "outbox.rescue.lag_versions": report.lag_versions,
-                    "outbox.rescue.lag_seconds": report.lag_seconds,
-                }
-            )
-        _record_pass(report)
+            self.observe.rescued(report)
         return report
 
     def _run(self, *, full: bool = False) -> PassReport:
@@ -308,24 +304,6 @@ class RescuePass:
             "checkpoint was not advanced",
             hint="run one rescuer per table and name; the next pass will advance it",
         )
-
-
-def _record_pass(report: PassReport) -> None:
-    """Rescue lag and work as OpenTelemetry gauges/counters (docs/observability.md)."""
-    gauge = telemetry.instrument
-    gauge("gauge", "outbox.rescue.lag.versions", "1", "table versions behind").set(
-        report.lag_versions
-    )
-    gauge("gauge", "outbox.rescue.lag.seconds", "s", "age of the oldest unscanned commit").set(
-        report.lag_seconds
-    )
-    gauge("gauge", "outbox.rescue.pending_documents", "1", "documents a pass found pending").set(
-        report.pending_documents
-    )
-    gauge("counter", "outbox.rescue.passes", "1", "rescue passes").add(1)
-    gauge("counter", "outbox.rescue.commands_enqueued", "1", "commands enqueued").add(
-        report.commands_enqueued
-    )
 
 
 def _raw_generation(store: CheckpointStore, uri: str, name: str) -> Checkpoint | None:

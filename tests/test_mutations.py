@@ -78,7 +78,7 @@ def _with_rescuer(name: str) -> Callable[[Path], None]:
 @dataclass(frozen=True)
 class SourceMutation:
     name: str
-    target: str  # "module:Class.method", the one function the edit applies to
+    target: str  # "module:Class.method" or "module:function": the one function edited
     edits: tuple[tuple[str, str], ...]  # (exact source text, its replacement)
     owner: str  # the owning test's node id
     run_owner: Callable[[Path], None]
@@ -88,7 +88,7 @@ class SourceMutation:
 MUTATIONS = [
     SourceMutation(
         "a carried mark assigns dispatched_seq (no greatest, no < guard)",
-        "outbox.delta.store:DeltaDocumentStore._merge_documents",
+        "outbox.delta.merge:save_merge",
         (
             ('"greatest(t.dispatched_seq, s._mark)"', '"s._mark"'),
             ('"s._mark IS NOT NULL AND t.dispatched_seq < s._mark "', '"s._mark IS NOT NULL "'),
@@ -100,7 +100,7 @@ MUTATIONS = [
     ),
     SourceMutation(
         "the save's MERGE has no version check",
-        "outbox.delta.store:DeltaDocumentStore._merge_documents",
+        "outbox.delta.merge:save_merge",
         (('"s._mark IS NULL AND t.version = s._expected "', '"s._mark IS NULL "'),),
         "tests/write_path/test_save_guards.py::"
         "test_a_stale_expected_version_on_a_current_snapshot_raises_and_writes_nothing",
@@ -121,12 +121,15 @@ MUTATIONS = [
 ]
 
 
-def _mutated(target: str, edits: tuple[tuple[str, str], ...]) -> tuple[type, str, Any]:
-    """(class, attribute, the function recompiled from its source with ``edits`` applied)."""
+def _mutated(target: str, edits: tuple[tuple[str, str], ...]) -> tuple[Any, str, Any]:
+    """(class or module, attribute, the function recompiled from its source with ``edits``
+    applied)."""
     module_name, _, qualname = target.partition(":")
-    class_name, _, attr = qualname.partition(".")
+    *owner_path, attr = qualname.split(".")
     module = importlib.import_module(module_name)
-    cls = getattr(module, class_name)
+    cls: Any = module
+    for name in owner_path:
+        cls = getattr(cls, name)
     original = inspect.unwrap(getattr(cls, attr))
     lines, first = inspect.getsourcelines(original)
     source = textwrap.dedent("".join(lines))

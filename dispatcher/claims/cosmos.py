@@ -27,25 +27,18 @@ from __future__ import annotations
 
 import copy
 import hashlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter, status_code
-from outbox.core.errors import (
-    ClaimLogError,
-    ClaimLogUnavailableError,
-    ClaimLostError,
-    OutboxError,
-)
+from outbox.core.cosmos import CosmosAdapter
+from outbox.core.errors import ClaimLogError, ClaimLogUnavailableError, ClaimLostError
 from outbox.core.settings import Settings
 
-_CONFLICT, _PRECONDITION = 409, 412
 #: Attempts at reserving positions on a session counter that other registrants keep moving.
 _CAS_ATTEMPTS = 20
-T = TypeVar("T")
 
 
 def _h(text: str) -> str:
@@ -77,8 +70,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
 
     unavailable = ClaimLogUnavailableError
     failed = ClaimLogError
-    #: keyword arguments every SDK request of this log carries (``bounded`` sets the timeouts)
-    _request: dict[str, Any] = {}  # replaced by bounded, never mutated
+    subject = "the claim log"
     #: seconds each call may take (``bounded``); None: the client's own timeouts
     timeout: float | None = None
 
@@ -86,8 +78,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
     def from_settings(cls, settings: Settings, container: str | None = None) -> CosmosClaimLog:
         """The claim log in ``container`` (default: the ``cosmos_claims_container`` setting,
         which ``outbox migrate`` creates)."""
-        client, proxy = cls._open(settings, container or settings.cosmos_claims_container)
-        return cls(proxy, endpoint=settings.cosmos_endpoint, client=client)
+        return cls._open(settings, container or settings.cosmos_claims_container)
 
     def bounded(self, timeout: float) -> CosmosClaimLog:
         """This log (the same container and client) with every request giving up after about
@@ -99,69 +90,6 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
         view.timeout = timeout
         view._request = {"timeout": timeout, "read_timeout": timeout}
         return view
-
-    # --- the edge ------------------------------------------------------------------------
-
-    def _call(self, what: str, call: Callable[[], T]) -> T:
-        try:
-            return self._once_warm(call)
-        except OutboxError:
-            raise
-        except Exception as e:
-            raise self._error(what, e) from e
-
-    def _find(self, item_id: str) -> dict[str, Any] | None:
-        def query() -> list[dict[str, Any]]:
-            return list(
-                self._container.query_items(
-                    "SELECT * FROM c WHERE c.pk = @pk AND c.id = @pk",
-                    parameters=[{"name": "@pk", "value": item_id}],
-                    partition_key=item_id,
-                    **self._request,
-                )
-            )
-
-        found = self._call("reading the claim log", query)
-        return found[0] if found else None
-
-    def _create(self, body: dict[str, Any]) -> bool:
-        """Conditional create: False when the item exists (HTTP 409)."""
-        try:
-            self._call(
-                "writing the claim log", lambda: self._container.create_item(body, **self._request)
-            )
-        except ClaimLogError as e:
-            if status_code(e.__cause__ or e) == _CONFLICT:
-                return False
-            raise
-        return True
-
-    def _replace(self, item: dict[str, Any], body: dict[str, Any]) -> dict[str, Any] | None:
-        """Replace ``item`` if nobody wrote it since it was read; None on HTTP 412."""
-        from azure.core import MatchConditions
-
-        try:
-            out: dict[str, Any] = self._call(
-                "writing the claim log",
-                lambda: self._container.replace_item(
-                    item["id"],
-                    body,
-                    etag=item["_etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                    **self._request,
-                ),
-            )
-        except ClaimLogError as e:
-            if status_code(e.__cause__ or e) == _PRECONDITION:
-                return None
-            raise
-        return out
-
-    @staticmethod
-    def _body(item: dict[str, Any], **changes: Any) -> dict[str, Any]:
-        body = {k: v for k, v in item.items() if not k.startswith("_")}
-        body.update(changes)
-        return body
 
     # --- the port -------------------------------------------------------------------------
 
@@ -189,7 +117,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                     "attempts": 0,
                     "updated_at": utc(at).isoformat(),
                 }
-            )  # 409: registered meanwhile by someone else, who gave it its position
+            )  # None (409): registered meanwhile by someone else, who gave it its position
 
     def _reserve(self, session: str, count: int) -> int:
         """Positions ``first .. first + count - 1`` of ``session``, taken on its counter."""
@@ -198,11 +126,11 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
             counter = self._find(cid)
             if counter is None:
                 body = {"id": cid, "pk": cid, "kind": "session", "session": session}
-                if self._create({**body, "next_position": count}):
+                if self._create({**body, "next_position": count}) is not None:
                     return 0
                 continue
             first = int(counter["next_position"])
-            if self._replace(counter, self._body(counter, next_position=first + count)):
+            if self._amend(counter, next_position=first + count) is not None:
                 return first
         raise ClaimLogUnavailableError(
             f"registering claims of session {session!r}: the position counter kept changing "
@@ -227,11 +155,11 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
             "attempts": 1,
             "updated_at": utc(at).isoformat(),
         }
-        if self._create(body):
+        if self._create(body) is not None:
             return Taken(True, _entry(body))
         item = self._find(_h(key))  # 409: someone created it first
         if item is None:  # created and gone (an operator deleted it): try again once
-            return Taken(self._create(body), _entry(body))
+            return Taken(self._create(body) is not None, _entry(body))
         current = _entry(item)
         mine = current.status is ClaimStatus.WORKING and current.owner == owner
         free = current.status is ClaimStatus.PENDING or (
@@ -239,7 +167,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
         )
         if not (mine or free):
             return Taken(False, current)
-        changed = self._body(
+        done = self._amend(
             item,
             status=ClaimStatus.WORKING.value,
             owner=owner,
@@ -247,7 +175,6 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
             attempts=current.attempts + (0 if mine else 1),
             updated_at=utc(at).isoformat(),
         )
-        done = self._replace(item, changed)
         if done is None:  # 412: another claimer was faster
             latest = self.read(key)
             return Taken(False, latest if latest is not None else current)
@@ -269,7 +196,7 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                     f"cannot {action} claim {key!r}: {owner} does not hold it (it is {state})",
                     hint="the lease expired and another consumer took over; settle nothing",
                 )
-            done = self._replace(item, self._body(item, updated_at=utc(at).isoformat(), **changes))
+            done = self._amend(item, updated_at=utc(at).isoformat(), **changes)
             if done is not None:
                 return _entry(done)
         raise ClaimLogUnavailableError(f"cannot {action} claim {key!r}: it kept changing")
@@ -278,21 +205,11 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
         return self._move("renew", key, owner, at, {"lease_until": utc(at + lease).isoformat()})
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
-        def query() -> list[dict[str, Any]]:
-            return list(
-                self._container.query_items(
-                    "SELECT * FROM c WHERE c.kind = 'claim' AND c.session = @s "
-                    "AND c.position < @p AND (c.status = 'pending' OR c.status = 'working')",
-                    parameters=[
-                        {"name": "@s", "value": session},
-                        {"name": "@p", "value": position},
-                    ],
-                    enable_cross_partition_query=True,
-                    **self._request,
-                )
-            )
-
-        found = self._call("reading the claim log", query)
+        found = self._query(
+            "SELECT * FROM c WHERE c.kind = 'claim' AND c.session = @s "
+            "AND c.position < @p AND (c.status = 'pending' OR c.status = 'working')",
+            {"@s": session, "@p": position},
+        )
         if not found:
             return None
         return _entry(min(found, key=lambda item: int(item["position"])))

@@ -21,10 +21,11 @@ Acks arrive on ``ack_topic`` (``{session}`` becomes ``+``) from any device to ev
 process; each completes only what it holds, so two gateways need no coordination beyond the
 queue. An ack names the message id: ``{"message_id": "..."}``, ``{"id": "..."}`` or the bare id.
 
-Each of the ``concurrency`` slots is a thread running the shared ``RunLoop`` (receive one task,
-see it through, repeat). SIGTERM/SIGINT stops receiving; a slot waiting for an ack finishes that
-wait (until its next re-publish would be due) and then completes on the ack or abandons the
-task, releasing its lock at once for another gateway.
+Each of the ``concurrency`` slots runs the shared ``RunLoop`` (receive one task, see it through,
+repeat), in a thread of its own when there are several (``run_loops``). SIGTERM/SIGINT stops
+receiving; a slot waiting for an ack finishes that wait (until its next re-publish would be due)
+and then completes on the ack or abandons the task, releasing its lock at once for another
+gateway.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ import logging
 import threading
 from collections import Counter
 from collections.abc import Callable
-from contextlib import nullcontext
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -53,7 +53,7 @@ from outbox.core.errors import (
     PermanentTransportError,
     RetryableTransportError,
 )
-from outbox.core.runloop import TICK, RunLoop, stop_on_signals
+from outbox.core.runloop import TICK, RunLoop, run_loops
 
 if TYPE_CHECKING:
     from paho.mqtt.client import MQTTMessage
@@ -118,7 +118,7 @@ class GatewayStats:
 
 
 @dataclass
-class _Held:
+class _TaskInFlight:
     """A task in flight: the message, its ack signal, and its tries by this holder."""
 
     msg: ReceivedMessage
@@ -146,7 +146,7 @@ class MqttGateway:
         self.options = options.checked()
         self.clock = clock or SystemClock()
         self.stats = GatewayStats()
-        self._held: dict[str, _Held] = {}
+        self._held: dict[str, _TaskInFlight] = {}
         self._guard = threading.Lock()
         self._stop = threading.Event()
         self._match_ack = session_matcher(options.ack_topic)
@@ -166,47 +166,35 @@ class MqttGateway:
 
     def run(self, *, once: bool = False, handle_signals: bool = True) -> GatewayStats:
         """Serve until stopped (``stop()``, SIGTERM/SIGINT); ``once``: until nothing is ready."""
-        guard = stop_on_signals(self.stop) if handle_signals else nullcontext()
-        errors: list[BaseException] = []
-
-        def slot() -> None:
-            loop = RunLoop(
-                self.serve_one,
-                clock=self.clock,
-                idle_wait=self.options.poll_interval,
-                on_error=self._unavailable,
-                stop_event=self._stop,
-            )
-            try:
-                loop.run(once=once, handle_signals=False)
-            except BaseException as e:  # re-raised by run() below
-                errors.append(e)
-                self._stop.set()
-
-        with (
-            guard,
-            LockRenewer(
-                self.queue,
-                self._held_messages,
-                self.clock,
-                # renewals start at half the lock: look often enough to catch that half
-                check_interval=min(
-                    self.options.renew_check_interval,
-                    self.queue.lock_duration.total_seconds() / 4,
-                ),
+        with LockRenewer(
+            self.queue,
+            self._held_messages,
+            self.clock,
+            # renewals start at half the lock: look often enough to catch that half
+            check_interval=min(
+                self.options.renew_check_interval,
+                self.queue.lock_duration.total_seconds() / 4,
             ),
         ):
-            threads = [
-                threading.Thread(target=slot, name=f"outbox-gateway-{i}", daemon=True)
-                for i in range(self.options.concurrency)
-            ]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-        if errors:
-            raise errors[0]
+            run_loops(
+                self.options.concurrency,
+                self._make_slot,
+                self.stop,
+                handle_signals=handle_signals,
+                name="outbox-gateway",
+                once=once,
+            )
         return self.stats
+
+    def _make_slot(self) -> RunLoop:
+        """One slot's loop: receive one task, see it through, repeat."""
+        return RunLoop(
+            self.serve_one,
+            clock=self.clock,
+            idle_wait=self.options.poll_interval,
+            on_error=self._unavailable,
+            stop_event=self._stop,
+        )
 
     def stop(self) -> None:
         """Stop receiving; waits in progress finish, then their tasks complete or are abandoned."""
@@ -248,7 +236,7 @@ class MqttGateway:
         if msg.session_id is None:
             self._dead_letter(msg, NO_DEVICE, "the message has no session id, so no device")
             return
-        held = _Held(msg)
+        held = _TaskInFlight(msg)
         token = msg.lock_token or msg.message_id
         with self._guard:  # by lock: after a lost lock two slots may hold the same message id
             self._held[token] = held
@@ -258,7 +246,7 @@ class MqttGateway:
             with self._guard:
                 self._held.pop(token, None)
 
-    def _see_through(self, held: _Held) -> None:
+    def _see_through(self, held: _TaskInFlight) -> None:
         msg, opts = held.msg, self.options
         while True:
             if held.acked.is_set():  # an ack that came just as the wait ran out still counts
@@ -362,7 +350,7 @@ class MqttGateway:
 
     # --- settling -----------------------------------------------------------------------------
 
-    def _complete(self, held: _Held) -> None:
+    def _complete(self, held: _TaskInFlight) -> None:
         try:
             self.queue.complete(held.msg)
             self.stats.completed += 1
@@ -372,7 +360,7 @@ class MqttGateway:
             metrics.count("lock_lost")
             log.warning("gateway: %s", e)
 
-    def _abandon(self, held: _Held) -> None:
+    def _abandon(self, held: _TaskInFlight) -> None:
         try:
             self.queue.abandon(held.msg)
             self.stats.abandoned += 1

@@ -41,6 +41,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime, timedelta
+from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dispatcher.claims.ports import ClaimEntry, ClaimLog, ClaimStatus, message_key, session_key
@@ -54,7 +55,15 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outbox.queue.claims")
 
-Granularity = Literal["session", "message"]
+
+class Granularity(StrEnum):
+    """What a region claims before it runs a message. A ``StrEnum``: "message" and "session"
+    work wherever a ``Granularity`` is asked for."""
+
+    MESSAGE = "message"  # each message: the regions keep in step message by message
+    SESSION = "session"  # also its session: a session stays in one region while it is held
+
+
 #: The dead-letter reason of a copy whose message another region dead-lettered.
 FAILED_ELSEWHERE = "ClaimFailedElsewhere"
 
@@ -92,23 +101,24 @@ class ClaimedReceive:
         queue_name: str,
         clock: Clock,
         *,
-        granularity: str = "message",
+        granularity: Granularity | str = Granularity.MESSAGE,
         lease: float = 30.0,
         owner: str | None = None,
         look_again: float = 1.0,
         renew_check_interval: float = 1.0,
     ) -> None:
-        if granularity not in ("session", "message"):
+        try:
+            self.granularity = Granularity(granularity)
+        except ValueError:
             raise ConfigurationError(
                 f"claim granularity {granularity!r} is not known",
                 hint="use granularity='message' (each message claimed) or 'session'",
-            )
+            ) from None
         if lease <= 0:
             raise ConfigurationError(f"claim_lease must be positive, got {lease!r}")
         self.claims = claims
         self.queue_name = queue_name
         self.clock = clock
-        self.granularity = granularity
         self.lease = timedelta(seconds=lease)
         self.owner = owner or default_owner()
         self.look_again = look_again
@@ -139,7 +149,7 @@ class ClaimedReceive:
             # the session only after the order check: a region waiting for an earlier message
             # it does not hold must not keep the session from the region that holds it
             held = [key]
-            if self.granularity == "session" and session is not None:
+            if self.granularity is Granularity.SESSION and session is not None:
                 got = self.claims.claim(session, self.owner, lease=self.lease, at=now)
                 if not got.won:
                     self._later(consumer, msg, got.entry, "its session is held by")

@@ -29,16 +29,18 @@
     the record runs the handler again, one after it is dropped by the inbox; never a loss.
 * Claims (optional, two regions): ``claims=<ClaimLog>`` runs the claim-log receive protocol of
   ``claimed.ClaimedReceive`` (each message handled once across both regions' copies, in session
-  order; ``granularity`` "message" or "session"; the claim's lease renewed while the handler
-  runs). It needs a handler without a ``Connection`` and no inbox (the claim log deduplicates).
+  order; ``granularity`` a ``claimed.Granularity``, "message" or "session"; the claim's lease
+  renewed while the handler runs). It needs a handler without a ``Connection`` and no inbox (the
+  claim log deduplicates).
 * ``stop()`` (or SIGTERM/SIGINT under ``run_forever``) stops receiving, lets running handlers
   finish and abandons messages it received but did not start, so their locks are released at once.
 
 Why one module: a message's way through the consumer (plain, claimed in an inbox, or inside a
 ``Connection`` handler's transaction, where the inbox claim is one of its statements) shares the
-settlement helpers, the in-flight bookkeeping and the lock renewal; apart, each would restate
-them. What is not about settling is elsewhere: the inbox's storage and claim renewal in
-``inbox``, the two-region claim-log protocol in ``claimed``.
+settlement helpers and the mapping of a handler's outcome to a settlement; apart, each would
+restate them. What is not about settling is elsewhere: the inbox's storage and claim renewal in
+``inbox``, the two-region claim-log protocol in ``claimed``, the lock renewal in
+``lock_renewer``, the completion inside a transaction in ``receiver`` (``complete_in``).
 """
 
 from __future__ import annotations
@@ -53,15 +55,14 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry.trace import SpanKind
-from sqlalchemy import Connection, delete
+from sqlalchemy import Connection
 
 from dispatcher.queue import validation
-from dispatcher.queue.claimed import ClaimedReceive, default_owner
+from dispatcher.queue.claimed import ClaimedReceive, Granularity, default_owner
 from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
-from dispatcher.queue.lock_renewer import LockRenewer
+from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
-from migrations.sql.tables import queue_messages
 from outbox.core import telemetry
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock
@@ -82,7 +83,7 @@ DEFAULT_BACKOFF = ExponentialBackoff()
 DEFAULT_MAX_MESSAGES = 16
 
 
-class _Held(Exception):
+class _ClaimHeldElsewhere(Exception):
     """Rolls a ``Connection`` handler's transaction back: another delivery holds the claim."""
 
     def __init__(self, claim: InboxClaim) -> None:
@@ -126,7 +127,7 @@ class Consumer:
         poll_interval: float = 1.0,
         renew_check_interval: float = 1.0,
         claims: ClaimLog | None = None,
-        granularity: str = "message",
+        granularity: Granularity | str = Granularity.MESSAGE,
         claim_lease: float = 30.0,
         claim_owner: str | None = None,
         look_again: float = 1.0,
@@ -211,8 +212,7 @@ class Consumer:
                 renew_check_interval=renew_check_interval,
             )
         self._stopping = threading.Event()
-        self._in_flight: dict[int, ReceivedMessage] = {}
-        self._guard = threading.Lock()
+        self._unsettled = Unsettled()  # held (renewed) from their receive until each is settled
         self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="outbox-consumer")
         self.processed = 0
 
@@ -234,8 +234,7 @@ class Consumer:
         batch = self.queue.receive(self.queue_name, validation.positive("max_messages", wanted))
         if not batch:
             return 0
-        with self._guard:  # held (renewed) from now until each is settled
-            self._in_flight.update((m.sequence_number, m) for m in batch)
+        self._unsettled.add(batch)
         if self._with_connection:  # completed inside the handler's transaction: no renewal
             list(self._pool.map(self._process, batch))
             return len(batch)
@@ -246,16 +245,12 @@ class Consumer:
             claims = self._keeper.renewing()
         with (
             LockRenewer(
-                self.queue, self._held, self.clock, check_interval=self.renew_check_interval
+                self.queue, self._unsettled, self.clock, check_interval=self.renew_check_interval
             ),
             claims,
         ):
             list(self._pool.map(self._process, batch))
         return len(batch)
-
-    def _held(self) -> list[ReceivedMessage]:
-        with self._guard:
-            return list(self._in_flight.values())
 
     def run_forever(self) -> None:
         """Poll until ``stop()``, SIGTERM or SIGINT (the shared ``RunLoop``): an idle poll waits
@@ -288,8 +283,7 @@ class Consumer:
         try:
             self._process_held(msg)
         finally:
-            with self._guard:
-                self._in_flight.pop(msg.sequence_number, None)
+            self._unsettled.pop(msg)
 
     def _process_held(self, msg: ReceivedMessage) -> None:
         if self._stopping.is_set():
@@ -338,20 +332,26 @@ class Consumer:
 
     def _call(self, msg: ReceivedMessage) -> Callable[[], None] | None:
         """Run the handler: None when it succeeded, else the settlement its outcome asks for."""
+        caught: tuple[type[BaseException], ...] = (Exception, *self.permanent_errors)
         try:
             result = self.handler(msg)  # type: ignore[call-arg]
-        except DeferMessage as e:
-            deferred = e
-            return lambda: self._defer(msg, deferred)
-        except self.permanent_errors as e:
-            poison = e
-            return lambda: self._dead_letter(msg, poison)
-        except Exception as e:
+        except caught as e:
             error = e
-            return lambda: self._abandon(msg, error)
+            return lambda: self._settle_failure(msg, error)
         if isinstance(result, DeferMessage):
             return lambda: self._defer(msg, result)
         return None
+
+    def _settle_failure(self, msg: ReceivedMessage, error: BaseException) -> None:
+        """Settle as the handler's failure asks: defer (``DeferMessage``), dead-letter (a
+        permanent error) or abandon with backoff (any other exception)."""
+        if isinstance(error, DeferMessage):
+            self._defer(msg, error)
+        elif isinstance(error, self.permanent_errors):
+            self._dead_letter(msg, error)
+        else:
+            assert isinstance(error, Exception)  # only permanent errors may be BaseExceptions
+            self._abandon(msg, error)
 
     def _owner(self, msg: ReceivedMessage) -> str:
         return f"{self.owner}:{msg.lock_token or msg.sequence_number}"
@@ -396,7 +396,7 @@ class Consumer:
         db = self.queue.database
         try:
             with db.write("handle a message") as conn:
-                if not self._delete_locked(conn, msg):
+                if not self.queue.receiver.complete_in(conn, msg, self.clock.now()):
                     raise LockLostError(f"message {msg.message_id}: lock lost before handling")
                 if self._joined is not None:
                     claim = self._joined.claim_in(
@@ -410,7 +410,7 @@ class Consumer:
                         log.info("message %s was already handled; dropping it", msg.message_id)
                         return
                     if claim.held:  # a consumer of this name without a Connection handler
-                        raise _Held(claim)
+                        raise _ClaimHeldElsewhere(claim)
                 try:
                     result = self.handler(msg, conn)  # type: ignore[call-arg]
                 except Exception as e:  # the handler's own: kept apart from the queue's errors
@@ -419,17 +419,11 @@ class Consumer:
                     raise _HandlerFailed(result)
                 if self._joined is not None:
                     self._joined.record_in(conn, msg.message_id, at=self.clock.now())
-        except _Held as held:
+        except _ClaimHeldElsewhere as held:
             self._wait_for(msg, held.claim)
             return
         except _HandlerFailed as failed:
-            error = failed.error
-            if isinstance(error, DeferMessage):
-                self._defer(msg, error)
-            elif isinstance(error, self.permanent_errors):
-                self._dead_letter(msg, error)
-            else:
-                self._abandon(msg, error)
+            self._settle_failure(msg, failed.error)
             return
         except LockLostError as e:
             log.warning("%s; it will be redelivered", e)
@@ -440,18 +434,6 @@ class Consumer:
         self.processed += 1
 
     # --- settlement helpers --------------------------------------------------------------------
-
-    def _delete_locked(self, conn: Connection, msg: ReceivedMessage) -> bool:
-        m = queue_messages
-        now = self.clock.now()
-        result = conn.execute(
-            delete(m).where(
-                m.c.sequence_number == msg.sequence_number,
-                m.c.lock_token == msg.lock_token,
-                m.c.locked_until > now,
-            )
-        )
-        return result.rowcount == 1
 
     def _complete_with_inbox(self, msg: ReceivedMessage, owner: str) -> None:
         """Record, then complete. The SQL inbox in the queue's database does both in one
@@ -473,7 +455,7 @@ class Consumer:
         try:
             with self.queue.database.write("complete a message") as conn:
                 self._joined.record_in(conn, msg.message_id, at=self.clock.now())
-                if not self._delete_locked(conn, msg):
+                if not self.queue.receiver.complete_in(conn, msg, self.clock.now()):
                     log.warning(
                         "message %s: lock lost before completion; recorded, so its redelivery "
                         "is dropped by the inbox",

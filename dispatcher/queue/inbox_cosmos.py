@@ -36,20 +36,17 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 from dispatcher.queue.inbox import ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter, status_code
-from outbox.core.errors import OutboxError, QueueError, QueueUnavailableError
+from outbox.core.cosmos import CosmosAdapter
+from outbox.core.errors import QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 
-_CONFLICT, _PRECONDITION = 409, 412
 #: Reads of an item that keeps changing under one step before giving up (retryable).
 _ATTEMPTS = 20
-T = TypeVar("T")
 
 
 def item_id(consumer: str, message_id: str) -> str:
@@ -72,6 +69,7 @@ class CosmosInbox(CosmosAdapter):
 
     unavailable = QueueUnavailableError
     failed = QueueError
+    subject = "the inbox"
 
     def __init__(
         self, container: Any, consumer: str, *, endpoint: str = "", client: Any = None
@@ -81,63 +79,9 @@ class CosmosInbox(CosmosAdapter):
 
     @classmethod
     def from_settings(cls, settings: Settings, consumer: str) -> CosmosInbox:
-        client, container = cls._open(settings, settings.cosmos_inbox_container)
-        return cls(container, consumer, endpoint=settings.cosmos_endpoint, client=client)
+        return cls._open(settings, settings.cosmos_inbox_container, consumer)
 
     # --- the edge ------------------------------------------------------------------------
-
-    def _call(self, what: str, call: Callable[[], T]) -> T:
-        try:
-            return self._once_warm(call)
-        except OutboxError:
-            raise
-        except Exception as e:
-            raise self._error(what, e) from e
-
-    def _find(self, key: str) -> dict[str, Any] | None:
-        def query() -> list[dict[str, Any]]:
-            return list(
-                self._container.query_items(
-                    "SELECT * FROM c WHERE c.pk = @pk AND c.id = @pk",
-                    parameters=[{"name": "@pk", "value": key}],
-                    partition_key=key,
-                )
-            )
-
-        found = self._call("reading the inbox", query)
-        return found[0] if found else None
-
-    def _create(self, body: dict[str, Any]) -> bool:
-        """Conditional create: False when the item exists (HTTP 409)."""
-        try:
-            self._call("writing the inbox", lambda: self._container.create_item(body))
-        except QueueError as e:
-            if status_code(e.__cause__ or e) == _CONFLICT:
-                return False
-            raise
-        return True
-
-    def _replace(self, item: dict[str, Any], changes: dict[str, Any]) -> bool:
-        """Replace ``item`` with ``changes`` if nobody wrote it since it was read (False: 412)."""
-        from azure.core import MatchConditions
-
-        body = {k: v for k, v in item.items() if not k.startswith("_")}
-        body.update(changes)
-        try:
-            self._call(
-                "writing the inbox",
-                lambda: self._container.replace_item(
-                    item["id"],
-                    body,
-                    etag=item["_etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                ),
-            )
-        except QueueError as e:
-            if status_code(e.__cause__ or e) == _PRECONDITION:
-                return False
-            raise
-        return True
 
     def _body(self, key: str, message_id: str, **fields: Any) -> dict[str, Any]:
         return {
@@ -170,7 +114,7 @@ class CosmosInbox(CosmosAdapter):
         mine = {"owner": owner, "lease_until": until.isoformat()}
         won = InboxClaim(ClaimOutcome.WON, owner, until)
         for _ in range(_ATTEMPTS):
-            if self._create(self._body(key, message_id, **mine)):
+            if self._create(self._body(key, message_id, **mine)) is not None:
                 return won
             item = self._find(key)
             if item is None:
@@ -180,7 +124,7 @@ class CosmosInbox(CosmosAdapter):
             holder, lease_until = item.get("owner"), _when(item.get("lease_until"))
             if holder != owner and lease_until is not None and lease_until > utc(at):
                 return InboxClaim(ClaimOutcome.HELD, holder, lease_until)
-            if self._replace(item, mine):
+            if self._amend(item, **mine) is not None:
                 return won
         raise self._kept_moving("claiming", message_id)
 
@@ -191,7 +135,7 @@ class CosmosInbox(CosmosAdapter):
             item = self._find(key)
             if item is None or item.get("handled_at") is not None or item.get("owner") != owner:
                 return False
-            if self._replace(item, changes):
+            if self._amend(item, **changes) is not None:
                 return True
         raise self._kept_moving("moving the claim of", message_id)
 
@@ -205,7 +149,7 @@ class CosmosInbox(CosmosAdapter):
         key = item_id(self.consumer, message_id)
         handled_at = utc(at).isoformat()
         for _ in range(_ATTEMPTS):
-            if self._create(self._body(key, message_id, handled_at=handled_at)):
+            if self._create(self._body(key, message_id, handled_at=handled_at)) is not None:
                 return True
             item = self._find(key)
             if item is None:
@@ -213,6 +157,6 @@ class CosmosInbox(CosmosAdapter):
             if item.get("handled_at") is not None:
                 return False  # someone recorded first
             # the claim's owner stays, as who handled it
-            if self._replace(item, {"handled_at": handled_at, "lease_until": None}):
+            if self._amend(item, handled_at=handled_at, lease_until=None) is not None:
                 return True
         raise self._kept_moving("recording", message_id)

@@ -3,7 +3,8 @@
 Both the consumer helper and the ``run-dispatcher`` worker hold messages while they work; if the
 work outlives ``lock_duration``, another receiver would get the message and do it again. A
 background thread renews each held lock once half its duration has passed, by the injected clock,
-so tests move time instead of waiting for it.
+so tests move time instead of waiting for it. What to renew is whatever ``held()`` returns at
+each check; ``Unsettled`` is that list for a batch whose messages are settled one by one.
 """
 
 from __future__ import annotations
@@ -24,6 +25,27 @@ if TYPE_CHECKING:
     from dispatcher.queue.ports import QueueReceiver
 
 log = logging.getLogger("outbox.queue")
+
+
+class Unsettled:
+    """Received messages not settled yet, by sequence number; calling it lists them (the
+    ``held`` of a ``LockRenewer``). Thread-safe: handlers settle from their own threads."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._messages: dict[int, ReceivedMessage] = {}
+
+    def __call__(self) -> list[ReceivedMessage]:
+        with self._lock:
+            return list(self._messages.values())
+
+    def add(self, received: Iterable[ReceivedMessage]) -> None:
+        with self._lock:
+            self._messages.update((m.sequence_number, m) for m in received)
+
+    def pop(self, msg: ReceivedMessage) -> None:
+        with self._lock:
+            self._messages.pop(msg.sequence_number, None)
 
 
 class LockRenewer:

@@ -17,7 +17,8 @@ A settlement matches the row only while the caller's lock is valid (same token, 
 a receiver whose lock ran out gets ``LockLostError`` and changes nothing.
 
 Why one module: receiving, the four settlements and receiving deferred messages share one rule of
-what a valid lock is and one rule of what a session's line is; apart, each would restate them.
+what a valid lock is, one rule of what a session's line is and one delivery step (``_deliver``:
+dead-letter the exhausted, lock the rest); apart, each would restate them.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from typing import Any
 from sqlalchemy import (
     ColumnElement,
     Connection,
+    RowMapping,
     Select,
     and_,
     bindparam,
@@ -52,7 +54,7 @@ from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationEr
 M = queue_messages
 
 # Settling and locking as the driver's SQL; ``{name}`` becomes the dialect's placeholder. A lock
-# is valid while its token matches and it has not expired (as ``_locked_by`` says).
+# is valid while its token matches and it has not expired (as ``_select_locked`` says).
 _SQL = {
     "complete": "DELETE FROM outbox_queue_messages WHERE sequence_number = {seq} "
     "AND lock_token = {token} AND locked_until > {now}",
@@ -216,7 +218,6 @@ class SqlQueueReceiver:
         validation.positive("max_messages", max_messages)
         validation.identifier("session_id", session_id, optional=True)
         max_messages = min(max_messages, _MAX_RECEIVE)
-        max_deliveries = self._options.max_delivery_count
         out: list[ReceivedMessage] = []
         if not self._db.postgres and not self._anything_deliverable(
             queue, self._options.now(), session_id
@@ -230,43 +231,45 @@ class SqlQueueReceiver:
                 stmt = self._statement("take", session_id is not None, max_messages - len(out))
                 params = self._params(queue, now, session_id)
                 rows = conn.execute(stmt, params).mappings().all()
-                exhausted = [
-                    r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries
-                ]
-                move_to_dead_letters(
-                    conn,
-                    exhausted,
-                    reason=MAX_DELIVERY_REASON,
-                    description=self._exhausted_description(),
-                    now=now,
-                )
-                live = [r for r in rows if r["delivery_count"] < max_deliveries]
-                if lock:
-                    until = now + self._options.lock_duration
-                    tokens = [str(uuid.uuid4()) for _ in live]
-                    if live:
-                        self._lock_rows(conn, [r["sequence_number"] for r in live], tokens, until)
-                    out += [
-                        received(row, lock_token=token, locked_until=until)
-                        for row, token in zip(live, tokens, strict=True)
-                    ]
-                elif live:
-                    seqs = [r["sequence_number"] for r in live]
-                    conn.execute(delete(M).where(M.c.sequence_number.in_(seqs)))
-                    out += [received(r, lock_token=None, locked_until=None) for r in live]
+                got, exhausted = self._deliver(conn, rows, now, lock=lock)
+                out += got
                 if not exhausted or len(out) >= max_messages:
                     break
         return out
 
-    # --- settling --------------------------------------------------------------------------
+    def _deliver(
+        self, conn: Connection, rows: Sequence[RowMapping], now: datetime, *, lock: bool
+    ) -> tuple[list[ReceivedMessage], bool]:
+        """Hand ``rows`` out, the one step of every receive (``receive``, ``receive_and_delete``
+        and ``receive_deferred``): dead-letter those delivered ``max_delivery_count`` times, then
+        lock the rest (or delete them: ``lock=False``). Also says whether any was dead-lettered
+        (each may have been a session's head, hiding the next message)."""
+        max_deliveries = self._options.max_delivery_count
+        exhausted = [r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries]
+        move_to_dead_letters(
+            conn,
+            exhausted,
+            reason=MAX_DELIVERY_REASON,
+            description=self._exhausted_description(),
+            now=now,
+        )
+        live = [r for r in rows if r["delivery_count"] < max_deliveries]
+        seqs = [r["sequence_number"] for r in live]
+        if not lock:
+            if live:
+                conn.execute(delete(M).where(M.c.sequence_number.in_(seqs)))
+            return [received(r, lock_token=None, locked_until=None) for r in live], bool(exhausted)
+        until = now + self._options.lock_duration
+        tokens = [str(uuid.uuid4()) for _ in live]
+        if live:
+            self._lock_rows(conn, seqs, tokens, until)
+        got = [
+            received(row, lock_token=token, locked_until=until)
+            for row, token in zip(live, tokens, strict=True)
+        ]
+        return got, bool(exhausted)
 
-    def _locked_by(self, target: Settleable, now: datetime) -> tuple[ColumnElement[bool], str]:
-        """The WHERE clause matching the message only while ``target``'s lock is valid."""
-        params, label = self._lock_params(target)
-        clause = M.c.lock_token == params["token"]
-        if "seq" in params:
-            clause = and_(M.c.sequence_number == params["seq"], clause)
-        return and_(clause, M.c.locked_until > now), label
+    # --- settling --------------------------------------------------------------------------
 
     @staticmethod
     def _lost(label: str) -> LockLostError:
@@ -285,16 +288,38 @@ class SqlQueueReceiver:
             if conn.exec_driver_sql(sql, params).rowcount != 1:
                 raise self._lost(label)
 
+    def complete_in(self, conn: Connection, msg: ReceivedMessage, now: datetime) -> bool:
+        """``complete`` in the caller's transaction, with the lock valid at ``now``; False when
+        it was lost. A ``Connection`` handler's work and its completion commit together so."""
+        params, _ = self._lock_params(msg)
+        params["now"] = self._encode_time(now)
+        return bool(conn.exec_driver_sql(self._sql["complete"], params).rowcount == 1)
+
     def abandon(self, target: Settleable, delay: float = 0) -> None:
         """See ``QueueReceiver.abandon``."""
         delay = validation.delay(delay)
-        with self._db.write("abandon a message") as conn:
+        self._release(
+            target,
+            "abandon a message",
+            lambda now: {
+                "not_before": now + timedelta(seconds=delay),
+                "scheduled": False,  # a retry's delay holds its session (docs/sql_queue.md)
+            },
+        )
+
+    def defer(self, target: Settleable) -> None:
+        """See ``DeferringReceiver.defer``; at ``max_delivery_count`` it dead-letters, as an
+        abandon does (and as Service Bus does)."""
+        self._release(target, "defer a message", lambda now: {"deferred": True})
+
+    def _release(
+        self, target: Settleable, what: str, values: Callable[[datetime], dict[str, Any]]
+    ) -> None:
+        """Unlock ``target`` and set ``values(now)`` on it; a message delivered
+        ``max_delivery_count`` times is dead-lettered instead."""
+        with self._db.write(what) as conn:
             now = self._options.now()
-            where, label = self._locked_by(target, now)
-            row = self._select_locked(conn, where)
-            if row is None:
-                raise self._lost(label)
-            seq, delivery_count = row
+            seq, delivery_count = self._select_locked(conn, target, now)
             if delivery_count >= self._options.max_delivery_count:
                 move_to_dead_letters(
                     conn,
@@ -307,12 +332,7 @@ class SqlQueueReceiver:
             conn.execute(
                 update(M)
                 .where(M.c.sequence_number == seq)
-                .values(
-                    lock_token=None,
-                    locked_until=None,
-                    not_before=now + timedelta(seconds=delay),
-                    scheduled=False,  # a retry's delay holds its session (docs/sql_queue.md)
-                )
+                .values(lock_token=None, locked_until=None, **values(now))
             )
 
     def dead_letter(self, target: Settleable, reason: str, description: str = "") -> None:
@@ -321,35 +341,8 @@ class SqlQueueReceiver:
             raise ValidationError(f"invalid dead-letter reason {reason!r}", hint="1-256 chars")
         with self._db.write("dead-letter a message") as conn:
             now = self._options.now()
-            where, label = self._locked_by(target, now)
-            row = self._select_locked(conn, where)
-            if row is None:
-                raise self._lost(label)
-            move_to_dead_letters(conn, [row[0]], reason=reason, description=description, now=now)
-
-    def defer(self, target: Settleable) -> None:
-        """See ``DeferringReceiver.defer``."""
-        with self._db.write("defer a message") as conn:
-            now = self._options.now()
-            where, label = self._locked_by(target, now)
-            row = self._select_locked(conn, where)
-            if row is None:
-                raise self._lost(label)
-            seq, delivery_count = row
-            if delivery_count >= self._options.max_delivery_count:  # as Service Bus does
-                move_to_dead_letters(
-                    conn,
-                    [seq],
-                    reason=MAX_DELIVERY_REASON,
-                    description=self._exhausted_description(),
-                    now=now,
-                )
-                return
-            conn.execute(
-                update(M)
-                .where(M.c.sequence_number == seq)
-                .values(deferred=True, lock_token=None, locked_until=None)
-            )
+            seq, _ = self._select_locked(conn, target, now)
+            move_to_dead_letters(conn, [seq], reason=reason, description=description, now=now)
 
     def receive_deferred(
         self,
@@ -365,7 +358,6 @@ class SqlQueueReceiver:
         seqs = sorted({validation.positive("sequence number", n) for n in wanted})
         if not seqs:
             return []
-        max_deliveries = self._options.max_delivery_count
         with self._db.write("receive deferred messages") as conn:
             now = self._options.now()
             stmt = select(M).where(
@@ -387,32 +379,7 @@ class SqlQueueReceiver:
                     hint="it was settled, is not deferred, or another receiver holds it "
                     "(see `outbox queue peek --deferred`)",
                 )
-            exhausted = [
-                r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries
-            ]
-            move_to_dead_letters(
-                conn,
-                exhausted,
-                reason=MAX_DELIVERY_REASON,
-                description=self._exhausted_description(),
-                now=now,
-            )
-            until = now + self._options.lock_duration
-            out = []
-            for row in rows:
-                if row["delivery_count"] >= max_deliveries:
-                    continue
-                token = str(uuid.uuid4())
-                conn.execute(
-                    update(M)
-                    .where(M.c.sequence_number == row["sequence_number"])
-                    .values(
-                        lock_token=token,
-                        locked_until=until,
-                        delivery_count=M.c.delivery_count + 1,
-                    )
-                )
-                out.append(received(row, lock_token=token, locked_until=until))
+            out, _ = self._deliver(conn, rows, now, lock=True)
         return out
 
     def renew_lock(self, target: Settleable) -> datetime:
@@ -429,7 +396,7 @@ class SqlQueueReceiver:
         return until
 
     def _lock_params(self, target: Settleable) -> tuple[dict[str, Any], str]:
-        """``_locked_by`` as parameters of the prepared statements (``seq`` only for a message)."""
+        """The lock ``target`` names, as the statements' parameters (``seq`` only for a message)."""
         if isinstance(target, ReceivedMessage):
             if target.lock_token is None:
                 raise ValidationError(
@@ -462,14 +429,21 @@ class SqlQueueReceiver:
             )
 
     def _select_locked(
-        self, conn: Connection, where: ColumnElement[bool]
-    ) -> tuple[int, int] | None:
-        """(sequence_number, delivery_count) of the message still locked as ``where`` says."""
-        stmt = select(M.c.sequence_number, M.c.delivery_count).where(where)
+        self, conn: Connection, target: Settleable, now: datetime
+    ) -> tuple[int, int]:
+        """(sequence_number, delivery_count) of ``target`` while its lock is valid at ``now``
+        (same token, not expired), else ``LockLostError``."""
+        params, label = self._lock_params(target)
+        clause = M.c.lock_token == params["token"]
+        if "seq" in params:
+            clause = and_(M.c.sequence_number == params["seq"], clause)
+        stmt = select(M.c.sequence_number, M.c.delivery_count).where(clause, M.c.locked_until > now)
         if self._db.postgres:
             stmt = stmt.with_for_update()
         row = conn.execute(stmt).first()
-        return None if row is None else (int(row.sequence_number), int(row.delivery_count))
+        if row is None:
+            raise self._lost(label)
+        return int(row.sequence_number), int(row.delivery_count)
 
     # --- looking ---------------------------------------------------------------------------
 

@@ -7,25 +7,28 @@ It is a facade over three parts, one per port of ``dispatcher.queue.ports``: ``s
 (``SqlQueueAdministration``). They share one ``Database`` (engine, transactions, error
 translation) and one ``QueueOptions``; how each stays correct under concurrency is told in its own
 module. Every time comes from the injected clock and is stored as UTC.
+
+Why the ports' methods are declared forwards (``send = _Forward("sender", SqlQueueSender.send)``)
+rather than written out: each was a copy of its part's signature around a one-line call, so a
+change to a part had to be made twice. A declared forward takes the part's signature itself, so
+mypy still checks ``queue.send(...)`` and ``SqlQueue`` against the ports, and ``queue.send`` is
+the part's own bound method. Not inheritance from the parts: each part keeps private state of its
+own (the receiver's prepared statements, the sender's cleanup hook) that would collide on one
+object, and ``queue.sender`` (etc.) must stay a separate object of one role. What the facade adds
+is written out here: construction, the shared settings, the schema check, pool growth, closing.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+import functools
+from collections.abc import Callable
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar, overload
 
-from sqlalchemy import Connection, Engine
+from sqlalchemy import Engine
 
 from dispatcher.queue.admin import SqlQueueAdministration
 from dispatcher.queue.database import Database, open_engine
-from dispatcher.queue.messages import (
-    DeadLetter,
-    PeekedMessage,
-    QueueMessage,
-    QueueStats,
-    ReceivedMessage,
-)
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import DEDUP_CLEANUP_LIMIT, Settleable
 from dispatcher.queue.receiver import MAX_DELIVERY_REASON, SqlQueueReceiver
@@ -37,6 +40,36 @@ if TYPE_CHECKING:
     from outbox.core.settings import Settings
 
 __all__ = ["DEDUP_CLEANUP_LIMIT", "MAX_DELIVERY_REASON", "Settleable", "SqlQueue"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class _Forward(Generic[P, R]):
+    """A method of ``SqlQueue`` that is the same-named method of one of its parts: on an instance,
+    the part's bound method; on the class, a function with the part's signature and docstring."""
+
+    def __init__(self, part: str, method: Callable[Concatenate[Any, P], R]) -> None:
+        self._part = part
+        self._name = method.__name__
+
+        def forward(queue: Any, /, *args: P.args, **kwargs: P.kwargs) -> R:
+            return getattr(getattr(queue, part), method.__name__)(*args, **kwargs)  # type: ignore[no-any-return]
+
+        self._unbound = functools.wraps(method)(forward)
+
+    @overload
+    def __get__(self, queue: None, owner: type[Any]) -> Callable[Concatenate[Any, P], R]: ...
+
+    @overload
+    def __get__(self, queue: object, owner: type[Any]) -> Callable[P, R]: ...
+
+    def __get__(
+        self, queue: object | None, owner: type[Any]
+    ) -> Callable[Concatenate[Any, P], R] | Callable[P, R]:
+        if queue is None:
+            return self._unbound
+        return getattr(getattr(queue, self._part), self._name)  # type: ignore[no-any-return]
 
 
 class SqlQueue:
@@ -169,131 +202,32 @@ class SqlQueue:
     def max_body_bytes(self, value: int) -> None:
         self._options.max_body_bytes = value
 
-    # --- QueueSender -------------------------------------------------------------------------
+    # --- the ports, each method its part's own -----------------------------------------------
 
-    def send(
-        self,
-        queue: str,
-        messages: QueueMessage | Sequence[QueueMessage],
-        *,
-        conn: Connection | None = None,
-    ) -> list[str]:
-        """Store one message or an atomic batch; returns the ids enqueued (see ``QueueSender``)."""
-        return self.sender.send(queue, messages, conn=conn)
+    send = _Forward("sender", SqlQueueSender.send)
+    send_batch = _Forward("sender", SqlQueueSender.send_batch)
+    validate = _Forward("sender", SqlQueueSender.validate)
 
-    def send_batch(
-        self, entries: Sequence[tuple[str, QueueMessage]], *, conn: Connection | None = None
-    ) -> list[str]:
-        """Like ``send`` but each message names its queue; the whole batch is one transaction."""
-        return self.sender.send_batch(entries, conn=conn)
+    receive = _Forward("receiver", SqlQueueReceiver.receive)
+    receive_and_delete = _Forward("receiver", SqlQueueReceiver.receive_and_delete)
+    complete = _Forward("receiver", SqlQueueReceiver.complete)
+    abandon = _Forward("receiver", SqlQueueReceiver.abandon)
+    dead_letter = _Forward("receiver", SqlQueueReceiver.dead_letter)
+    renew_lock = _Forward("receiver", SqlQueueReceiver.renew_lock)
+    defer = _Forward("receiver", SqlQueueReceiver.defer)
+    receive_deferred = _Forward("receiver", SqlQueueReceiver.receive_deferred)
+    peek = _Forward("receiver", SqlQueueReceiver.peek)
 
-    def validate(self, queue: str, msg: QueueMessage) -> None:
-        """Raise ``ValidationError`` if ``send(queue, msg)`` would refuse the message."""
-        self.sender.validate(queue, msg)
-
-    # --- QueueReceiver -----------------------------------------------------------------------
-
-    def receive(
-        self, queue: str, max_messages: int = 1, *, session_id: str | None = None
-    ) -> list[ReceivedMessage]:
-        """Lock and return up to ``max_messages`` deliverable messages (peek-lock)."""
-        return self.receiver.receive(queue, max_messages, session_id=session_id)
-
-    def receive_and_delete(
-        self, queue: str, max_messages: int = 1, *, session_id: str | None = None
-    ) -> list[ReceivedMessage]:
-        """Remove and return messages at once: lost if the caller then fails (low-value data)."""
-        return self.receiver.receive_and_delete(queue, max_messages, session_id=session_id)
-
-    def complete(self, target: Settleable) -> None:
-        """Remove a locked message: it was handled."""
-        self.receiver.complete(target)
-
-    def abandon(self, target: Settleable, delay: float = 0) -> None:
-        """Release the lock so the message is delivered again, after ``delay`` seconds."""
-        self.receiver.abandon(target, delay)
-
-    def dead_letter(self, target: Settleable, reason: str, description: str = "") -> None:
-        """Move a locked message to dead letters with a reason (a poison message)."""
-        self.receiver.dead_letter(target, reason, description)
-
-    def renew_lock(self, target: Settleable) -> datetime:
-        """Extend the lock by ``lock_duration`` from now; returns the new expiry."""
-        return self.receiver.renew_lock(target)
-
-    def defer(self, target: Settleable) -> None:
-        """Set a locked message aside: only ``receive_deferred`` brings it back."""
-        self.receiver.defer(target)
-
-    def receive_deferred(
-        self,
-        queue: str,
-        sequence_numbers: int | Sequence[int],
-        *,
-        session_id: str | None = None,
-    ) -> list[ReceivedMessage]:
-        """Lock and return deferred messages by sequence number (see ``DeferringReceiver``)."""
-        return self.receiver.receive_deferred(queue, sequence_numbers, session_id=session_id)
-
-    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
-        """Messages in sequence (FIFO) order, without locking or removing them (``deferred``:
-        only the deferred ones)."""
-        return self.receiver.peek(queue, limit, deferred=deferred)
-
-    # --- QueueAdministration -----------------------------------------------------------------
-
-    def stats(self, queue: str | None = None) -> dict[str, QueueStats]:
-        """Depth per queue (or of ``queue`` only): active, scheduled, locked and dead-lettered."""
-        return self.admin.stats(queue)
-
-    def list_dead_letters(
-        self, queue: str | None = None, limit: int = 100, *, where: Mapping[str, str] | None = None
-    ) -> list[DeadLetter]:
-        """Dead letters, oldest first, optionally of one queue and matching ``where``."""
-        return self.admin.list_dead_letters(queue, limit, where=where)
-
-    def get_dead_letter(self, dead_letter_id: int) -> DeadLetter:
-        return self.admin.get_dead_letter(dead_letter_id)
-
-    def count_dead_letters(
-        self,
-        ids: Sequence[int] | None = None,
-        *,
-        where: Mapping[str, str] | None = None,
-        all: bool = False,
-    ) -> int:
-        """How many dead letters a requeue or purge with these arguments would touch."""
-        return self.admin.count_dead_letters(ids, where=where, all=all)
-
-    def requeue(
-        self,
-        ids: Sequence[int] | None = None,
-        *,
-        where: Mapping[str, str] | None = None,
-        all: bool = False,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Put dead letters back on their queues (ids, a ``where`` filter, or ``all=True``)."""
-        return self.admin.requeue(ids, where=where, all=all, on_progress=on_progress)
-
-    def purge(
-        self,
-        ids: Sequence[int] | None = None,
-        *,
-        where: Mapping[str, str] | None = None,
-        all: bool = False,
-        on_progress: Callable[[int], None] | None = None,
-    ) -> int:
-        """Delete dead letters for good (same selection as ``requeue``). Returns how many."""
-        return self.admin.purge(ids, where=where, all=all, on_progress=on_progress)
-
-    def forget_expired_duplicates(self, limit: int | None = DEDUP_CLEANUP_LIMIT) -> int:
-        """Delete up to ``limit`` (None: all) expired duplicate-detection ids; returns how many."""
-        return self.admin.forget_expired_duplicates(limit)
-
-    def maybe_forget_expired_duplicates(self) -> int:
-        """Prune expired duplicate-detection ids when due (half a window); never raises."""
-        return self.admin.maybe_forget_expired_duplicates()
+    stats = _Forward("admin", SqlQueueAdministration.stats)
+    list_dead_letters = _Forward("admin", SqlQueueAdministration.list_dead_letters)
+    get_dead_letter = _Forward("admin", SqlQueueAdministration.get_dead_letter)
+    count_dead_letters = _Forward("admin", SqlQueueAdministration.count_dead_letters)
+    requeue = _Forward("admin", SqlQueueAdministration.requeue)
+    purge = _Forward("admin", SqlQueueAdministration.purge)
+    forget_expired_duplicates = _Forward("admin", SqlQueueAdministration.forget_expired_duplicates)
+    maybe_forget_expired_duplicates = _Forward(
+        "admin", SqlQueueAdministration.maybe_forget_expired_duplicates
+    )
 
     # --- lifecycle ---------------------------------------------------------------------------
 

@@ -126,7 +126,7 @@ def provision_destinations(settings: Settings) -> Provisioned:
 
 @contextmanager
 def _admin() -> Iterator[Any]:
-    from dispatcher.servicebus.command_queue import connect
+    from dispatcher.servicebus.connection import connect
 
     client, admin = connect()
     try:

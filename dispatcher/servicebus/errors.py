@@ -1,7 +1,8 @@
 """Service Bus SDK errors as ours, classified as docs/servicebus.md says: permanent when re-sending
 cannot help (missing entity, too large, over quota), retryable otherwise (nothing is lost by
 retrying, while a wrong "permanent" would give up on a message). Each names the first unsent
-message.
+message. The command queue's own classification (``unavailable``) is here too: its sending,
+receiving and settling all translate the same way.
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ from typing import TYPE_CHECKING
 from dispatcher.servicebus.sdk import ENV_CONNECTION_STRING, ENV_TOPICS
 from dispatcher.transports.base import TransportMessage
 from outbox.core.errors import (
+    ConfigurationError,
     PermanentTransportError,
+    QueueUnavailableError,
     RetryableTransportError,
     TransportError,
     UnknownDestinationError,
+    ValidationError,
 )
 
 if TYPE_CHECKING:
@@ -87,3 +91,16 @@ def translate(
     return RetryableTransportError(
         f"{what}: {where} did not accept it ({detail})", message_id=first
     )
+
+
+def unavailable(errors: ModuleType, what: str, e: Exception) -> Exception:
+    """A command queue's SDK failure as ours: a missing entity is a configuration error, a refused
+    message a validation error, the rest retryable."""
+    if isinstance(e, errors.MessagingEntityNotFoundError):
+        return ConfigurationError(
+            f"{what}: the entity does not exist ({e})",
+            hint="run `outbox migrate` to create the command queue",
+        )
+    if isinstance(e, ValueError | TypeError):  # a refused message: not worth retrying
+        return ValidationError(f"{what}: {e}")
+    return QueueUnavailableError(f"{what}: {type(e).__name__}: {e}")

@@ -73,19 +73,22 @@ def open_rescuer(
     delay: float | None = None,
     name: str | None = None,
     clock: Clock | None = None,
+    queue_clock: Clock | None = None,
     spark: Any = None,
     wrap_sink: Callable[[QueueSink], CommandSink] | None = None,
 ) -> Rescuer:
     """The rescuer ``settings`` describe: ``engine`` (default ``rescuer_engine``), ``delay``
     (default ``rescue_delay``), ``name`` (default ``rescuer_name``), on the command queue and the
     checkpoint store the settings choose. ``spark`` is the session of the ``spark`` engine (None:
-    its own); ``wrap_sink`` may wrap the production sink (the checker's recording)."""
+    its own); ``wrap_sink`` may wrap the production sink (the checker's recording). The queue
+    keeps ``queue_clock`` (default: ``clock``): the checker moves only the pass's "now" forward,
+    and commands stamped with that time would wait in the queue for the workers' real clock."""
     from outbox.delta.store import DeltaDocumentStore
     from rescuer.runner import RescuePass
 
     chosen_delay = rescue_delay(settings, delay)
     clock = clock or SystemClock()
-    backends = Backends(settings, clock=clock, spark=spark)
+    backends = Backends(settings, clock=queue_clock or clock, spark=spark)
     store = None
     try:
         store = DeltaDocumentStore(

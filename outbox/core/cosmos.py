@@ -1,10 +1,12 @@
-"""Cosmos DB clients for the rescuer checkpoints and the consumer inbox, with driver errors
-translated at this edge (the twin of ``outbox.core.sql``).
+"""Cosmos DB clients for the rescuer checkpoints, the consumer inbox and the claim log, with
+driver errors translated at this edge (the twin of ``outbox.core.sql``).
 
-Why here: the checkpoint store (``rescuer``), the inbox (``dispatcher.queue``) and ``outbox
-migrate`` (``migrations.runner``) open the same account the same way and must turn the same SDK
-errors into the same advice. ``azure-cosmos`` is an optional extra, imported on first use, so
-nothing here loads the SDK unless Cosmos DB is configured.
+Why here: the checkpoint store (``rescuer``), the inbox (``dispatcher.queue``), the claim log
+(``dispatcher.claims``) and ``outbox migrate`` (``migrations.runner``) open the same account the
+same way and must turn the same SDK errors into the same advice; the three adapters also make the
+same kinds of request (``CosmosAdapter``), so each keeps only its items and its rules.
+``azure-cosmos`` is an optional extra, imported on first use, so nothing here loads the SDK unless
+Cosmos DB is configured.
 
 Every container the framework uses is partitioned on ``/pk`` (``PARTITION_KEY_PATH``); each
 adapter says what it puts there. Items are found by *query*, never by a point read: the local
@@ -18,8 +20,8 @@ import binascii
 import logging
 import threading
 import warnings
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Self, TypeVar
 from urllib.parse import urlparse
 
 from outbox.core.errors import ConfigurationError, MissingDependencyError, OutboxError
@@ -34,6 +36,9 @@ INSTALL_HINT = "pip install 'delta-outbox[azure]'"
 MIGRATE_HINT = "run `outbox migrate` to create the Cosmos DB database and containers"
 #: Seconds a connection attempt may take before it fails (retryably) instead of hanging.
 CONNECT_TIMEOUT_S = 10
+#: HTTP statuses the adapters act on: an item with that id exists, the etag is out of date, no such
+#: item.
+CONFLICT, PRECONDITION_FAILED, NOT_FOUND = 409, 412, 404
 #: HTTP statuses that mean "busy or briefly away": the same request can succeed later.
 _RETRYABLE_STATUSES = {408, 429, 449, 500, 502, 503, 504}
 _LOCAL_HOSTS = {"localhost", "127.0.0.1"}
@@ -211,16 +216,22 @@ def ensure_container(client: Any, database: str, container: str) -> list[str]:
 
 class CosmosAdapter:
     """What every Cosmos DB adapter (checkpoints, inbox, claim log) shares: one container, the
-    client it opened and closes, SDK errors turned into the adapter's own pair, and a first
-    request that goes alone.
+    client it opened and closes, and one edge every request goes through (``_call``): SDK errors
+    turned into the adapter's own pair, and a first request that goes alone. On it sit the
+    requests the adapters make alike: a query, the lookup of an item whose id is its partition
+    key, a conditional create and a replace with the etag read.
 
     Why the first request goes alone: azure-cosmos fills a container's caches on its first
     request without a lock, and racing first requests from several threads can fail inside the
-    SDK. Subclasses set ``unavailable`` (retryable) and ``failed``.
+    SDK. Subclasses set ``unavailable`` (retryable), ``failed`` and ``subject`` (what the errors
+    say is being read or written).
     """
 
     unavailable: ClassVar[type[OutboxError]] = OutboxError
     failed: ClassVar[type[OutboxError]] = OutboxError
+    subject: ClassVar[str] = "Cosmos DB"
+    #: keyword arguments every SDK request carries (``CosmosClaimLog.bounded`` sets timeouts)
+    _request: dict[str, Any] = {}  # replaced, never mutated
 
     def __init__(self, container: Any, *, endpoint: str = "", client: Any = None) -> None:
         self._container = container
@@ -230,16 +241,17 @@ class CosmosAdapter:
         self._warm = False
 
     @classmethod
-    def _open(cls, settings: Settings, container: str) -> tuple[Any, Any]:
-        """(client, container proxy) for ``container`` in the configured database."""
+    def _open(cls, settings: Settings, container: str, *args: Any) -> Self:
+        """The adapter on ``container`` in the configured database, with a client of its own
+        (closed by ``close``); ``args`` go to the constructor after the container."""
         client = make_client(
             settings.cosmos_endpoint,
             settings.cosmos_key,
             unavailable=cls.unavailable,
             failed=cls.failed,
         )
-        db = client.get_database_client(settings.cosmos_database)
-        return client, db.get_container_client(container)
+        proxy = client.get_database_client(settings.cosmos_database).get_container_client(container)
+        return cls(proxy, *args, endpoint=settings.cosmos_endpoint, client=client)
 
     def close(self) -> None:
         if self._client is not None:
@@ -259,3 +271,91 @@ class CosmosAdapter:
             out = call()
             self._warm = True
             return out
+
+    def _call(self, what: str, call: Callable[[], T]) -> T:
+        """``call()`` (one SDK request) through the first-request guard, an SDK error raised as
+        ours (its ``__cause__`` the SDK's error, whose status ``_refused`` reads)."""
+        try:
+            return self._once_warm(call)
+        except OutboxError:
+            raise
+        except Exception as e:
+            raise self._error(what, e) from e
+
+    @staticmethod
+    def _refused(error: BaseException, statuses: Collection[int]) -> bool:
+        """Whether ``error`` (from ``_call``) is the account answering one of ``statuses``."""
+        return status_code(error.__cause__ or error) in statuses
+
+    def _query(
+        self,
+        sql: str,
+        params: Mapping[str, Any] | None = None,
+        *,
+        pk: str | None = None,
+        what: str = "",
+    ) -> list[dict[str, Any]]:
+        """The items ``sql`` selects (``params``: ``{"@name": value}``), in the logical
+        partition ``pk`` or, when None, across partitions."""
+        parameters = [{"name": k, "value": v} for k, v in (params or {}).items()]
+        scope: dict[str, Any] = (
+            {"partition_key": pk} if pk is not None else {"enable_cross_partition_query": True}
+        )
+        return self._call(
+            what or f"reading {self.subject}",
+            lambda: list(
+                self._container.query_items(sql, parameters=parameters, **scope, **self._request)
+            ),
+        )
+
+    def _find(self, item_id: str) -> dict[str, Any] | None:
+        """The item whose id and partition key are both ``item_id``, or None."""
+        found = self._query(
+            "SELECT * FROM c WHERE c.pk = @pk AND c.id = @pk", {"@pk": item_id}, pk=item_id
+        )
+        return found[0] if found else None
+
+    def _create(self, body: dict[str, Any]) -> dict[str, Any] | None:
+        """Conditional create: the item written, or None when one with its id exists (409)."""
+        try:
+            out: dict[str, Any] = self._call(
+                f"writing {self.subject}",
+                lambda: self._container.create_item(body, **self._request),
+            )
+        except self.failed as e:
+            if self._refused(e, (CONFLICT,)):
+                return None
+            raise
+        return out
+
+    def _replace(
+        self, body: dict[str, Any], etag: str, *, stale: Collection[int] = (PRECONDITION_FAILED,)
+    ) -> dict[str, Any] | None:
+        """Replace the item ``body["id"]`` with ``body`` if it still has ``etag``: the item
+        written, or None when the account answers one of ``stale`` (412: written since)."""
+        from azure.core import MatchConditions
+
+        try:
+            out: dict[str, Any] = self._call(
+                f"writing {self.subject}",
+                lambda: self._container.replace_item(
+                    body["id"],
+                    body,
+                    etag=etag,
+                    match_condition=MatchConditions.IfNotModified,
+                    **self._request,
+                ),
+            )
+        except self.failed as e:
+            if self._refused(e, stale):
+                return None
+            raise
+        return out
+
+    def _amend(self, item: Mapping[str, Any], **changes: Any) -> dict[str, Any] | None:
+        """``item`` as read, with ``changes``, if nobody wrote it since it was read (its
+        ``_etag``): the item written, or None (412). The system fields (``_etag``, ``_ts``, ...)
+        are the account's, never sent back."""
+        body = {k: v for k, v in item.items() if not k.startswith("_")}
+        body.update(changes)
+        return self._replace(body, item["_etag"])

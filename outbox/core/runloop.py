@@ -23,6 +23,9 @@ The rules:
 * Every wait reads the injected ``Clock``. On the real clock it waits on the stop event (a stop
   ends the wait at once); on any other clock it sleeps in slices of at most ``TICK`` seconds,
   checking for a stop in between, so a ``ManualClock`` test skips ahead instead of sleeping.
+* A component with several loops (the command worker's threads, the MQTT gateway's slots) runs
+  them with ``run_loops``: the signals handled once for all, and one loop's fatal error stops the
+  others and is raised when every loop has ended.
 """
 
 from __future__ import annotations
@@ -50,6 +53,8 @@ TICK = 1.0
 MAX_ERROR_WAIT = 30.0
 #: The signals that ask a loop to stop.
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
+#: How long the main thread waits on a loop's thread at a time, so it still runs signal handlers.
+JOIN_SLICE = 0.2
 
 #: One unit of work: how much it did (0 or False: nothing, so the loop waits before the next).
 Poll = Callable[[], int | bool]
@@ -244,3 +249,59 @@ class RunLoop:
                 self._stop.wait(left)
             else:
                 self.clock.sleep(min(left, TICK))
+
+
+# --- several loops ----------------------------------------------------------------------------
+
+
+def run_loops(
+    n: int,
+    make_loop: Callable[[], RunLoop],
+    stop: Callable[[], None],
+    *,
+    handle_signals: bool = True,
+    name: str = "outbox-loop",
+    once: bool = False,
+    until_idle: Callable[[], bool] | None = None,
+    ready: Callable[[], None] | None = None,
+) -> str | None:
+    """Run ``n`` loops made by ``make_loop`` (one on the calling thread, several in threads named
+    ``{name}-{i}``) until every one has ended; returns the signal that asked to stop, if one did.
+
+    Why here: the command worker and the MQTT gateway both run several loops, and both need the
+    signals handled once for all (a thread cannot install handlers) and a loop's fatal error to
+    stop the others (``stop`` stops them all) and be raised once they have ended, so a component
+    never keeps running with dead threads. ``ready`` runs once the handlers are in place.
+    """
+    failures: list[BaseException] = []
+    guard = threading.Lock()
+
+    def one() -> None:
+        try:
+            make_loop().run(once=once, until_idle=until_idle, handle_signals=False)
+        except BaseException as e:  # raised below; the other loops stop too
+            with guard:
+                failures.append(e)
+                first = len(failures) == 1
+            if not first and isinstance(e, Exception):  # only the first one is raised
+                log.warning("%s also failed: %s", threading.current_thread().name, e)
+            stop()
+
+    signals = stop_on_signals(stop) if handle_signals else nullcontext(SignalState())
+    with signals as state:
+        if ready is not None:
+            ready()
+        if n == 1:
+            one()
+        else:
+            threads = [
+                threading.Thread(target=one, name=f"{name}-{i}", daemon=True) for i in range(n)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                while t.is_alive():
+                    t.join(JOIN_SLICE)
+    if failures:
+        raise failures[0]
+    return state.received

@@ -94,6 +94,8 @@ SMOKES: dict[str, Smoke] = {
         needs="mqtt",
     ),
     "rescuer": Smoke(_RESCUER, args=("--no-spark",)),  # its Spark passes: SPARK_SMOKES
+    # HEAD against itself: the trees come from `git archive`, so the clone's commits only
+    "revisions": Smoke(_keys("before", "after", "pairs", "noise", "cases", "no_slower")),
     "sql_queue": Smoke(
         _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
         needs="postgres",

@@ -17,7 +17,9 @@ that committed; they are never killed, so the journals are exact. Bursts, not a 
 stream: every commit is one more log entry each Spark action replays (no checkpoint between
 deltalake commits), and a stream of them slows the driver's MERGE to minutes.
 
-Waits are on a condition with a deadline (the driver's journal), never a fixed sleep.
+Waits are on a condition with a deadline (the driver's journal), never a fixed sleep. The
+driver's ``SparkOutbox`` and MERGE cue, and the journals, are the checker's own
+(``outbox.app.checker.spark_writer``, ``procs``): this proof drives the writer the checker runs.
 """
 
 from __future__ import annotations
@@ -28,25 +30,9 @@ import time
 from pathlib import Path
 from typing import Any
 
+from outbox.app.checker.procs import _Journal, read_journal
+
 DEADLINE_S = 1800.0  # a safety net only: the writers stop when the driver is done
-
-
-def _journal(path: str, event: dict[str, Any]) -> None:
-    with open(path, "a", encoding="utf-8") as f:
-        f.write(json.dumps(event) + "\n")
-
-
-def read_journal(path: str | Path) -> list[dict[str, Any]]:
-    p = Path(path)
-    if not p.exists():
-        return []
-    out = []
-    for line in p.read_text("utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except ValueError:
-            continue  # a line torn by SIGKILL
-    return out
 
 
 def _transport(cfg: dict[str, Any], role: str) -> Any:
@@ -56,27 +42,25 @@ def _transport(cfg: dict[str, Any], role: str) -> Any:
 
 
 def spark_main(cfg: dict[str, Any]) -> None:
-    from outbox.app.spark import SparkOutbox
+    from outbox.app.checker.spark_writer import open_spark_outbox, signal_merges
     from outbox.testing import crash_points
     from rescuer.cdf_spark import get_spark
 
     crash_points.install()  # OUTBOX_CRASH_AT is read at the first hit
+    journal = _Journal(cfg["spark_journal"])
     current = [0]
-    _merge_signalling(cfg, current)
+    signal_merges(journal.write, lambda: current[0])  # the writers' cue: attempt 1
     done = {int(e["batch"]) for e in read_journal(cfg["spark_journal"]) if e["event"] == "batch"}
     spark = get_spark()
-    sob = SparkOutbox(
-        spark, cfg["workspace"], create=False, transport=_transport(cfg, "spark"), **cfg["settings"]
-    )
+    sob = open_spark_outbox(spark, cfg, _transport(cfg, "spark"))
     for b in range(1, cfg["batches"] + 1):
         if b in done:
             continue
         df = _batch(spark, cfg, b)
         current[0] = b
-        _journal(cfg["spark_journal"], {"event": "start", "batch": b, "at": time.time()})
+        journal.write({"event": "start", "batch": b, "at": time.time()})
         r = sob.apply(df, txn=(cfg["app_id"], b))
-        _journal(
-            cfg["spark_journal"],
+        journal.write(
             {
                 "event": "batch",
                 "batch": b,
@@ -86,9 +70,9 @@ def spark_main(cfg: dict[str, Any]) -> None:
                 "conflicts": r.conflicts.count(),
                 "commit_retries": sob.commit_retries,
                 "timings": r.timings,
-            },
+            }
         )
-    _journal(cfg["spark_journal"], {"event": "done"})
+    journal.write({"event": "done"})
     sob.close()
     spark.stop()
 
@@ -113,7 +97,7 @@ def _batch(spark: Any, cfg: dict[str, Any], b: int) -> Any:
     )
 
 
-def _save(ob: Any, doc_id: str, journal: str, role: str) -> None:
+def _save(ob: Any, doc_id: str, journal: _Journal, role: str) -> None:
     """One unit of work on ``doc_id`` (one message), retried on a lost race; journaled once it
     committed."""
     from outbox.core.errors import CommitConflictError, ConcurrencyError
@@ -126,7 +110,7 @@ def _save(ob: Any, doc_id: str, journal: str, role: str) -> None:
                 doc.send("Touched", {"doc": doc_id, "n": doc.state["py"], "by": role})
         except (ConcurrencyError, CommitConflictError):
             continue
-        _journal(journal, {"event": "save", "doc": doc_id, "messages": 1})
+        journal.write({"event": "save", "doc": doc_id, "messages": 1})
         return
     raise RuntimeError(f"{role}: 50 lost races in a row on {doc_id}")
 
@@ -135,30 +119,13 @@ def _spark_events(cfg: dict[str, Any]) -> list[dict[str, Any]]:
     return read_journal(cfg["spark_journal"])
 
 
-def _merge_signalling(cfg: dict[str, Any], batch: list[int]) -> None:
-    """Journal each MERGE attempt right before it runs (``attempt`` 1 is the writers' cue),
-    around the product's own ``run_merge``; nothing else changes."""
-    from outbox.app.spark import merge
-
-    real = merge.run_merge
-    attempts: dict[int, int] = {}
-
-    def run_merge(*args: Any, **kwargs: Any) -> dict[str, int]:
-        b = batch[0]
-        attempts[b] = attempts.get(b, 0) + 1
-        _journal(cfg["spark_journal"], {"event": "merging", "batch": b, "attempt": attempts[b]})
-        return real(*args, **kwargs)
-
-    setattr(merge, "run_merge", run_merge)  # noqa: B010 - api.py calls M.run_merge
-
-
 def writer_main(cfg: dict[str, Any], role: str) -> None:
     """A burst of ``burst`` saves each time the driver starts a MERGE: the application's own
     documents (``own``), or the driver's overlapping ones (``overlap``), whose saves then commit
     while that MERGE runs on the same buckets."""
     from outbox.app.facade import Outbox
 
-    journal = cfg[f"{role}_journal"]
+    journal = _Journal(cfg[f"{role}_journal"])
     docs: list[str] = cfg[f"{role}_docs"]
     deadline = time.monotonic() + DEADLINE_S
     seen = 0
@@ -178,7 +145,7 @@ def writer_main(cfg: dict[str, Any], role: str) -> None:
                 break
             else:
                 time.sleep(0.02)  # polling the driver's journal for its next MERGE
-    _journal(journal, {"event": "done"})
+    journal.write({"event": "done"})
 
 
 def main(argv: list[str]) -> None:

@@ -32,6 +32,7 @@ from outbox.app.checker.rescue import (
     run_rescue_pass,
 )
 from outbox.app.checker.scenario import Scenario, SparkPlan
+from outbox.core.clock import SystemClock
 from outbox.testing import mutations
 
 __all__ = ["InterruptedPass", "OffsetClock", "run_check", "run_rescue_pass"]
@@ -190,7 +191,9 @@ def _prepare(
         flaky.append(FlakySink(inner, random.Random(sc.seed ^ 0x5EED), sc.rescue_failure_rate))
         return flaky[0]
 
-    parts = open_rescuer(settings, engine=report.engine, clock=clock, wrap_sink=wrap)
+    parts = open_rescuer(
+        settings, engine=report.engine, clock=clock, queue_clock=SystemClock(), wrap_sink=wrap
+    )
     recording, sink = recordings[0], flaky[0]
     queue = parts.backends.sql_queue  # the command queue: the drain and the re-create use it
     store = parts.store

@@ -25,12 +25,42 @@ import json
 import os
 import sys
 import time
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 from outbox.testing import mutations
 
 APPLY_ATTEMPTS = 5  # a batch whose MERGE lost every commit race is applied again (same txn)
 DESTINATION = "shipments"
+
+
+def open_spark_outbox(spark: Any, cfg: dict[str, Any], transport: Any) -> Any:
+    """The driver's ``SparkOutbox`` on the run's workspace (made by the supervisor) and settings;
+    also what tests/spark/mixed_child.py drives, so both proofs run the same writer."""
+    from outbox.app.spark import SparkOutbox
+
+    return SparkOutbox(
+        spark, cfg["workspace"], create=False, transport=transport, **cfg["settings"]
+    )
+
+
+def signal_merges(write: Callable[[dict[str, Any]], None], batch: Callable[[], int]) -> None:
+    """Journal each MERGE attempt (``batch``, ``attempt`` from 1) right before it runs: the cue
+    for writers meant to commit while a MERGE runs, since a JVM start outlasts a small write
+    phase. Wraps the product's ``run_merge``, nothing else."""
+    from outbox.app.spark import merge
+
+    real = merge.run_merge
+    attempts: Counter[int] = Counter()
+
+    def run_merge(*args: Any, **kwargs: Any) -> dict[str, int]:
+        b = batch()
+        attempts[b] += 1
+        write({"event": "merging", "batch": b, "attempt": attempts[b], "at": time.time()})
+        return real(*args, **kwargs)
+
+    setattr(merge, "run_merge", run_merge)  # noqa: B010 - api.py calls M.run_merge
 
 
 def spark_writer_main(cfg: dict[str, Any]) -> None:
@@ -77,20 +107,8 @@ class _SparkWriter:
         self.spark = get_spark(jars=jars or None)
         self.sob, self.retries = self._open()
         journal.write({"event": "ready", "at": time.time()})
-        self._signal_merges()
-
-    def _signal_merges(self) -> None:
-        """Journal each MERGE attempt right before it runs: the supervisor's cue to start the
-        Python writers (``run._await_ready``). Wraps the product's ``run_merge``, nothing else."""
-        from outbox.app.spark import merge
-
-        real = merge.run_merge
-
-        def run_merge(*args: Any, **kwargs: Any) -> dict[str, int]:
-            self.journal.write({"event": "merging", "batch": self.batch, "at": time.time()})
-            return real(*args, **kwargs)
-
-        setattr(merge, "run_merge", run_merge)  # noqa: B010 - api.py calls M.run_merge
+        # the supervisor's cue to start the Python writers (``run._await_ready``)
+        signal_merges(journal.write, lambda: self.batch)
 
     def _arm(self, spec: str) -> None:
         """``point@batch=kill|raise``: fires on that batch's hit (one hit per committed apply)."""
@@ -115,17 +133,10 @@ class _SparkWriter:
 
     def _open(self) -> tuple[Any, Any]:
         from outbox.app.checker.procs import RetryCommands, _transport
-        from outbox.app.spark import SparkOutbox
 
         faulty = _transport(self.cfg, "writer", self.cfg["seed"])
         transport = self.mutation.wrap_transport(faulty) if self.mutation else faulty
-        sob = SparkOutbox(
-            self.spark,
-            self.cfg["workspace"],
-            create=False,
-            transport=transport,
-            **self.cfg["settings"],
-        )
+        sob = open_spark_outbox(self.spark, self.cfg, transport)
         if self.mutation:
             self.mutation.patch_outbox(sob)
         return sob, RetryCommands(sob.runtime, self.journal)

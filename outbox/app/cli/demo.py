@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from click.core import ParameterSource
@@ -19,6 +21,12 @@ from outbox.app.cli.output import (
 )
 from outbox.app.cli.support import CliContext, json_option, pass_cli
 from outbox.core.errors import WorkspaceError
+
+if TYPE_CHECKING:
+    from outbox.app.demos.frame import StoryReport
+
+#: Every story narrates on one logger (``--json`` turns its steps into log lines).
+STEP_LOGGER = "outbox.app.demos.shipments"
 
 
 @click.command()
@@ -65,49 +73,51 @@ def demo(
                 f"demo workspace {path} is not an empty folder",
                 hint="pass a new folder to -w/--workspace, or omit it for a temporary one",
             )
+    step = stepper(as_json, STEP_LOGGER)
     if story == "geo":
-        _geo(target, packages, as_json)
+        from outbox.app.demos.geo import iter_rows as geo_rows
+        from outbox.app.demos.geo import run_geo_demo
+
+        geo = run_geo_demo(target, packages=packages, step=step)
+        title = "delta-outbox demo geo: shipment tracking across two regions"
+        _tell(geo, title, geo_rows(geo), as_json)
         return
     if story == "devices":
-        from outbox.app.cli.demo_devices import devices_story
+        from outbox.app.demos.devices import iter_rows as devices_rows
+        from outbox.app.demos.devices import run_devices_demo
 
         if here.get_parameter_source("packages") is ParameterSource.COMMANDLINE:
             raise click.UsageError("--packages does not apply to `demo devices` (it has no size)")
 
-        devices_story(target, as_json)
+        fleet = run_devices_demo(target, step=step)
+        title = "delta-outbox demo devices: one task at a time per device"
+        _tell(fleet, title, devices_rows(fleet), as_json, then="devices list")
         return
-    report = run_demo(
-        target,
-        packages=packages,
-        step=stepper(as_json, "outbox.app.demos.shipments"),
-        bar=progress,
-    )
+    report = run_demo(target, packages=packages, step=step, bar=progress)
+    title = "delta-outbox demo: shipment tracking"
+    _tell(report, title, iter_rows(report), as_json, then="status")
+
+
+def _tell(
+    report: StoryReport,
+    title: str,
+    rows: Iterable[tuple[str, str]],
+    as_json: bool,
+    *,
+    then: str = "",
+) -> None:
+    """A story's report, told the way every story's is: the JSON document, or the summary table,
+    its problems and where the workspace was kept (``then``: the command to try on it next);
+    exit 5 when an invariant broke."""
     if as_json:
         emit_json(snake_keys(report.to_dict(), "invariants", "not_exercised"))
     else:
-        print_kv("delta-outbox demo: shipment tracking", iter_rows(report))
+        print_kv(title, rows)
         for p in report.problems:
             echo(f"problem: {p}")
         if report.kept:
-            echo(f"workspace kept in {report.workspace}; try `outbox -w {report.workspace} status`")
-    if not report.ok:
-        raise SystemExit(exit_codes.INVARIANT_BROKEN)
-
-
-def _geo(target: str | None, packages: int, as_json: bool) -> None:
-    from outbox.app.demos.geo import iter_rows, run_geo_demo
-
-    report = run_geo_demo(
-        target, packages=packages, step=stepper(as_json, "outbox.app.demos.shipments")
-    )
-    if as_json:
-        emit_json(snake_keys(report.to_dict(), "invariants", "not_exercised"))
-    else:
-        print_kv("delta-outbox demo geo: shipment tracking across two regions", iter_rows(report))
-        for p in report.problems:
-            echo(f"problem: {p}")
-        if report.kept:
-            echo(f"workspace kept in {report.workspace}")
+            ws = report.workspace
+            echo(f"workspace kept in {ws}" + (f"; try `outbox -w {ws} {then}`" if then else ""))
     if not report.ok:
         raise SystemExit(exit_codes.INVARIANT_BROKEN)
 

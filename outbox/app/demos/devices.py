@@ -13,18 +13,16 @@ Why threads, not processes: the device's wait and catch-up is the story; the mul
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import threading
-import time
-from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from outbox.app.demos.frame import Step, StoryReport, closing_rows, story_workspace
 from outbox.core.errors import MissingDependencyError
 
-Step = Callable[[str], None]
 DESTINATION = "devices"
 OFFLINE = "door-3"
 RETRY_INTERVAL = 0.5  # seconds: short, so the wait shows without taking long
@@ -33,9 +31,7 @@ DEADLINE = 45.0
 
 
 @dataclass
-class DevicesDemoReport:
-    workspace: str
-    kept: bool
+class DevicesDemoReport(StoryReport):
     devices: int
     tasks_per_device: int
     broker: str = ""
@@ -48,18 +44,12 @@ class DevicesDemoReport:
     queued_behind_while_offline: int = 0
     max_in_flight: int = 0
     devices_in_order: int = 0
-    duration_s: float = 0.0
-    invariants: dict[str, bool] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return bool(self.invariants) and all(self.invariants.values()) and not self.problems
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ok"] = self.ok
-        return d
+        """A timed-out wait fails the run too: the devices' record it left unread can hold no
+        broken invariant, so held invariants alone would call a stalled run a success."""
+        return super().ok and not self.problems
 
 
 def device_name(i: int) -> str:
@@ -81,25 +71,16 @@ def run_devices_demo(
     from dispatcher.queue import QueueMessage, SqlQueue
     from migrations.sql import upgrade
     from outbox.testing.devices import DeviceSimulator
-    from outbox.testing.mosquitto import MosquittoServer
 
-    t_start = time.monotonic()
-    temp = workspace is None
-    ws = Path(tempfile.mkdtemp(prefix="outbox-devices-demo-")) if temp else Path(str(workspace))
-    report = DevicesDemoReport(
-        workspace=str(ws), kept=not temp, devices=devices, tasks_per_device=tasks
+    frame = story_workspace(
+        workspace,
+        "outbox-devices-demo-",
+        DevicesDemoReport,
+        devices=devices,
+        tasks_per_device=tasks,
     )
-    server: MosquittoServer | None = None
-    try:
-        if broker is None:
-            server = MosquittoServer()
-            if not server.available:
-                raise MissingDependencyError(
-                    "the devices demo starts a mosquitto broker, and mosquitto is not installed",
-                    hint="apt-get install mosquitto (scripts/ensure-mosquitto.sh does it)",
-                )
-            broker = server.start()
-        report.broker = broker
+    with frame as (ws, report), _broker(broker) as address:
+        report.broker = address
         ws.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{ws / 'outbox.db'}"
         upgrade(url)
@@ -111,7 +92,7 @@ def run_devices_demo(
             step(f"queued {tasks} tasks for each of {devices} devices (a session per device)")
             offline = OFFLINE if OFFLINE in plan else names[-1]
             report.offline_device = offline
-            with DeviceSimulator(broker, ack_delay=0.05, offline=[offline]) as sim:
+            with DeviceSimulator(address, ack_delay=0.05, offline=[offline]) as sim:
                 options = GatewayOptions(
                     destination=DESTINATION,
                     retry_interval=RETRY_INTERVAL,
@@ -119,14 +100,14 @@ def run_devices_demo(
                     concurrency=devices,
                     poll_interval=0.05,
                 )
-                gateway = MqttGateway(queue, options, broker=MqttBroker.parse(broker))
+                gateway = MqttGateway(queue, options, broker=MqttBroker.parse(address))
                 stats_box: list[Any] = []
                 runner = threading.Thread(
                     target=lambda: stats_box.append(gateway.run(handle_signals=False)),
                     daemon=True,
                 )
                 runner.start()
-                step(f"gateway started on {broker}; {offline} is offline")
+                step(f"gateway started on {address}; {offline} is offline")
                 others = [d for d in names if d != offline]
                 others_done = sim.wait_for(
                     lambda s: all(len(s.record(d).done) == tasks for d in others), DEADLINE
@@ -177,13 +158,27 @@ def run_devices_demo(
             "never two tasks in flight on one device": report.max_in_flight == 1,
             "nothing dead-lettered": report.dead_lettered == 0,
         }
-    finally:
-        if server is not None:
-            server.cleanup()
-        if temp:
-            shutil.rmtree(ws, ignore_errors=True)
-        report.duration_s = round(time.monotonic() - t_start, 1)
     return report
+
+
+@contextmanager
+def _broker(broker: str | None) -> Iterator[str]:
+    """``broker``, or when None a throwaway mosquitto on 127.0.0.1, removed afterwards."""
+    from outbox.testing.mosquitto import MosquittoServer
+
+    if broker is not None:
+        yield broker
+        return
+    server = MosquittoServer()
+    try:
+        if not server.available:
+            raise MissingDependencyError(
+                "the devices demo starts a mosquitto broker, and mosquitto is not installed",
+                hint="apt-get install mosquitto (scripts/ensure-mosquitto.sh does it)",
+            )
+        yield server.start()
+    finally:
+        server.cleanup()
 
 
 def iter_rows(report: DevicesDemoReport) -> Iterator[tuple[str, str]]:
@@ -197,6 +192,4 @@ def iter_rows(report: DevicesDemoReport) -> Iterator[tuple[str, str]]:
     yield "its tasks waiting in the queue meanwhile", str(report.queued_behind_while_offline)
     yield "most tasks in flight on one device", str(report.max_in_flight)
     yield "devices with tasks in order", f"{report.devices_in_order}/{report.devices}"
-    for name, held in report.invariants.items():
-        yield name, "held" if held else "BROKEN"
-    yield "wall time", f"{report.duration_s:.1f}s"
+    yield from closing_rows(report)

@@ -15,18 +15,16 @@ file of its own; the multi-process proof (SIGKILL inside a handler) is tests/cla
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from outbox.app.demos.frame import Step, StoryReport, closing_rows, story_workspace
 from outbox.app.demos.shipments import DESTINATION, STATUSES, _save_status, package_id
 
-Step = Callable[[str], None]
 REGIONS = ("east", "west")
 SECONDARY_DELAY = 1.5  # seconds: short, so the demo shows the failover without waiting long
 CLAIM_LEASE = 3.0
@@ -34,9 +32,7 @@ DEADLINE = 45.0
 
 
 @dataclass
-class GeoDemoReport:
-    workspace: str
-    kept: bool
+class GeoDemoReport(StoryReport):
     packages: int
     written: int = 0
     handled: int = 0  # distinct status updates whose effect was recorded
@@ -48,18 +44,6 @@ class GeoDemoReport:
     failed_region: str = "east"
     failover_s: float | None = None  # east failed -> west's first handling after that
     packages_in_order: int = 0
-    duration_s: float = 0.0
-    invariants: dict[str, bool] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.invariants) and all(self.invariants.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ok"] = self.ok
-        return d
 
 
 class _Effects:
@@ -106,12 +90,9 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
     from outbox.app.facade import Outbox
     from outbox.testing.faulty import FaultyTransport
 
-    t_start = time.monotonic()
-    temp = workspace is None
-    ws = Path(tempfile.mkdtemp(prefix="outbox-geo-demo-")) if temp else Path(str(workspace))
-    report = GeoDemoReport(workspace=str(ws), kept=not temp, packages=packages)
     effects = _Effects()
-    try:
+    frame = story_workspace(workspace, "outbox-geo-demo-", GeoDemoReport, packages=packages)
+    with frame as (ws, report):
         regions = ws / "regions"
         regions.mkdir(parents=True, exist_ok=True)
         urls = {name: f"sqlite:///{regions / name}.db" for name in (*REGIONS, "claims")}
@@ -187,11 +168,7 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
         claims.close()
         for q in queues.values():
             q.close()
-    finally:
         _verify(report, effects, packages)
-        report.duration_s = round(time.monotonic() - t_start, 1)
-        if temp:
-            shutil.rmtree(ws, ignore_errors=True)
     return report
 
 
@@ -251,6 +228,4 @@ def iter_rows(report: GeoDemoReport) -> Iterator[tuple[str, str]]:
         yield "failover", f"east failed; west handled its next update {report.failover_s:g}s later"
     yield "duplicate effects", str(report.duplicate_effects)
     yield "packages with statuses in order", f"{report.packages_in_order}/{report.packages}"
-    for name, held in report.invariants.items():
-        yield name, "held" if held else "BROKEN"
-    yield "wall time", f"{report.duration_s:.1f}s"
+    yield from closing_rows(report)

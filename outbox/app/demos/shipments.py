@@ -26,16 +26,13 @@ rows); split by role, a reader would follow it across files.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from outbox.app.demos.frame import Bar, Step, StoryReport, closing_rows, story_workspace
 from outbox.core.clock import SystemClock
 
 STATUSES = ("left Seattle", "reached Des Moines", "arrived Charlotte")
@@ -43,9 +40,6 @@ DESTINATION = "shipments"
 CRASH = "mid_batch@2=kill"  # SIGKILL between the 2nd and 3rd send batch of the hub scan
 SEND_BATCH = 8  # at most this many messages per send batch in the hub scanner
 SAVE_BATCH = 10  # packages per unit of work in the first two steps
-
-Step = Callable[[str], None]
-Bar = Callable[[str, int], AbstractContextManager[Callable[[int], None]]]
 
 
 class DemoClock(SystemClock):
@@ -59,9 +53,7 @@ class DemoClock(SystemClock):
 
 
 @dataclass
-class DemoReport:
-    workspace: str
-    kept: bool
+class DemoReport(StoryReport):
     packages: int
     written: int = 0  # messages committed
     delivered: int = 0  # distinct messages the consumer received
@@ -79,20 +71,8 @@ class DemoReport:
     simulated_s: float = 0.0
     max_rescue_latency_s: float = 0.0  # commit -> delivery, simulated seconds included
     packages_in_order: int = 0
-    duration_s: float = 0.0
-    invariants: dict[str, bool] = field(default_factory=dict)
     #: invariant -> why this run did not put it to the test (it held, but only vacuously)
     not_exercised: dict[str, str] = field(default_factory=dict)
-    problems: list[str] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return bool(self.invariants) and all(self.invariants.values())
-
-    def to_dict(self) -> dict[str, Any]:
-        d = asdict(self)
-        d["ok"] = self.ok
-        return d
 
 
 def send_batch(packages: int) -> int:
@@ -161,12 +141,8 @@ def run_demo(
     """Play the story in ``workspace`` (a temporary folder, removed afterwards, when None)."""
     from outbox.app.facade import Outbox
 
-    t_start = time.monotonic()
-    temp = workspace is None
-    ws = Path(tempfile.mkdtemp(prefix="outbox-demo-")) if temp else Path(str(workspace))
-    report = DemoReport(workspace=str(ws), kept=not temp, packages=packages)
-    clock = DemoClock()
-    try:
+    with story_workspace(workspace, "outbox-demo-", DemoReport, packages=packages) as (ws, report):
+        clock = DemoClock()
         story = _Story(Outbox.open(ws, clock=clock), clock, report, step)
         _ordinary_steps(story, bar)
         _hub_scan(story, ws)
@@ -176,10 +152,6 @@ def run_demo(
         checkpoints.close()
         story.queue.close()
         story.ob.close()
-    finally:
-        report.duration_s = round(time.monotonic() - t_start, 1)
-        if temp:
-            shutil.rmtree(ws, ignore_errors=True)
     return report
 
 
@@ -449,7 +421,4 @@ def iter_rows(report: DemoReport) -> Iterator[tuple[str, str]]:
         latency += f"{report.rescue_delay_s:g}s)"
     yield "max rescue latency", latency
     yield "packages with statuses in order", f"{report.packages_in_order}/{report.packages}"
-    for name, held in report.invariants.items():
-        why = report.not_exercised.get(name)
-        yield name, ("BROKEN" if not held else f"not exercised: {why}" if why else "held")
-    yield "wall time", f"{report.duration_s:.1f}s"
+    yield from closing_rows(report, report.not_exercised)

@@ -252,7 +252,7 @@ class SparkOutbox:
             timings["read_changes_s"] = time.perf_counter() - t0
         except Exception:
             log.exception("reading commit %d's changes failed; the rescuer will cover it", version)
-            self.runtime.crash_points.hit("after_commit")
+            self.runtime.observe.committed()
             return None, 0
         count = sum(len(r.outbox) for r in rows)
         if mode == self.runtime.mode:

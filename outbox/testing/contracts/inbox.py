@@ -296,8 +296,8 @@ class InboxConsumerContract(InboxContract):
             completed_while.append(checker.handled(m.message_id))
             real_complete(m)
 
-        queue.receive = receive  # type: ignore[method-assign]
-        queue.complete = complete  # type: ignore[method-assign,assignment]
+        queue.receive = receive
+        queue.complete = complete  # type: ignore[assignment]
         consumers = [
             Consumer(queue, self.QUEUE, handler, inbox=inbox_for("billing"), claim_owner=f"p{i}")
             for i in range(2)
@@ -314,7 +314,7 @@ class InboxConsumerContract(InboxContract):
             t.start()
         for t in threads:
             t.join(WAIT * 3)
-        queue.receive = real_receive  # type: ignore[method-assign]
+        queue.receive = real_receive
         assert len(calls) == 1, f"the handler ran {len(calls)} times for one message id"
         assert inbox_for("billing").handled("x")
         [waiting] = queue.peek(self.QUEUE)  # the duplicate waits; it was not dropped
@@ -357,7 +357,7 @@ class InboxConsumerContract(InboxContract):
             if not decided.wait(WAIT):
                 raise AssertionError("the other delivery never decided")
 
-        queue.abandon = abandon  # type: ignore[method-assign,assignment]
+        queue.abandon = abandon  # type: ignore[assignment]
         consumer = Consumer(queue, self.QUEUE, handler, inbox=inbox_for("billing"), concurrency=2)
         assert consumer.run_once() == 2
         assert len(calls) == 1, f"the handler ran {len(calls)} times for one message id"
@@ -462,7 +462,7 @@ class InboxConsumerContract(InboxContract):
             return until
 
         inbox.renew = renew  # type: ignore[method-assign]
-        queue.renew_lock = renew_lock  # type: ignore[method-assign,assignment]
+        queue.renew_lock = renew_lock  # type: ignore[assignment]
         other = inbox_for("billing")
         seen: list[ClaimOutcome] = []
 
