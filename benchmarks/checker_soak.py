@@ -150,6 +150,56 @@ def _deadline(text: str | None) -> float | None:
     return time.monotonic() + (at - now).total_seconds()
 
 
+def _finished_run(meta: Path, files: list[Path]) -> tuple[str, float]:
+    """The commit and wall time of the chunks already run (``--merge-only``)."""
+    m = json.loads(meta.read_text())
+    last = max((f.stat().st_mtime for f in files if f.exists()), default=time.time())
+    return m["commit"], last - float(m["started"])
+
+
+def _run_chunks(
+    args: argparse.Namespace, chunks: list[tuple[int, int]], files: list[Path], meta: Path
+) -> tuple[str, float]:
+    """One ``outbox check`` process per chunk, waited for until the deadline; the commit and the
+    wall time."""
+    commit, started = _commit(), time.time()
+    meta.write_text(json.dumps({"commit": commit, "started": started}))
+    procs = [_start_chunk(args, first, n, f) for (first, n), f in zip(chunks, files, strict=True)]
+    _wait_for(procs, _deadline(args.deadline))
+    return commit, time.time() - started
+
+
+def _start_chunk(
+    args: argparse.Namespace, first: int, n: int, results: Path
+) -> subprocess.Popen[bytes]:
+    cmd = [
+        sys.executable, "-m", "outbox.app.cli",  # ``outbox`` of this interpreter
+        "check",
+        "--first-seed", str(first),
+        "--seeds", str(n),
+        "--scale", str(args.scale),
+        "--workdir", str(args.workdir / f"chunk-{first}"),
+        "--results", str(results),
+        "--json",
+    ]  # fmt: skip
+    log = open(args.workdir / f"chunk-{first}.log", "w")  # noqa: SIM115 - child's stderr
+    return subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
+
+
+def _wait_for(procs: list[subprocess.Popen[bytes]], deadline: float | None) -> None:
+    """Until every process ended, or the deadline: then SIGTERM the rest and wait for them."""
+    while running := [p for p in procs if p.poll() is None]:
+        left = None if deadline is None else deadline - time.monotonic()
+        if left is not None and left <= 0:
+            for p in running:
+                os.killpg(p.pid, signal.SIGTERM)
+            break
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            running[0].wait(timeout=5 if left is None else min(5.0, left))
+    for p in procs:
+        p.wait()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--first-seed", type=int, default=1001)
@@ -173,40 +223,9 @@ def main(argv: list[str] | None = None) -> int:
     files = [args.workdir / f"chunk-{first}.json" for first, _ in chunks]
     meta = args.workdir / "soak-meta.json"
     if args.merge_only:
-        m = json.loads(meta.read_text())
-        last = max((f.stat().st_mtime for f in files if f.exists()), default=time.time())
-        commit, wall = m["commit"], last - float(m["started"])
+        commit, wall = _finished_run(meta, files)
     else:
-        commit, started = _commit(), time.time()
-        meta.write_text(json.dumps({"commit": commit, "started": started}))
-        procs = []
-        for (first, n), f in zip(chunks, files, strict=True):
-            cmd = [
-                sys.executable, "-m", "outbox.app.cli",  # ``outbox`` of this interpreter
-                "check",
-                "--first-seed", str(first),
-                "--seeds", str(n),
-                "--scale", str(args.scale),
-                "--workdir", str(args.workdir / f"chunk-{first}"),
-                "--results", str(f),
-                "--json",
-            ]  # fmt: skip
-            log = open(args.workdir / f"chunk-{first}.log", "w")  # noqa: SIM115 - child's stderr
-            procs.append(
-                subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
-            )
-        deadline = _deadline(args.deadline)
-        while running := [p for p in procs if p.poll() is None]:
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
-                for p in running:
-                    os.killpg(p.pid, signal.SIGTERM)
-                break
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                running[0].wait(timeout=5 if left is None else min(5.0, left))
-        for p in procs:
-            p.wait()
-        wall = time.time() - started
+        commit, wall = _run_chunks(args, chunks, files, meta)
     docs = [json.loads(f.read_text()) for f in files if f.exists()]
     result = merge(
         docs, planned=planned, wall_s=wall, commit=commit, scale=args.scale, chunks=len(chunks)

@@ -259,6 +259,7 @@ def _files(ob: Outbox) -> int:
 def bench_growth(
     base: Path,
     commits: int,
+    *,
     compact_every: int,
     window: int,
     seed_docs: int = 2000,
@@ -335,12 +336,14 @@ def bench_long(
 ) -> dict[str, Any]:
     """The 10,000-commit runs: compaction alone, then compaction plus the log trim."""
     return {
-        "long_run_compaction_only": bench_growth(base, commits, every, window, seed_docs=seed_docs),
+        "long_run_compaction_only": bench_growth(
+            base, commits, compact_every=every, window=window, seed_docs=seed_docs
+        ),
         "long_run_with_upkeep": bench_growth(
             base,
             commits,
-            every,
-            window,
+            compact_every=every,
+            window=window,
             seed_docs=seed_docs,
             log_retention=LONG_RUN_LOG_RETENTION,
         ),
@@ -451,10 +454,10 @@ def main(argv: list[str] | None = None) -> None:
         if not args.quick:
             commits, every, window = (20, 10, 10) if smoke else (1000, 100, 100)
             data["growth_without_upkeep"] = bench_growth(
-                base, commits, 0, window, seed_docs=seed_docs
+                base, commits, compact_every=0, window=window, seed_docs=seed_docs
             )
             data["growth_with_compaction_every_100"] = bench_growth(
-                base, commits, every, window, seed_docs=seed_docs
+                base, commits, compact_every=every, window=window, seed_docs=seed_docs
             )
             data["buckets"] = bench_buckets(
                 base, [4] if smoke else [1, 4, 16, 64], commits=3 if smoke else 40

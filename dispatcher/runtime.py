@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
 from dispatcher import hooks
 from dispatcher.commands import DocRef, commands_for
@@ -69,6 +70,34 @@ class RuntimeBackends(Protocol):
     def command_queue(self) -> CommandQueue: ...
 
 
+@dataclass(frozen=True)
+class RuntimeOptions:
+    """What a ``DispatcherRuntime`` takes besides its store, settings and backends: the clock,
+    the metrics, crash points and extra observers (defaults: the system clock, fresh metrics,
+    the installed crash points, none), the retry command's delay, the most messages per send
+    batch, and the watermark window (default: ``settings.watermark_window``)."""
+
+    clock: Clock | None = None
+    metrics: DispatchMetrics | None = None
+    crash_points: StepHook | None = None
+    observers: Sequence[Observer] = ()
+    retry_delay: float = DEFAULT_RETRY_DELAY
+    max_batch_messages: int | None = None
+    watermark_window: float | None = None
+
+
+class RuntimeKeywords(TypedDict, total=False):
+    """``RuntimeOptions``' fields as ``DispatcherRuntime``'s keyword arguments."""
+
+    clock: Clock | None
+    metrics: DispatchMetrics | None
+    crash_points: StepHook | None
+    observers: Sequence[Observer]
+    retry_delay: float
+    max_batch_messages: int | None
+    watermark_window: float | None
+
+
 class DispatcherRuntime:
     """Transport + command queue + dispatcher, and the after-commit hook that drives them."""
 
@@ -78,26 +107,28 @@ class DispatcherRuntime:
         settings: Settings,
         backends: RuntimeBackends,
         *,
-        clock: Clock | None = None,
-        metrics: DispatchMetrics | None = None,
-        crash_points: StepHook | None = None,
-        observers: Sequence[Observer] = (),
-        retry_delay: float = DEFAULT_RETRY_DELAY,
-        max_batch_messages: int | None = None,
-        watermark_window: float | None = None,
+        options: RuntimeOptions | None = None,
+        **keywords: Unpack[RuntimeKeywords],
     ) -> None:
+        """``options`` (``RuntimeOptions``), and any of its fields as a keyword over it."""
+        opts = self.options = replace(options or RuntimeOptions(), **keywords)
         self.store = store
         self.settings = settings
         self.backends = backends
-        self.clock = clock or SystemClock()
-        self.metrics = metrics or DispatchMetrics()
-        self.crash_points = crash_points or hooks.installed()
+        self.clock = opts.clock or SystemClock()
+        self.metrics = opts.metrics or DispatchMetrics()
+        self.crash_points = opts.crash_points or hooks.installed()
         #: What watches every step: the counters, the spans, a proof's crash points (in that
         #: order: a crash point fires after the step was counted), and ``observers``.
         self.observe: Observer = Observers(
-            [MetricsObserver(self.metrics), TRACING, hooks.observer(self.crash_points), *observers]
+            [
+                MetricsObserver(self.metrics),
+                TRACING,
+                hooks.observer(self.crash_points),
+                *opts.observers,
+            ]
         )
-        self.retry_delay = retry_delay
+        self.retry_delay = opts.retry_delay
         self.mode = settings.dispatch
         self.transport: Transport = backends.transport()
         adopt = getattr(self.transport, "adopt_settings", None)  # e.g. geo's claim_log_timeout
@@ -106,7 +137,9 @@ class DispatcherRuntime:
         # The watermarks of immediate dispatch, coalesced off the caller's path (None: one MERGE
         # inline per dispatch). Reads in this process flush first, so they see every mark earned.
         self.watermarks: WatermarkWriter | None = None
-        window = settings.watermark_window if watermark_window is None else watermark_window
+        window = (
+            settings.watermark_window if opts.watermark_window is None else opts.watermark_window
+        )
         if window > 0:
             self.watermarks = WatermarkWriter(store, window=window, observer=self.observe)
             store.attach_watermarks(self.watermarks)
@@ -115,7 +148,7 @@ class DispatcherRuntime:
             self.transport,
             max_in_flight=settings.max_in_flight,
             observer=self.observe,
-            max_batch_messages=max_batch_messages or DEFAULT_MAX_BATCH_MESSAGES,
+            max_batch_messages=opts.max_batch_messages or DEFAULT_MAX_BATCH_MESSAGES,
             watermarks=self.watermarks,
         )
         self.last_report: DispatchReport | None = None

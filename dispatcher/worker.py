@@ -25,8 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from dispatcher.command_handler import CommandHandler, WorkerStats
 from outbox.core.backoff import ExponentialBackoff
@@ -39,7 +40,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outbox.worker")
 
-__all__ = ["DispatcherWorker", "WorkerStats", "describe_wait"]
+__all__ = ["DispatcherWorker", "WorkerOptions", "WorkerStats", "describe_wait"]
 
 
 def describe_wait(queue: str, depth: QueueStats | None) -> str:
@@ -61,6 +62,41 @@ def describe_wait(queue: str, depth: QueueStats | None) -> str:
     return f"{queue!r}: " + "; ".join(parts)
 
 
+@dataclass(frozen=True)
+class WorkerOptions:
+    """What a ``DispatcherWorker`` takes besides its runtime.
+
+    ``concurrency`` threads each receive up to ``batch_size`` commands; an idle receive waits
+    ``poll_interval``; a failed command is retried after an exponential backoff from
+    ``backoff_base`` to ``backoff_max`` seconds (10% jitter, replayable with ``seed``);
+    ``renew_check_interval``: how often held locks are looked at for renewal;
+    ``wait_log_interval``: while nothing is deliverable, how often (at most) the worker logs what
+    it waits for (an empty queue, commands locked by another or a stopped worker, commands
+    backing off), so a quiet worker is never a mystery."""
+
+    concurrency: int = 1
+    batch_size: int = 32
+    poll_interval: float = 0.5
+    backoff_base: float = 1.0
+    backoff_max: float = 300.0
+    seed: int | None = None
+    renew_check_interval: float = 1.0
+    wait_log_interval: float = 30.0
+
+
+class WorkerKeywords(TypedDict, total=False):
+    """``WorkerOptions``' fields as ``DispatcherWorker``'s keyword arguments."""
+
+    concurrency: int
+    batch_size: int
+    poll_interval: float
+    backoff_base: float
+    backoff_max: float
+    seed: int | None
+    renew_check_interval: float
+    wait_log_interval: float
+
+
 class DispatcherWorker:
     """Receives ``ProcessDocument`` commands and dispatches their documents.
 
@@ -71,24 +107,18 @@ class DispatcherWorker:
         self,
         runtime: DispatcherRuntime,
         *,
-        concurrency: int = 1,
-        batch_size: int = 32,
-        poll_interval: float = 0.5,
-        backoff_base: float = 1.0,
-        backoff_max: float = 300.0,
-        seed: int | None = None,
-        renew_check_interval: float = 1.0,
-        wait_log_interval: float = 30.0,
+        options: WorkerOptions | None = None,
+        **keywords: Unpack[WorkerKeywords],
     ) -> None:
-        """``wait_log_interval``: while nothing is deliverable, how often (at most) the worker
-        logs what it waits for (an empty queue, commands locked by another or a stopped worker,
-        commands backing off), so a quiet worker is never a mystery."""
-        if concurrency < 1 or batch_size < 1:
+        """``options`` (``WorkerOptions``), and any of its fields as a keyword over it."""
+        opts = self.options = replace(options or WorkerOptions(), **keywords)
+        if opts.concurrency < 1 or opts.batch_size < 1:
             raise ValidationError(
-                f"concurrency ({concurrency!r}) and batch_size ({batch_size!r}) must be at least 1"
+                f"concurrency ({opts.concurrency!r}) and batch_size ({opts.batch_size!r}) must "
+                "be at least 1"
             )
-        if poll_interval < 0:
-            raise ValidationError(f"poll_interval {poll_interval!r} must not be negative")
+        if opts.poll_interval < 0:
+            raise ValidationError(f"poll_interval {opts.poll_interval!r} must not be negative")
         self.runtime = runtime
         self.store = runtime.store
         self.queue = runtime.commands
@@ -96,19 +126,21 @@ class DispatcherWorker:
         self.metrics = runtime.metrics
         self.clock = runtime.clock
         self.command_queue = runtime.settings.command_queue
-        self.concurrency = concurrency
-        self.batch_size = batch_size
-        self.poll_interval = poll_interval
-        self.backoff = ExponentialBackoff(base=backoff_base, cap=backoff_max, jitter=0.1, seed=seed)
+        self.concurrency = opts.concurrency
+        self.batch_size = opts.batch_size
+        self.poll_interval = opts.poll_interval
+        self.backoff = ExponentialBackoff(
+            base=opts.backoff_base, cap=opts.backoff_max, jitter=0.1, seed=opts.seed
+        )
         self.handler = CommandHandler(
-            runtime, backoff=self.backoff, renew_check_interval=renew_check_interval
+            runtime, backoff=self.backoff, renew_check_interval=opts.renew_check_interval
         )
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self.stats = WorkerStats()
-        self.wait_log_interval = wait_log_interval
+        self.wait_log_interval = opts.wait_log_interval
         self._wait_logged_at: datetime | None = None
-        self.queue.ensure_pool_size(runtime.pool_size(concurrency))
+        self.queue.ensure_pool_size(runtime.pool_size(opts.concurrency))
 
     # --- control ----------------------------------------------------------------------------
 

@@ -424,6 +424,7 @@ def _fmt(value: str, ws: Path, tmp: Path) -> str:
 def test_cli_wrong_use(
     ws: Path,
     tmp_path: Path,
+    *,
     argv: list[str],
     env: dict[str, str],
     setup: Any,

@@ -31,7 +31,7 @@ from outbox.core.errors import (
 )
 
 if TYPE_CHECKING:
-    from paho.mqtt.client import Client, MQTTMessage
+    from paho.mqtt.client import Client, MQTTMessage, MQTTMessageInfo
 
 log = logging.getLogger("outbox.mqtt")
 
@@ -250,37 +250,46 @@ class MqttConnection:
         """
         if not items:
             return
+        self._check_can_publish(items[0])
+        infos = [(item, self._publish_one(item)) for item in items]
+        self._await_pubacks(infos, timeout)
+        self._check_reasons(infos)
+
+    def _check_can_publish(self, first: Publish) -> None:
         if self._closed:
             raise RetryableTransportError(
-                f"message {items[0].label}: the MQTT connection is closed",
-                message_id=items[0].label,
+                f"message {first.label}: the MQTT connection is closed", message_id=first.label
             )
         if not self.connected:  # paho would queue it and send it whenever it reconnects
             raise RetryableTransportError(
-                f"message {items[0].label}: not connected to MQTT broker {self.broker.url}",
-                message_id=items[0].label,
+                f"message {first.label}: not connected to MQTT broker {self.broker.url}",
+                message_id=first.label,
                 hint="the broker is down or unreachable; the message is sent again later",
             )
+
+    def _publish_one(self, item: Publish) -> MQTTMessageInfo:
+        """Hand one item to paho (QoS 1, not retained), its MQTT 5 properties set."""
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
-        infos = []
-        for item in items:
-            props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-            if item.content_type:
-                props.ContentType = item.content_type
-            if item.correlation_data is not None:
-                props.CorrelationData = item.correlation_data
-            if item.user_properties:
-                props.UserProperty = list(item.user_properties)
-            try:
-                infos.append(
-                    (item, self._client.publish(item.topic, item.payload, 1, False, props))
-                )
-            except ValueError as e:  # invalid topic, payload over 256 MiB
-                raise PermanentTransportError(
-                    f"message {item.label}: MQTT refuses it: {e}", message_id=item.label
-                ) from e
+        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+        if item.content_type:
+            props.ContentType = item.content_type
+        if item.correlation_data is not None:
+            props.CorrelationData = item.correlation_data
+        if item.user_properties:
+            props.UserProperty = list(item.user_properties)
+        try:
+            return self._client.publish(item.topic, item.payload, 1, False, props)
+        except ValueError as e:  # invalid topic, payload over 256 MiB
+            raise PermanentTransportError(
+                f"message {item.label}: MQTT refuses it: {e}", message_id=item.label
+            ) from e
+
+    def _await_pubacks(
+        self, infos: Sequence[tuple[Publish, MQTTMessageInfo]], timeout: float
+    ) -> None:
+        """Wait until every publish has its PUBACK, within ``timeout`` for them all."""
         deadline = time.monotonic() + timeout
         for item, info in infos:
             try:
@@ -295,6 +304,9 @@ class MqttConnection:
                     message_id=item.label,
                     hint="the broker is slow or the connection dropped; send again later",
                 )
+
+    def _check_reasons(self, infos: Sequence[tuple[Publish, MQTTMessageInfo]]) -> None:
+        """Raise for the first item the broker refused (its PUBACK's reason code)."""
         with self._guard:
             reasons = [(item, self._results.pop(info.mid, None)) for item, info in infos]
         for item, reason in reasons:

@@ -14,6 +14,7 @@ from outbox.core.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from dispatcher.queue.consumer import Consumer
+    from dispatcher.queue.consumer_options import ConsumerOptions
     from dispatcher.queue.messages import (
         DeadLetter,
         DeferMessage,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Consumer": "dispatcher.queue.consumer",
+    "ConsumerOptions": "dispatcher.queue.consumer_options",
     "DeadLetter": "dispatcher.queue.messages",
     "DeferMessage": "dispatcher.queue.messages",
     "DeferringReceiver": "dispatcher.queue.ports",
@@ -53,6 +55,7 @@ _EXPORTS = {
 __all__ = [
     "MAX_DELIVERY_REASON",
     "Consumer",
+    "ConsumerOptions",
     "DeadLetter",
     "DeferMessage",
     "DeferringReceiver",

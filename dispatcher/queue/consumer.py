@@ -40,7 +40,8 @@ Why one module: a message's way through the consumer (plain, claimed in an inbox
 settlement helpers and the mapping of a handler's outcome to a settlement; apart, each would
 restate them. What is not about settling is elsewhere: the inbox's storage and claim renewal in
 ``inbox``, the two-region claim-log protocol in ``claimed``, the lock renewal in
-``lock_renewer``, the completion inside a transaction in ``receiver`` (``complete_in``).
+``lock_renewer``, the completion inside a transaction in ``receiver`` (``complete_in``), the
+knobs above in ``consumer_options`` (``ConsumerOptions``, or each as a keyword).
 """
 
 from __future__ import annotations
@@ -51,33 +52,29 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import replace
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Unpack
 
 from opentelemetry.trace import SpanKind
 from sqlalchemy import Connection
 
 from dispatcher.queue import validation
-from dispatcher.queue.claimed import ClaimedReceive, Granularity, default_owner
+from dispatcher.queue.claimed import ClaimedReceive, default_owner
+from dispatcher.queue.consumer_options import DEFAULT_BACKOFF, ConsumerKeywords, ConsumerOptions
 from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from outbox.core import telemetry
-from outbox.core.backoff import ExponentialBackoff
-from outbox.core.clock import Clock
-from outbox.core.errors import ConfigurationError, LockLostError, UnprocessableMessageError
+from outbox.core.errors import ConfigurationError, LockLostError
 from outbox.core.runloop import RunLoop
 
-if TYPE_CHECKING:
-    from dispatcher.claims.ports import ClaimLog
+__all__ = ["DEFAULT_BACKOFF", "DEFAULT_MAX_MESSAGES", "Consumer", "ConsumerOptions", "Handler"]
 
 log = logging.getLogger("outbox.queue.consumer")
 
 Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connection], Any]
-
-#: Redelivery delays when the caller gives none: 1 s, 2 s, 4 s ... up to 5 min, no jitter.
-DEFAULT_BACKOFF = ExponentialBackoff()
 
 #: ``run_once``'s batch when no one names one (``concurrency`` when larger): one receive per batch.
 DEFAULT_MAX_MESSAGES = 16
@@ -109,6 +106,21 @@ def _takes_connection(handler: Callable[..., Any]) -> bool:
     return len(params) >= 2
 
 
+def _inbox(inbox: bool | str | Inbox | None, queue: SqlQueue, queue_name: str) -> Inbox | None:
+    """The inbox ``inbox`` names: an ``Inbox`` as given, True or a consumer name the SQL inbox
+    in the queue's database (named after the queue for True), False or None none."""
+    if isinstance(inbox, Inbox):
+        return inbox
+    if inbox is None or isinstance(inbox, bool | str):
+        name = inbox if isinstance(inbox, str) else queue_name
+        return SqlInbox(queue.database, name) if inbox else None
+    raise ConfigurationError(
+        f"{type(inbox).__name__} is not an inbox: it lacks claim, renew, release or "
+        "record (dispatcher.queue.inbox.Inbox)",
+        hint="implement the Inbox protocol; outbox.testing.contracts.inbox checks it",
+    )
+
+
 class Consumer:
     """Receives from ``queue_name`` in batches of up to ``max_messages``; runs ``handler`` on up
     to ``concurrency`` messages at once."""
@@ -119,37 +131,16 @@ class Consumer:
         queue_name: str,
         handler: Handler,
         *,
-        clock: Clock | None = None,
-        inbox: bool | str | Inbox = False,
-        permanent_errors: tuple[type[BaseException], ...] = (UnprocessableMessageError,),
-        backoff: Callable[[int], float] = DEFAULT_BACKOFF,
-        concurrency: int = 1,
-        poll_interval: float = 1.0,
-        renew_check_interval: float = 1.0,
-        claims: ClaimLog | None = None,
-        granularity: Granularity | str = Granularity.MESSAGE,
-        claim_lease: float = 30.0,
-        claim_owner: str | None = None,
-        look_again: float = 1.0,
-        max_messages: int | None = None,
-        inbox_lease: float | None = None,
+        options: ConsumerOptions | None = None,
+        **keywords: Unpack[ConsumerKeywords],
     ) -> None:
+        """``options`` (``ConsumerOptions``), and any of its fields as a keyword over it."""
+        opts = self.options = replace(options or ConsumerOptions(), **keywords)
         self.queue = queue
         self.queue_name = validation.queue_name(queue_name)
         self.handler = handler
-        self.clock = clock or queue.clock
-        self.inbox: Inbox | None
-        if isinstance(inbox, Inbox):
-            self.inbox = inbox
-        elif inbox is None or isinstance(inbox, bool | str):
-            name = inbox if isinstance(inbox, str) else queue_name
-            self.inbox = SqlInbox(queue.database, name) if inbox else None
-        else:
-            raise ConfigurationError(
-                f"{type(inbox).__name__} is not an inbox: it lacks claim, renew, release or "
-                "record (dispatcher.queue.inbox.Inbox)",
-                hint="implement the Inbox protocol; outbox.testing.contracts.inbox checks it",
-            )
+        self.clock = opts.clock or queue.clock
+        self.inbox = _inbox(opts.inbox, queue, queue_name)
         #: the SQL inbox in the queue's own database: its steps join the queue's transactions
         self._joined: TransactionalInbox | None = (
             self.inbox
@@ -157,17 +148,17 @@ class Consumer:
             else None
         )
         self.inbox_name: str | None = self.inbox.consumer if self.inbox is not None else None
-        self.permanent_errors = permanent_errors
-        self.backoff = backoff
-        self.concurrency = validation.positive("concurrency", concurrency)
+        self.permanent_errors = opts.permanent_errors
+        self.backoff = opts.backoff
+        self.concurrency = validation.positive("concurrency", opts.concurrency)
         #: ``run_once``'s (and so ``run_forever``'s) batch: at least ``concurrency``.
         self.max_messages = (
             max(self.concurrency, DEFAULT_MAX_MESSAGES)
-            if max_messages is None
-            else validation.positive("max_messages", max_messages)
+            if opts.max_messages is None
+            else validation.positive("max_messages", opts.max_messages)
         )
-        self.poll_interval = poll_interval
-        self.renew_check_interval = renew_check_interval
+        self.poll_interval = opts.poll_interval
+        self.renew_check_interval = opts.renew_check_interval
         self._with_connection = _takes_connection(handler)
         if self._with_connection and self.inbox is not None and self._joined is None:
             raise ConfigurationError(
@@ -178,43 +169,47 @@ class Consumer:
             )
         #: who claims in the inbox (each delivery adds its lock token: two deliveries of one id
         #: to this consumer's threads are two claimers), and for how long
-        self.owner = claim_owner or default_owner()
-        if inbox_lease is not None and not inbox_lease > 0:
-            raise ConfigurationError(f"inbox_lease must be positive, got {inbox_lease!r}")
+        self.owner = opts.claim_owner or default_owner()
+        if opts.inbox_lease is not None and not opts.inbox_lease > 0:
+            raise ConfigurationError(f"inbox_lease must be positive, got {opts.inbox_lease!r}")
         self.inbox_lease = (
-            queue.lock_duration if inbox_lease is None else timedelta(seconds=inbox_lease)
+            queue.lock_duration if opts.inbox_lease is None else timedelta(seconds=opts.inbox_lease)
         )
-        self.look_again = look_again
+        self.look_again = opts.look_again
         self._keeper = (
             ClaimKeeper(
-                self.inbox, self.clock, self.inbox_lease, check_interval=renew_check_interval
+                self.inbox, self.clock, self.inbox_lease, check_interval=opts.renew_check_interval
             )
             if self.inbox is not None
             else None
         )
-        self.claimed: ClaimedReceive | None = None
-        if claims is not None:
-            if self._with_connection or self.inbox is not None:
-                raise ConfigurationError(
-                    "a consumer with a claim log takes neither an inbox nor a handler with a "
-                    "Connection: the claim log decides what runs and cannot join a SQL "
-                    "transaction",
-                    hint="drop inbox=... and take only the message in the handler",
-                )
-            self.claimed = ClaimedReceive(
-                claims,
-                self.queue_name,
-                self.clock,
-                granularity=granularity,
-                lease=claim_lease,
-                owner=claim_owner,
-                look_again=look_again,
-                renew_check_interval=renew_check_interval,
-            )
+        self.claimed = self._claimed(opts)
         self._stopping = threading.Event()
         self._unsettled = Unsettled()  # held (renewed) from their receive until each is settled
-        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="outbox-consumer")
+        self._pool = ThreadPoolExecutor(opts.concurrency, thread_name_prefix="outbox-consumer")
         self.processed = 0
+
+    def _claimed(self, opts: ConsumerOptions) -> ClaimedReceive | None:
+        """The claim-log receive protocol, with ``claims``; None without."""
+        if opts.claims is None:
+            return None
+        if self._with_connection or self.inbox is not None:
+            raise ConfigurationError(
+                "a consumer with a claim log takes neither an inbox nor a handler with a "
+                "Connection: the claim log decides what runs and cannot join a SQL "
+                "transaction",
+                hint="drop inbox=... and take only the message in the handler",
+            )
+        return ClaimedReceive(
+            opts.claims,
+            self.queue_name,
+            self.clock,
+            granularity=opts.granularity,
+            lease=opts.claim_lease,
+            owner=opts.claim_owner,
+            look_again=opts.look_again,
+            renew_check_interval=opts.renew_check_interval,
+        )
 
     # --- running ---------------------------------------------------------------------------
 

@@ -96,9 +96,9 @@ def provision_commands(settings: Settings) -> Provisioned:
             done,
             settings.command_queue,
             "queue",
-            wanted_properties(settings),
-            _exact,
-            COMMAND_QUEUE_FIX,
+            wanted=wanted_properties(settings),
+            suits=_exact,
+            fix=COMMAND_QUEUE_FIX,
         )
     return done
 
@@ -117,9 +117,9 @@ def provision_destinations(settings: Settings) -> Provisioned:
                 done,
                 dest.name,
                 dest.kind,
-                destination_properties(settings, dest.kind),
-                _suits_destination,
-                DESTINATION_FIX,
+                wanted=destination_properties(settings, dest.kind),
+                suits=_suits_destination,
+                fix=DESTINATION_FIX,
             )
     return done
 
@@ -145,9 +145,9 @@ def provision_command_queue(admin: Any, settings: Settings) -> list[str]:
         done,
         settings.command_queue,
         "queue",
-        wanted_properties(settings),
-        _exact,
-        COMMAND_QUEUE_FIX,
+        wanted=wanted_properties(settings),
+        suits=_exact,
+        fix=COMMAND_QUEUE_FIX,
     )
     if done.conflicts:
         raise ConfigurationError(done.conflicts[0])
@@ -173,6 +173,7 @@ def _ensure(
     done: Provisioned,
     name: str,
     kind: EntityKind,
+    *,
     wanted: Mapping[str, Any],
     suits: Callable[[str, Any, Any], bool],
     fix: str,

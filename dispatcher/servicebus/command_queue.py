@@ -33,19 +33,21 @@ The class is built up by role, each module adding one to the one below: ``sendin
 (``CommandSending``: the client, the closed state, send), ``receiving`` (``CommandReceiving``:
 receive, settle, defer, renew, on the table of held messages in ``held``), and here the
 administration (depths, the dead-letter subqueue, close). ``connection`` builds the clients from
-the environment; the field mapping (``commands``), the dead-letter subqueue (``dead_letters``) and
-provisioning (``admin``) live apart.
+the environment; the field mapping (``commands``), the dead-letter subqueue (``dead_letters``),
+provisioning (``admin``) and the settings every role reads (``options``) live apart.
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Unpack
 
 from dispatcher.queue.messages import DeadLetter, QueueStats
 from dispatcher.servicebus.connection import connect
 from dispatcher.servicebus.dead_letters import DeadLetterQueue
+from dispatcher.servicebus.options import ServiceBusQueueKeywords, ServiceBusQueueOptions
 from dispatcher.servicebus.receiving import CommandReceiving
 from outbox.core.clock import Clock
 from outbox.core.errors import ConfigurationError
@@ -65,30 +67,22 @@ class ServiceBusCommandQueue(CommandReceiving):
         client: Any,
         admin: Any = None,
         *,
-        command_queue: str = "outbox-commands",
-        clock: Clock | None = None,
-        lock_duration: float = 30.0,
-        max_delivery_count: int = 10,
-        max_body_bytes: int = 256 * 1024,
-        max_wait_time: float = 1.0,
         owns_client: bool = False,
+        options: ServiceBusQueueOptions | None = None,
+        **keywords: Unpack[ServiceBusQueueKeywords],
     ) -> None:
-        super().__init__(
-            client,
-            clock=clock,
-            lock_duration=lock_duration,
-            max_delivery_count=max_delivery_count,
-            max_body_bytes=max_body_bytes,
-            max_wait_time=max_wait_time,
-        )
+        """``options`` (``ServiceBusQueueOptions``), and any of its fields as a keyword over it;
+        ``owns_client``: ``close()`` closes ``client`` too."""
+        opts = replace(options or ServiceBusQueueOptions(), **keywords)
+        super().__init__(client, opts)
         self._admin = admin
-        self.command_queue = command_queue
+        self.command_queue = opts.command_queue
         self._owns_client = owns_client
         self.dead_letters = DeadLetterQueue(
             self._sb,
             lambda: self._client,
             lambda queue, m, extra: self._send_sdk(queue, [self._to_sdk(m, extra=extra)]),
-            max_wait_time,
+            opts.max_wait_time,
         )
 
     @classmethod

@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.queue import validation
 from dispatcher.queue.messages import PeekedMessage, QueueMessage, ReceivedMessage
@@ -24,29 +24,21 @@ from dispatcher.servicebus.commands import (
 )
 from dispatcher.servicebus.held import HeldMessage, HeldMessages
 from dispatcher.servicebus.sending import CommandSending
-from outbox.core.clock import Clock, utc
+from outbox.core.clock import utc
 from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationError
+
+if TYPE_CHECKING:
+    from dispatcher.servicebus.options import ServiceBusQueueOptions
 
 
 class CommandReceiving(CommandSending):
     """``QueueReceiver`` (with ``defer``) on a session-enabled Service Bus queue: each held
     message has its own lock, so settlements of different messages run in parallel."""
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        clock: Clock | None,
-        lock_duration: float,
-        max_delivery_count: int,
-        max_body_bytes: int,
-        max_wait_time: float,
-    ) -> None:
-        super().__init__(
-            client, clock=clock, max_body_bytes=max_body_bytes, max_wait_time=max_wait_time
-        )
-        self._lock_duration = timedelta(seconds=lock_duration)
-        self._max_delivery_count = max_delivery_count
+    def __init__(self, client: Any, options: ServiceBusQueueOptions) -> None:
+        super().__init__(client, options)
+        self._lock_duration = timedelta(seconds=options.lock_duration)
+        self._max_delivery_count = options.max_delivery_count
         self._held = HeldMessages(self._errors)
 
     @property

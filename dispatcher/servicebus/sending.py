@@ -17,29 +17,25 @@ from dispatcher.queue import validation
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.servicebus import errors, sdk
 from dispatcher.servicebus.commands import to_sdk
-from outbox.core.clock import Clock, SystemClock
+from outbox.core.clock import SystemClock
 from outbox.core.errors import ClosedError, ValidationError
 
 if TYPE_CHECKING:
     from sqlalchemy import Connection
 
+    from dispatcher.servicebus.options import ServiceBusQueueOptions
+
 
 class CommandSending:
     """``QueueSender`` on a session-enabled Service Bus queue (see ``ServiceBusCommandQueue``)."""
 
-    def __init__(
-        self,
-        client: Any,
-        *,
-        clock: Clock | None,
-        max_body_bytes: int,
-        max_wait_time: float,
-    ) -> None:
+    def __init__(self, client: Any, options: ServiceBusQueueOptions) -> None:
         self._sb, self._errors = sdk.load()
         self._client = client
-        self.clock = clock or SystemClock()
-        self.max_body_bytes = max_body_bytes
-        self.max_wait_time = max_wait_time
+        self.options = options
+        self.clock = options.clock or SystemClock()
+        self.max_body_bytes = options.max_body_bytes
+        self.max_wait_time = options.max_wait_time
         #: guards the senders, the closed flag, and the client while it opens a receiver
         self._lock = threading.Lock()
         self._senders: dict[str, tuple[Any, threading.Lock]] = {}

@@ -19,9 +19,9 @@ import math
 import threading
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
@@ -154,34 +154,56 @@ def check_vacuum(
         )
 
 
+@dataclass(frozen=True)
+class MaintenanceOptions:
+    """What ``maintain`` does: compaction and a checkpoint (each on by default), a guarded vacuum
+    with ``vacuum_retention_seconds``, a log trim with ``log_retention_seconds``; ``dry_run``:
+    vacuum and trim only report what they would delete."""
+
+    do_compact: bool = True
+    do_checkpoint: bool = True
+    vacuum_retention_seconds: float | None = None
+    dry_run: bool = False
+    log_retention_seconds: float | None = None
+
+
+class MaintenanceKeywords(TypedDict, total=False):
+    """``MaintenanceOptions``' fields as ``maintain``'s keyword arguments."""
+
+    do_compact: bool
+    do_checkpoint: bool
+    vacuum_retention_seconds: float | None
+    dry_run: bool
+    log_retention_seconds: float | None
+
+
 def maintain(
     store: DeltaDocumentStore,
     *,
     clock: Clock,
     sql_url: str,
     rescue_delay_seconds: float,
-    do_compact: bool = True,
-    do_checkpoint: bool = True,
-    vacuum_retention_seconds: float | None = None,
-    dry_run: bool = False,
-    log_retention_seconds: float | None = None,
     storage_options: Mapping[str, str] | None = None,
     settings: Settings | None = None,
+    options: MaintenanceOptions | None = None,
+    **keywords: Unpack[MaintenanceKeywords],
 ) -> MaintenanceReport:
     """Compaction, a checkpoint, then (with ``log_retention_seconds``) a log trim and (with
-    ``vacuum_retention_seconds``) a guarded vacuum. The checkpoint comes before the trim so the
-    trim has a fresh checkpoint to keep. ``settings``: read the rescuer checkpoints from the
-    store it names (see ``oldest_needed_version``)."""
+    ``vacuum_retention_seconds``) a guarded vacuum: ``options`` (``MaintenanceOptions``), and
+    any of its fields as a keyword over it. The checkpoint comes before the trim so the trim has a
+    fresh checkpoint to keep. ``settings``: read the rescuer checkpoints from the store it names
+    (see ``oldest_needed_version``)."""
+    opts = replace(options or MaintenanceOptions(), **keywords)
     start = time.perf_counter()
     report = MaintenanceReport(version_before=store.refresh())
-    if do_compact:
+    if opts.do_compact:
         report.compacted = compact(store)
-    if do_checkpoint:
+    if opts.do_checkpoint:
         checkpoint(store)
         report.checkpoint_written = True
-    if vacuum_retention_seconds is not None:
+    if opts.vacuum_retention_seconds is not None:
         # delta-rs takes whole hours: round *up*, and check the retention actually used.
-        hours = max(1, math.ceil(vacuum_retention_seconds / 3600))
+        hours = max(1, math.ceil(opts.vacuum_retention_seconds / 3600))
         retention = timedelta(hours=hours)
         check_vacuum(
             store,
@@ -194,20 +216,20 @@ def maintain(
         )
         try:
             removed = store.delta_table.vacuum(
-                retention_hours=hours, dry_run=dry_run, enforce_retention_duration=False
+                retention_hours=hours, dry_run=opts.dry_run, enforce_retention_duration=False
             )
         except Exception as e:
             raise StoreError(f"vacuum of {store.uri} failed: {e}") from e
         report.vacuumed_files = len(removed)
         report.vacuum_retention_hours = hours
-    if log_retention_seconds is not None:
+    if opts.log_retention_seconds is not None:
         report.log_trim = trim_log_safely(
             store,
             clock=clock,
             sql_url=sql_url,
-            retention_seconds=log_retention_seconds,
+            retention_seconds=opts.log_retention_seconds,
             storage_options=storage_options,
-            dry_run=dry_run,
+            dry_run=opts.dry_run,
             settings=settings,
         )
     report.version_after = store.refresh()

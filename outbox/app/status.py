@@ -195,7 +195,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     finally:
         store.close()
     try:
-        _queues(report, settings, clock, now, table_id, pending)
+        _queues(report, settings, clock, now=now, table_id=table_id, pending=pending)
     except OutboxError as e:
         report.problems.append(f"queues: {e}")
     return report
@@ -205,6 +205,7 @@ def _queues(
     report: StatusReport,
     settings: Settings,
     clock: Clock,
+    *,
     now: datetime,
     table_id: str,
     pending: dict[str, dict[str, Any]],

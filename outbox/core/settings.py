@@ -16,7 +16,7 @@ import logging
 import os
 import re
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -126,42 +126,16 @@ class Settings:
         self._validate()
 
     def _validate(self) -> None:
+        """Each group of settings in turn; the first invalid one raises ``ConfigurationError``."""
+
         def bad(name: str, why: str) -> ConfigurationError:
             return ConfigurationError(f"setting {name!r} is invalid: {why}")
 
-        for name in BACKEND_SETTINGS:  # which names exist is outbox.wiring's to say
-            if not isinstance(getattr(self, name), str) or not getattr(self, name):
-                raise bad(name, "must name a backend")
-        if self.dispatch not in ("immediate", "deferred"):
-            raise bad("dispatch", f"{self.dispatch!r}; use immediate or deferred")
-        if not MIN_RESCUE_DELAY <= self.rescue_delay <= MAX_RESCUE_DELAY:
-            raise bad("rescue_delay", f"{self.rescue_delay:g}s is outside 15s..1h")
-        if self.rescue_interval <= 0:
-            raise bad("rescue_interval", "must be positive")
-        for name in ("buckets", "max_message_bytes", "max_in_flight", "max_delivery_count"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise bad(name, f"{value!r}; must be a positive integer")
-        if self.buckets > 1024:
-            raise bad("buckets", f"{self.buckets}; at most 1024 partitions are supported")
-        if self.max_commit_retries < 0:
-            raise bad("max_commit_retries", "must be 0 or more")
-        if self.lock_duration <= 0 or self.lock_duration > 300:
-            raise bad("lock_duration", f"{self.lock_duration:g}s; must be in (0s, 5m]")
-        if self.duplicate_detection_window < 20:
-            raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
-        if not 0 <= self.watermark_window <= 5:
-            raise bad("watermark_window", f"{self.watermark_window:g}s is outside 0s..5s")
-        if not 0 < self.claim_log_timeout <= 30:
-            raise bad("claim_log_timeout", f"{self.claim_log_timeout:g}s; must be in (0s, 30s]")
-        if self.compact_every < 0:
-            raise bad("compact_every", "must be 0 (off) or more")
-        if self.log_retention <= 0:
-            raise bad("log_retention", "must be positive, e.g. 15m")
-        if self.log_retention < self.rescue_delay:
-            # The rescuer times its window from the commits in the log, so the log always keeps
-            # at least one rescue delay. Keeping more is the safe direction: no error for it.
-            object.__setattr__(self, "log_retention", self.rescue_delay)
+        self._validate_choices(bad)
+        self._validate_rescue_timing(bad)
+        self._validate_counts(bad)
+        self._validate_queue_timing(bad)
+        self._validate_upkeep(bad)
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
         self._validate_cosmos(bad)
@@ -173,6 +147,50 @@ class Settings:
                 f"{self.sql_url!r} is not a database URL; use sqlite:///path.db or "
                 "postgresql+psycopg://user@host/db",
             )
+
+    def _validate_choices(self, bad: Any) -> None:
+        for name in BACKEND_SETTINGS:  # which names exist is outbox.wiring's to say
+            if not isinstance(getattr(self, name), str) or not getattr(self, name):
+                raise bad(name, "must name a backend")
+        if self.dispatch not in ("immediate", "deferred"):
+            raise bad("dispatch", f"{self.dispatch!r}; use immediate or deferred")
+
+    def _validate_rescue_timing(self, bad: Any) -> None:
+        if not MIN_RESCUE_DELAY <= self.rescue_delay <= MAX_RESCUE_DELAY:
+            raise bad("rescue_delay", f"{self.rescue_delay:g}s is outside 15s..1h")
+        if self.rescue_interval <= 0:
+            raise bad("rescue_interval", "must be positive")
+
+    def _validate_counts(self, bad: Any) -> None:
+        for name in ("buckets", "max_message_bytes", "max_in_flight", "max_delivery_count"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise bad(name, f"{value!r}; must be a positive integer")
+        if self.buckets > 1024:
+            raise bad("buckets", f"{self.buckets}; at most 1024 partitions are supported")
+        if self.max_commit_retries < 0:
+            raise bad("max_commit_retries", "must be 0 or more")
+
+    def _validate_queue_timing(self, bad: Any) -> None:
+        if self.lock_duration <= 0 or self.lock_duration > 300:
+            raise bad("lock_duration", f"{self.lock_duration:g}s; must be in (0s, 5m]")
+        if self.duplicate_detection_window < 20:
+            raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
+        if not 0 <= self.watermark_window <= 5:
+            raise bad("watermark_window", f"{self.watermark_window:g}s is outside 0s..5s")
+        if not 0 < self.claim_log_timeout <= 30:
+            raise bad("claim_log_timeout", f"{self.claim_log_timeout:g}s; must be in (0s, 30s]")
+
+    def _validate_upkeep(self, bad: Any) -> None:
+        """Compaction and log retention (which never drops below the rescue delay)."""
+        if self.compact_every < 0:
+            raise bad("compact_every", "must be 0 (off) or more")
+        if self.log_retention <= 0:
+            raise bad("log_retention", "must be positive, e.g. 15m")
+        if self.log_retention < self.rescue_delay:
+            # The rescuer times its window from the commits in the log, so the log always keeps
+            # at least one rescue delay. Keeping more is the safe direction: no error for it.
+            object.__setattr__(self, "log_retention", self.rescue_delay)
 
     def _validate_cosmos(self, bad: Any) -> None:
         if self.cosmos_endpoint and not self.cosmos_endpoint.startswith(("https://", "http://")):
@@ -299,19 +317,7 @@ class Settings:
 
     @staticmethod
     def _kind(name: str) -> str:
-        if name in _DURATIONS:
-            return "duration"
-        if name in _INTS:
-            return "int"
-        if name == "storage_options":
-            return "dict"
-        if name == "workspace":
-            return "path"
-        if name == "group_commit":
-            return "bool"
-        if name in ("servicebus_destinations", "destinations"):
-            return "list"
-        return "str"
+        return _KINDS.get(name, "str")
 
 
 _DURATIONS = {
@@ -331,42 +337,74 @@ _INTS = {
     "max_delivery_count",
     "compact_every",
 }
+#: How each setting is read from text, TOML or the environment (``_COERCE``); "str" otherwise.
+_KINDS = {
+    **dict.fromkeys(_DURATIONS, "duration"),
+    **dict.fromkeys(_INTS, "int"),
+    "storage_options": "dict",
+    "workspace": "path",
+    "group_commit": "bool",
+    "servicebus_destinations": "list",
+    "destinations": "list",
+}
+
+
+def _as_int(value: Any) -> int:
+    if isinstance(value, bool):
+        raise ValueError(value)
+    return int(value)
+
+
+def _as_dict(value: Any) -> dict[str, str]:
+    if isinstance(value, str):
+        pairs = [p.split("=", 1) for p in value.split(",") if p]
+        return {k.strip(): v.strip() for k, v in pairs}
+    if not isinstance(value, Mapping):
+        raise ValueError(value)
+    return {str(k): str(v) for k, v in value.items()}
+
+
+def _as_list(value: Any) -> tuple[str, ...]:
+    """A TOML array, or comma-separated text (environment variables)."""
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
+        raise ValueError(value)
+    return tuple(i.strip() for i in items if i.strip())
+
+
+def _as_bool(value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("1", "true", "yes", "on"):
+        return True
+    if text in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(value)
+
+
+def _as_text(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise ValueError(value)
+    return value
+
+
+#: Each kind's reader but "duration" (which needs the setting's name for its errors).
+_COERCE: dict[str, Callable[[Any], Any]] = {
+    "int": _as_int,
+    "dict": _as_dict,
+    "list": _as_list,
+    "path": Path,
+    "bool": _as_bool,
+}
 
 
 def _coerce(name: str, value: Any, kind: str) -> Any:
     try:
         if kind == "duration":
             return parse_duration(value, name=name)
-        if kind == "int":
-            if isinstance(value, bool):
-                raise ValueError(value)
-            return int(value)
-        if kind == "dict":
-            if isinstance(value, str):
-                pairs = [p.split("=", 1) for p in value.split(",") if p]
-                return {k.strip(): v.strip() for k, v in pairs}
-            if not isinstance(value, Mapping):
-                raise ValueError(value)
-            return {str(k): str(v) for k, v in value.items()}
-        if kind == "list":  # a TOML array, or comma-separated text (environment variables)
-            items = value.split(",") if isinstance(value, str) else value
-            if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-                raise ValueError(value)
-            return tuple(i.strip() for i in items if i.strip())
-        if kind == "path":
-            return Path(value)
-        if kind == "bool":
-            if isinstance(value, bool):
-                return value
-            text = str(value).strip().lower()
-            if text in ("1", "true", "yes", "on"):
-                return True
-            if text in ("0", "false", "no", "off"):
-                return False
-            raise ValueError(value)
-        if value is not None and not isinstance(value, str):
-            raise ValueError(value)
-        return value
+        read: Callable[[Any], Any] = _COERCE.get(kind, _as_text)
+        return read(value)
     except (ValueError, TypeError, ValidationError) as e:
         raise ConfigurationError(f"setting {name!r} has an invalid value {value!r}") from e
 

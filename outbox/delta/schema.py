@@ -221,22 +221,32 @@ def is_legacy(actual: pa.Schema) -> bool:
 def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
     if got == want:
         return True
+    if pa.types.is_list(want) or pa.types.is_large_list(want) or pa.types.is_struct(want):
+        return _compatible_nested(got, want)
+    return _compatible_leaf(got, want)
+
+
+def _compatible_leaf(got: pa.DataType, want: pa.DataType) -> bool:
+    """Any string for a string, any integer for an integer, any timestamp for a timestamp."""
     if pa.types.is_string(want):
         return pa.types.is_string(got) or pa.types.is_large_string(got) or str(got) == "string_view"
     if pa.types.is_integer(want):
         return bool(pa.types.is_integer(got))
     if pa.types.is_timestamp(want):
         return bool(pa.types.is_timestamp(got))
+    return False
+
+
+def _compatible_nested(got: pa.DataType, want: pa.DataType) -> bool:
+    """A list of compatible items; a struct with at least the wanted fields, each compatible."""
     if pa.types.is_list(want) or pa.types.is_large_list(want):
         return (pa.types.is_list(got) or pa.types.is_large_list(got)) and _compatible(
             got.value_type, want.value_type
         )
-    if pa.types.is_struct(want):
-        if not pa.types.is_struct(got):
-            return False
-        have = {got.field(i).name: got.field(i).type for i in range(got.num_fields)}
-        return all(
-            want.field(i).name in have and _compatible(have[want.field(i).name], want.field(i).type)
-            for i in range(want.num_fields)
-        )
-    return False
+    if not pa.types.is_struct(got):
+        return False
+    have = {got.field(i).name: got.field(i).type for i in range(got.num_fields)}
+    return all(
+        want.field(i).name in have and _compatible(have[want.field(i).name], want.field(i).type)
+        for i in range(want.num_fields)
+    )

@@ -22,8 +22,8 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from dispatcher.mqtt.acks import ack_payload, session_matcher
 from dispatcher.mqtt.client import MqttBroker, MqttConnection
@@ -56,6 +56,35 @@ class DeviceRecord:
     epoch: int = 0
 
 
+@dataclass(frozen=True)
+class SimulatorOptions:
+    """The devices' topics (each with ``{session}``, the device), how long a device works before
+    it acks (``ack_delay``), how it misbehaves (see the module's docstring; ``seed`` replays the
+    dice) and which devices start offline."""
+
+    topic: str = "devices/{session}/tasks"
+    ack_topic: str = "devices/{session}/tasks/ack"
+    ack_delay: float = 0.01
+    drop_rate: float = 0.0
+    twice_rate: float = 0.0
+    unknown_rate: float = 0.0
+    seed: int = 0
+    offline: Iterable[str] = ()
+
+
+class SimulatorKeywords(TypedDict, total=False):
+    """``SimulatorOptions``' fields as ``DeviceSimulator``'s keyword arguments."""
+
+    topic: str
+    ack_topic: str
+    ack_delay: float
+    drop_rate: float
+    twice_rate: float
+    unknown_rate: float
+    seed: int
+    offline: Iterable[str]
+
+
 class DeviceSimulator:
     """Devices on one MQTT connection; ``with DeviceSimulator(url) as sim:`` starts and stops it."""
 
@@ -63,28 +92,24 @@ class DeviceSimulator:
         self,
         broker: MqttBroker | str,
         *,
-        topic: str = "devices/{session}/tasks",
-        ack_topic: str = "devices/{session}/tasks/ack",
-        ack_delay: float = 0.01,
-        drop_rate: float = 0.0,
-        twice_rate: float = 0.0,
-        unknown_rate: float = 0.0,
-        seed: int = 0,
-        offline: Iterable[str] = (),
+        options: SimulatorOptions | None = None,
+        **keywords: Unpack[SimulatorKeywords],
     ) -> None:
+        """``options`` (``SimulatorOptions``), and any of its fields as a keyword over it."""
+        opts = replace(options or SimulatorOptions(), **keywords)
         self.broker = MqttBroker.parse(broker) if isinstance(broker, str) else broker
-        self.topic = check_template(topic, name="topic")
-        self.ack_topic = check_template(ack_topic, name="ack topic")
-        if "{session}" not in topic or "{session}" not in ack_topic:
+        self.topic = check_template(opts.topic, name="topic")
+        self.ack_topic = check_template(opts.ack_topic, name="ack topic")
+        if "{session}" not in opts.topic or "{session}" not in opts.ack_topic:
             raise ValueError("the task and ack topics must both contain {session}")
-        self.ack_delay = ack_delay
-        self.drop_rate = drop_rate
-        self.twice_rate = twice_rate
-        self.unknown_rate = unknown_rate
-        self._random = random.Random(seed)
-        self._match = session_matcher(topic)
+        self.ack_delay = opts.ack_delay
+        self.drop_rate = opts.drop_rate
+        self.twice_rate = opts.twice_rate
+        self.unknown_rate = opts.unknown_rate
+        self._random = random.Random(opts.seed)
+        self._match = session_matcher(opts.topic)
         self._records: dict[str, DeviceRecord] = {}
-        self._offline = set(offline)
+        self._offline = set(opts.offline)
         self._changed = threading.Condition()
         self._due: list[tuple[float, int, str, str, int]] = []  # (due, n, device, id, epoch)
         self._n = itertools.count()

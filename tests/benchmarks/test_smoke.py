@@ -73,6 +73,7 @@ SMOKES: dict[str, Smoke] = {
     "checker_soak": Smoke(
         _keys("kind", "seeds_run", "ok_seeds", "failed_seeds", "total", "seeds", "wall_s")
     ),
+    "doc_table": Smoke(_keys("sizes", "changed_per_commit", "buckets")),
     "dispatch": Smoke(
         _keys(
             "cases",

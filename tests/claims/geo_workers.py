@@ -99,7 +99,7 @@ def _short_busy_timeout(dbapi_conn: Any, _record: Any) -> None:
 
 
 def run_region(
-    region: str, queue_url: str, claims_url: str, effects_path: str, workdir: str, hang_on: str
+    region: str, queue_url: str, claims_url: str, effects_path: str, workdir: str, *, hang_on: str
 ) -> None:
     """A region's consumer until SIGTERM. ``hang_on``: a message id whose handler hangs forever
     after writing ``<workdir>/hung`` (the test SIGKILLs the process there)."""

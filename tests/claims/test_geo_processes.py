@@ -101,8 +101,8 @@ class Regions:
                 self.urls["claims"],
                 self.effects_path,
                 str(self.root),
-                hang_on,
             ),
+            kwargs={"hang_on": hang_on},
         )
         p.start()
         self.procs[region] = p

@@ -103,7 +103,13 @@ def test_the_checker_runs_the_production_rescuer(tmp_path: Path) -> None:
     root = tmp_path / "seed"
     root.mkdir()
     run, recording, close = _prepare(
-        sc, report, root, "", None, lambda _m: None, seed_database("sqlite", SEED)
+        sc,
+        report,
+        root,
+        mutation="",
+        broken=None,
+        say=lambda _m: None,
+        db=seed_database("sqlite", SEED),
     )
     try:
         rescuer = run.rescuer

@@ -24,13 +24,14 @@ import threading
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql import upgrade
-from outbox.testing.devices import DeviceSimulator
+from outbox.testing.devices import DeviceRecord, DeviceSimulator
 from tests.mqtt.broker import MosquittoServer
 
 pytestmark = pytest.mark.slow
@@ -78,7 +79,6 @@ def test_one_task_in_flight_per_device_across_gateways_with_a_crash_and_lost_ack
 
 
 def _prove(tmp_path: Path, broker: MosquittoServer) -> None:
-    mqtt_url = broker.url
     ws = tmp_path / "ws"
     ws.mkdir()
     sql_url = f"sqlite:///{tmp_path / 'queue.db'}"
@@ -97,7 +97,7 @@ def _prove(tmp_path: Path, broker: MosquittoServer) -> None:
             queue.send(DEST, [QueueMessage(b"{}", message_id=m, session_id=dev) for m in ids])
         prefix = f"p{uuid.uuid4().hex[:8]}"
         sim = DeviceSimulator(
-            mqtt_url,
+            broker.url,
             topic=f"{prefix}/{{session}}/tasks",
             ack_topic=f"{prefix}/{{session}}/ack",
             ack_delay=0.05,  # the device works a while: a premature next task overlaps it
@@ -108,34 +108,7 @@ def _prove(tmp_path: Path, broker: MosquittoServer) -> None:
             offline=SILENT,
         )
         with sim:
-            doomed = _gateway(mqtt_url, ws, prefix, env)
-            survivor = _gateway(mqtt_url, ws, prefix, env)
-            try:
-                third = DEVICES * TASKS // 3  # a third of the tasks out: kill one gateway
-                assert sim.wait_for(
-                    lambda s: sum(len(r.tasks) for r in s.records().values()) >= third, 60
-                ), "the gateways never got going"
-                doomed.send_signal(signal.SIGKILL)
-                doomed.wait(10)
-                assert sim.wait_for(
-                    lambda s: sum(len(r.tasks) for r in s.records().values()) >= 2 * third, 60
-                ), "the survivor did not go on"
-                broker.stop()  # no persistence: subscriptions and queued messages are gone
-                broker.start()
-                assert _drained(queue, 120), "the surviving gateway did not finish the work"
-                # SIGTERM while a silent device holds a task: abandoned, its lock freed at once
-                queue.send(DEST, [QueueMessage(b"{}", message_id="late", session_id=SILENT[0])])
-                missed = sim.record(SILENT[0]).missed
-                assert sim.wait_for(lambda s: s.record(SILENT[0]).missed > missed, 30)
-                survivor.send_signal(signal.SIGTERM)
-                out, err = survivor.communicate(timeout=30)
-            finally:
-                for p in (doomed, survivor):
-                    if p.poll() is None:
-                        p.kill()
-                        p.wait()
-            assert survivor.returncode == 0, err[-3000:]
-            stats = json.loads(out)
+            stats = _under_fire(queue, broker, sim, ws=ws, prefix=prefix, env=env)
             records = sim.records()
         in_flight = {d: r.max_in_flight for d, r in records.items() if r.max_in_flight > 1}
         assert in_flight == {}, f"devices with more than one task in flight at once: {in_flight}"
@@ -143,6 +116,62 @@ def _prove(tmp_path: Path, broker: MosquittoServer) -> None:
         after_sigterm = [m.message_id for m in queue.receive(DEST, 1)]
 
         dead = {d.message_id: d.reason for d in queue.list_dead_letters(DEST, limit=100_000)}
+    _check_devices(plan, records, dead)
+    assert stats["republishes"] > 0, "lost acks were answered by re-publishes"
+    assert stats["unknown_acks"] > 0, "double and unknown acks reached the gateway and were ignored"
+    assert stats["abandoned"] == 1, "SIGTERM abandoned the late task"
+    assert after_sigterm == ["late"]
+    assert set(dead) == {m for d in SILENT for m in plan[d]}
+    assert sum(len(r.dropped) for r in records.values()) > 0, "the seed drops acks"
+
+
+def _under_fire(
+    queue: SqlQueue,
+    broker: MosquittoServer,
+    sim: DeviceSimulator,
+    *,
+    ws: Path,
+    prefix: str,
+    env: dict[str, str],
+) -> dict[str, Any]:
+    """Two gateways; one SIGKILLed a third of the way, the broker restarted at two thirds, the
+    survivor SIGTERMed while a silent device holds a task. The survivor's stats (JSON)."""
+    doomed = _gateway(broker.url, ws, prefix, env)
+    survivor = _gateway(broker.url, ws, prefix, env)
+    try:
+        third = DEVICES * TASKS // 3  # a third of the tasks out: kill one gateway
+        assert sim.wait_for(
+            lambda s: sum(len(r.tasks) for r in s.records().values()) >= third, 60
+        ), "the gateways never got going"
+        doomed.send_signal(signal.SIGKILL)
+        doomed.wait(10)
+        assert sim.wait_for(
+            lambda s: sum(len(r.tasks) for r in s.records().values()) >= 2 * third, 60
+        ), "the survivor did not go on"
+        broker.stop()  # no persistence: subscriptions and queued messages are gone
+        broker.start()
+        assert _drained(queue, 120), "the surviving gateway did not finish the work"
+        # SIGTERM while a silent device holds a task: abandoned, its lock freed at once
+        queue.send(DEST, [QueueMessage(b"{}", message_id="late", session_id=SILENT[0])])
+        missed = sim.record(SILENT[0]).missed
+        assert sim.wait_for(lambda s: s.record(SILENT[0]).missed > missed, 30)
+        survivor.send_signal(signal.SIGTERM)
+        out, err = survivor.communicate(timeout=30)
+    finally:
+        for p in (doomed, survivor):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert survivor.returncode == 0, err[-3000:]
+    stats: dict[str, Any] = json.loads(out)
+    return stats
+
+
+def _check_devices(
+    plan: dict[str, list[str]], records: dict[str, DeviceRecord], dead: dict[str, str]
+) -> None:
+    """Acking devices got every task, in order, and none dead-lettered; silent ones got none,
+    and every one of theirs is dead-lettered ``DeviceDidNotAck``."""
     for dev, ids in plan.items():
         rec = records.get(dev)
         if dev in SILENT:
@@ -155,9 +184,3 @@ def _prove(tmp_path: Path, broker: MosquittoServer) -> None:
         assert rec.tasks == ids, f"{dev}: got {rec.tasks}, in that order"
         assert rec.done >= set(ids), f"{dev}: not every task was acked"
         assert not set(ids) & set(dead), f"{dev} acks, yet {set(ids) & set(dead)} dead-lettered"
-    assert stats["republishes"] > 0, "lost acks were answered by re-publishes"
-    assert stats["unknown_acks"] > 0, "double and unknown acks reached the gateway and were ignored"
-    assert stats["abandoned"] == 1, "SIGTERM abandoned the late task"
-    assert after_sigterm == ["late"]
-    assert set(dead) == {m for d in SILENT for m in plan[d]}
-    assert sum(len(r.dropped) for r in records.values()) > 0, "the seed drops acks"

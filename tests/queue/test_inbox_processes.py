@@ -43,7 +43,7 @@ def _inbox(spec: tuple[str, ...], queue: SqlQueue) -> Inbox:
 
 
 def deliver_once(
-    url: str, spec: tuple[str, ...], workdir: str, name: str, received: Any, decided: Any
+    url: str, spec: tuple[str, ...], workdir: str, name: str, *, received: Any, decided: Any
 ) -> None:
     """One process: receive one delivery, meet the other at ``received``, handle it."""
     clock = ManualClock(T0 + timedelta(seconds=602))
@@ -87,7 +87,11 @@ def run_two_processes(url: str, spec: tuple[str, ...], workdir: Path) -> list[st
         queue.close()
     received, decided = ctx.Barrier(2), ctx.Event()
     procs = [
-        ctx.Process(target=deliver_once, args=(url, spec, str(workdir), f"p{i}", received, decided))
+        ctx.Process(
+            target=deliver_once,
+            args=(url, spec, str(workdir), f"p{i}"),
+            kwargs={"received": received, "decided": decided},
+        )
         for i in range(2)
     ]
     for p in procs:

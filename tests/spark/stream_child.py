@@ -34,6 +34,7 @@ def run_stream(
     source: str,
     checkpoint: str,
     app_id: str,
+    *,
     on_batch: Callable[[dict[str, Any]], None],
 ) -> None:
     """Run the query until its input is consumed; ``on_batch`` gets each batch's line."""
@@ -70,7 +71,7 @@ def main(argv: list[str]) -> None:
         source,
         checkpoint,
         app_id,
-        lambda line: print(json.dumps(line), flush=True),
+        on_batch=lambda line: print(json.dumps(line), flush=True),
     )
     spark.stop()
 

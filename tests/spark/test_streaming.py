@@ -88,7 +88,7 @@ def test_a_driver_killed_after_the_commit_does_not_apply_the_batch_twice(
         json.dumps({"id": "s0", "type": "scan", "messages": [{"type": "Again", "body": "c"}]})
     )
     restarted: list[dict[str, Any]] = []
-    run_stream(spark, *args, restarted.append)
+    run_stream(spark, *args, on_batch=restarted.append)
     # The streaming checkpoint had not recorded batch 0: it ran again, and Delta skipped it.
     assert [(x["batch"], x["skipped"], x["written"]) for x in restarted] == [
         (0, True, 0),

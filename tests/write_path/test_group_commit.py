@@ -11,13 +11,14 @@ import pytest
 from outbox import ConcurrencyError, Outbox
 
 
-def test_queued_units_of_work_share_one_commit_and_fail_alone(ob: Outbox) -> None:
-    with ob.unit_of_work() as uow:
-        uow.create("x", type="T", state={"n": 0})
-    store = ob.store
+def _gate_merges(
+    store: Any, queued: int
+) -> tuple[list[int], threading.Event, threading.Event, threading.Event]:
+    """Hold the store's first MERGE until ``release`` is set; ``calls`` gets each MERGE's number
+    of writes, ``first_in`` is set when the first one is held, ``queued_all`` once ``queued``
+    units of work wait behind it. Returns (calls, first_in, release, queued_all)."""
     real_merge = store._merge_documents
-    first_in = threading.Event()
-    release = threading.Event()
+    first_in, release, queued_all = threading.Event(), threading.Event(), threading.Event()
     calls: list[int] = []
 
     def gated(writes: Any) -> int:
@@ -27,17 +28,23 @@ def test_queued_units_of_work_share_one_commit_and_fail_alone(ob: Outbox) -> Non
             assert release.wait(30)
         return real_merge(writes)
 
-    store._merge_documents = gated  # type: ignore[method-assign]
-
-    queued_five = threading.Event()
+    store._merge_documents = gated
 
     class WatchedQueue(list[Any]):
         def append(self, item: Any) -> None:
             super().append(item)
-            if len(self) >= 5:
-                queued_five.set()
+            if len(self) >= queued:
+                queued_all.set()
 
     store._queue = WatchedQueue()
+    return calls, first_in, release, queued_all
+
+
+def test_queued_units_of_work_share_one_commit_and_fail_alone(ob: Outbox) -> None:
+    with ob.unit_of_work() as uow:
+        uow.create("x", type="T", state={"n": 0})
+    store = ob.store
+    calls, first_in, release, queued_five = _gate_merges(store, 5)
 
     stale = ob.unit_of_work()
     stale_doc = stale.get("x")  # read at version 1 of "x"

@@ -15,8 +15,9 @@ import shutil
 import signal
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict, Unpack
 
 from outbox.app.checker.backends import SeedDatabase, check_engine, check_writer, seed_database
 from outbox.app.checker.execute import Run, drain, worker_child, write_phase
@@ -35,7 +36,7 @@ from outbox.app.checker.scenario import Scenario, SparkPlan
 from outbox.core.clock import SystemClock
 from outbox.testing import mutations
 
-__all__ = ["InterruptedPass", "OffsetClock", "run_check", "run_rescue_pass"]
+__all__ = ["CheckOptions", "InterruptedPass", "OffsetClock", "run_check", "run_rescue_pass"]
 
 LOCK_DURATION = 2.0  # a SIGKILLed worker's commands come back after this long
 SPARK_READY_LIMIT = 600.0  # a Spark writer's JVM must be up by then (minutes on a loaded box)
@@ -43,42 +44,71 @@ SPARK_READY_LIMIT = 600.0  # a Spark writer's JVM must be up by then (minutes on
 Progress = Callable[[str], None]
 
 
+@dataclass(frozen=True)
+class CheckOptions:
+    """How ``run_check`` runs a seed.
+
+    ``scale`` multiplies the scenario's size; ``drain_timeout``: how long each drain may take;
+    ``progress`` is told each step; ``keep``: keep a passing seed's workspace. ``mutation``: the
+    name of a deliberately broken build (default: ``OUTBOX_CHECK_MUTATION``). ``sql``: ``sqlite``
+    or a PostgreSQL URL (a database per seed on that server); ``engine``: the rescuer's engine,
+    ``local`` or ``spark`` (``outbox.app.checker.backends``); ``writer``: ``python``, or
+    ``spark`` for a Spark driver among the writers (``spark_writer``).
+    """
+
+    scale: float = 1.0
+    drain_timeout: float = 90.0
+    progress: Progress | None = None
+    keep: bool = False
+    mutation: str | None = None
+    sql: str = "sqlite"
+    engine: str = "local"
+    writer: str = "python"
+
+
+class CheckKeywords(TypedDict, total=False):
+    """``CheckOptions``' fields as ``run_check``'s keyword arguments."""
+
+    scale: float
+    drain_timeout: float
+    progress: Progress | None
+    keep: bool
+    mutation: str | None
+    sql: str
+    engine: str
+    writer: str
+
+
 def run_check(
     seed: int,
     workdir: str | Path,
     *,
-    scale: float = 1.0,
-    drain_timeout: float = 90.0,
-    progress: Progress | None = None,
-    keep: bool = False,
-    mutation: str | None = None,
-    sql: str = "sqlite",
-    engine: str = "local",
-    writer: str = "python",
+    options: CheckOptions | None = None,
+    **keywords: Unpack[CheckKeywords],
 ) -> CheckReport:
     """Run one seed end to end in ``workdir/seed-<seed>`` and return the verdict.
 
-    ``mutation``: the name of a deliberately broken build (default: ``OUTBOX_CHECK_MUTATION``).
-    ``sql``: ``sqlite`` or a PostgreSQL URL (a database per seed on that server); ``engine``:
-    the rescuer's engine, ``local`` or ``spark`` (``outbox.app.checker.backends``); ``writer``:
-    ``python``, or ``spark`` for a Spark driver among the writers (``spark_writer``).
+    ``options`` (``CheckOptions``), and any of its fields as a keyword over it.
     """
-    mutation = os.environ.get(mutations.ENV_VAR, "") if mutation is None else mutation
+    opts = replace(options or CheckOptions(), **keywords)
+    mutation = os.environ.get(mutations.ENV_VAR, "") if opts.mutation is None else opts.mutation
     broken = mutations.get(mutation)
-    say = progress or (lambda _m: None)
-    sc = Scenario.from_seed(seed, scale=scale, writer=check_writer(writer))
+    say = opts.progress or (lambda _m: None)
+    sc = Scenario.from_seed(seed, scale=opts.scale, writer=check_writer(opts.writer))
     report = CheckReport(seed=seed, scenario=sc.describe(), mutation=mutation)
-    report.engine = check_engine(engine)
-    report.writer = writer
+    report.engine = check_engine(opts.engine)
+    report.writer = opts.writer
     t_start = time.monotonic()
     root = Path(workdir) / f"seed-{seed}"
     if root.exists():
         shutil.rmtree(root)
     root.mkdir(parents=True)
     say(sc.describe() + (f"; MUTATION {mutation}" if mutation else ""))
-    db = seed_database(sql, seed)
+    db = seed_database(opts.sql, seed)
     report.sql = db.backend
-    run, recording, close = _prepare(sc, report, root, mutation, broken, say, db)
+    run, recording, close = _prepare(
+        sc, report, root, mutation=mutation, broken=broken, say=say, db=db
+    )
     rescue_mutation = contextlib.ExitStack()
     try:
         if broken:  # a broken production rescuer (its pass, sink or planner), for this seed only
@@ -91,10 +121,10 @@ def run_check(
         for child in python_writers + run.children.workers[:1]:
             run.children.start(child)
         write_phase(run)
-        drain(run, drain_timeout)
+        drain(run, opts.drain_timeout)
         if run.report.drained:
             delete_and_recreate(run, broken)
-            drain(run, drain_timeout)
+            drain(run, opts.drain_timeout)
         run.children.stop()
         from outbox.app.checker.verify import verify
 
@@ -104,7 +134,7 @@ def run_check(
         rescue_mutation.close()
         close()
     report.duration_s = round(time.monotonic() - t_start, 2)
-    if report.ok and not keep:
+    if report.ok and not opts.keep:
         shutil.rmtree(root, ignore_errors=True)
         db.drop()
     say(report.summary())
@@ -139,6 +169,7 @@ def _prepare(
     sc: Scenario,
     report: CheckReport,
     root: Path,
+    *,
     mutation: str,
     broken: mutations.Mutation | None,
     say: Progress,

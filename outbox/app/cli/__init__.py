@@ -52,6 +52,7 @@ from outbox.app.cli.telemetry_options import use_log_format
 @click.pass_context
 def main(
     ctx: click.Context,
+    *,
     workspace: str | None,
     config: str | None,
     verbose: bool,

@@ -105,6 +105,7 @@ _COLUMNS = [
 @pass_cli
 def check(
     cli: CliContext,
+    *,
     seeds: int,
     first_seed: int,
     minutes: float,

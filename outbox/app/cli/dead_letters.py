@@ -77,7 +77,7 @@ def _dead_letters(cli: CliContext) -> Iterator[Any]:
     help="The SQL queue's dead letters even when commands go to Service Bus.",
 )
 @click.pass_context
-def dead_letters_group(ctx: click.Context, use_sql: bool) -> None:
+def dead_letters_group(ctx: click.Context, *, use_sql: bool) -> None:
     """List, show, requeue and purge dead-lettered messages."""
     ctx.meta["dead_letters.sql"] = use_sql
 
@@ -89,7 +89,7 @@ def dead_letters_group(ctx: click.Context, use_sql: bool) -> None:
 @json_option
 @pass_cli
 def list_cmd(
-    cli: CliContext, queue_name: str | None, where: tuple[str, ...], limit: int, as_json: bool
+    cli: CliContext, *, queue_name: str | None, where: tuple[str, ...], limit: int, as_json: bool
 ) -> None:
     """Dead letters, oldest first."""
     with _dead_letters(cli) as queue:
@@ -119,7 +119,7 @@ def list_cmd(
 @click.argument("dead_letter_id", type=int)
 @json_option
 @pass_cli
-def show_cmd(cli: CliContext, dead_letter_id: int, as_json: bool) -> None:
+def show_cmd(cli: CliContext, *, dead_letter_id: int, as_json: bool) -> None:
     """One dead letter in full, body included."""
     with _dead_letters(cli) as queue:
         d = queue.get_dead_letter(dead_letter_id)
@@ -187,7 +187,12 @@ def _confirm_purge_all(total: int) -> None:
 @json_option
 @pass_cli
 def requeue_cmd(
-    cli: CliContext, ids: tuple[int, ...], everything: bool, where: tuple[str, ...], as_json: bool
+    cli: CliContext,
+    *,
+    ids: tuple[int, ...],
+    everything: bool,
+    where: tuple[str, ...],
+    as_json: bool,
 ) -> None:
     """Put dead letters back on their queue (same message_id, delivery count 0)."""
     _bulk(cli, "requeue", ids=ids, everything=everything, where=where, as_json=as_json)
@@ -207,6 +212,7 @@ def requeue_cmd(
 @pass_cli
 def purge_cmd(
     cli: CliContext,
+    *,
     ids: tuple[int, ...],
     everything: bool,
     where: tuple[str, ...],

@@ -39,6 +39,7 @@ from outbox.core.settings import Settings
 @pass_cli
 def maintain(
     cli: CliContext,
+    *,
     no_compact: bool,
     no_checkpoint: bool,
     vacuum: str | None,
@@ -48,6 +49,7 @@ def maintain(
 ) -> None:
     """Compact small files, write a checkpoint, trim the Delta log and (optionally) vacuum,
     never deleting history the rescuer still needs."""
+    from outbox.app.maintenance import MaintenanceOptions
     from outbox.app.maintenance import maintain as run
     from outbox.delta.store import DeltaDocumentStore
 
@@ -61,13 +63,15 @@ def maintain(
         clock=SystemClock(),
         sql_url=settings.sql_url,
         rescue_delay_seconds=settings.rescue_delay,
-        do_compact=not (no_compact or dry_run),  # a dry run writes nothing
-        do_checkpoint=not (no_checkpoint or dry_run),
-        vacuum_retention_seconds=retention,
-        dry_run=dry_run,
-        log_retention_seconds=None if no_trim_log else settings.log_retention,
         storage_options=settings.storage_options,
         settings=settings,
+        options=MaintenanceOptions(
+            do_compact=not (no_compact or dry_run),  # a dry run writes nothing
+            do_checkpoint=not (no_checkpoint or dry_run),
+            vacuum_retention_seconds=retention,
+            dry_run=dry_run,
+            log_retention_seconds=None if no_trim_log else settings.log_retention,
+        ),
     )
     result = snake_keys(report.to_dict(), "compacted")
     result["expired_duplicate_ids_deleted"] = None if dry_run else _forget_duplicates(settings)

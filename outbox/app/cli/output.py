@@ -133,6 +133,14 @@ def echo_err(line: str) -> None:
 def text_value(value: Any) -> str:
     """A value as a person reads it: no Python reprs in text output (``yes``/``no``, not
     ``True``; ``a=1, b=2``, not ``{'a': 1}``; nothing for None)."""
+    if isinstance(value, dict):
+        return ", ".join(f"{k}={text_value(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, list | tuple | set | frozenset):
+        return ", ".join(text_value(v) for v in value) or "-"
+    return _scalar_text(value)
+
+
+def _scalar_text(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, bool):
@@ -141,10 +149,6 @@ def text_value(value: Any) -> str:
         return value.isoformat(sep=" ", timespec="seconds")
     if isinstance(value, bytes):
         return value.decode("utf-8", "replace")
-    if isinstance(value, dict):
-        return ", ".join(f"{k}={text_value(v)}" for k, v in value.items()) or "-"
-    if isinstance(value, list | tuple | set | frozenset):
-        return ", ".join(text_value(v) for v in value) or "-"
     return str(value)
 
 

@@ -100,6 +100,7 @@ def _show(report: PassReport, *, as_json: bool, looping: bool, first: bool = Tru
 @pass_cli
 def rescue(
     cli: CliContext,
+    *,
     metrics_port: int | None,
     every: str | None,
     delay: str | None,

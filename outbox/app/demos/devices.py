@@ -18,10 +18,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox.app.demos.frame import Step, StoryReport, closing_rows, story_workspace
 from outbox.core.errors import MissingDependencyError
+
+if TYPE_CHECKING:
+    from dispatcher.queue import SqlQueue
+    from outbox.testing.devices import DeviceRecord
 
 DESTINATION = "devices"
 OFFLINE = "door-3"
@@ -64,13 +68,10 @@ def run_devices_demo(
     broker: str | None = None,
     step: Step,
 ) -> DevicesDemoReport:
-    """Play the story in ``workspace`` (a temporary folder, removed after, if None)."""
-    from dispatcher.mqtt.client import MqttBroker
-    from dispatcher.mqtt.devices import device_statuses
-    from dispatcher.mqtt.gateway import GatewayOptions, MqttGateway
+    """Play the story in ``workspace`` (a temporary folder, removed after, if None): queue the
+    tasks, serve them with the offline device coming back (``_play``), then sum up."""
     from dispatcher.queue import QueueMessage, SqlQueue
     from migrations.sql import upgrade
-    from outbox.testing.devices import DeviceSimulator
 
     frame = story_workspace(
         workspace,
@@ -90,75 +91,102 @@ def run_devices_demo(
             for d, ids in plan.items():
                 queue.send(DESTINATION, [QueueMessage(b'{"open":1}', m, session_id=d) for m in ids])
             step(f"queued {tasks} tasks for each of {devices} devices (a session per device)")
-            offline = OFFLINE if OFFLINE in plan else names[-1]
-            report.offline_device = offline
-            with DeviceSimulator(address, ack_delay=0.05, offline=[offline]) as sim:
-                options = GatewayOptions(
-                    destination=DESTINATION,
-                    retry_interval=RETRY_INTERVAL,
-                    max_tries=1000,
-                    concurrency=devices,
-                    poll_interval=0.05,
-                )
-                gateway = MqttGateway(queue, options, broker=MqttBroker.parse(address))
-                stats_box: list[Any] = []
-                runner = threading.Thread(
-                    target=lambda: stats_box.append(gateway.run(handle_signals=False)),
-                    daemon=True,
-                )
-                runner.start()
-                step(f"gateway started on {address}; {offline} is offline")
-                others = [d for d in names if d != offline]
-                others_done = sim.wait_for(
-                    lambda s: all(len(s.record(d).done) == tasks for d in others), DEADLINE
-                )
-                if not others_done:
-                    report.problems.append("timed out waiting for the online devices")
-                sim.wait_for(lambda s: s.record(offline).missed >= 2, DEADLINE)
-                (status,) = device_statuses(
-                    queue.receiver, queue.admin, DESTINATION, device=offline
-                )
-                report.republished_while_offline = sim.record(offline).missed
-                report.queued_behind_while_offline = status.queued
-                step(
-                    f"the others are {'done' if others_done else 'NOT done (timed out)'}; "
-                    f"{offline}'s first task was published "
-                    f"{report.republished_while_offline} times, {status.queued} wait behind it"
-                )
-                sim.online(offline)
-                step(f"{offline} is back")
-                if not sim.wait_for(lambda s: len(s.record(offline).done) == tasks, DEADLINE):
-                    report.problems.append(f"timed out waiting for {offline}")
-                gateway.stop()
-                runner.join(DEADLINE)
-                gateway.close()
-                records = {d: sim.record(d) for d in names}
-            dead = queue.list_dead_letters(DESTINATION)
-        if stats_box:
-            stats = stats_box[0]
-            report.completed = stats.completed
-            report.publishes = stats.publishes
-            report.republishes = stats.republishes
-        report.dead_lettered = len(dead)
-        report.max_in_flight = max(r.max_in_flight for r in records.values())
-        report.devices_in_order = sum(records[d].tasks == ids for d, ids in plan.items())
-        in_order = "in order" if records[offline].tasks == plan[offline] else "OUT OF ORDER"
-        acked = report.completed == devices * tasks
-        step(
-            f"{offline}'s tasks went out {in_order}; "
-            + (
-                "every device acked every task"
-                if acked
-                else f"{report.completed} of {devices * tasks} tasks acked and completed"
-            )
-        )
-        report.invariants = {
-            "every task acked and completed": report.completed == devices * tasks,
-            "each device got its tasks in order": report.devices_in_order == devices,
-            "never two tasks in flight on one device": report.max_in_flight == 1,
-            "nothing dead-lettered": report.dead_lettered == 0,
-        }
+            report.offline_device = OFFLINE if OFFLINE in plan else names[-1]
+            records, stats = _play(queue, address, report, plan=plan, step=step)
+            report.dead_lettered = len(queue.list_dead_letters(DESTINATION))
+        _sum_up(report, plan=plan, records=records, stats=stats, step=step)
     return report
+
+
+def _play(
+    queue: SqlQueue,
+    address: str,
+    report: DevicesDemoReport,
+    *,
+    plan: dict[str, list[str]],
+    step: Step,
+) -> tuple[dict[str, DeviceRecord], Any]:
+    """The gateway serves the devices while one is offline, then after it is back; returns each
+    device's record and the gateway's stats (None if its run did not end)."""
+    from dispatcher.mqtt.client import MqttBroker
+    from dispatcher.mqtt.devices import device_statuses
+    from dispatcher.mqtt.gateway import GatewayOptions, MqttGateway
+    from outbox.testing.devices import DeviceSimulator
+
+    offline, tasks = report.offline_device, report.tasks_per_device
+    with DeviceSimulator(address, ack_delay=0.05, offline=[offline]) as sim:
+        options = GatewayOptions(
+            destination=DESTINATION,
+            retry_interval=RETRY_INTERVAL,
+            max_tries=1000,
+            concurrency=report.devices,
+            poll_interval=0.05,
+        )
+        gateway = MqttGateway(queue, options, broker=MqttBroker.parse(address))
+        stats_box: list[Any] = []
+        runner = threading.Thread(
+            target=lambda: stats_box.append(gateway.run(handle_signals=False)),
+            daemon=True,
+        )
+        runner.start()
+        step(f"gateway started on {address}; {offline} is offline")
+        others = [d for d in plan if d != offline]
+        others_done = sim.wait_for(
+            lambda s: all(len(s.record(d).done) == tasks for d in others), DEADLINE
+        )
+        if not others_done:
+            report.problems.append("timed out waiting for the online devices")
+        sim.wait_for(lambda s: s.record(offline).missed >= 2, DEADLINE)
+        (status,) = device_statuses(queue.receiver, queue.admin, DESTINATION, device=offline)
+        report.republished_while_offline = sim.record(offline).missed
+        report.queued_behind_while_offline = status.queued
+        step(
+            f"the others are {'done' if others_done else 'NOT done (timed out)'}; "
+            f"{offline}'s first task was published "
+            f"{report.republished_while_offline} times, {status.queued} wait behind it"
+        )
+        sim.online(offline)
+        step(f"{offline} is back")
+        if not sim.wait_for(lambda s: len(s.record(offline).done) == tasks, DEADLINE):
+            report.problems.append(f"timed out waiting for {offline}")
+        gateway.stop()
+        runner.join(DEADLINE)
+        gateway.close()
+        return {d: sim.record(d) for d in plan}, stats_box[0] if stats_box else None
+
+
+def _sum_up(
+    report: DevicesDemoReport,
+    *,
+    plan: dict[str, list[str]],
+    records: dict[str, DeviceRecord],
+    stats: Any,
+    step: Step,
+) -> None:
+    """The gateway's counts, the devices' record, the closing line and the invariants."""
+    if stats is not None:
+        report.completed = stats.completed
+        report.publishes = stats.publishes
+        report.republishes = stats.republishes
+    offline, total = report.offline_device, report.devices * report.tasks_per_device
+    report.max_in_flight = max(r.max_in_flight for r in records.values())
+    report.devices_in_order = sum(records[d].tasks == ids for d, ids in plan.items())
+    in_order = "in order" if records[offline].tasks == plan[offline] else "OUT OF ORDER"
+    acked = report.completed == total
+    step(
+        f"{offline}'s tasks went out {in_order}; "
+        + (
+            "every device acked every task"
+            if acked
+            else f"{report.completed} of {total} tasks acked and completed"
+        )
+    )
+    report.invariants = {
+        "every task acked and completed": report.completed == total,
+        "each device got its tasks in order": report.devices_in_order == report.devices,
+        "never two tasks in flight on one device": report.max_in_flight == 1,
+        "nothing dead-lettered": report.dead_lettered == 0,
+    }
 
 
 @contextmanager

@@ -80,60 +80,77 @@ class _Effects:
         return handle
 
 
+class _Regions:
+    """The two regions: a queue file each (east's transport can fail), the shared claim log, the
+    geo transport over them, and a consumer thread per region."""
+
+    def __init__(self, root: Path, effects: _Effects) -> None:
+        from dispatcher.claims.sql import SqlClaimLog
+        from dispatcher.queue import Consumer, ConsumerOptions, SqlQueue
+        from dispatcher.transports.geo import GeoReplicatedTransport
+        from dispatcher.transports.sql import SqlQueueTransport
+        from migrations.sql import upgrade
+        from outbox.testing.faulty import FaultyTransport
+
+        root.mkdir(parents=True, exist_ok=True)
+        urls = {name: f"sqlite:///{root / name}.db" for name in (*REGIONS, "claims")}
+        for url in urls.values():
+            upgrade(url)
+        self.queues = {r: SqlQueue(urls[r], max_delivery_count=10_000) for r in REGIONS}
+        self.claims = SqlClaimLog(urls["claims"])
+        self.east = FaultyTransport(SqlQueueTransport(self.queues["east"]))
+        self.geo = GeoReplicatedTransport(
+            self.east,
+            SqlQueueTransport(self.queues["west"]),
+            SECONDARY_DELAY,
+            claims=self.claims,
+            names=REGIONS,
+        )
+        options = ConsumerOptions(
+            claims=self.claims,
+            claim_lease=CLAIM_LEASE,
+            look_again=0.2,
+            poll_interval=0.05,
+            renew_check_interval=0.2,
+            backoff=lambda _n: 0.2,
+        )
+        self.consumers = {
+            r: Consumer(
+                self.queues[r], DESTINATION, effects.handler(r), options=options, claim_owner=r
+            )
+            for r in REGIONS
+        }
+        self.threads = {
+            r: threading.Thread(target=c.run_forever, name=f"consumer-{r}", daemon=True)
+            for r, c in self.consumers.items()
+        }
+        for t in self.threads.values():
+            t.start()
+
+    def stop(self, region: str) -> None:
+        self.consumers[region].stop()
+        self.threads[region].join(30)
+
+    def close(self) -> None:
+        self.geo.close()
+        self.claims.close()
+        for q in self.queues.values():
+            q.close()
+
+
 def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step) -> GeoDemoReport:
     """Play the two-region story in ``workspace`` (a temporary folder, removed after, if None)."""
-    from dispatcher.claims.sql import SqlClaimLog
-    from dispatcher.queue import Consumer, SqlQueue
-    from dispatcher.transports.geo import GeoReplicatedTransport
-    from dispatcher.transports.sql import SqlQueueTransport
-    from migrations.sql import upgrade
     from outbox.app.facade import Outbox
-    from outbox.testing.faulty import FaultyTransport
 
     effects = _Effects()
     frame = story_workspace(workspace, "outbox-geo-demo-", GeoDemoReport, packages=packages)
     with frame as (ws, report):
-        regions = ws / "regions"
-        regions.mkdir(parents=True, exist_ok=True)
-        urls = {name: f"sqlite:///{regions / name}.db" for name in (*REGIONS, "claims")}
-        for url in urls.values():
-            upgrade(url)
-        queues = {r: SqlQueue(urls[r], max_delivery_count=10_000) for r in REGIONS}
-        claims = SqlClaimLog(urls["claims"])
-        east = FaultyTransport(SqlQueueTransport(queues["east"]))
-        geo = GeoReplicatedTransport(
-            east,
-            SqlQueueTransport(queues["west"]),
-            SECONDARY_DELAY,
-            claims=claims,
-            names=REGIONS,
-        )
+        regions = _Regions(ws / "regions", effects)
         step(
-            f"two regions in {regions}: queues east.db and west.db, claim log claims.db; "
+            f"two regions in {ws / 'regions'}: queues east.db and west.db, claim log claims.db; "
             f"west copies due {SECONDARY_DELAY:g}s after east's"
         )
-        consumers = {
-            r: Consumer(
-                queues[r],
-                DESTINATION,
-                effects.handler(r),
-                claims=claims,
-                claim_owner=r,
-                claim_lease=CLAIM_LEASE,
-                look_again=0.2,
-                poll_interval=0.05,
-                renew_check_interval=0.2,
-                backoff=lambda _n: 0.2,
-            )
-            for r in REGIONS
-        }
-        threads = {
-            r: threading.Thread(target=c.run_forever, name=f"consumer-{r}", daemon=True)
-            for r, c in consumers.items()
-        }
-        for t in threads.values():
-            t.start()
-        ob = Outbox.open(ws, transport=geo)
+        ob = Outbox.open(ws, transport=regions.geo)
         _save(ob, packages, 0)
         report.written = packages
         step(f"saved '{STATUSES[0]}' for {packages} packages: sent to both regions")
@@ -144,30 +161,25 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
         _wait(lambda: handled() >= packages, report, "the first status handled", handled)
         with effects.guard:
             effects.failed_at = failed_at = time.monotonic()
-        east.outage()
-        consumers["east"].stop()
-        threads["east"].join(30)
+        regions.east.outage()
+        regions.stop("east")
         step("region east fails: its queue refuses sends and its consumer stops")
         for s in (1, 2):
             _save(ob, packages, s)
         report.written = 3 * packages
         step(f"saved '{STATUSES[1]}' and '{STATUSES[2]}': west holds them, due after the delay")
         _wait(lambda: handled() >= 3 * packages, report, "every status handled", handled)
-        west_stats = queues["west"].stats
+        west_stats = regions.queues["west"].stats
         _wait(lambda: not west_stats(), report, "every west copy settled", west_stats)
-        consumers["west"].stop()
-        threads["west"].join(30)
+        regions.stop("west")
         ob.close()
         west_first = effects.first_after_failure.get("west")
         report.failover_s = round(west_first - failed_at, 2) if west_first else None
-        report.sends_missed_by_east = geo.missed[0]
-        for r, c in consumers.items():
+        report.sends_missed_by_east = regions.geo.missed[0]
+        for r, c in regions.consumers.items():
             assert c.claimed is not None
             report.copies_completed_unhandled[r] = c.claimed.duplicates
-        geo.close()
-        claims.close()
-        for q in queues.values():
-            q.close()
+        regions.close()
         _verify(report, effects, packages)
     return report
 

@@ -144,7 +144,9 @@ class SparkOutbox:
                 confs |= {M.TXN_APP_ID: _check_app_id(txn[0]), M.TXN_VERSION: str(int(txn[1]))}
             target = self._target()
             t1 = time.perf_counter()
-            metrics = self._merge(target, source, checked.buckets, token, confs, now)
+            metrics = self._merge(
+                target, source, buckets=checked.buckets, token=token, confs=confs, now=now
+            )
             timings["merge_s"] = time.perf_counter() - t1
             written = metrics.get("num_updated_rows", 0) + metrics.get("num_inserted_rows", 0)
             t2 = time.perf_counter()
@@ -175,6 +177,7 @@ class SparkOutbox:
         self,
         target: Any,
         source: Any,
+        *,
         buckets: list[int],
         token: str,
         confs: dict[str, str],

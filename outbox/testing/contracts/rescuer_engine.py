@@ -185,6 +185,7 @@ class RescuerEngineContract:
 
     def test_crash_after_enqueue_before_checkpoint_enqueues_nothing_new(
         self,
+        *,
         table: Table,
         engine: Engine,
         checkpoints: InMemoryCheckpointStore,

@@ -1,0 +1,68 @@
+"""What a ``Consumer`` takes besides its queue, queue name and handler: ``ConsumerOptions``.
+
+Why one object: the knobs (the inbox, the claim log, the timings, the batch) are fourteen, too many
+for a parameter list. ``Consumer(queue, name, handler, options=ConsumerOptions(...))`` takes them
+at once, and each is still a keyword of its own (``Consumer(queue, name, handler, inbox=True)``,
+typed by ``ConsumerKeywords``), applied over ``options``. The meaning of each is in
+``dispatcher.queue.consumer``'s docstring.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TypedDict
+
+from dispatcher.queue.claimed import Granularity
+from dispatcher.queue.inbox import Inbox
+from outbox.core.backoff import ExponentialBackoff
+from outbox.core.clock import Clock
+from outbox.core.errors import UnprocessableMessageError
+
+if TYPE_CHECKING:
+    from dispatcher.claims.ports import ClaimLog
+
+#: Redelivery delays when the caller gives none: 1 s, 2 s, 4 s ... up to 5 min, no jitter.
+DEFAULT_BACKOFF = ExponentialBackoff()
+
+
+@dataclass(frozen=True)
+class ConsumerOptions:
+    """``clock`` defaults to the queue's; ``inbox``: False, True (the SQL inbox named after the
+    queue), a consumer name, or any ``Inbox``; ``inbox_lease`` defaults to the queue's lock
+    duration; ``max_messages`` (``run_once``'s batch) to at least ``concurrency``."""
+
+    clock: Clock | None = None
+    inbox: bool | str | Inbox = False
+    permanent_errors: tuple[type[BaseException], ...] = (UnprocessableMessageError,)
+    backoff: Callable[[int], float] = DEFAULT_BACKOFF
+    concurrency: int = 1
+    poll_interval: float = 1.0
+    renew_check_interval: float = 1.0
+    claims: ClaimLog | None = None
+    granularity: Granularity | str = Granularity.MESSAGE
+    claim_lease: float = 30.0
+    claim_owner: str | None = None
+    look_again: float = 1.0
+    max_messages: int | None = None
+    inbox_lease: float | None = None
+
+
+class ConsumerKeywords(TypedDict, total=False):
+    """``ConsumerOptions``' fields as ``Consumer``'s keyword arguments (the same names and types;
+    tests/test_option_objects.py keeps the two in step)."""
+
+    clock: Clock | None
+    inbox: bool | str | Inbox
+    permanent_errors: tuple[type[BaseException], ...]
+    backoff: Callable[[int], float]
+    concurrency: int
+    poll_interval: float
+    renew_check_interval: float
+    claims: ClaimLog | None
+    granularity: Granularity | str
+    claim_lease: float
+    claim_owner: str | None
+    look_again: float
+    max_messages: int | None
+    inbox_lease: float | None
