@@ -127,9 +127,9 @@ TIMED = {
     "dispatcher.dispatch.Dispatcher": ("send_pending", "_send", "advance", "defer"),
     "dispatcher.dispatch.KeyOrder": ("wait_turn",),
     "outbox.delta.store.DeltaDocumentStore": (
-        "_merge_documents",
+        "_append_documents",
         "_recheck",
-        "_merge_watermarks",
+        "_append_marks",
         "_update",
     ),
 }

@@ -1,31 +1,31 @@
 """The document table at scale (issue 31): what a 100-document commit costs as the table grows.
 
     python -m benchmarks.doc_table            # results/doc_table.json (10k, 100k, 1M documents)
-    python -m benchmarks.doc_table --quick    # 10k and 100k, fewer commits
+    python -m benchmarks.doc_table --quick    # 10k and 100k, fewer commits, shorter runs
     python -m benchmarks.doc_table --smoke    # 1k and 5k, two commits each
 
-Two parts, in one run:
+In one run:
 
-* ``candidates``: the layouts issue 31 asked to evaluate, each driven by raw deltalake calls so
-  each is measured on its own terms (no outbox code in the way), on the same tables and the same
-  random documents. Per size: commit latency (p50 of ``commits`` commits, each changing 100
-  random documents) and the bytes each commit wrote (data files, change-data files and the log
-  entry, read from the commit's own log entry):
+* ``candidates`` (per size): the layouts issue 31 asked to evaluate, each driven by raw
+  deltalake calls so each is measured on its own terms (no outbox code in the way), on the same
+  tables and the same random documents: commit latency (p50 of ``commits`` commits, each changing
+  100 random documents) and the bytes each commit wrote (data files, change-data files and the
+  log entry, read from the commit's own log entry):
 
   - ``in_place``: one file per bucket (what ``outbox maintain`` left before issue 31), an
     update MERGE as the save did: every file holding a changed row is rewritten (copy-on-write);
   - ``in_place_small_files``: the same MERGE over files sorted by id and capped at
-    ``SMALL_FILE_ROWS`` rows, with the ids as a literal list so delta-rs prunes files by their
-    id range;
-  - ``versions_appended``: the log-structured layout: an insert-only MERGE of the new versions
-    (the optimistic check is the join on (id, version)) over the same sorted files, with the
-    literal id list; nothing is rewritten;
-  - ``floor``: the 100 changed rows written as one Parquet file (their bytes) and a plain
-    append of them (its latency): no check, no change-data file.
+    ``SMALL_FILE_ROWS`` rows, with the ids as a literal list so delta-rs could prune by id range;
+  - ``versions_merge``: the new versions inserted by an insert-only MERGE (the optimistic check
+    is the join on (id, version)) over the same sorted files: nothing is rewritten, but the
+    MERGE still scans the buckets it touches;
+  - ``versions_append_txn``: the new versions appended, with one application transaction per
+    document (what the store does, ``outbox.delta.appends``);
+  - ``floor_append``: the same append without the transactions: the changed rows and a log
+    entry, no check at all. ``floor_changed_rows_bytes`` is the 100 rows as one Parquet file.
 
-* ``outbox``: the same commits through the product (``Outbox.unit_of_work``, ``get_many`` then
-  save; the layout the store writes), plus its reads: ``get_many`` of 100, ``scan_pending`` (what
-  ``outbox status`` and the rescuer's sweep read), a rescuer feed pass over the commits.
+* ``outbox`` (per size), ``writers``, ``txn_state`` and ``disk``: the product itself
+  (``benchmarks.doc_table_outbox`` says what each measures).
 
 Bytes are the files each commit added, as the log records them, plus the log entry itself.
 """
@@ -48,6 +48,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from benchmarks import doc_table_outbox as P
 from benchmarks.common import add_output_options, percentile, save
 
 SIZES = (10_000, 100_000, 1_000_000)
@@ -57,6 +58,10 @@ BUCKETS = 16
 CHANGED = 100  # documents per commit
 SMALL_FILE_ROWS = 2_000
 COMMITS = {"full": 10, "quick": 5, "smoke": 2}
+#: The four-writer part: table size and commits per writer; the disk part: seconds.
+WRITERS = {"full": (100_000, 25), "quick": (10_000, 10), "smoke": (1_000, 2)}
+DISK_SECONDS = {"full": 600.0, "quick": 60.0, "smoke": 3.0}
+TXN_IDS = {"full": 1_000_000, "quick": 100_000, "smoke": 1_000}
 
 
 def _bucket(doc_id: str) -> int:
@@ -133,10 +138,15 @@ def _merge(
     merger.when_not_matched_insert_all().execute()
 
 
-def _append(root: Path, sample: list[str], version: int) -> None:
-    from deltalake import write_deltalake
+def _append(root: Path, sample: list[str], version: int, *, txn: bool) -> None:
+    from deltalake import CommitProperties, Transaction, write_deltalake
 
-    write_deltalake(str(root), _rows(sample, version), mode="append")
+    props = None
+    if txn:  # what the store's save does: an application transaction per document
+        props = CommitProperties(
+            app_transactions=[Transaction(f"outbox:doc:{i}", version) for i in sample]
+        )
+    write_deltalake(str(root), _rows(sample, version), mode="append", commit_properties=props)
 
 
 def _floor_bytes(sample: list[str]) -> int:
@@ -148,8 +158,9 @@ def _floor_bytes(sample: list[str]) -> int:
 CANDIDATES: dict[str, dict[str, Any]] = {
     "in_place": {"sorted_small": False, "insert_only": False, "id_list": False},
     "in_place_small_files": {"sorted_small": True, "insert_only": False, "id_list": True},
-    "versions_appended": {"sorted_small": True, "insert_only": True, "id_list": True},
-    "floor_append": {"sorted_small": True, "append": True},
+    "versions_merge": {"sorted_small": True, "insert_only": True, "id_list": True},
+    "versions_append_txn": {"sorted_small": False, "append": True, "txn": True},
+    "floor_append": {"sorted_small": False, "append": True},
 }
 
 
@@ -166,7 +177,7 @@ def run_candidates(root: Path, size: int, commits: int, rng: random.Random) -> d
         for n, sample in enumerate(samples):
             t0 = time.perf_counter()
             if how.get("append"):
-                _append(table, sample, n + 2)
+                _append(table, sample, n + 2, txn=bool(how.get("txn")))
             else:
                 _merge(table, sample, n + 2, insert_only=how["insert_only"], id_list=how["id_list"])
             latencies.append(time.perf_counter() - t0)
@@ -195,10 +206,20 @@ def main(argv: list[str] | None = None) -> None:
     try:
         data: dict[str, Any] = {"sizes": {}, "changed_per_commit": CHANGED, "buckets": BUCKETS}
         for size in sizes:
-            data["sizes"][str(size)] = {
-                "candidates": run_candidates(root, size, COMMITS[kind], rng)
+            entry: dict[str, Any] = {
+                "candidates": run_candidates(root, size, COMMITS[kind], rng),
+                "outbox": P.run_outbox(root / f"outbox-{size}", size, COMMITS[kind], rng),
             }
-            print(size, json.dumps(data["sizes"][str(size)]["candidates"]))
+            data["sizes"][str(size)] = entry
+            print(size, json.dumps(entry), flush=True)
+            shutil.rmtree(root / f"outbox-{size}", ignore_errors=True)
+        docs, commits = WRITERS[kind]
+        data["writers"] = P.run_writers(root / "writers", docs, commits)
+        print("writers", json.dumps(data["writers"]), flush=True)
+        data["txn_state"] = P.run_txn_state(root / "txn", TXN_IDS[kind])
+        print("txn_state", json.dumps(data["txn_state"]), flush=True)
+        data["disk"] = P.run_disk(root / "disk", DISK_SECONDS[kind], rng)
+        print("disk", json.dumps({k: v for k, v in data["disk"].items() if k != "samples"}))
         path = save(args, "doc_table", data)
         print(f"wrote {path}")
     finally:

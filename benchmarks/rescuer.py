@@ -213,6 +213,7 @@ def measure_planners(rows: int) -> dict[str, Any]:
         pa.table(
             {
                 "id": ids,
+                "version": pa.array([1 + i // (rows // 4) for i in range(rows)], pa.int64()),
                 "last_seq": pa.array([i % 7 for i in range(rows)], pa.int64()),
                 "dispatched_seq": pa.array([i % 5 for i in range(rows)], pa.int64()),
                 # a re-created document's images carry a new incarnation; older rows have none

@@ -51,13 +51,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from dispatcher.keys import Key, KeyOrder, Pause, key_of
 from dispatcher.transports.base import Transport, TransportMessage
+from dispatcher.watermarks import MarkStore
 from outbox.core.errors import PermanentTransportError, RetryableTransportError, ValidationError
 from outbox.core.model import DocumentRow, OutboxMessage
 from outbox.core.observers import NO_OBSERVER, Observer
@@ -72,15 +73,6 @@ log = logging.getLogger("outbox.dispatcher")
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 
 Plan = tuple[DocumentRow, list[OutboxMessage]]
-
-
-class WatermarkStore(Protocol):
-    """What the dispatcher needs from a document store: one batched, monotonic watermark write
-    (with ``incarnations``, each mark applies only to the document's life it names)."""
-
-    def advance_watermarks(
-        self, marks: Mapping[str, int], incarnations: Mapping[str, str | None] | None = None
-    ) -> int | None: ...
 
 
 def atomic_batches(transport: object) -> bool:
@@ -165,7 +157,7 @@ class Dispatcher:
 
     def __init__(
         self,
-        store: WatermarkStore,
+        store: MarkStore,
         transport: Transport,
         *,
         max_in_flight: int = 16,
@@ -285,12 +277,13 @@ class Dispatcher:
         if not marks:
             return
         lives = {r.id: r.incarnation for r in rows}
+        known = lives.keys() >= marks.keys()
         self.observe.watermark_due()
         t0 = time.perf_counter()
         try:
             with self.observe.writing_watermark(len(marks)):
                 report.watermark_version = self.store.advance_watermarks(
-                    marks, {d: lives[d] for d in marks} if lives.keys() >= marks.keys() else None
+                    marks, {d: lives[d] for d in marks} if known else None
                 )
         except Exception as e:
             report.watermark_error = e

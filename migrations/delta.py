@@ -57,6 +57,12 @@ def ensure_table(
         if (meta.configuration or {}).get(S.CDF_PROPERTY, "").lower() != "true":
             dt.alter.set_table_properties({S.CDF_PROPERTY: "true"})
             done.append(f"enabled the change data feed on {uri}")
+        if S.TXN_RETENTION_PROPERTY not in (meta.configuration or {}):
+            dt.alter.set_table_properties({S.TXN_RETENTION_PROPERTY: S.TXN_RETENTION})
+            done.append(
+                f"set {S.TXN_RETENTION_PROPERTY} = {S.TXN_RETENTION!r} on {uri} (saves record "
+                "an application transaction per document; this bounds how long they are kept)"
+            )
         if S.is_legacy(pa.schema(dt.schema().to_arrow())):
             _add_incarnation(dt)
             done.append(
@@ -73,7 +79,10 @@ def ensure_table(
                     S.SCHEMA_VERSION, n, str(outbox_meta.get(S.TABLE_ID_KEY) or uuid.uuid4())
                 )
             )
-            done.append(f"recorded outbox schema version {S.SCHEMA_VERSION} on {uri}")
+            done.append(
+                f"recorded outbox schema version {S.SCHEMA_VERSION} on {uri} (saves append a "
+                "row per document version from now on; the rows already there read the same)"
+            )
     except (DeltaError, OSError, ValueError) as e:
         raise StoreError(f"upgrading the Delta table at {uri} failed: {e}") from e
     return done
@@ -98,8 +107,8 @@ def _add_incarnation(dt: Any) -> None:
 def _check_buckets(dt: Any, uri: str, buckets: int) -> None:
     """Refuse to record N unless every existing row sits in ``crc32(id) % N``.
 
-    A wrong N would be silent and harmful: every MERGE carries a literal bucket filter, so rows
-    in other buckets are invisible to it, and a "new" document would be inserted a second time.
+    A wrong N would be silent and harmful: every read carries a literal bucket filter, so rows in
+    other buckets are invisible to it, and a "new" document would be inserted a second time.
     """
     from deltalake import QueryBuilder
 

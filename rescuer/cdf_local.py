@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.core.errors import EngineError
+from outbox.delta.versions import MARK_VERSION, pending_sql
 from rescuer.planner import (
     FEED_COLUMNS,
     FeedWindow,
@@ -78,10 +79,9 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
     return normalize(table)
 
 
-#: The sweep: the same DataFusion query as ``DeltaDocumentStore.scan_pending``.
-SWEEP_SQL = (
-    "SELECT id, last_seq, dispatched_seq, incarnation FROM t WHERE last_seq > dispatched_seq"
-)
+#: The sweep: the same DataFusion query as ``DeltaDocumentStore.scan_pending`` (each pending
+#: document as its latest version, with the folded watermark: ``outbox.delta.versions``).
+SWEEP_SQL = pending_sql(["id", "last_seq", "dispatched_seq", "incarnation"])
 
 
 def sweep_rows(delta_table: Any) -> pa.Table:
@@ -110,6 +110,7 @@ def normalize(table: pa.Table) -> pa.Table:
     return pa.table(
         {
             "id": pc.cast(table["id"], pa.string()),
+            "version": pc.cast(table["version"], pa.int64()),
             "last_seq": pc.cast(table["last_seq"], pa.int64()),
             "dispatched_seq": pc.cast(table["dispatched_seq"], pa.int64()),
             "incarnation": pc.cast(table["incarnation"], pa.string()),
@@ -119,34 +120,87 @@ def normalize(table: pa.Table) -> pa.Table:
     )
 
 
-def _latest(images: pa.Table) -> pa.Table:
-    """The latest image per id: highest version, and inside a version an insert over a delete.
+_NO_LIFE = "\x00"  # a null incarnation, as a group key
 
-    A single-threaded group-by keeps input order, so after sorting by the key "last" is the
-    latest image.
-    """
+
+def documents(images: pa.Table) -> pa.Table:
+    """Per id, the document the images show (``rescuer.planner``, "The versions layout"): its
+    life (the newest image's incarnation), its newest version's ``last_seq``, its watermark (the
+    highest over that life's post-images), and whether a delete of that newest version came
+    after it. Columns: id, last_seq, dispatched_seq, incarnation, deleted."""
+    empty = pa.table(
+        {
+            "id": pa.array([], pa.string()),
+            "last_seq": pa.array([], pa.int64()),
+            "dispatched_seq": pa.array([], pa.int64()),
+            "incarnation": pa.array([], pa.string()),
+            "deleted": pa.array([], pa.bool_()),
+        }
+    )
     if images.num_rows == 0:
-        return pa.table(
-            {
-                "id": pa.array([], pa.string()),
-                "last_seq": pa.array([], pa.int64()),
-                "dispatched_seq": pa.array([], pa.int64()),
-                "incarnation": pa.array([], pa.string()),
-                "deleted": pa.array([], pa.bool_()),
-            }
-        )
-    ordered = images.sort_by([("_key", "ascending")])
-    # "last" skips nulls by default; a legacy row's null incarnation must win over an older one.
-    keep_nulls = pc.ScalarAggregateOptions(skip_nulls=False)
-    grouped = ordered.group_by("id", use_threads=False).aggregate(
+        return empty
+    life = pc.fill_null(images["incarnation"], _NO_LIFE)
+    images = images.append_column("_life", life)
+    is_delete = pc.equal(images["_change_type"], "delete")
+    posts = images.filter(pc.invert(is_delete))
+    if posts.num_rows == 0:
+        return empty
+    # the life: the newest document image's (a re-created document's new life wins over the
+    # old; a mark row is no image of the document: a late mark of a deleted life names that one)
+    docs = posts.filter(pc.greater(posts["version"], MARK_VERSION))
+    if docs.num_rows == 0:
+        return empty
+    by_commit = docs.sort_by([("_commit_version", "ascending"), ("version", "ascending")])
+    lives = by_commit.group_by("id", use_threads=False).aggregate([("_life", "last")])
+    lives = lives.rename_columns(["id", "_doc_life"])
+    ours = posts.join(lives, keys="id").filter(pc.equal(pc.field("_life"), pc.field("_doc_life")))
+    # the newest version of that life, and the life's watermark
+    by_version = ours.sort_by([("version", "ascending"), ("_commit_version", "ascending")])
+    newest = by_version.group_by("id", use_threads=False).aggregate(
         [
             ("last_seq", "last"),
-            ("dispatched_seq", "last"),
-            ("incarnation", "last", keep_nulls),
-            ("deleted", "last"),
+            ("version", "last"),
+            ("_commit_version", "last"),
+            ("incarnation", "last", pc.ScalarAggregateOptions(skip_nulls=False)),
+            ("dispatched_seq", "max"),
+            ("_life", "last"),
         ]
     )
-    return grouped.rename_columns(["id", "last_seq", "dispatched_seq", "incarnation", "deleted"])
+    newest = newest.rename_columns(
+        ["id", "last_seq", "version", "_commit", "incarnation", "dispatched_seq", "_life"]
+    )
+    deletes = images.filter(is_delete)
+    gone: set[str] = set()
+    if deletes.num_rows:
+        hit = deletes.join(
+            newest.select(["id", "version", "_commit", "_life"]), keys=["id"], right_suffix="_doc"
+        )
+        ended = hit.filter(
+            pc.and_(
+                pc.and_(
+                    pc.equal(hit["_life"], hit["_life_doc"]),
+                    pc.greater_equal(hit["version"], hit["version_doc"]),
+                ),
+                pc.greater_equal(hit["_commit_version"], hit["_commit"]),
+            )
+        )
+        gone = set(ended["id"].to_pylist())
+    deleted = pc.is_in(newest["id"], value_set=pa.array(sorted(gone), pa.string()))
+    return pa.table(
+        {
+            "id": newest["id"],
+            "last_seq": newest["last_seq"],
+            "dispatched_seq": pc.cast(newest["dispatched_seq"], pa.int64()),
+            "incarnation": newest["incarnation"],
+            "deleted": deleted,
+        }
+    )
+
+
+def _pending(docs: pa.Table) -> pa.Table:
+    return docs.filter(
+        pc.and_(pc.invert(docs["deleted"]), pc.greater(docs["last_seq"], docs["dispatched_seq"]))
+    )
 
 
 def plan_arrow(
@@ -158,34 +212,20 @@ def plan_arrow(
     change_rows = int(pc.sum(pc.cast(in_window, pa.int64())).as_py() or 0)
     tail_rows = feed.num_rows - change_rows
     window_rows = feed.filter(in_window)
-    documents = int(pc.count_distinct(window_rows["id"]).as_py()) if window_rows.num_rows else 0
-    images = feed.filter(pc.not_equal(feed["_change_type"], "update_preimage"))
-    deleted = pc.equal(images["_change_type"], "delete")
-    key = pc.add(
-        pc.multiply(images["_commit_version"], 2),
-        pc.if_else(deleted, 0, 1).cast(pa.int64()),
+    documents_changed = (
+        int(pc.count_distinct(window_rows["id"]).as_py()) if window_rows.num_rows else 0
     )
-    images = images.append_column("deleted", deleted).append_column("_key", key)
-    latest_window = _latest(images.filter(pc.less_equal(images["_commit_version"], window.end)))
-    candidates = latest_window.filter(
-        pc.and_(
-            pc.invert(latest_window["deleted"]),
-            pc.greater(latest_window["last_seq"], latest_window["dispatched_seq"]),
-        )
+    images = feed.filter(pc.not_equal(feed["_change_type"], "update_preimage"))
+    candidates = _pending(
+        documents(images.filter(pc.less_equal(images["_commit_version"], window.end)))
     )
     if candidates.num_rows == 0:
-        return change_rows, documents, tail_rows, ()
+        return change_rows, documents_changed, tail_rows, ()
     if tail_rows == 0:
         current = candidates
     else:
-        tail = images.filter(pc.is_in(images["id"], value_set=candidates["id"]))
-        current = _latest(tail)
-        current = current.filter(
-            pc.and_(
-                pc.invert(current["deleted"]),
-                pc.greater(current["last_seq"], current["dispatched_seq"]),
-            )
-        )
+        mine = images.filter(pc.is_in(images["id"], value_set=candidates["id"]))
+        current = _pending(documents(mine))
     rows = zip(
         current["id"].to_pylist(),
         current["last_seq"].to_pylist(),
@@ -193,7 +233,7 @@ def plan_arrow(
         current["incarnation"].to_pylist(),
         strict=True,
     )
-    return change_rows, documents, tail_rows, pending_from_rows(rows)
+    return change_rows, documents_changed, tail_rows, pending_from_rows(rows)
 
 
 class LocalEngine:

@@ -1,14 +1,22 @@
 """The Spark engine: the same plan as ``cdf_local``, computed as a Spark job (delta-spark).
 
 Why Spark at all: for tables beyond one machine, or where the job already runs on Databricks.
-The planning is DataFrame operations end to end: a window function picks each id's latest image,
-and only the pending ids (a few rows) come back to the driver; the feed itself is never collected.
+The planning is DataFrame operations end to end, by the rule of ``cdf_local`` (the versions layout:
+a document is its life's newest version, its watermark the highest of that life's rows):
+aggregations with ``max_by`` pick each id's document from the feed (``feed_plan``), window
+functions from the rows for a sweep (``sweep_frame``), and only the pending ids (a few rows) come
+back to the driver; the feed itself is never collected.
 
 Where the Delta JARs come from, in order:
 1. an active SparkSession that already has Delta (a Databricks runtime has it built in);
 2. ``OUTBOX_DELTA_JARS``: comma-separated JAR files or folders;
 3. ``<repo>/.cache/jars`` (or ``./.cache/jars``), filled by ``scripts/fetch-jars.sh`` from Maven.
 Without any of them the engine fails with ``EngineError`` saying exactly that.
+
+Why one module: the session (JARs, options, the one shared session), the feed plan and the sweep
+are one engine behind one ``Engine`` protocol, and the plan's Spark expressions are read against
+``cdf_local``'s Arrow rule side by side; splitting them would put the rule's two halves (feed and
+sweep) in different files from the session they need.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from outbox.core.errors import EngineError, MissingDependencyError
+from outbox.delta.versions import MARK_VERSION
 from rescuer.planner import (
     FEED_COLUMNS,
     FeedWindow,
@@ -252,6 +261,128 @@ def _translate(uri: str, what: str, e: Exception, window: FeedWindow | None) -> 
     return EngineError(f"Spark failed {what} {uri}: {first}")
 
 
+#: A null incarnation, as a group key (never a real token: incarnations are hex).
+_NO_LIFE = "\x00"
+
+
+def _life() -> Any:
+    from pyspark.sql import functions as F
+
+    return F.coalesce(F.col("incarnation"), F.lit(_NO_LIFE))
+
+
+def feed_plan(feed: Any, end: int) -> Any:
+    """The feed plan of ``feed`` (``FEED_COLUMNS`` over ``(start, latest]``) as a one-row frame:
+    rows and tail (change rows inside and after the window ``(start, end]``), docs (ids changed
+    in the window) and pending (id, last_seq, dispatched_seq, incarnation of each document
+    pending in the window and still pending now).
+
+    The rule is ``cdf_local.documents``'s, in three aggregations. Per (id, life) and per scope
+    (``w``: post-images up to ``end``; ``c``: every post-image): the life's newest document
+    image (``_at``: its (commit, version), which picks the document's life; mark rows are no
+    document image), the newest version's
+    image by (version, commit) with the life's highest ``dispatched_seq``, and the life's
+    deletes (version, commit) to test whether one ended that newest version. Per id, ``max_by``
+    over ``_at`` keeps the life whose post-image is newest (a null key, no post-image in scope,
+    is ignored). Last, one global aggregation.
+    """
+    from pyspark.sql import functions as F
+
+    commit = F.col("_commit_version").cast("long")
+    in_window = commit <= F.lit(end)
+    post = F.col("_change_type").isin("insert", "update_postimage")
+    gone = F.col("_change_type") == F.lit("delete")
+    # a document image, not a mark row (which only counts toward the life's watermark: a late
+    # mark of a deleted life must not pick that life)
+    doc = F.col("version") > F.lit(MARK_VERSION)
+    image = F.struct(
+        F.col("last_seq").alias("last_seq"),
+        F.col("version").alias("version"),
+        commit.alias("commit"),
+        F.col("incarnation").alias("incarnation"),
+    )
+    scopes = {"w": post & in_window, "c": post}
+    per_life = feed.groupBy(F.col("id"), _life().alias("_life")).agg(
+        F.sum(F.when(in_window, 1).otherwise(0)).alias("rows"),
+        F.sum(F.when(in_window, 0).otherwise(1)).alias("tail"),
+        F.collect_list(
+            F.when(gone, F.struct(F.col("version").alias("version"), commit.alias("commit")))
+        ).alias("_deletes"),
+        *(
+            agg
+            for s, mine in scopes.items()
+            for agg in (
+                F.max(
+                    F.when(mine & doc, F.struct(commit.alias("c"), F.col("version").alias("v")))
+                ).alias(f"{s}_at"),
+                F.max_by(image, F.when(mine & doc, F.struct(F.col("version"), commit))).alias(
+                    f"{s}_new"
+                ),
+                F.max(F.when(mine, F.col("dispatched_seq"))).alias(f"{s}_ds"),
+            )
+        ),
+    )
+
+    def document(s: str) -> Any:
+        """The life's document in scope ``s``: (last_seq, dispatched_seq, incarnation, pending)."""
+        newest = F.col(f"{s}_new")
+        ended = f"d.version >= {s}_new.version AND d.commit >= {s}_new.commit"
+        if s == "w":
+            ended += f" AND d.commit <= {int(end)}"
+        deleted = F.expr(f"exists(_deletes, d -> {ended})")
+        return F.struct(
+            newest["last_seq"].alias("last_seq"),
+            F.col(f"{s}_ds").cast("long").alias("dispatched_seq"),
+            newest["incarnation"].alias("incarnation"),
+            (~deleted & (newest["last_seq"] > F.col(f"{s}_ds"))).alias("pending"),
+        )
+
+    per_id = per_life.groupBy("id").agg(
+        F.sum("rows").alias("rows"),
+        F.sum("tail").alias("tail"),
+        *(F.max_by(document(s), F.col(f"{s}_at")).alias(s) for s in scopes),
+    )
+    rescue = F.coalesce(F.col("w.pending") & F.col("c.pending"), F.lit(False))
+    return per_id.agg(
+        F.sum("rows").alias("rows"),
+        F.sum("tail").alias("tail"),
+        F.sum(F.when(F.col("rows") > 0, 1).otherwise(0)).alias("docs"),
+        F.collect_list(
+            F.when(
+                rescue,
+                F.struct(
+                    F.col("id"),
+                    F.col("c.last_seq"),
+                    F.col("c.dispatched_seq"),
+                    F.col("c.incarnation"),
+                ),
+            )
+        ).alias("pending"),
+    )
+
+
+def sweep_frame(table: Any) -> Any:
+    """``outbox.delta.versions.pending_sql`` as DataFrame operations: each pending document of
+    ``table`` (its rows) as its highest version, with the highest ``dispatched_seq`` over that
+    version's life; only the ids with some row pending are read twice (id, last_seq,
+    dispatched_seq, incarnation)."""
+    from pyspark.sql import Window
+    from pyspark.sql import functions as F
+
+    pending_ids = table.filter(F.col("last_seq") > F.col("dispatched_seq")).select("id").distinct()
+    rows = table.select("id", "version", "last_seq", "dispatched_seq", "incarnation").join(
+        pending_ids, "id", "left_semi"
+    )
+    newest = Window.partitionBy("id").orderBy(F.col("version").desc())
+    life = Window.partitionBy(F.col("id"), _life())
+    return (
+        rows.withColumn("_rn", F.row_number().over(newest))
+        .withColumn("_ds", F.max("dispatched_seq").over(life))
+        .filter((F.col("_rn") == 1) & (F.col("last_seq") > F.col("_ds")))
+        .select("id", "last_seq", F.col("_ds").alias("dispatched_seq"), "incarnation")
+    )
+
+
 class SparkEngine:
     """Plans with Spark DataFrames; only the pending (id, last_seq, dispatched_seq, incarnation)
     come back."""
@@ -281,61 +412,24 @@ class SparkEngine:
         )
 
     def plan_feed(self, table_uri: str, window: FeedWindow) -> Plan:
-        """One Spark job: group the feed by id, then fold the groups into a single result row.
+        """One Spark job, the local engine's plan (``cdf_local.plan_arrow``) as aggregations.
 
-        Per id, ``max_by`` over a sort key picks the latest image inside the window and over
-        the whole range (the current row); a null key (a pre-image, or a tail row for the
-        window image) is ignored by ``max_by``. The final global aggregation counts rows and
-        ids and gathers only the pending ids, so one row comes back to the driver. One job
-        instead of a window function plus a join plus a count: each Spark job costs about a
-        second in local mode, most of it scheduling.
+        Per (id, life) and then per id, for two scopes, the window (``w``: post-images up to
+        ``window.end``) and the whole range (``c``: the current document), exactly the rule of
+        ``cdf_local.documents``: the document's life is the one of its newest post-image (by
+        commit, then version; ``max_by``), its newest version is that life's newest post-image
+        (by version, then commit), its watermark the highest ``dispatched_seq`` over that life's
+        post-images, and it is deleted when a ``delete`` image of that life has a version and a
+        commit at or after the newest version's. An id is planned when it is pending in both
+        scopes (the window's candidate, re-checked against its current document), with the
+        current values. The final global aggregation counts rows and ids and gathers only the
+        pending ids, so one row comes back to the driver; the feed itself is never collected.
+        One job instead of several: each Spark job costs about a second in local mode, most of
+        it scheduling.
         """
-        from pyspark.sql import functions as F
-
         t0 = time.perf_counter()
         try:
-            feed = self.feed_frame(table_uri, window)
-            in_window = F.col("_commit_version") <= F.lit(window.end)
-            is_image = F.col("_change_type") != F.lit("update_preimage")
-            deleted = F.col("_change_type") == F.lit("delete")
-            key = F.col("_commit_version").cast("long") * 2 + F.when(deleted, 0).otherwise(1)
-            image = F.struct(
-                F.col("last_seq").alias("last_seq"),
-                F.col("dispatched_seq").alias("dispatched_seq"),
-                F.col("incarnation").alias("incarnation"),
-                deleted.alias("deleted"),
-            )
-            per_id = feed.groupBy("id").agg(
-                F.sum(F.when(in_window, 1).otherwise(0)).alias("rows"),
-                F.sum(F.when(in_window, 0).otherwise(1)).alias("tail"),
-                F.max_by(image, F.when(is_image & in_window, key)).alias("w"),
-                F.max_by(image, F.when(is_image, key)).alias("c"),
-            )
-
-            def pending(c: str) -> Any:
-                return (
-                    F.col(c).isNotNull()
-                    & ~F.col(f"{c}.deleted")
-                    & (F.col(f"{c}.last_seq") > F.col(f"{c}.dispatched_seq"))
-                )
-
-            rescue = pending("w") & pending("c")
-            result = per_id.agg(
-                F.sum("rows").alias("rows"),
-                F.sum("tail").alias("tail"),
-                F.sum(F.when(F.col("rows") > 0, 1).otherwise(0)).alias("docs"),
-                F.collect_list(
-                    F.when(
-                        rescue,
-                        F.struct(
-                            F.col("id"),
-                            F.col("c.last_seq"),
-                            F.col("c.dispatched_seq"),
-                            F.col("c.incarnation"),
-                        ),
-                    )
-                ).alias("pending"),
-            ).first()
+            result = feed_plan(self.feed_frame(table_uri, window), window.end).first()
         except Exception as e:
             raise _translate(table_uri, "reading the change feed of", e, window) from e
         t1 = time.perf_counter()
@@ -351,18 +445,11 @@ class SparkEngine:
         )
 
     def plan_sweep(self, table_uri: str, version: int) -> Plan:
-        from pyspark.sql import functions as F
-
+        """The rows at ``version`` through ``sweep_frame`` (``versions.pending_sql`` in Spark)."""
         t0 = time.perf_counter()
         try:
-            rows = (
-                self._reader()
-                .option("versionAsOf", version)
-                .load(table_uri)
-                .filter(F.col("last_seq") > F.col("dispatched_seq"))
-                .select("id", "last_seq", "dispatched_seq", "incarnation")
-                .collect()
-            )
+            table = self._reader().option("versionAsOf", version).load(table_uri)
+            rows = sweep_frame(table).collect()
         except Exception as e:
             raise _translate(table_uri, "sweeping", e, None) from e
         found = ((r["id"], r["last_seq"], r["dispatched_seq"], r["incarnation"]) for r in rows)

@@ -3,24 +3,34 @@
 Both engines (``cdf_local`` on delta-rs, ``cdf_spark`` on Spark) return a ``Plan``; the contract
 suite compares them field by field, so "same meaning on two engines" is checked, not hoped for.
 
-How a feed plan is computed (both engines do exactly this):
+How a feed plan is computed (both engines do exactly this; the versions layout,
+``outbox.delta.versions``, is why it is more than "the latest image per id"):
 
 1. Read the change feed over ``(start, latest]``: the window ``(start, end]`` plus the *tail*
    ``(end, latest]`` that is younger than the delay.
-2. Drop ``update_preimage`` rows. Per id, the latest image is the row with the highest
-   ``_commit_version``; inside one version an insert/post-image wins over a delete (an overwrite
-   with a predicate writes both).
-3. A candidate is an id whose latest image *inside the window* is not a delete and is pending
+2. Drop ``update_preimage`` rows. Per id, the document the images show is:
+
+   - its *life*: the incarnation of its newest *document image* (by commit, then version) -- a
+     re-created document's new life wins over the old; a mark row (``version`` 0) is no document
+     image, since a late mark of a deleted life names that life;
+   - its *newest version* of that life (by version, then commit): its ``last_seq`` is the
+     document's, because saves append versions and a later commit may hold an older version's
+     row (a fold raising its watermark);
+   - its *watermark*: the highest ``dispatched_seq`` over that life's images, mark rows included;
+   - *deleted* when a delete of that newest version (or a later one) came at or after it: a
+     fold's deletes of superseded versions and mark rows end nothing.
+3. A candidate is an id whose document *inside the window* is not deleted and is pending
    (``last_seq > dispatched_seq``).
-4. The candidate is re-checked against its *current* row: its latest image over the whole
-   ``(start, latest]`` range. That image is the row as of ``latest``: if the id changed after the
-   window it is in the tail, otherwise the window's image is still current. This is the same
+4. The candidate is re-checked against its *current* document: the same rule over the whole
+   ``(start, latest]`` range, which is the document as of ``latest`` (if the id changed after the
+   window, the tail holds it; otherwise the window's images are still current). This is the same
    answer as ``store.read(ids)`` at version ``latest``, but costs a feed read of the recent tail
    instead of a scan of the table, so the pass stays flat as the table grows (see
    docs/rescuer.md). A candidate dispatched (or deleted) after the window drops out; one that
    received more messages is enqueued with its current ``last_seq``.
-5. The command carries the current image's ``incarnation`` (null for a legacy row): a document
-   deleted and created again is a new incarnation, so its command id is not its predecessor's.
+5. The command carries the current document's ``incarnation`` (null for a legacy row): a
+   document deleted and created again is a new incarnation, so its command id is not its
+   predecessor's.
 """
 
 from __future__ import annotations
@@ -37,6 +47,7 @@ Mode = Literal["feed", "sweep"]
 #: Columns the planning needs from the feed (never the large ``state`` or ``outbox``).
 FEED_COLUMNS = [
     "id",
+    "version",
     "last_seq",
     "dispatched_seq",
     "incarnation",

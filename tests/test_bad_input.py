@@ -559,7 +559,7 @@ def test_disk_full_during_a_save_is_one_clear_error(
         def full(*_a: Any, **_k: Any) -> Any:
             raise OSError(errno.ENOSPC, "No space left on device")
 
-        monkeypatch.setattr(ob.store, "_merge_documents", full)
+        monkeypatch.setattr(ob.store, "_append_documents", full)
         with pytest.raises(OutboxError) as caught:
             _save(ob, "pkg-2", {"a": 1}, destination="shipments")
         assert str(caught.value) == (

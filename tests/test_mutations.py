@@ -34,7 +34,7 @@ from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from tests.rescuer import test_contract
-from tests.write_path import test_save_guards
+from tests.write_path import test_save_guards, test_versions
 from tests.write_path.conftest import bare_outbox
 
 #: Compile the recompiled function as its module was compiled (postponed annotations).
@@ -50,6 +50,15 @@ def _with_outbox(test: Callable[[Any], None]) -> Callable[[Path], None]:
             test(ob)
         finally:
             ob.close()
+
+    return run
+
+
+def _in_workspace(test: Callable[[Path], None]) -> Callable[[Path], None]:
+    """Run a test that takes the ``workspace`` fixture."""
+
+    def run(tmp_path: Path) -> None:
+        test(tmp_path / "ws")
 
     return run
 
@@ -87,21 +96,29 @@ class SourceMutation:
 
 MUTATIONS = [
     SourceMutation(
-        "a carried mark assigns dispatched_seq (no greatest, no < guard)",
-        "outbox.delta.merge:save_merge",
-        (
-            ('"greatest(t.dispatched_seq, s._mark)"', '"s._mark"'),
-            ('"s._mark IS NOT NULL AND t.dispatched_seq < s._mark "', '"s._mark IS NOT NULL "'),
+        "a document reads its newest row's watermark, not its life's highest (mark rows lost)",
+        "outbox.delta.versions:latest_rows",
+        (("if latest.num_rows == keyed.num_rows:", "if True:"),),
+        "tests/write_path/test_versions.py::"
+        "test_a_document_is_its_newest_version_with_its_lifes_highest_watermark",
+        _with_outbox(
+            test_versions.test_a_document_is_its_newest_version_with_its_lifes_highest_watermark
         ),
-        "tests/write_path/test_save_guards.py::"
-        "test_a_save_carrying_a_stale_mark_keeps_the_higher_watermark",
-        _with_outbox(test_save_guards.test_a_save_carrying_a_stale_mark_keeps_the_higher_watermark),
-        'assert _row(ob, "a").dispatched_seq == 3',
+        'assert (rows["a"].version, rows["a"].dispatched_seq, rows["a"].last_seq) == (2, 1, 2)',
     ),
     SourceMutation(
-        "the save's MERGE has no version check",
-        "outbox.delta.merge:save_merge",
-        (('"s._mark IS NULL AND t.version = s._expected "', '"s._mark IS NULL "'),),
+        "a save appends without its per-document application transactions",
+        "outbox.delta.store:DeltaDocumentStore._append_documents",
+        (("documents=[(w.row.id, w.row.version) for w in writes],", "documents=[],"),),
+        "tests/write_path/test_versions.py::"
+        "test_two_saves_of_one_document_from_one_snapshot_one_wins",
+        _in_workspace(test_versions.test_two_saves_of_one_document_from_one_snapshot_one_wins),
+        'assert sorted(type(e).__name__ for e in errors) == ["ConcurrencyError", "NoneType"]',
+    ),
+    SourceMutation(
+        "a save that claims the current snapshot skips the check of its expected version",
+        "outbox.delta.store:DeltaDocumentStore._read_here",
+        (("if found is None or found[0] != w.expected_version:", "if found is None:"),),
         "tests/write_path/test_save_guards.py::"
         "test_a_stale_expected_version_on_a_current_snapshot_raises_and_writes_nothing",
         _with_outbox(
@@ -117,6 +134,40 @@ MUTATIONS = [
         "test_the_window_ends_at_the_newest_version_old_enough",
         _with_rescuer("test_the_window_ends_at_the_newest_version_old_enough"),
         'assert _ids(sink) == [("old", 1)]',
+    ),
+    SourceMutation(
+        "the fold deletes superseded versions without raising the kept row's watermark",
+        "outbox.delta.fold:fold_merge",
+        (("predicate=\"s._fold = 'raise'\",", "predicate=\"s._fold = 'never'\","),),
+        "tests/write_path/test_versions.py::"
+        "test_the_fold_removes_superseded_versions_and_changes_no_document",
+        _with_outbox(
+            test_versions.test_the_fold_removes_superseded_versions_and_changes_no_document
+        ),
+        "assert report.watermarks_raised == 1",
+    ),
+    SourceMutation(
+        "the planner takes a document's life from mark rows too",
+        "rescuer.cdf_local:documents",
+        (('docs = posts.filter(pc.greater(posts["version"], MARK_VERSION))', "docs = posts"),),
+        "tests/rescuer/test_contract.py::TestLocalEngine::"
+        "test_a_late_mark_of_a_deleted_life_hides_no_document",
+        _with_rescuer("test_a_late_mark_of_a_deleted_life_hides_no_document"),
+        'assert _ids(sink) == [("a", 1)]',
+    ),
+    SourceMutation(
+        "the planner takes a document's newest change, not its newest version",
+        "rescuer.cdf_local:documents",
+        (
+            (
+                'ours.sort_by([("version", "ascending"), ("_commit_version", "ascending")])',
+                'ours.sort_by([("_commit_version", "ascending"), ("version", "ascending")])',
+            ),
+        ),
+        "tests/rescuer/test_contract.py::TestLocalEngine::"
+        "test_a_later_mark_row_hides_no_newer_message",
+        _with_rescuer("test_a_later_mark_row_hides_no_newer_message"),
+        'assert _ids(sink) == [("a", 2)]',
     ),
 ]
 

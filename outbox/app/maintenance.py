@@ -27,6 +27,7 @@ from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
 from outbox.core.errors import StoreError, VacuumRefusedError
 from outbox.delta.compaction import compact, store_failure
+from outbox.delta.fold import FOLD_AT, fold_table
 from outbox.delta.log import trim_log
 from outbox.delta.store import DeltaDocumentStore
 
@@ -43,6 +44,7 @@ VACUUM_MARGIN = timedelta(hours=1)
 class MaintenanceReport:
     version_before: int
     version_after: int = 0
+    folded: dict[str, Any] = field(default_factory=dict)
     compacted: dict[str, Any] = field(default_factory=dict)
     checkpoint_written: bool = False
     vacuumed_files: int | None = None
@@ -165,11 +167,15 @@ class MaintenanceOptions:
     vacuum_retention_seconds: float | None = None
     dry_run: bool = False
     log_retention_seconds: float | None = None
+    #: Fold a bucket once this share of its rows are superseded versions (0: every bucket with
+    #: any); ``outbox.delta.fold``.
+    fold_at: float = FOLD_AT
 
 
 class MaintenanceKeywords(TypedDict, total=False):
     """``MaintenanceOptions``' fields as ``maintain``'s keyword arguments."""
 
+    fold_at: float
     do_compact: bool
     do_checkpoint: bool
     vacuum_retention_seconds: float | None
@@ -196,7 +202,8 @@ def maintain(
     opts = replace(options or MaintenanceOptions(), **keywords)
     start = time.perf_counter()
     report = MaintenanceReport(version_before=store.refresh())
-    if opts.do_compact:
+    if opts.do_compact:  # the fold first: it leaves fewer rows for the compaction to rewrite
+        report.folded = fold_table(store, at=opts.fold_at).to_dict()
         report.compacted = compact(store)
     if opts.do_checkpoint:
         checkpoint(store)
@@ -283,6 +290,7 @@ class AutoCompactor:
     def __call__(self, _rows: Any, version: int) -> None:
         if not self._gate.due(version):
             return
+        fold_table(self._store)  # superseded versions out first: less for compaction to rewrite
         compact(self._store)
         self.runs += 1
 
@@ -311,8 +319,19 @@ def trim_log_safely(
         needed=needed,
         storage_options=storage_options,
         dry_run=dry_run,
+        live_files=live_files(store),
     )
     return report.to_dict()
+
+
+def live_files(store: DeltaDocumentStore) -> set[str]:
+    """The data files of the table's current snapshot (relative paths, as the log names them)."""
+    from urllib.parse import unquote
+
+    with store._lock:
+        store.refresh()
+        paths = store.delta_table.get_add_actions(flatten=True).column("path").to_pylist()
+    return {unquote(str(p)) for p in paths}
 
 
 class AutoLogTrimmer:

@@ -1,8 +1,8 @@
 """Group commit: the tickets units of work and watermark advances wait on, and the pure steps of
-coalescing them into one MERGE.
+coalescing them into one commit.
 
 While one thread commits, others queue a ``Ticket``; the next thread to hold the store's lock
-commits every queued ticket it can in one MERGE and finishes each with its own outcome. Why its
+commits every queued ticket it can in one append and finishes each with its own outcome. Why its
 own module: these steps decide *which* tickets share a commit and *how each ends* (which batch,
 which unit of work is stale, which watermark wins), and none of them takes a lock or touches the
 table. The store (``outbox.delta.store``) holds the queues, both locks and the commit-retry loop,
@@ -103,7 +103,11 @@ def recheck(
         for w in t.writes:
             found = current.get(w.row.id)
             have = int(found["version"]) if found else 0
-            reborn = found is not None and found[S.INCARNATION] != w.row.incarnation
+            reborn = (  # a create names a new life: only an update can find its own gone
+                found is not None
+                and w.expected_version > 0
+                and found[S.INCARNATION] != w.row.incarnation
+            )
             if have != w.expected_version or reborn:
                 t.error, t.done = stale(w, have, reborn=reborn), True
                 break
@@ -135,9 +139,8 @@ def coalesce_marks(tickets: Iterable[Ticket]) -> dict[str, tuple[int, bool, str 
 
 def stale(w: DocumentWrite, found: int | None, *, reborn: bool = False) -> ConcurrencyError:
     if w.expected_version == 0 and not reborn:  # a create: the id is taken, nothing was "read"
-        seen = "" if found is None else f" (at version {found})"
         return ConcurrencyError(
-            f"document {w.row.id!r} already exists{seen}; nothing was written",
+            f"document {w.row.id!r} already exists; nothing was written",
             hint=f"change it through uow.get({w.row.id!r}), or create it under a new id",
         )
     what = "already exists" if w.expected_version == 0 else "was changed"

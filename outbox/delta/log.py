@@ -76,6 +76,7 @@ class TrimReport:
     remaining: int
     dry_run: bool
     change_files_deleted: int = 0
+    data_files_deleted: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +84,7 @@ class TrimReport:
             "held_by": self.held_by,
             "deleted_files": self.deleted,
             "change_data_files_deleted": self.change_files_deleted,
+            "data_files_deleted": self.data_files_deleted,
             "log_files": self.remaining,
             "dry_run": self.dry_run,
         }
@@ -224,11 +226,19 @@ def trim_log(
     needed: int | None,
     storage_options: Mapping[str, str] | None = None,
     dry_run: bool = False,
+    live_files: set[str] | None = None,
 ) -> TrimReport:
     """Delete the log files of versions before C, each commit's change-data files just before
     the commit itself, oldest first, and the old checkpoints last. A trim cut short (a crash, a
     failed delete) so never leaves a commit without the checkpoint before it, nor a change-data
-    file that no commit names any more."""
+    file that no commit names any more.
+
+    With ``live_files`` (the data files of the current snapshot, relative paths), each trimmed
+    commit's *removed* data files go too, unless still live: the vacuum of the versions layout,
+    where every save's small file is later folded or compacted away. Safe for the same reasons
+    as the trim: such a file belongs to no snapshot from C on, and the rescuer has read past
+    the commit (``needed``); so removed data is kept ``log_retention`` (or as long as the
+    rescuer lags), not the hours deltalake's vacuum counts in."""
     fs = _filesystem(uri, storage_options or {})
     plan = plan_trim(list_log(uri, fs=fs), cutoff=now - retention, needed=needed)
     doomed = sorted(plan.doomed, key=lambda f: (f.checkpoint, f.version))
@@ -247,13 +257,14 @@ def trim_log(
                 "deleted); fix access to the log and run `outbox maintain` again",
             ) from e
 
-    deleted = changes = 0
+    deleted = changes = data = 0
     for f in doomed:
         if f.commit:
             try:
                 paths = change_files(uri, f, fs)
+                gone = [] if live_files is None else _removed_data(uri, f, fs, live_files)
             except FileNotFoundError:
-                paths = []
+                paths, gone = [], []
             except (OSError, ValueError) as e:
                 raise StoreError(
                     f"trimming the Delta log of {uri} failed reading {f.path}: {e}",
@@ -263,6 +274,9 @@ def trim_log(
             for path in paths:
                 delete(path)
                 changes += 1
+            for path in gone:
+                delete(path)
+                data += 1
         delete(f.path)
         deleted += 1
     log.info(
@@ -272,4 +286,19 @@ def trim_log(
         plan.keep_from,
         plan.held_by,
     )
-    return TrimReport(plan.keep_from, plan.held_by, deleted, plan.files - deleted, dry_run, changes)
+    return TrimReport(
+        plan.keep_from, plan.held_by, deleted, plan.files - deleted, dry_run, changes, data
+    )
+
+
+def _removed_data(uri: str, commit: LogFile, fs: Any, live: set[str]) -> list[str]:
+    """The data files ``commit`` removed that the current snapshot no longer holds (never a path
+    outside the table)."""
+    with fs.open_input_stream(commit.path) as stream:
+        actions = [json.loads(line) for line in stream.read().decode("utf-8").splitlines() if line]
+    removed, _ = removed_by(actions)
+    return sorted(
+        p
+        for p in removed - live
+        if p and "://" not in p and not p.startswith("/") and ".." not in p
+    )

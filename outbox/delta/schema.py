@@ -27,8 +27,16 @@ import pyarrow as pa
 
 from outbox.core.model import DocumentRow, OutboxMessage, encode_headers
 
-SCHEMA_VERSION = 1
+#: 1: one row per document, updated in place. 2: one row per document *version*: a save appends
+#: the new version and the upkeep folds the superseded ones away (docs/delta.md, "The versions
+#: layout"). A table at 1 is one at 2 with every document at its first and only row, so
+#: ``outbox migrate`` upgrades it by recording 2 (metadata only).
+SCHEMA_VERSION = 2
 CDF_PROPERTY = "delta.enableChangeDataFeed"
+#: How long a save's per-document application transactions stay in the table's state
+#: (``outbox.delta.appends``); a table that already sets it keeps its own value.
+TXN_RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
+TXN_RETENTION = "interval 1 days"
 SCHEMA_VERSION_KEY = "schemaVersion"
 BUCKETS_KEY = "buckets"
 TABLE_ID_KEY = "tableId"

@@ -1,28 +1,31 @@
-"""The Delta document store: reads, optimistic saves and watermark updates, all through MERGE.
+"""The Delta document store: reads, optimistic saves and watermarks, all as appends.
 
 Why it looks the way it does (see docs/delta.md for the measurements):
 
-* Every MERGE carries a *literal* ``t.bucket IN (...)`` filter, so writers on different buckets
-  commit side by side (``outbox.delta.merge`` has the statements and their rules).
+* A save appends each document's new version, and a watermark appends a mark row
+  (``outbox.delta.appends`` has both and why an append keeps every rule of an optimistic save;
+  ``outbox.delta.versions`` the rule every reader folds the rows with). Nothing already in the
+  table is rewritten, so a commit's cost follows the documents it changes, not the table's size.
 * A save runs against the snapshot its documents were read at. If the table moved since, the
   versions are re-checked on the fresh snapshot first, so a multi-document unit of work is all or
-  nothing: a stale document raises ``ConcurrencyError`` before anything is written, and a writer
-  that commits after our snapshot makes our commit fail with ``CommitFailedError``, which we retry
-  on a refreshed table (a stale handle can never succeed).
-* Saves never write a saved document's ``dispatched_seq``; only watermarks do, with
-  ``greatest(...)`` and no version check, so the dispatcher never fails an application's save
-  (invariant I4). Watermarks come from ``advance_watermarks`` or ride along in a save's MERGE as
-  extra source rows for *other* documents (``attach_watermarks``), the same update either way.
-* ``incarnation`` is written by the insert branch only: updates and watermarks never touch it.
-  An update also requires the incarnation it read, so a stale save cannot overwrite a document
-  deleted and re-created since (it restarts at version 1).
+  nothing: a stale document raises ``ConcurrencyError`` before anything is written. From that
+  snapshot on, a conflicting commit (another save of one of its documents, or any commit that
+  removed data) makes our append fail with ``CommitFailedError``, which we retry on a refreshed
+  table (a stale handle can never succeed).
+* Saves never raise a saved document's ``dispatched_seq`` beyond what they read; only
+  watermarks do, and a watermark never conflicts with a save, so the dispatcher never fails an
+  application's save (invariant I4). Watermarks come from ``advance_watermarks`` or ride along in
+  a save's append as mark rows for *other* documents (``attach_watermarks``).
+* ``incarnation`` is written with a document's first version and copied to the next ones; a
+  save requires the incarnation it read, so a stale save cannot write over a document deleted and
+  re-created since (it restarts at version 1).
 
 Why one module: ``DeltaDocumentStore`` owns one table handle, the rule for when to refresh it, the
-two coalescing queues (group-committed saves and watermark MERGEs) that share that handle, both
+two coalescing queues (group-committed saves and watermark appends) that share that handle, both
 locks and the commit-retry loops. Everything that takes a lock is here, so one lock's invariants
 are read in one file. The lock-free parts live by role: ``table`` (open, validate, create, driver
 errors), ``reads`` (SQL over a snapshot, chunked id reads), ``group_commit`` (tickets, batches, the
-re-check, coalesced marks) and ``merge`` (the two MERGE statements). Their public names stay
+re-check, coalesced marks) and ``appends`` (the rows a commit appends). Their public names stay
 importable from here.
 """
 
@@ -40,7 +43,7 @@ from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import ClosedError, CommitConflictError, StoreError
 from outbox.core.model import DocumentRow, bucket_of
-from outbox.delta import merge, reads
+from outbox.delta import appends, reads, versions
 from outbox.delta import schema as S
 from outbox.delta.group_commit import (
     DocumentWrite,
@@ -49,7 +52,6 @@ from outbox.delta.group_commit import (
     coalesce_marks,
     finish,
     recheck,
-    stale,
     take_batch,
 )
 from outbox.delta.reads import quote_ids
@@ -80,6 +82,8 @@ log = logging.getLogger("outbox.store")
 #: Ids per read query (``outbox.delta.reads.scan`` says why). Read by ``_scan`` at each call, so
 #: a test may patch it here.
 SCAN_CHUNK = 5_000
+#: Documents a store remembers from its reads at the current table version (``_remember``).
+MAX_REMEMBERED = 100_000
 
 
 class DeltaDocumentStore:
@@ -115,8 +119,9 @@ class DeltaDocumentStore:
         # This process's unwritten watermarks (``attach_watermarks``): flushed before ``read``
         # and ``scan_pending``, carried by the next save's MERGE.
         self._pending: PendingWatermarks | None = None
-        self._carried: Any = None  # the batch the MERGE being built carries
-        self._merge_counts = (0, 0)  # (inserted, updated) of the last save MERGE
+        self._carried: Any = None  # the batch the append being built carries
+        # What reads found at one table version (``_remember``), so a save needs no re-check.
+        self._seen: tuple[int, dict[str, tuple[int, str | None]]] = (-1, {})
         self._dt = self._open()
         self._log_dir = local_log_dir(uri)
         self.info = self._validate()
@@ -257,17 +262,45 @@ class DeltaDocumentStore:
             self._update()
             if not ids:
                 return int(self._dt.version()), {}
-            rows = S.rows_from_table(self._scan(ids))
-            return int(self._dt.version()), {r.id: r for r in rows}
+            rows = S.rows_from_table(versions.latest_rows(self._scan(ids)))
+            version = int(self._dt.version())
+            self._remember(version, ids, rows)
+            return version, {r.id: r for r in rows}
+
+    def _remember(self, version: int, ids: Sequence[str], rows: list[DocumentRow]) -> None:
+        """Keep what a read found at ``version`` (id -> (version, incarnation); 0 for a missing
+        document): a save that read there and still matches needs no second read."""
+        seen_at, seen = self._seen
+        if seen_at != version:
+            seen = {}
+            self._seen = (version, seen)
+        if len(seen) + len(ids) > MAX_REMEMBERED:
+            seen.clear()
+        seen.update(dict.fromkeys(ids, (0, None)))
+        seen.update({r.id: (r.version, r.incarnation) for r in rows})
+
+    def _read_here(self, writes: Sequence[DocumentWrite], current: int) -> bool:
+        """Did this store read every written document at ``current``, as the write expects it?
+        Then the snapshot the append commits against is the one the check was made on."""
+        seen_at, seen = self._seen
+        if seen_at != current:
+            return False
+        for w in writes:
+            found = seen.get(w.row.id)
+            if found is None or found[0] != w.expected_version:
+                return False
+            if w.expected_version and found[1] != w.row.incarnation:
+                return False
+        return True
 
     def scan_pending(self, columns: list[str] | None = None) -> pa.Table:
-        """Full sweep: rows whose ``last_seq > dispatched_seq`` (control columns by default)."""
+        """Full sweep: documents whose ``last_seq > dispatched_seq`` (control columns by
+        default), each as its latest version with the folded watermark (``versions``)."""
         self._barrier()
         with self._lock:
             self._check_open()
             self._update()
-            cols = ", ".join(columns or S.CONTROL_COLUMNS)
-            return self._query(f"SELECT {cols} FROM t WHERE last_seq > dispatched_seq")
+            return self._query(versions.pending_sql(columns or S.CONTROL_COLUMNS))
 
     # --- writes -----------------------------------------------------------------------------
 
@@ -356,19 +389,19 @@ class DeltaDocumentStore:
             self._update()
             current = int(self._dt.version())
             writes = [w for t in live for w in t.writes]
-            # Re-check when the table moved since the documents were read: several documents
-            # must not be half-saved because one is stale, and a moved watermark must not send
-            # already-sent messages again. One new document needs none: the MERGE's own
-            # predicates are the whole check (0 rows written = it exists, nothing written).
-            moved = attempt > 0 or any(w.read_at != current for w in writes)
-            single_create = len(writes) == 1 and writes[0].expected_version == 0
-            if moved and not single_create:
+            # Re-check unless this store read every document at this very snapshot, as the write
+            # expects it (a create that never read its id, a table that moved, a caller's own
+            # ``read_at``): several documents must not be half-saved because one is stale, a
+            # moved watermark must not send already-sent messages again, and an append has no
+            # predicate of its own. From this snapshot on, the append's conflicts are the check.
+            claimed = all(w.read_at == current for w in writes)
+            if attempt > 0 or not (claimed and self._read_here(writes, current)):
                 live = self._recheck(live)
                 if not live:
                     return
                 writes = [w for t in live for w in t.writes]
             try:
-                written = self._merge_documents(writes)
+                self._append_documents(writes)
             except Exception as e:
                 if commit_failed(e):
                     log.debug("save conflicted (attempt %d): %s", attempt + 1, e)
@@ -377,65 +410,59 @@ class DeltaDocumentStore:
                     continue
                 finish(live, error=store_error(f"saving to {self.uri} failed", e), cause=e)
                 return
-            version = int(self._dt.version())
-            if self._carried is not None:
-                written = merge.documents_written(
-                    writes, self._merge_counts, len(self._carried.marks)
-                )
-            if written == 0 and len(writes) == 1:
-                finish(live, error=stale(writes[0], None))
-                return
-            if written != len(writes):  # pragma: no cover - guarded by the snapshot re-check
-                finish(
-                    live,
-                    error=StoreError(
-                        f"save wrote {written} of {len(writes)} documents at version {version}; "
-                        "report this as a bug"
-                    ),
-                )
-                return
             if len(live) > 1:
                 self.group_commits += 1
                 self.grouped_units += len(live)
-            finish(live, version=version)
+            finish(live, version=int(self._dt.version()))
             return
         finish(
             live,
             error=CommitConflictError(
                 f"saving {sum(len(t.writes) for t in live)} document(s) to {self.uri} kept "
                 f"conflicting with concurrent writers after {self._max_retries} retries",
-                hint="retry the unit of work; if it persists, spread writers over more buckets",
+                hint="retry the unit of work; if it persists, look for a writer that deletes or "
+                "rewrites documents in a loop",
             ),
         )
 
-    def _merge_documents(self, writes: Sequence[DocumentWrite]) -> int:
-        """One save MERGE (``outbox.delta.merge.save_merge``), raising the watermarks this save
-        carries (``_carried``); the rows it wrote."""
+    def _append_documents(self, writes: Sequence[DocumentWrite]) -> None:
+        """One append: each document's new version (with its application transaction) and the
+        mark rows of the watermarks this save carries (``_carried``); ``outbox.delta.appends``."""
+        rows = appends.document_rows(writes, self.bucket)
         carried = self._carried
-        marks = None if carried is None else carried.marks
-        self._merge_counts = merge.save_merge(self._dt, writes, self.bucket, marks)
-        return sum(self._merge_counts)
+        if carried is not None and carried.marks:
+            marks = appends.mark_rows(carried.marks, self.bucket, self._clock.now())
+            rows = pa.concat_tables([rows, marks])
+        appends.append(
+            self._dt,
+            rows,
+            operation="save",
+            documents=[(w.row.id, w.row.version) for w in writes],
+            now_ms=int(self._clock.now().timestamp() * 1000),
+        )
 
     def _recheck(self, tickets: list[Ticket]) -> list[Ticket]:
         """Re-read versions at the current snapshot. A ticket with a stale document fails with
         ``ConcurrencyError`` (nothing of it is written); the others go on, refreshed."""
         ids = [w.row.id for t in tickets for w in t.writes]
-        current = {r["id"]: r for r in self._scan(ids, S.CONTROL_COLUMNS).to_pylist()}
+        rows = versions.latest_rows(self._scan(ids, S.CONTROL_COLUMNS))
+        current = {r["id"]: r for r in rows.to_pylist()}
         return recheck(tickets, current, int(self._dt.version()))
 
     def advance_watermarks(
         self, marks: Mapping[str, int], incarnations: Mapping[str, str | None] | None = None
     ) -> int | None:
-        """Raise ``dispatched_seq`` to at least ``marks[id]`` for every id, in one MERGE.
+        """Raise ``dispatched_seq`` to at least ``marks[id]`` for every id, in one append of mark
+        rows (``outbox.delta.appends``).
 
-        Never lowers a watermark and never checks the document version, so it cannot fail a
-        concurrent save; a commit conflict is simply retried on a refreshed table. Watermarks
-        queued by other threads meanwhile ride along in the same MERGE (each dispatch would
-        otherwise cost a Delta commit of its own). With ``incarnations``, a mark only applies to
-        the document's life it names (``IS NOT DISTINCT FROM``: a legacy null matches a null): a
-        document deleted and created again since its messages were sent restarts at seq 1, and
-        its predecessor's mark must not cover the new life's messages (a loss). Returns the new
-        table version, or None when nothing needed to change.
+        Never lowers a watermark (the versions rule reads the highest) and never checks the
+        document version, so it cannot fail a concurrent save, nor conflict with one.
+        Watermarks queued by other threads meanwhile ride along in the same append. With
+        ``incarnations``, a mark applies only to the document's life it names: a document
+        deleted and created again since its messages were sent restarts at seq 1, and its
+        predecessor's mark must not cover the new life's messages (a loss). Without, each mark
+        takes the life the document has when the mark is written (a missing document's mark is
+        dropped). Returns the new table version, or None when nothing was written.
         """
         if not marks:
             return None
@@ -455,7 +482,7 @@ class DeltaDocumentStore:
             self._mark_queue.clear()
         merged = coalesce_marks(tickets)
         try:
-            version = self._merge_watermarks(merged)
+            version = self._append_marks(merged)
         except Exception as e:
             finish(tickets, error=store_error(f"advancing watermarks in {self.uri} failed", e))
             return
@@ -463,23 +490,35 @@ class DeltaDocumentStore:
             self.watermark_groups += 1
         finish(tickets, version=version)
 
-    def _merge_watermarks(self, marks: Mapping[str, tuple[int, bool, str | None]]) -> int | None:
-        source, buckets = merge.watermark_source(marks, self.bucket)
+    def _append_marks(self, marks: Mapping[str, tuple[int, bool, str | None]]) -> int | None:
+        lives = {i: life for i, (_, checked, life) in marks.items() if checked}
+        unchecked = [i for i, m in marks.items() if not m[1]]
+        if unchecked:  # stamp each with the document's life now; a missing document has none
+            self._update()
+            now = versions.latest_rows(self._scan(unchecked, S.CONTROL_COLUMNS))
+            lives |= {r["id"]: r[S.INCARNATION] for r in now.to_pylist()}
+        rows = {i: (marks[i][0], life) for i, life in lives.items()}
+        if not rows:
+            return None
         attempts = self._max_retries * 3 + 1  # a watermark must land: it has no version check
         for attempt in range(attempts):
             self._update()
             try:
-                updated = merge.watermark_merge(self._dt, source, buckets)
+                appends.append(
+                    self._dt,
+                    appends.mark_rows(rows, self.bucket, self._clock.now()),
+                    operation="watermark",
+                    now_ms=int(self._clock.now().timestamp() * 1000),
+                )
             except Exception as e:
-                if commit_failed(e):
+                if commit_failed(e):  # an append conflicts only with a metadata change
                     if attempt < attempts - 1:
                         self._backoff(attempt)
                     continue
                 raise store_error(f"advancing watermarks in {self.uri} failed", e) from e
-            if updated == 0:
-                return None
             return int(self._dt.version())
         raise CommitConflictError(
             f"advancing watermarks in {self.uri} kept conflicting with concurrent writers",
-            hint="the rescuer will finish the job; check for a hot bucket",
+            hint="the rescuer will finish the job; look for a writer changing the table's "
+            "metadata in a loop",
         )

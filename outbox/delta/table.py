@@ -114,6 +114,14 @@ def validate(dt: Any, uri: str) -> TableInfo:
             f"version of delta-outbox understands up to {S.SCHEMA_VERSION}",
             hint="upgrade delta-outbox",
         )
+    if schema_version < S.SCHEMA_VERSION:
+        raise SchemaMismatchError(
+            f"the table at {uri} is at outbox schema version {schema_version} (one row per "
+            f"document, updated in place); this version of delta-outbox writes version "
+            f"{S.SCHEMA_VERSION} (a row per document version)",
+            hint="run `outbox migrate`: the upgrade records the new version (metadata only, no "
+            "row rewritten), and the rows already there read the same",
+        )
     return TableInfo(uri, table_id, buckets, schema_version, dt.version())
 
 
@@ -131,7 +139,7 @@ def create_table(
         mode="ignore",
         name="outbox_documents",
         description=S.describe_table(S.SCHEMA_VERSION, buckets, table_id or str(uuid.uuid4())),
-        configuration={S.CDF_PROPERTY: "true"},
+        configuration={S.CDF_PROPERTY: "true", S.TXN_RETENTION_PROPERTY: S.TXN_RETENTION},
         storage_options=dict(storage_options or {}) or None,
     )
     return True

@@ -219,8 +219,9 @@ class SendsBeforeCommit(Mutation):
 
 
 class WatermarkLowers(Mutation):
-    """A watermark MERGE that, after advancing, writes each document's ``dispatched_seq`` one
-    lower (once per document and process, so the run still ends): a botched ``greatest``."""
+    """A watermark that, once written, is followed by a MERGE writing every row of each document
+    with ``dispatched_seq`` one lower (once per document and process, so the run still ends): a
+    writer that assigns a watermark instead of raising it."""
 
     def patch_outbox(self, ob: Any) -> None:
         store = ob.store
@@ -237,7 +238,7 @@ class WatermarkLowers(Mutation):
             return version
 
         mock.patch.object(store, "advance_watermarks", advance).start()
-        # every mark goes through the MERGE above (none rides along in a save's MERGE)
+        # every mark goes through the call above (none rides along in a save's append)
         store.detach_watermarks()
 
 
@@ -318,7 +319,7 @@ MUTATIONS: dict[str, Mutation] = {
             "sends-before-commit", "I3 no phantom", "the dispatcher sends before the commit"
         ),
         WatermarkLowers(
-            "watermark-lowers", "I4 no interference", "the watermark MERGE lowers dispatched_seq"
+            "watermark-lowers", "I4 no interference", "a watermark then lowers dispatched_seq"
         ),
         WritersDieAtStart("writers-die-at-start", "committed", "every writer dies at start-up"),
         IdsIgnoreIncarnation(

@@ -73,7 +73,9 @@ SMOKES: dict[str, Smoke] = {
     "checker_soak": Smoke(
         _keys("kind", "seeds_run", "ok_seeds", "failed_seeds", "total", "seeds", "wall_s")
     ),
-    "doc_table": Smoke(_keys("sizes", "changed_per_commit", "buckets")),
+    "doc_table": Smoke(
+        _keys("sizes", "changed_per_commit", "buckets", "writers", "txn_state", "disk")
+    ),
     "dispatch": Smoke(
         _keys(
             "cases",
@@ -107,7 +109,7 @@ SMOKES: dict[str, Smoke] = {
     "write_path": Smoke(
         _keys(
             "ratio",
-            "save_vs_raw_merge_ratio",
+            "save_vs_raw_ratio",
             "batches",
             "group_commit",
             "growth_without_upkeep",

@@ -15,7 +15,9 @@ from outbox.core.model import OutboxMessage
 
 def committed_messages(ob: Outbox) -> dict[str, list[OutboxMessage]]:
     """Every message the table holds (the tests never save a document after dispatch)."""
-    ids = [str(i) for i in ob.store.delta_table.to_pyarrow_table(columns=["id"])["id"].to_pylist()]
+    ids = sorted(
+        {str(i) for i in ob.store.delta_table.to_pyarrow_table(columns=["id"])["id"].to_pylist()}
+    )
     _, rows = ob.store.read(ids)
     return {i: sorted(r.outbox, key=lambda m: m.seq) for i, r in rows.items()}
 

@@ -17,6 +17,7 @@ from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.errors import RetryableTransportError, StoreError
 from outbox.core.model import OutboxMessage
+from outbox.testing.tables import current_rows
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
@@ -39,10 +40,8 @@ def open_ob(workspace: Path, clock: ManualClock, transport: object) -> Outbox:
 
 def marks_in_table(ob: Outbox) -> dict[str, int]:
     """``dispatched_seq`` as stored, read past the store (whose reads flush the writer first)."""
-    dt = ob.store.delta_table
-    dt.update_incremental()
-    rows = dt.to_pyarrow_table(columns=["id", "dispatched_seq"]).to_pylist()
-    return {str(r["id"]): int(r["dispatched_seq"]) for r in rows}
+    rows = current_rows(ob.store.delta_table, ["id", "dispatched_seq"])
+    return {doc_id: int(r["dispatched_seq"]) for doc_id, r in rows.items()}
 
 
 def test_marks_ride_along_in_the_next_save_then_a_read_flushes_the_rest(
@@ -161,7 +160,7 @@ def test_a_mark_applies_only_to_the_life_it_was_sent_for(
             uow.create("a", type="t").send("X", {})
         _, rows = ob.store.read(["a"])
         life = rows["a"].incarnation
-        assert ob.store.advance_watermarks({"a": 5}, {"a": "an-older-life"}) is None
-        assert marks_in_table(ob)["a"] == 1
+        ob.store.advance_watermarks({"a": 5}, {"a": "an-older-life"})  # a row of that life
+        assert marks_in_table(ob)["a"] == 1  # which is not the document's
         assert ob.store.advance_watermarks({"a": 5}, {"a": life}) is not None
         assert marks_in_table(ob)["a"] == 5

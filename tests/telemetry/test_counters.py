@@ -21,8 +21,10 @@ def test_conflict_retries_are_counted(
     workspace: Path, clock: ManualClock, otel: Otel, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     with Outbox.open(workspace, clock=clock, default_destination="events") as ob:
+        from outbox.delta import appends
+
         calls = {"n": 0}
-        real = ob.store.delta_table.merge
+        real = appends.append
 
         def flaky(*a: Any, **k: Any) -> Any:
             calls["n"] += 1
@@ -30,7 +32,7 @@ def test_conflict_retries_are_counted(
                 raise CommitFailedError("Transaction failed: version already exists")
             return real(*a, **k)
 
-        monkeypatch.setattr(ob.store.delta_table, "merge", flaky)
+        monkeypatch.setattr(appends, "append", flaky)
         with ob.unit_of_work() as uow:
             uow.create("a", type="T")
         assert ob.store.commit_retries == 2

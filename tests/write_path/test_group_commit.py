@@ -17,7 +17,7 @@ def _gate_merges(
     """Hold the store's first MERGE until ``release`` is set; ``calls`` gets each MERGE's number
     of writes, ``first_in`` is set when the first one is held, ``queued_all`` once ``queued``
     units of work wait behind it. Returns (calls, first_in, release, queued_all)."""
-    real_merge = store._merge_documents
+    real_merge = store._append_documents
     first_in, release, queued_all = threading.Event(), threading.Event(), threading.Event()
     calls: list[int] = []
 
@@ -28,7 +28,7 @@ def _gate_merges(
             assert release.wait(30)
         return real_merge(writes)
 
-    store._merge_documents = gated
+    store._append_documents = gated
 
     class WatchedQueue(list[Any]):
         def append(self, item: Any) -> None:
@@ -131,7 +131,7 @@ def test_queued_watermarks_share_one_merge_and_never_go_down(ob: Outbox) -> None
             for _ in range(5):
                 doc.send("E", {}, destination="q")
     store = ob.store
-    real = store._merge_watermarks
+    real = store._append_marks
     calls: list[dict[str, int]] = []
     first_in, release, queued = threading.Event(), threading.Event(), threading.Event()
 
@@ -148,7 +148,7 @@ def test_queued_watermarks_share_one_merge_and_never_go_down(ob: Outbox) -> None
             if len(self) >= 3:
                 queued.set()
 
-    store._merge_watermarks = gated  # type: ignore[method-assign]
+    store._append_marks = gated  # type: ignore[method-assign]
     store._mark_queue = WatchedQueue()
     results: dict[str, Any] = {}
 
@@ -182,13 +182,13 @@ def test_a_failure_outside_the_merge_reaches_every_queued_unit_of_work(ob: Outbo
     with ob.unit_of_work() as uow:
         uow.create("x", type="T")
     store = ob.store
-    real_merge, real_scan = store._merge_documents, store._scan
+    real_merge, real_scan = store._append_documents, store._scan
     first_in, release, queued = threading.Event(), threading.Event(), threading.Event()
 
     def gated(writes: Any) -> int:
         first_in.set()
         assert release.wait(30)
-        store._merge_documents = real_merge  # type: ignore[method-assign]
+        store._append_documents = real_merge  # type: ignore[method-assign]
         return real_merge(writes)
 
     def broken_scan(*a: Any, **k: Any) -> Any:
@@ -203,7 +203,7 @@ def test_a_failure_outside_the_merge_reaches_every_queued_unit_of_work(ob: Outbo
     stale = ob.unit_of_work()
     x = stale.get("x")  # read before the leader commits: its save must re-check
     assert x is not None
-    store._merge_documents = gated  # type: ignore[method-assign]
+    store._append_documents = gated  # type: ignore[method-assign]
     results: dict[str, Any] = {}
 
     def run(name: str, fn: Any) -> None:

@@ -304,11 +304,16 @@ def _update(ob: Outbox, doc_id: str, n: int) -> None:
 def test_trim_deletes_the_change_data_files_of_the_commits_it_deletes(workspace: Path) -> None:
     """deltalake's vacuum never deletes ``_change_data`` files (they are never tombstoned); the
     trim takes those of the commits it removes, and leaves every other one."""
+    from outbox.delta.fold import fold_table
+
     ob = bare_outbox(workspace)
     _write(ob, 2, "a")
     _update(ob, "a0", 4)
+    fold_table(ob.store, at=0)  # saves append; a fold's MERGE writes change-data files
+    _write(ob, 1, "x")  # so the fold's commit is before the checkpoint's version
     c1 = _checkpoint(ob)
     _update(ob, "a1", 4)
+    fold_table(ob.store, at=0)
     _checkpoint(ob)
     _update(ob, "a0", 2)
     uri = ob.store.uri
@@ -330,10 +335,8 @@ def test_trim_deletes_the_change_data_files_of_the_commits_it_deletes(workspace:
     feed = pa.RecordBatchReader.from_stream(
         DeltaDocumentStore(uri).delta_table.load_cdf(starting_version=c1 + 1)
     ).read_all()
-    assert sorted(set(feed.column("_change_type").to_pylist())) == [
-        "update_postimage",
-        "update_preimage",
-    ]
+    # the feed of the kept commits reads: the saves' inserts and the fold's deletes
+    assert {"insert", "delete"} <= set(feed.column("_change_type").to_pylist())
 
 
 def test_an_idle_writer_recovers_after_the_log_was_trimmed_past_it(workspace: Path) -> None:
@@ -419,3 +422,86 @@ def test_rescue_delay_longer_than_log_retention_is_one_clear_line(workspace: Pat
     assert out.output.startswith("error: --delay 30m")
     assert "longer than log_retention (15m00s)" in out.output
     assert "Traceback" not in out.output
+
+
+def _data_files(uri: str) -> set[str]:
+    return {
+        str(p.relative_to(uri))
+        for p in Path(uri).rglob("*.parquet")
+        if "_delta_log" not in p.parts and "_change_data" not in p.parts
+    }
+
+
+def test_trim_deletes_the_data_files_its_commits_removed_and_never_a_live_one(
+    workspace: Path,
+) -> None:
+    """The versions layout leaves a small file per save, folded and compacted away later; the
+    trim is their vacuum: a file a trimmed commit removed belongs to no snapshot it keeps."""
+    from outbox.app.maintenance import live_files
+    from outbox.delta.compaction import compact
+    from outbox.delta.log import commit_actions, removed_by
+
+    ob = bare_outbox(workspace)
+    uri = ob.store.uri
+    _write(ob, 4, "a")
+    _update(ob, "a0", 3)
+    compact(ob.store)  # removes every small file so far
+    _write(ob, 1, "x")  # the checkpoint after the compaction: the trim takes the compaction
+    c1 = _checkpoint(ob)
+    _write(ob, 3, "b")
+    _update(ob, "b0", 2)
+    compact(ob.store)  # removes files too, in a commit the trim keeps
+    _checkpoint(ob)
+    _write(ob, 1, "c")
+    removed_before = set().union(*(removed_by(commit_actions(uri, v))[0] for v in range(c1)))
+    removed_after = set().union(
+        *(removed_by(commit_actions(uri, v))[0] for v in range(c1, ob.store.version() + 1))
+    )
+    live = live_files(ob.store)
+    assert removed_before
+    assert removed_after
+    assert removed_before <= _data_files(uri)
+
+    plain = trim_log(
+        uri, now=_later().now(), retention=timedelta(hours=1), needed=None, dry_run=True
+    )
+    assert plain.data_files_deleted == 0  # a dry run deletes nothing
+    report = trim_log(
+        uri, now=_later().now(), retention=timedelta(hours=1), needed=None, live_files=live
+    )
+    assert report.keep_from == c1
+    assert report.data_files_deleted == len(removed_before - live)
+    left = _data_files(uri)
+    assert not (removed_before - live) & left
+    assert live <= left  # every file of the current snapshot stays
+    assert removed_after <= left  # and every file a kept commit removed (older snapshots read it)
+
+    fresh = DeltaDocumentStore(uri)
+    _, rows = fresh.read([f"a{i}" for i in range(4)] + ["b0", "c0"])
+    assert len(rows) == 6
+    import pyarrow as pa
+
+    feed = pa.RecordBatchReader.from_stream(
+        fresh.delta_table.load_cdf(starting_version=c1 + 1)
+    ).read_all()
+    assert feed.num_rows > 0  # the kept commits' feed still reads
+
+
+def test_the_writers_trim_deletes_removed_data_files_too(workspace: Path) -> None:
+    from outbox.delta.compaction import compact
+
+    ob = bare_outbox(workspace)
+    uri = ob.store.uri
+    _write(ob, 3, "a")
+    _update(ob, "a0", 2)
+    compact(ob.store)
+    _write(ob, 1, "x")
+    _checkpoint(ob)
+    _write(ob, 2, "b")
+    _checkpoint(ob)
+    migrate(ob.settings)
+    report = trim_log_safely(
+        ob.store, clock=_later(), sql_url=ob.settings.sql_url, retention_seconds=3600
+    )
+    assert report["data_files_deleted"] > 0  # the saves' files the compaction replaced
+    assert len(DeltaDocumentStore(uri).read(["a0", "a1", "a2", "b0", "b1"])[1]) == 5

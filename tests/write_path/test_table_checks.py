@@ -41,7 +41,14 @@ def test_table_without_change_data_feed_is_refused(tmp_path: Path) -> None:
 def test_migrate_turns_the_feed_on_for_an_existing_document_table(tmp_path: Path) -> None:
     _doc_table_without_cdf(tmp_path / "t")
     done = ensure_table(str(tmp_path / "t"), buckets=16)
-    assert done == [f"enabled the change data feed on {tmp_path / 't'}"]
+    assert done == [
+        f"enabled the change data feed on {tmp_path / 't'}",
+        "set delta.setTransactionRetentionDuration = 'interval 1 days' on "
+        f"{tmp_path / 't'} (saves record an application transaction per document; this bounds "
+        "how long they are kept)",
+        f"recorded outbox schema version 2 on {tmp_path / 't'} (saves append a row per document "
+        "version from now on; the rows already there read the same)",
+    ]
     store = DeltaDocumentStore(str(tmp_path / "t"))
     assert store.table_id == "tid"
     assert ensure_table(str(tmp_path / "t"), buckets=16) == []

@@ -24,16 +24,27 @@ def delete_and_recreate(run: Run, broken: Any) -> None:
     """Delete one fully dispatched document, create it again with new messages, enqueue its
     command; sets ``run.recreated`` when it happened and clears ``drained`` for the next drain."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import CommitFailedError
+
+    from outbox.delta.versions import latest_rows
 
     settings = run.settings
     table = DeltaTable(settings.table_uri, storage_options=settings.storage_options or None)
-    rows = table.to_pyarrow_table(columns=["id", "last_seq", "dispatched_seq"]).to_pylist()
+    columns = ["id", "version", "last_seq", "dispatched_seq", "incarnation"]
+    rows = latest_rows(table.to_pyarrow_table(columns=columns)).to_pylist()
     done = sorted(
         r["id"] for r in rows if r["last_seq"] > 0 and r["dispatched_seq"] == r["last_seq"]
     )
     for doc_id in done:
         quoted = doc_id.replace("'", "''")
-        metrics = table.delete(f"id = '{quoted}' AND dispatched_seq = last_seq")
+        # Every row of the document (a row per version), from the snapshot that found it fully
+        # dispatched: a writer that appended a version since makes this commit fail (a
+        # concurrent write to the rows it deletes), and the next document is tried.
+        try:
+            metrics = table.delete(f"id = '{quoted}'")
+        except CommitFailedError:
+            table.update_incremental()
+            continue
         if int(metrics.get("num_deleted_rows", 0)):
             break
     else:

@@ -20,6 +20,7 @@ from outbox.core.model import OutboxMessage
 
 FEED_COLUMNS = [
     "id",
+    "version",
     "incarnation",
     "last_seq",
     "dispatched_seq",
@@ -45,6 +46,11 @@ class Truth:
 
 
 WRITTEN = ("insert", "update_postimage")
+#: What was removed or replaced (a fold's superseded versions, the old image of a row it raised,
+#: an erasure job's whole document).
+GONE = ("delete", "update_preimage")
+#: The change rows the truth reads: the rows as written, and as removed.
+READ = (*WRITTEN, *GONE)
 
 
 def read_truth(delta_table: Any) -> Truth:
@@ -58,7 +64,7 @@ def read_truth(delta_table: Any) -> Truth:
             raise
         # Change files written by Spark (``--writer spark``): delta-rs refuses them (below).
         return truth_from_images(read_feed_files(delta_table.table_uri))
-    return truth_from_images(r for r in rows if str(r["_change_type"]) in WRITTEN)
+    return truth_from_images(r for r in rows if str(r["_change_type"]) in READ)
 
 
 def read_feed_files(table_uri: str) -> list[dict[str, Any]]:
@@ -95,7 +101,7 @@ def read_feed_files(table_uri: str) -> list[dict[str, Any]]:
             table = pq.read_table(root / unquote(path))
             names = [c for c in wanted if c in table.column_names]
             for r in table.select(names).to_pylist():
-                if str(r.get("_change_type") or "insert") in WRITTEN:
+                if str(r.get("_change_type") or "insert") in READ:
                     out.append({**r, "_commit_version": v, "_commit_timestamp": at})
     return out
 
@@ -107,38 +113,45 @@ def _local_path(table_uri: str) -> Path:
 
 
 def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
-    """``images``: feed rows (inserts and post-images) in any order."""
+    """``images``: feed rows (inserts, post-images and deletes) in any order.
+
+    The watermark I4 speaks of is the document's (``outbox.delta.versions``): the highest
+    ``dispatched_seq`` over its rows of one life, as they stand after each commit. A version row
+    that carries a lower one than another row (a save that appended while a watermark raised
+    the older row) is no regression; the document's watermark going down is."""
     from outbox.delta.schema import message_from_struct
 
     ordered = sorted(images, key=lambda r: int(r["_commit_version"]))
     truth = Truth()
     seen: dict[str, OutboxMessage] = {}
     watermark: dict[str, int] = {}
+    # document life -> its rows, counted by (version, dispatched_seq): one per version of the
+    # document, and any number of mark rows (version 0, one per watermark); a count is what the
+    # commits so far added minus what they removed
+    live: dict[str, dict[tuple[int, int], int]] = {}
     last: dict[str, int] = {}
     versions: set[int] = set()
-    lives: dict[str, tuple[Any, str]] = {}  # id -> (incarnation, key of that life)
-    for r in ordered:
+    lives: dict[str, dict[Any, str]] = {}  # id -> incarnation -> key of that life
+    touched: set[str] = set()
+    for n, r in enumerate(ordered):
         doc = _life(lives, str(r["id"]), r.get("incarnation"))
         truth.doc_ids.add(str(r["id"]))
         version = int(r["_commit_version"])
         versions.add(version)
-        at = _epoch(r["_commit_timestamp"])
-        dispatched = int(r["dispatched_seq"])
-        if dispatched < watermark.get(doc, 0):
-            truth.watermark_regressions.append(
-                f"{doc}: dispatched_seq {watermark[doc]} -> {dispatched} at version {version}"
-            )
-        watermark[doc] = max(dispatched, watermark.get(doc, 0))
-        last[doc] = max(int(r["last_seq"]), last.get(doc, 0))
-        for struct in r["outbox"] or []:
-            m = message_from_struct(struct)
-            before = seen.get(m.message_id)
-            if before is None:
-                seen[m.message_id] = m
-                truth.committed.setdefault(doc, []).append(m)
-                truth.committed_at[m.message_id] = at
-            elif (before.body, before.seq, before.destination) != (m.body, m.seq, m.destination):
-                truth.changed_content.append(m.message_id)
+        rows = live.setdefault(doc, {})
+        key = (int(r.get("version") or 0), int(r["dispatched_seq"]))
+        touched.add(doc)
+        if str(r.get("_change_type") or "insert") in GONE:  # a row removed, or its old image
+            rows[key] = rows.get(key, 0) - 1
+        else:
+            rows[key] = rows.get(key, 0) + 1
+            _messages(truth, seen, doc, r, message_from_struct)
+            last[doc] = max(int(r["last_seq"]), last.get(doc, 0))
+        end_of_commit = n + 1 == len(ordered) or int(ordered[n + 1]["_commit_version"]) != version
+        if end_of_commit:
+            for d in touched:
+                _check_watermark(truth, watermark, d, live[d], version)
+            touched.clear()
     for doc, msgs in truth.committed.items():
         msgs.sort(key=lambda m: m.seq)
         seqs = [m.seq for m in msgs]
@@ -148,18 +161,50 @@ def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
     return truth
 
 
-def _life(lives: dict[str, tuple[Any, str]], doc_id: str, incarnation: Any) -> str:
+def _messages(
+    truth: Truth, seen: dict[str, OutboxMessage], doc: str, r: dict[str, Any], from_struct: Any
+) -> None:
+    at = _epoch(r["_commit_timestamp"])
+    for struct in r["outbox"] or []:
+        m = from_struct(struct)
+        before = seen.get(m.message_id)
+        if before is None:
+            seen[m.message_id] = m
+            truth.committed.setdefault(doc, []).append(m)
+            truth.committed_at[m.message_id] = at
+        elif (before.body, before.seq, before.destination) != (m.body, m.seq, m.destination):
+            truth.changed_content.append(m.message_id)
+
+
+def _check_watermark(
+    truth: Truth,
+    watermark: dict[str, int],
+    doc: str,
+    rows: dict[tuple[int, int], int],
+    version: int,
+) -> None:
+    """I4 after a commit: the document's watermark (the highest of its rows') never goes down
+    while it has rows (a document with none was deleted: its life ended)."""
+    present = [ds for (_, ds), n in rows.items() if n > 0]
+    if not present:
+        return
+    now = max(present)
+    if now < watermark.get(doc, 0):
+        truth.watermark_regressions.append(
+            f"{doc}: dispatched_seq {watermark[doc]} -> {now} at version {version}"
+        )
+    watermark[doc] = max(now, watermark.get(doc, 0))
+
+
+def _life(lives: dict[str, dict[Any, str]], doc_id: str, incarnation: Any) -> str:
     """The key a document's messages are counted under: its id for its first life, ``id~n`` for
     its n-th after it was deleted and created again (a new incarnation restarts seqs and the
-    watermark)."""
-    seen = lives.get(doc_id)
-    if seen is None:
-        key = doc_id
-    elif seen[0] == incarnation:
-        return seen[1]
-    else:
-        key = f"{doc_id}~{int(seen[1].partition('~')[2] or 0) + 1}"
-    lives[doc_id] = (incarnation, key)
+    watermark). A row of an earlier life (a late mark row) counts under that life's key."""
+    known = lives.setdefault(doc_id, {})
+    key = known.get(incarnation)
+    if key is None:
+        key = doc_id if not known else f"{doc_id}~{len(known)}"
+        known[incarnation] = key
     return key
 
 

@@ -25,10 +25,11 @@ from outbox.app.spark import dispatch as D
 from outbox.app.spark import merge as M
 from outbox.app.spark.validate import check_rows, normalize
 from outbox.core.clock import Clock, SystemClock
-from outbox.core.errors import ClosedError, StoreError, ValidationError
+from outbox.core.errors import ClosedError, CommitConflictError, StoreError, ValidationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore
+from outbox.delta.versions import MARK_VERSION
 from outbox.wiring import Backends
 from rescuer.cdf_spark import hadoop_options
 
@@ -183,28 +184,47 @@ class SparkOutbox:
         confs: dict[str, str],
         now: Any,
     ) -> dict[str, int]:
-        """The MERGE, retried when a concurrent writer committed to the same files first.
+        """The MERGE, retried when a concurrent writer committed to the same files first, or
+        changed a document after its newest version was read (``merge.with_newest``).
 
-        A retry is safe: the MERGE recomputes everything from the target it reads, and a
-        failed attempt committed nothing.
+        A retry is safe: it reads the newest versions again, the MERGE recomputes everything
+        else from the target it reads, and a failed attempt committed nothing.
         """
+        from pyspark import StorageLevel
+
         attempts = self.settings.max_commit_retries + 1
         for attempt in range(attempts):
-            with M.session_confs(self.spark, confs):
-                try:
+            # Read and kept once per attempt, before the MERGE: the MERGE's clauses test what
+            # this read saw (a source evaluated again could see another snapshot), and a source
+            # reading the target inside the MERGE's transaction could count, for Delta's
+            # conflict detection, as a read of the whole table, not of the touched buckets.
+            newest = M.with_newest(source, self._reader().load(self.table_uri), buckets)
+            newest = newest.persist(StorageLevel.MEMORY_AND_DISK)
+            try:
+                newest.count()
+                with M.session_confs(self.spark, confs):
                     return M.run_merge(
                         target,
-                        source,
+                        newest,
                         table_id=self.store.table_id,
                         buckets=buckets,
                         token=token,
                         now_sql=f"timestamp_micros({_micros(now)})",
                     )
-                except Exception as e:
-                    if not _is_commit_conflict(e) or attempt == attempts - 1:
-                        raise _spark_error(f"the MERGE into {self.table_uri} failed", e) from e
-                    log.debug("MERGE conflicted (attempt %d): %s", attempt + 1, e)
-                    self.commit_retries += 1
+            except Exception as e:
+                retry = _is_commit_conflict(e) or M.is_stale_newest(e)
+                if not retry:
+                    raise _spark_error(f"the MERGE into {self.table_uri} failed", e) from e
+                if attempt == attempts - 1:
+                    raise CommitConflictError(
+                        f"the MERGE into {self.table_uri} lost a race to concurrent writers "
+                        f"{attempts} times: {_first_line(e)}",
+                        hint="apply again (nothing was committed), or raise max_commit_retries",
+                    ) from e
+                log.debug("MERGE lost a race (attempt %d): %s", attempt + 1, e)
+                self.commit_retries += 1
+            finally:
+                newest.unpersist()
             self.clock.sleep(0.05 * 2 ** min(attempt, 5) * (0.5 + random.random()))
         raise AssertionError("unreachable")  # pragma: no cover
 
@@ -212,7 +232,8 @@ class SparkOutbox:
         return self.spark.createDataFrame([], CONFLICT_SCHEMA)
 
     def _conflicts(self, source: Any, version: int | None) -> Any:
-        """Source rows the commit did not write, with the version found at that commit."""
+        """Source rows the commit did not write, with the document's version at that commit
+        (its newest row's: the table holds a row per version, and mark rows)."""
         from pyspark.sql import functions as F
 
         reader = self._reader()
@@ -223,10 +244,15 @@ class SparkOutbox:
         if version is not None:
             wrote = D.commit_frame(self._reader(), self.table_uri, version).select("id")
             missed = missed.join(wrote, "id", "left_anti")
+        newest = (
+            current.filter(F.col("version") > MARK_VERSION)  # a mark row is no document
+            .groupBy("id", "bucket")
+            .agg(F.max("version").alias("version"))
+        )
         return (
             missed.alias("s")
             .join(
-                current.select("id", "bucket", "version").alias("t"),
+                newest.alias("t"),
                 (F.col("s.id") == F.col("t.id")) & (F.col("s.bucket") == F.col("t.bucket")),
                 "left",
             )
@@ -353,6 +379,9 @@ def _check_app_id(app_id: str) -> str:
     return app_id
 
 
+def _first_line(e: Exception) -> str:
+    return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+
 def _spark_error(what: str, e: Exception) -> StoreError:
-    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-    return StoreError(f"{what}: {first}")
+    return StoreError(f"{what}: {_first_line(e)}")

@@ -2,11 +2,15 @@
 
 The committed version's change feed (``startingVersion = endingVersion = v``) holds exactly the
 rows this apply wrote, as ``insert`` and ``update_postimage`` images; Delta reads only that
-commit's files, never the table. Only pending rows (``last_seq > dispatched_seq``) and only their
-pending messages come back to the driver, as ``DocumentRow``s, and from there the Python path
-takes over unchanged: ``DispatcherRuntime.after_commit`` (immediate: the ``Dispatcher`` sends per
-document in seq order with bounded concurrency, then one watermark MERGE through the deltalake
-store; deferred: one ``ProcessDocument`` command per document).
+commit's files, never the table. An updated row carries the document's watermark as the apply
+read it (``merge.merge_actions``: in the versions layout a mark row may hold a higher one than
+the row's own), so its ``dispatched_seq`` is the document's as of the commit, or just below when a
+mark landed meanwhile (re-sends with the same ids, never a loss). Only pending rows
+(``last_seq > dispatched_seq``) and only their pending messages come back to the driver, as
+``DocumentRow``s, and from there the Python path takes over unchanged:
+``DispatcherRuntime.after_commit`` (immediate: the ``Dispatcher`` sends per document in seq order
+with bounded concurrency, then one watermark write through the deltalake store; deferred: one
+``ProcessDocument`` command per document).
 
 Why from the driver and not from executors: a transport send is an I/O wait, and the dispatcher
 already overlaps ``max_in_flight`` of them and coalesces documents into batches for transports

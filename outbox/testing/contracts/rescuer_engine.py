@@ -126,6 +126,90 @@ class RescuerEngineContract:
         assert _ids(sink) == [("young", 1)]
         assert late.checkpoint_after == v
 
+    # --- the versions layout (outbox.delta.versions) ----------------------------------------
+
+    def test_a_document_saved_twice_plans_as_its_newest_version(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """Two saves append two rows of one document: it is one pending document, at the newest
+        version's ``last_seq``."""
+        base = _baseline(table, rescuer, clock)
+        table.put(("a", 1))
+        v = table.put(("a", 3))
+        clock.set(table.at(v, DELAY + 1))
+        report = rescuer.run()
+        assert report.mode == "feed"
+        assert report.checkpoint_before == base
+        assert _ids(sink) == [("a", 3)]
+
+    def test_a_mark_row_counts_for_the_document(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """The dispatcher's mark (a mark row) landed after a save had appended version 2 carrying
+        the watermark it had read (0): the document's watermark is the highest of its rows', so
+        it is not pending."""
+        _baseline(table, rescuer, clock)
+        table.put(("a", 1))
+        table.put(("a", 1))
+        v = table.dispatch(a=1)
+        clock.set(table.at(v, DELAY + 1))
+        assert rescuer.run().commands_enqueued == 0
+        assert _ids(sink) == []
+
+    def test_a_later_mark_row_hides_no_newer_message(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """Version 2 (seq 2 pending) was saved, then the dispatcher's mark for seq 1 landed: the
+        newest change is the mark row, but the document is version 2, still pending."""
+        _baseline(table, rescuer, clock)
+        table.put(("a", 1))
+        table.put(("a", 2))
+        v = table.dispatch(a=1)
+        clock.set(table.at(v, DELAY + 1))
+        rescuer.run()
+        assert _ids(sink) == [("a", 2)]
+
+    def test_a_late_mark_of_a_deleted_life_hides_no_document(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """A document deleted and created again (a new life, pending), then the dispatcher's
+        mark for the old life lands: the newest change names the old life, but the document is
+        the new life's, still pending."""
+        _baseline(table, rescuer, clock)
+        table.put(("a", 1), life="1" * 32)
+        table.delete("a")
+        table.put(("a", 1), life="2" * 32)
+        v = table.mark("a", 1, "1" * 32)
+        clock.set(table.at(v, DELAY + 1))
+        report = rescuer.run()
+        assert report.mode == "feed"
+        assert _ids(sink) == [("a", 1)]
+
+    def test_a_fold_hides_no_pending_document(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """The fold deletes superseded versions (change rows of type ``delete``): in the same
+        window as the newest version it changes nothing, and alone in a window it is no change
+        of any document."""
+        _baseline(table, rescuer, clock)
+        table.put(("a", 1), ("b", 1))
+        table.put(("a", 2))
+        table.dispatch(b=1)
+        v = table.fold()
+        clock.set(table.at(v, DELAY + 1))
+        assert _ids(sink) == []
+        rescuer.run()
+        assert _ids(sink) == [("a", 2)]
+        table.put(("c", 1), ("d", 1))
+        table.put(("c", 2))
+        w = table.fold()
+        clock.set(table.at(w, DELAY + 1))
+        rescuer.run()  # the window holds both saves of c and its fold: c at its newest version
+        assert sorted(_ids(sink)[1:]) == [("c", 2), ("d", 1)]
+        x = table.fold()  # nothing left to fold: a window of no document change
+        clock.set(table.at(x, DELAY + 1))
+        assert rescuer.run().commands_enqueued == 0
+
     def test_the_window_ends_at_the_newest_version_old_enough(
         self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
     ) -> None:
@@ -235,6 +319,7 @@ class RescuerEngineContract:
         table.put(("p", 1), ("q", 1))
         table.put(("p", 2))
         table.dispatch(q=1)
+        table.fold()  # rewrites the files the saves added: the vacuum below deletes them
         table.store.delta_table.vacuum(
             retention_hours=0, enforce_retention_duration=False, dry_run=False, full=True
         )
