@@ -15,26 +15,18 @@ blocks quotes a measurement that no results file holds.
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
+from benchmarks import report_doc_table
+from benchmarks.report_common import RESULTS, ROOT, load, n, table
+
+__all__ = ["RESULTS", "ROOT", "documents", "main", "render"]
+
 BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", re.S)
-
-
-def load(name: str) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads((RESULTS / f"{name}.json").read_text())
-    return data
-
-
-def n(value: float, digits: int = 0) -> str:
-    """A figure as the docs print it: thousands separators, fixed decimals."""
-    return f"{value:,.{digits}f}"
 
 
 def ms(seconds: float, digits: int = 0) -> str:
@@ -45,10 +37,7 @@ def _slash(values: list[str]) -> str:
     return " / ".join(values)
 
 
-def _table(header: list[str], rows: list[list[str]]) -> str:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+_table = table
 
 
 # --- README ------------------------------------------------------------------------------------
@@ -145,6 +134,7 @@ def readme_performance() -> str:
             "`buckets`",
         ]
     )
+    rows += report_doc_table.readme_rows()
     cases = [d["cases"][f"{k}_docs_coalesced"] for k in (1, 100, 1000)]
     rows.append(
         [
@@ -639,6 +629,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "checker-soak": checker_soak,
     "telemetry": telemetry,
     "checker-soak-before-recreate": lambda: checker_soak("checker_soak_before_recreate"),
+    **report_doc_table.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

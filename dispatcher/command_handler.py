@@ -2,7 +2,7 @@
 
 A batch is the commands one receive returned, all locked by this worker. The handler reads the
 documents' *current* rows, sends what is pending (up to the current ``last_seq``, which may be past
-the command's ``up_to_seq``), advances the watermarks in one MERGE for the whole batch, and settles
+the command's ``up_to_seq``), advances the watermarks in one commit for the whole batch, and settles
 each command by outcome:
 
 * done (or nothing left pending) -> ``complete``;
@@ -112,7 +112,7 @@ class CommandHandler:
         self.renew_check_interval = renew_check_interval
 
     def handle(self, received: Sequence[ReceivedMessage]) -> WorkerStats:
-        """Handle locked commands: read, send, one watermark MERGE, settle each. Never raises
+        """Handle locked commands: read, send, one watermark commit, settle each. Never raises
         ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
         t0 = time.perf_counter()
         batch = WorkerStats(batches=1, commands=len(received))

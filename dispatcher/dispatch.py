@@ -8,7 +8,7 @@ the store (the command worker):
    A failed send stops that document's later messages (I2); other documents go on.
 2. Documents run concurrently, at most ``max_in_flight`` sends at once. A document's messages are
    always sent by one thread, one batch after the other, so they never overtake each other.
-3. Then **one** ``advance_watermarks`` MERGE records, for every document that made progress, the
+3. Then **one** ``advance_watermarks`` commit records, for every document that made progress, the
    highest seq the transport accepted. It uses ``greatest(...)`` and no version check, so it never
    fails an application's concurrent save (I4).
 
@@ -153,7 +153,7 @@ class DispatchReport:
 
 
 class Dispatcher:
-    """Sends pending messages for documents and advances their watermarks in one MERGE."""
+    """Sends pending messages for documents and advances their watermarks in one commit."""
 
     def __init__(
         self,
@@ -203,11 +203,11 @@ class Dispatcher:
         started: float | None = None,
         defer_watermark: bool = False,
     ) -> DispatchReport:
-        """Send what ``rows`` hold pending, then advance their watermarks in one MERGE.
+        """Send what ``rows`` hold pending, then advance their watermarks in one commit.
 
         ``started`` is the ``time.perf_counter()`` of the commit, for commit-to-settled latency.
         With ``defer_watermark`` (and a ``watermarks`` writer), the marks are handed to the writer
-        once the sends returned, and the MERGE happens later, coalesced with other dispatches'.
+        once the sends returned, and the write happens later, coalesced with other dispatches'.
         """
         started = time.perf_counter() if started is None else started
         with self.observe.dispatching(rows, self._system):
@@ -272,7 +272,7 @@ class Dispatcher:
         report.watermark_deferred = True
 
     def advance(self, report: DispatchReport, rows: Sequence[DocumentRow] = ()) -> None:
-        """Step 3: one MERGE for every document that made progress; failures are recorded."""
+        """Step 3: one commit for every document that made progress; failures are recorded."""
         marks = {d: o.sent_up_to for d, o in report.outcomes.items() if o.progressed}
         if not marks:
             return

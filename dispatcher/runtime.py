@@ -5,8 +5,8 @@ defers needs no SQL at all), the ``Dispatcher`` and the metrics, and chooses bet
 
 * **immediate** dispatch: right after the commit, send what the saved rows hold (they are already
   in memory; nothing is re-read); the watermarks go to a ``WatermarkWriter``, which writes them
-  in one MERGE per ``watermark_window`` off the caller's path (``dispatcher/watermarks.py`` has
-  the trade-off: a crash before that MERGE means re-sends with the same ids, never a loss); and
+  in one commit per ``watermark_window`` off the caller's path (``dispatcher/watermarks.py`` has
+  the trade-off: a crash before that commit means re-sends with the same ids, never a loss); and
 * **deferred** dispatch: only enqueue a ``ProcessDocument`` command per saved document with
   pending messages; the ``outbox run-dispatcher`` worker publishes.
 
@@ -134,7 +134,7 @@ class DispatcherRuntime:
         adopt = getattr(self.transport, "adopt_settings", None)  # e.g. geo's claim_log_timeout
         if callable(adopt):
             adopt(settings)
-        # The watermarks of immediate dispatch, coalesced off the caller's path (None: one MERGE
+        # The watermarks of immediate dispatch, coalesced off the caller's path (None: one commit
         # inline per dispatch). Reads in this process flush first, so they see every mark earned.
         self.watermarks: WatermarkWriter | None = None
         window = (

@@ -1,11 +1,12 @@
 """The immediate dispatcher's watermarks, written off the caller's path and coalesced.
 
-Why: after a commit, the sends take a few milliseconds, but the watermark MERGE is a Delta commit
-of its own (40-55 ms). Written inline, it doubled a lone unit of work's cost and was a third of a
-batch's dispatch (docs/performance-write-path.md). Here ``submit`` only records "the transport
-accepted document D up to seq k" in memory; a background thread writes every recorded mark in
-**one** ``advance_watermarks`` MERGE once ``window`` seconds have passed since the first
-unwritten one (or at once when ``max_documents`` are waiting, on ``flush`` and on ``close``).
+Why: after a commit, the sends take a few milliseconds, but the watermark is a Delta commit of
+its own (a MERGE of 40-55 ms when this was measured; an append of mark rows since issue 31).
+Written inline, it doubled a lone unit of work's cost and was a third of a batch's dispatch
+(docs/performance-write-path.md). Here ``submit`` only records "the transport accepted document D
+up to seq k" in memory; a background thread writes every recorded mark in **one**
+``advance_watermarks`` commit once ``window`` seconds have passed since the first unwritten one
+(or at once when ``max_documents`` are waiting, on ``flush`` and on ``close``).
 
 The trade-off, precisely: a watermark only stops the rescuer (and commands) from sending a
 message again. Marks are submitted strictly **after** the transport accepted the messages, so a
@@ -17,7 +18,7 @@ worth of dispatches, never a loss or a reorder of first deliveries.
 
 While a mark waits, this process does not re-send what it covers: ``covered`` tells the
 dispatcher the highest seq accepted for a document's current incarnation. A mark carries the
-incarnation it was sent for, and the MERGE only applies it to that incarnation, so a document
+incarnation it was sent for, and its mark row counts only for that incarnation, so a document
 deleted and created again meanwhile (restarting at seq 1) is never marked as sent by its
 predecessor's mark.
 """
@@ -34,11 +35,11 @@ from outbox.core.observers import NO_OBSERVER, Observer
 
 log = logging.getLogger("outbox.dispatcher")
 
-#: Seconds a mark may wait for others to share its MERGE (chosen by benchmarks/dispatch.py).
+#: Seconds a mark may wait for others to share its commit (chosen by benchmarks/dispatch.py).
 DEFAULT_WATERMARK_WINDOW = 0.2
 #: Marks that make the writer go at once, whatever the window.
 DEFAULT_MAX_DOCUMENTS = 50_000
-#: Seconds before a failed MERGE is tried again (the marks are kept, merged with newer ones).
+#: Seconds before a failed write is tried again (the marks are kept, merged with newer ones).
 RETRY_SECONDS = 1.0
 
 #: (seq accepted by the transport, the document's incarnation)
@@ -54,7 +55,7 @@ class MarkStore(Protocol):
 
 
 class MarkBatch:
-    """Marks taken for one write (by the thread's MERGE, or riding along in a save's MERGE)."""
+    """Marks taken for one write (the thread's own append, or riding along in a save's)."""
 
     __slots__ = ("generations", "marks")
 
@@ -66,7 +67,7 @@ class MarkBatch:
 class WatermarkWriter:
     """Coalesces watermark marks and writes them from one background thread (thread safe).
 
-    Marks also ride along in the next save's MERGE when the store takes them (``take`` /
+    Marks also ride along in the next save's append when the store takes them (``take`` /
     ``settle``, see ``DeltaDocumentStore.attach_watermarks``): a stream of units of work then pays
     no watermark commit at all, and the thread only writes what no save carried within the window.
     """
@@ -83,7 +84,7 @@ class WatermarkWriter:
         self.store = store
         self.window = window
         self.max_documents = max_documents
-        self.observe = observer  # the runtime's: the MERGE's span and counters
+        self.observe = observer  # the runtime's: the write's span and counters
         self.retry_seconds = retry_seconds
         self._cond = threading.Condition()
         self._pending: dict[str, Mark] = {}
@@ -306,7 +307,7 @@ class WatermarkWriter:
 
 def _merge(into: dict[str, Mark], doc_id: str, mark: Mark) -> bool:
     """Keep the higher seq of one incarnation; another incarnation's mark replaces the held one
-    (the later submitted is the newer life; one source row per document is all a MERGE takes,
+    (the later submitted is the newer life; one mark per document is all a write takes,
     and a dropped mark only means a re-send)."""
     held = into.get(doc_id)
     if held is None or held[1] != mark[1] or held[0] < mark[0]:

@@ -43,7 +43,7 @@ class Document:
         self._is_new = is_new
         self._read_at = read_at
         # The state as encoded when read (and, once checked, now): one encoding per save serves
-        # the change check, the serializability check and the MERGE source.
+        # the change check, the serializability check and the appended row.
         self._original_state = encode_json(row.state, "state") if not is_new else None
         self._encoded: str | None = None
         self._original_type = row.type

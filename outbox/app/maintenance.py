@@ -1,8 +1,10 @@
-"""Table upkeep: compaction, checkpoints and a vacuum that keeps what the rescuer still needs.
+"""Table upkeep: the fold, compaction, checkpoints and a vacuum that keeps what the rescuer still
+needs.
 
-Small files make every MERGE slower (a 1-row MERGE rewrites the whole file holding the row), so
-compaction (``outbox.delta.compaction``) runs every ``compact_every`` commits and through ``outbox
-maintain``. It emits no change rows (``dataChange=false``), so the rescuer never sees it.
+Every save appends a small file per bucket it touches and every version stays a row until folded
+(``outbox.delta.fold``), so the fold and then compaction (``outbox.delta.compaction``) run every
+``compact_every`` commits and through ``outbox maintain``: reads then open few files and fold few
+rows. Compaction emits no change rows (``dataChange=false``), so the rescuer never sees it.
 
 A vacuum deletes files of old versions. The rescuer reads the change data feed from its checkpoint
 onward, so a vacuum whose retention would reach into that window (or into ``rescue_delay`` plus a

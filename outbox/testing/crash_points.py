@@ -17,7 +17,7 @@ Points, in the order a message passes them:
 ``after_send``
     every send settled, the watermark not written;
 ``during_watermark``
-    right before the watermark MERGE (with ``kill_soon`` the kill lands *inside* the MERGE);
+    right before the watermark append (with ``kill_soon`` the kill lands *inside* the commit);
 ``worker_holding``
     the worker holds locked commands and has read their documents, nothing sent.
 
