@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report_doc_table
+from benchmarks import report_doc_table, report_object_store
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
 
 __all__ = ["RESULTS", "ROOT", "documents", "main", "render"]
@@ -630,6 +630,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     "telemetry": telemetry,
     "checker-soak-before-recreate": lambda: checker_soak("checker_soak_before_recreate"),
     **report_doc_table.RENDERERS,
+    **report_object_store.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

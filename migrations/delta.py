@@ -22,6 +22,7 @@ import pyarrow as pa
 from outbox.core.errors import SchemaMismatchError, StoreError
 from outbox.core.model import bucket_of
 from outbox.delta import schema as S
+from outbox.delta.remote import explain
 from outbox.delta.store import DeltaDocumentStore
 
 
@@ -38,6 +39,9 @@ def ensure_table(
             return [f"created Delta table {uri} ({buckets} buckets, change data feed on)"]
         dt = deltalake.DeltaTable(uri, storage_options=opts)
     except (DeltaError, OSError) as e:
+        told = explain(uri, opts or {}, e)  # an object store that cannot be reached
+        if told is not e:
+            raise told from None
         raise StoreError(f"cannot create or open the Delta table at {uri}: {e}") from e
     done: list[str] = []
     mismatch = S.describe_mismatch(pa.schema(dt.schema().to_arrow()))

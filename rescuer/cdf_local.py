@@ -127,7 +127,8 @@ def documents(images: pa.Table) -> pa.Table:
     """Per id, the document the images show (``rescuer.planner``, "The versions layout"): its
     life (the newest image's incarnation), its newest version's ``last_seq``, its watermark (the
     highest over that life's post-images), and whether a delete of that newest version came
-    after it. Columns: id, last_seq, dispatched_seq, incarnation, deleted."""
+    in a later commit (one commit that deletes and inserts it rewrote it). Columns: id,
+    last_seq, dispatched_seq, incarnation, deleted."""
     empty = pa.table(
         {
             "id": pa.array([], pa.string()),
@@ -181,7 +182,9 @@ def documents(images: pa.Table) -> pa.Table:
                     pc.equal(hit["_life"], hit["_life_doc"]),
                     pc.greater_equal(hit["version"], hit["version_doc"]),
                 ),
-                pc.greater_equal(hit["_commit_version"], hit["_commit"]),
+                # later, not the same commit: a rewrite (a bucket replaced by ``outbox maintain
+                # --repair``, an overwrite with a predicate) deletes and inserts in one commit
+                pc.greater(hit["_commit_version"], hit["_commit"]),
             )
         )
         gone = set(ended["id"].to_pylist())

@@ -326,7 +326,7 @@ def feed_plan(feed: Any, end: int) -> Any:
     def document(s: str) -> Any:
         """The life's document in scope ``s``: (last_seq, dispatched_seq, incarnation, pending)."""
         newest = F.col(f"{s}_new")
-        ended = f"d.version >= {s}_new.version AND d.commit >= {s}_new.commit"
+        ended = f"d.version >= {s}_new.version AND d.commit > {s}_new.commit"  # later commit
         if s == "w":
             ended += f" AND d.commit <= {int(end)}"
         deleted = F.expr(f"exists(_deletes, d -> {ended})")

@@ -17,8 +17,9 @@ How a feed plan is computed (both engines do exactly this; the versions layout,
      document's, because saves append versions and a later commit may hold an older version's
      row (a fold raising its watermark);
    - its *watermark*: the highest ``dispatched_seq`` over that life's images, mark rows included;
-   - *deleted* when a delete of that newest version (or a later one) came at or after it: a
-     fold's deletes of superseded versions and mark rows end nothing.
+   - *deleted* when a delete of that newest version (or a later one) came in a later commit: a
+     fold's deletes of superseded versions and mark rows end nothing, and a commit that deletes
+     and inserts a row rewrote it (``outbox maintain --repair``, an overwrite with a predicate).
 3. A candidate is an id whose document *inside the window* is not deleted and is pending
    (``last_seq > dispatched_seq``).
 4. The candidate is re-checked against its *current* document: the same rule over the whole

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
-# via Maven, PostgreSQL and mosquitto via apt, the Cosmos DB-protocol test server via npm), then ruff,
+# via Maven, PostgreSQL and mosquitto via apt, the Cosmos DB-protocol test server and Azurite via
+# npm, the S3 test server (moto) with the Python packages), then ruff,
 # import-linter (the layers), mypy (strict) and the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,6 +10,7 @@ scripts/fetch-jars.sh
 scripts/ensure-postgres.sh
 scripts/ensure-mosquitto.sh  # the MQTT tests start their own broker from it
 scripts/ensure-cosmos.sh >/dev/null   # into .cache/cosmos, where tests/cosmos finds it
+scripts/ensure-azurite.sh >/dev/null  # into .cache/azurite, where tests/objectstore finds it
 export OUTBOX_DELTA_JARS="$PWD/.cache/jars"
 echo "==> ruff"
 .venv/bin/ruff check .

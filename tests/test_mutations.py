@@ -156,6 +156,20 @@ MUTATIONS = [
         'assert _ids(sink) == [("a", 1)]',
     ),
     SourceMutation(
+        "the planner reads a bucket's rewrite (a delete and an insert in one commit) as an end",
+        "rescuer.cdf_local:documents",
+        (
+            (
+                'pc.greater(hit["_commit_version"], hit["_commit"]),',
+                'pc.greater_equal(hit["_commit_version"], hit["_commit"]),',
+            ),
+        ),
+        "tests/rescuer/test_contract.py::TestLocalEngine::"
+        "test_a_bucket_rewritten_in_one_commit_keeps_its_pending_documents",
+        _with_rescuer("test_a_bucket_rewritten_in_one_commit_keeps_its_pending_documents"),
+        'assert _ids(sink) == [("p", 2)]',
+    ),
+    SourceMutation(
         "the planner takes a document's newest change, not its newest version",
         "rescuer.cdf_local:documents",
         (

@@ -21,16 +21,19 @@ import math
 import threading
 import time
 from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+from outbox.app.lease import maintenance_lease
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
 from outbox.core.errors import StoreError, VacuumRefusedError
-from outbox.delta.compaction import compact, store_failure
+from outbox.delta.compaction import compact, one_compactor, store_failure
 from outbox.delta.fold import FOLD_AT, fold_table
 from outbox.delta.log import trim_log
+from outbox.delta.repair import find_duplicates, repair
 from outbox.delta.store import DeltaDocumentStore
 
 if TYPE_CHECKING:
@@ -40,6 +43,17 @@ log = logging.getLogger("outbox.maintain")
 
 #: Vacuum retention must exceed the rescuer's needs by at least this much.
 VACUUM_MARGIN = timedelta(hours=1)
+
+
+def exclusive(
+    store: DeltaDocumentStore, sql_url: str, clock: Clock
+) -> AbstractContextManager[str | None]:
+    """One maintainer of the table at a time: the file lock beside a local table's log, the
+    maintenance lease in the SQL database for a table on an object store (``outbox.app.lease``).
+    Yields None when this process holds it, else who does."""
+    if store._log_dir is not None:
+        return one_compactor(store)
+    return maintenance_lease(sql_url, store.table_id, clock=clock)
 
 
 @dataclass
@@ -52,6 +66,8 @@ class MaintenanceReport:
     vacuumed_files: int | None = None
     vacuum_retention_hours: float | None = None
     log_trim: dict[str, Any] | None = None
+    #: Document versions held by more than one row (``outbox.delta.repair``), and the repair.
+    duplicates: dict[str, Any] = field(default_factory=dict)
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -172,12 +188,15 @@ class MaintenanceOptions:
     #: Fold a bucket once this share of its rows are superseded versions (0: every bucket with
     #: any); ``outbox.delta.fold``.
     fold_at: float = FOLD_AT
+    #: Rewrite the buckets whose document versions are held by two rows (``outbox.delta.repair``).
+    repair: bool = False
 
 
 class MaintenanceKeywords(TypedDict, total=False):
     """``MaintenanceOptions``' fields as ``maintain``'s keyword arguments."""
 
     fold_at: float
+    repair: bool
     do_compact: bool
     do_checkpoint: bool
     vacuum_retention_seconds: float | None
@@ -204,9 +223,26 @@ def maintain(
     opts = replace(options or MaintenanceOptions(), **keywords)
     start = time.perf_counter()
     report = MaintenanceReport(version_before=store.refresh())
+    duplicates = find_duplicates(store)
+    if duplicates.pairs and opts.repair and not opts.dry_run:
+        with exclusive(store, sql_url, clock) as held:
+            if held is None:
+                duplicates = repair(store, duplicates)
+            else:
+                log.warning("repair skipped: %s", held)
+    elif duplicates.pairs:
+        log.warning(
+            "%d document version(s) are held by two rows (e.g. %s): run `outbox maintain --repair`",
+            duplicates.pairs,
+            ", ".join(f"{i} v{v}" for i, v in duplicates.examples[:3]),
+        )
+    report.duplicates = duplicates.to_dict()
     if opts.do_compact:  # the fold first: it leaves fewer rows for the compaction to rewrite
         report.folded = fold_table(store, at=opts.fold_at).to_dict()
-        report.compacted = compact(store)
+        lease = None
+        if store._log_dir is None:  # an object store: one compactor at a time, by the lease
+            lease = exclusive(store, sql_url, clock)
+        report.compacted = compact(store, lease=lease)
     if opts.do_checkpoint:
         checkpoint(store)
         report.checkpoint_written = True
@@ -275,16 +311,18 @@ class AutoCompactor:
     """
 
     def __init__(self, store: DeltaDocumentStore, every: int) -> None:
-        if every > 0 and store._log_dir is None:
-            # No cross-machine lock exists for an object store, and deltalake commits two
-            # concurrent compactions of one version (every compacted row then twice).
-            log.info(
-                "compact_every = %d ignored for %s: writers on an object store do not compact "
-                "(two could compact at once); schedule one `outbox maintain` instead",
-                every,
+        # An object store has no lock a writer could take without a SQL round trip per run, and
+        # deltalake commits two concurrent compactions of one version (every compacted row then
+        # twice): writers there only fold (a data-changing rewrite, which conflicts as it
+        # should), and a scheduled `outbox maintain` compacts under the maintenance lease.
+        self._compacts = store._log_dir is not None
+        if every > 0 and not self._compacts:
+            log.debug(  # once per open: documented in docs/object-storage.md, not news each time
+                "writers on %s fold every %d commits but do not compact (two could compact at "
+                "once); schedule `outbox maintain`, which compacts under the maintenance lease",
                 store.uri,
+                every,
             )
-            every = 0
         self._store = store
         self._gate = _EveryVersions(store, every)
         self.runs = 0
@@ -293,7 +331,8 @@ class AutoCompactor:
         if not self._gate.due(version):
             return
         fold_table(self._store)  # superseded versions out first: less for compaction to rewrite
-        compact(self._store)
+        if self._compacts:
+            compact(self._store)
         self.runs += 1
 
 

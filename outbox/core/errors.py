@@ -71,6 +71,11 @@ class CommitConflictError(StoreError):
     retryable = True
 
 
+class DuplicateRowsError(StoreError):
+    """A document's version is held by more than one row (two compactions ran at once); saves
+    of it are refused until ``outbox maintain --repair``."""
+
+
 class VacuumRefusedError(StoreError):
     """A vacuum would delete change-feed history that the rescuer has not read yet."""
 

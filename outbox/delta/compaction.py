@@ -14,7 +14,7 @@ import logging
 from collections.abc import Iterator
 from typing import Any
 
-from outbox.core.errors import StoreError
+from outbox.core.errors import ConfigurationError, StoreError
 from outbox.delta.log import commit_actions, removed_by
 from outbox.delta.store import DeltaDocumentStore
 
@@ -27,42 +27,57 @@ def store_failure(what: str, store: DeltaDocumentStore, e: Exception) -> StoreEr
 
 
 @contextlib.contextmanager
-def _one_compactor(store: DeltaDocumentStore) -> Iterator[bool]:
-    """An exclusive, non-blocking file lock per local table: yields False when another process
-    holds it.
+def one_compactor(store: DeltaDocumentStore) -> Iterator[str | None]:
+    """An exclusive, non-blocking file lock per local table: yields None when this process holds
+    it, else why not.
 
     Why: deltalake 1.6.6 committed two OPTIMIZEs that both read the same version and removed the
     same files (the checker's seed 47: versions 23 and 24), so every compacted row then existed
-    twice. Two processes reaching ``compact_every`` together must not both compact. Remote
-    tables (no local log folder) have no such lock: their writers do not compact (see
-    ``AutoCompactor``), and ``_check_no_double_compaction`` catches overlapping jobs.
+    twice. Two processes reaching ``compact_every`` together must not both compact. A table on
+    an object store has no local log folder to lock: its compactions take the maintenance lease
+    instead (``outbox.app.lease``), which the caller passes to ``compact``.
     """
-    log_dir = store._log_dir
-    if log_dir is None:
-        yield True
-        return
     import fcntl
 
-    with open(log_dir.parent / "_outbox_compact.lock", "a+b") as f:
+    assert store._log_dir is not None
+    with open(store._log_dir.parent / "_outbox_compact.lock", "a+b") as f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            yield False
+            yield "another process is compacting"
             return
         try:
-            yield True
+            yield None
         finally:
             fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
-def compact(store: DeltaDocumentStore) -> dict[str, Any]:
-    """Rewrite small files into larger ones. A conflict with a writer is skipped, not raised."""
+def compact(
+    store: DeltaDocumentStore, *, lease: contextlib.AbstractContextManager[str | None] | None = None
+) -> dict[str, Any]:
+    """Rewrite small files into larger ones. A conflict with a writer is skipped, not raised.
+
+    One compactor at a time: a local table takes a file lock; a table on an object store needs
+    ``lease`` (the maintenance lease, ``outbox.app.lease``) and is refused without one. Either
+    way, another holder means this compaction is skipped (reported, not raised).
+    """
     from deltalake.exceptions import CommitFailedError
 
-    with store._lock, _one_compactor(store) as mine:
-        if not mine:
-            log.info("compaction skipped: another process is compacting this table")
-            return {"skipped": "another process is compacting"}
+    guard: contextlib.AbstractContextManager[str | None]
+    if store._log_dir is not None:
+        guard = one_compactor(store)
+    elif lease is not None:
+        guard = lease
+    else:
+        raise ConfigurationError(
+            f"compacting {store.uri} needs the maintenance lease (two compactions of a table on "
+            "an object store at once duplicate its rows)",
+            hint="run `outbox maintain`, which takes the lease in the SQL database",
+        )
+    with store._lock, guard as held:
+        if held is not None:
+            log.info("compaction skipped: %s", held)
+            return {"skipped": held}
         try:
             store.refresh()
             metrics: dict[str, Any] = store.delta_table.optimize.compact()
@@ -84,7 +99,7 @@ def _check_no_double_compaction(store: DeltaDocumentStore, version: int) -> None
     already removed files this one removed: their rows now exist twice.
 
     Why: deltalake 1.6.6 does not treat two data-neutral removals of one file as a conflict
-    (docs/delta.md), and the file lock in ``_one_compactor`` covers only processes on one
+    (docs/delta.md), and the file lock in ``one_compactor`` covers only processes on one
     machine. Remote tables turn automatic compaction off for the same reason; this check catches
     two ``outbox maintain`` jobs that overlap, and any other compactor of the table.
     """
@@ -105,7 +120,7 @@ def _check_no_double_compaction(store: DeltaDocumentStore, version: int) -> None
                 f"compaction commit {version} of {store.uri} removed {len(both)} file(s) that "
                 f"commit {other} (another compaction of the same version {read}) had already "
                 "removed: the rows they held now exist twice",
-                hint=f"stop the writers and restore the table to version {version - 1} "
-                "(DeltaTable.restore) if nothing committed after it; run compaction from one "
-                "process only (compact_every = 0 and one scheduled `outbox maintain`)",
+                hint="run `outbox maintain --repair`, which removes the second copies (saves "
+                "of the damaged documents are refused until then); then compact from one "
+                "process only: `outbox maintain` takes the maintenance lease",
             )

@@ -262,9 +262,11 @@ class DeltaDocumentStore:
             self._update()
             if not ids:
                 return int(self._dt.version()), {}
-            rows = S.rows_from_table(versions.latest_rows(self._scan(ids)))
+            scanned = self._scan(ids)
+            rows = S.rows_from_table(versions.latest_rows(scanned))
             version = int(self._dt.version())
-            self._remember(version, ids, rows)
+            damaged = versions.duplicated(scanned)  # a save of one re-checks, and is refused
+            self._remember(version, [i for i in ids if i not in damaged], rows)
             return version, {r.id: r for r in rows}
 
     def _remember(self, version: int, ids: Sequence[str], rows: list[DocumentRow]) -> None:
@@ -277,7 +279,7 @@ class DeltaDocumentStore:
         if len(seen) + len(ids) > MAX_REMEMBERED:
             seen.clear()
         seen.update(dict.fromkeys(ids, (0, None)))
-        seen.update({r.id: (r.version, r.incarnation) for r in rows})
+        seen.update({r.id: (r.version, r.incarnation) for r in rows if r.id in seen})
 
     def _read_here(self, writes: Sequence[DocumentWrite], current: int) -> bool:
         """Did this store read every written document at ``current``, as the write expects it?
@@ -445,9 +447,24 @@ class DeltaDocumentStore:
         """Re-read versions at the current snapshot. A ticket with a stale document fails with
         ``ConcurrencyError`` (nothing of it is written); the others go on, refreshed."""
         ids = [w.row.id for t in tickets for w in t.writes]
-        rows = versions.latest_rows(self._scan(ids, S.CONTROL_COLUMNS))
+        scanned = self._scan(ids, S.CONTROL_COLUMNS)
+        damaged = versions.duplicated(scanned)
+        if damaged:
+            tickets = self._refuse_damaged(tickets, damaged)
+        rows = versions.latest_rows(scanned)
         current = {r["id"]: r for r in rows.to_pylist()}
         return recheck(tickets, current, int(self._dt.version()))
+
+    def _refuse_damaged(self, tickets: list[Ticket], damaged: dict[str, int]) -> list[Ticket]:
+        """Fail the tickets that save a document whose version is held by two rows."""
+        live = []
+        for t in tickets:
+            hit = next((w.row.id for w in t.writes if w.row.id in damaged), None)
+            if hit is None:
+                live.append(t)
+            else:
+                t.error, t.done = versions.damage_error(self.uri, hit, damaged[hit]), True
+        return live
 
     def advance_watermarks(
         self, marks: Mapping[str, int], incarnations: Mapping[str, str | None] | None = None

@@ -24,6 +24,7 @@ from outbox.core.errors import (
     TableNotFoundError,
 )
 from outbox.delta import schema as S
+from outbox.delta.remote import explain
 
 DEFAULT_BUCKETS = 16
 
@@ -63,10 +64,13 @@ def open_table(uri: str, storage_options: Mapping[str, str]) -> Any:
         raise TableNotFoundError(
             f"no Delta table at {uri}", hint="run `outbox migrate` to create it"
         ) from e
-    except OSError as e:
-        raise TableNotFoundError(f"cannot open the Delta table at {uri}: {e}") from e
-    except DlDeltaError as e:  # a damaged log: one line, not a kernel traceback
-        raise unreadable_log(uri, e) from e
+    except (OSError, DlDeltaError) as e:
+        told = explain(uri, storage_options, e)  # an object store that cannot be reached
+        if told is not e:
+            raise told from None
+        if isinstance(e, OSError):
+            raise TableNotFoundError(f"cannot open the Delta table at {uri}: {e}") from e
+        raise unreadable_log(uri, e) from e  # a damaged log: one line, not a kernel traceback
 
 
 def validate(dt: Any, uri: str) -> TableInfo:

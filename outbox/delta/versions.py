@@ -24,6 +24,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from outbox.core.errors import DuplicateRowsError
 from outbox.delta.schema import INCARNATION
 
 #: The ``version`` of a watermark's mark row (``outbox.delta.appends``); documents start at 1.
@@ -95,4 +96,24 @@ def pending_sql(columns: list[str]) -> str:
         f"max(dispatched_seq) OVER (PARTITION BY id, {INCARNATION}) AS _ds "
         "FROM t WHERE id IN (SELECT id FROM t WHERE last_seq > dispatched_seq)"
         ") AS v WHERE _rn = 1 AND last_seq > _ds"
+    )
+
+
+def duplicated(table: pa.Table) -> dict[str, int]:
+    """Documents of ``table`` (rows with ``id`` and ``version``) whose version appears in more
+    than one row: id -> that version (``outbox.delta.repair`` says how a table gets there)."""
+    docs = table.filter(pc.greater(table["version"], MARK_VERSION))
+    if docs.num_rows < 2:
+        return {}
+    counts = docs.group_by(["id", "version"], use_threads=False).aggregate([("version", "count")])
+    twice = counts.filter(pc.greater(counts["version_count"], 1))
+    return dict(zip(twice["id"].to_pylist(), twice["version"].to_pylist(), strict=True))
+
+
+def damage_error(uri: str, doc_id: str, version: int) -> DuplicateRowsError:
+    """The error of a save that would build on a copied version (nothing is written)."""
+    return DuplicateRowsError(
+        f"document {doc_id!r} has version {version} in more than one row of {uri} (two "
+        "compactions of one version ran at once); nothing was written",
+        hint="run `outbox maintain --repair` (one maintainer at a time), then save again",
     )

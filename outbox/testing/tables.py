@@ -11,6 +11,8 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
+
 from outbox.core.model import DocumentRow
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 from outbox.delta.versions import latest_rows
@@ -78,6 +80,24 @@ class Table:
         from outbox.delta.fold import fold_table
 
         fold_table(self.store, at=0)
+        return self.store.refresh()
+
+    def rewrite_buckets(self) -> int:
+        """Replace every bucket with the rows it holds, one commit each (a delete and an insert
+        of each row in one commit: what ``outbox maintain --repair`` does to a damaged bucket)."""
+        from deltalake import write_deltalake
+
+        self.store.refresh()
+        for b in sorted(set(self.store._query("SELECT bucket FROM t")["bucket"].to_pylist())):
+            rows = self.store._query(f"SELECT * FROM t WHERE bucket = {int(b)}")
+            schema = pa.schema(self.store.delta_table.schema().to_arrow())
+            write_deltalake(
+                self.store.delta_table,
+                rows.select(schema.names).cast(schema),
+                mode="overwrite",
+                predicate=f"bucket = {int(b)}",
+            )
+            self.store.refresh()
         return self.store.refresh()
 
     def delete(self, doc_id: str) -> int:

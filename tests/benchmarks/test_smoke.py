@@ -51,7 +51,9 @@ NOT_BENCHMARKS = {
 class Smoke:
     keys: frozenset[str]  # top-level keys the results file must have (as the full run's file)
     args: tuple[str, ...] = ()
-    needs: str = ""  # "postgres" or "mqtt": the suite's server is passed in (--pg-url, --broker)
+    #: "postgres" or "mqtt": the suite's server is passed in (--pg-url, --broker);
+    #: "objectstore": the benchmark starts Azurite and moto itself, when they are installed
+    needs: str = ""
 
 
 def _keys(*names: str) -> frozenset[str]:
@@ -98,6 +100,7 @@ SMOKES: dict[str, Smoke] = {
     ),
     "rescuer": Smoke(_RESCUER, args=("--no-spark",)),  # its Spark passes: SPARK_SMOKES
     # HEAD against itself: the trees come from `git archive`, so the clone's commits only
+    "object_store": Smoke(_keys("stores", "sizes", "dispatch_vs_local"), needs="objectstore"),
     "revisions": Smoke(_keys("before", "after", "pairs", "noise", "cases", "no_slower")),
     "sql_queue": Smoke(
         _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
@@ -218,6 +221,12 @@ def test_benchmark_runs_at_its_smoke_size(
         args += ["--pg-url", str(request.getfixturevalue("pg_url"))]
     elif smoke.needs == "mqtt":
         args += ["--broker", str(request.getfixturevalue("mqtt_url"))]
+    elif smoke.needs == "objectstore":
+        from tests.benchmarks.conftest import _unavailable
+        from tests.objectstore.servers import azurite_bin, moto_bin
+
+        if azurite_bin() is None or moto_bin() is None:
+            _unavailable("Azurite and moto (scripts/ensure-azurite.sh, scripts/setup.sh --dev)")
     before = _results_state()
     started = time.monotonic()
     run = subprocess.run(

@@ -3,6 +3,7 @@ same version (the checker's seed 47), and every compacted row then existed twice
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 from pathlib import Path
 
@@ -47,19 +48,33 @@ def test_a_second_compaction_of_the_same_version_is_reported_not_left_silent(
         monkeypatch.setattr(ob.store, "_log_dir", None)  # as on abfss:// or s3://: no lock
         monkeypatch.setattr(ob.store, "refresh", ob.store.version)  # stays stale
         _stale_handle_compacted_elsewhere(ob)
+        nobody_else = contextlib.nullcontext(None)  # a lease another database did not see
         with pytest.raises(StoreError, match="already removed: the rows they held now exist"):
-            compact(ob.store)
+            compact(ob.store, lease=nobody_else)
 
 
-def test_writers_on_an_object_store_never_compact(
+def test_writers_on_an_object_store_fold_but_never_compact(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    from outbox.core.errors import ConfigurationError
+
     with Outbox.open(tmp_path / "ws", transport="memory", default_destination="d") as ob:
         monkeypatch.setattr(ob.store, "_log_dir", None)
+        compactions: list[object] = []
+        real = compact
+
+        def counted(store: object, **kw: object) -> object:
+            compactions.append(store)
+            return real(store, **kw)  # type: ignore[arg-type]
+
+        monkeypatch.setattr("outbox.app.maintenance.compact", counted)
         auto = AutoCompactor(ob.store, every=1)
         for v in range(1, 5):
             auto(None, v)
-        assert auto.runs == 0
+        assert auto.runs == 4  # it folds
+        assert compactions == []  # but never compacts
+        with pytest.raises(ConfigurationError, match="maintenance lease"):
+            real(ob.store)  # and a compaction without the lease is refused
         monkeypatch.undo()
         local = AutoCompactor(ob.store, every=1)
         local(None, ob.store.version() + 1)

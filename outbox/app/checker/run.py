@@ -14,8 +14,9 @@ import random
 import shutil
 import signal
 import time
+import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -53,7 +54,9 @@ class CheckOptions:
     name of a deliberately broken build (default: ``OUTBOX_CHECK_MUTATION``). ``sql``: ``sqlite``
     or a PostgreSQL URL (a database per seed on that server); ``engine``: the rescuer's engine,
     ``local`` or ``spark`` (``outbox.app.checker.backends``); ``writer``: ``python``, or
-    ``spark`` for a Spark driver among the writers (``spark_writer``).
+    ``spark`` for a Spark driver among the writers (``spark_writer``). ``table_root``: put the
+    seed's table on an object store under this URI (``az://container``, ``s3://bucket``, a
+    path of its own per seed), reached with ``storage_options``; default: the workspace's disk.
     """
 
     scale: float = 1.0
@@ -64,6 +67,8 @@ class CheckOptions:
     sql: str = "sqlite"
     engine: str = "local"
     writer: str = "python"
+    table_root: str = ""
+    storage_options: dict[str, str] = field(default_factory=dict)
 
 
 class CheckKeywords(TypedDict, total=False):
@@ -77,6 +82,8 @@ class CheckKeywords(TypedDict, total=False):
     sql: str
     engine: str
     writer: str
+    table_root: str
+    storage_options: dict[str, str]
 
 
 def run_check(
@@ -107,7 +114,7 @@ def run_check(
     db = seed_database(opts.sql, seed)
     report.sql = db.backend
     run, recording, close = _prepare(
-        sc, report, root, mutation=mutation, broken=broken, say=say, db=db
+        sc, report, root, mutation=mutation, broken=broken, say=say, db=db, table=_table(opts, seed)
     )
     rescue_mutation = contextlib.ExitStack()
     try:
@@ -139,6 +146,14 @@ def run_check(
         db.drop()
     say(report.summary())
     return report
+
+
+def _table(opts: CheckOptions, seed: int) -> dict[str, Any]:
+    """The settings that put the seed's table on an object store (none: the workspace's disk)."""
+    if not opts.table_root:
+        return {}
+    where = f"{opts.table_root.rstrip('/')}/check-{seed}-{uuid.uuid4().hex[:8]}/documents"
+    return {"table_uri": where, "storage_options": dict(opts.storage_options)}
 
 
 def _await_ready(run: Run, child: Child) -> None:
@@ -174,6 +189,7 @@ def _prepare(
     broken: mutations.Mutation | None,
     say: Progress,
     db: SeedDatabase,
+    table: dict[str, Any],
 ) -> tuple[Run, RecordingQueue, Callable[[], None]]:
     """The workspace, the children's configurations, the rescuer and its sink.
 
@@ -195,6 +211,7 @@ def _prepare(
     }
     if db.url:
         overrides["sql_url"] = db.url
+    overrides.update(table)
     setup = Outbox.open(root / "ws", transport="memory", buckets=sc.buckets, **overrides)
     settings = setup.settings
     setup.close()

@@ -95,6 +95,13 @@ _COLUMNS = [
     "the same documents; its planned crash is a kill or raise right after a batch's commit.",
 )
 @click.option(
+    "--table-root",
+    metavar="URI",
+    default="",
+    help="Put each seed's table on an object store under URI (az://container, abfss://..., "
+    "s3://bucket; a folder per seed), reached with the settings' storage_options.",
+)
+@click.option(
     "--results",
     "results_file",
     metavar="FILE",
@@ -114,6 +121,7 @@ def check(
     sql: str,
     engine: str,
     writer: str,
+    table_root: str,
     results_file: str | None,
     as_json: bool,
 ) -> None:
@@ -141,6 +149,8 @@ def check(
             sql=sql,
             engine=engine,
             writer=writer,
+            table_root=table_root,
+            storage_options=cli.settings().storage_options if table_root else {},
         )
         if not r.ok:
             say(f"seed {seed} FAILED: its files are in {root / f'seed-{seed}'}")
@@ -154,6 +164,7 @@ def check(
                 "sql": "sqlite" if sql == "sqlite" else "postgresql",
                 "engine": engine,
                 "writer": writer,
+                "table": "object store" if table_root else "local disk",
             }
             write_results(Path(results_file), results_document(reports, options))
     total = aggregate(reports)

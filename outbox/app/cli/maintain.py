@@ -35,6 +35,12 @@ from outbox.core.settings import Settings
     help="Change nothing: report what vacuum and the log trim would delete (no compaction, no "
     "checkpoint).",
 )
+@click.option(
+    "--repair",
+    is_flag=True,
+    help="Rewrite the buckets whose document versions are held by two rows (left by two "
+    "compactions at once), keeping one; saves of such documents are refused until then.",
+)
 @json_option
 @pass_cli
 def maintain(
@@ -45,10 +51,12 @@ def maintain(
     vacuum: str | None,
     no_trim_log: bool,
     dry_run: bool,
+    repair: bool,
     as_json: bool,
 ) -> None:
-    """Compact small files, write a checkpoint, trim the Delta log and (optionally) vacuum,
-    never deleting history the rescuer still needs."""
+    """Fold superseded versions, compact small files, write a checkpoint, trim the Delta log
+    and (optionally) vacuum, never deleting history the rescuer still needs; report (and with
+    --repair, repair) document versions held by two rows."""
     from outbox.app.maintenance import MaintenanceOptions
     from outbox.app.maintenance import maintain as run
     from outbox.delta.store import DeltaDocumentStore
@@ -71,6 +79,7 @@ def maintain(
             vacuum_retention_seconds=retention,
             dry_run=dry_run,
             log_retention_seconds=None if no_trim_log else settings.log_retention,
+            repair=repair,
         ),
     )
     result = snake_keys(report.to_dict(), "compacted")

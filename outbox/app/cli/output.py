@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -47,6 +48,11 @@ def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
     )
     for noisy in _NOISY_LIBRARIES:
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # deltalake's Rust side logs to stderr by itself (env_logger, read when deltalake is first
+    # imported, which the commands do later): without credentials the AWS SDK prints WARN lines
+    # about the metadata endpoint before our one-line error (issue 32). A RUST_LOG the user set
+    # is kept.
+    os.environ.setdefault("RUST_LOG", "warn" if verbose else "off")
 
 
 def quiet_chatty_loggers(verbose: bool) -> None:

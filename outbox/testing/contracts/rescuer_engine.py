@@ -250,6 +250,19 @@ class RescuerEngineContract:
         assert report.documents_examined == 3
         assert report.versions_scanned == 4
 
+    def test_a_bucket_rewritten_in_one_commit_keeps_its_pending_documents(
+        self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
+    ) -> None:
+        """A repair replaces a bucket: its commit deletes and inserts every row. That rewrites
+        the documents; it ends none of them."""
+        _baseline(table, rescuer, clock)
+        table.put(("p", 2), ("q", 1))
+        table.dispatch(q=1)
+        v = table.rewrite_buckets()
+        clock.set(table.at(v, DELAY + 1))
+        rescuer.run()
+        assert _ids(sink) == [("p", 2)]
+
     def test_a_document_dispatched_in_a_later_version_is_not_rescued(
         self, table: Table, rescuer: RescuePass, sink: InMemorySink, clock: ManualClock
     ) -> None:

@@ -1,0 +1,92 @@
+"""Object-store fixtures: Azurite and the S3 server for the session (one of each per test worker),
+and a fresh container or bucket per test. Under ``CI=true`` a server that cannot start fails the
+test; elsewhere it skips with the command that installs it."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from tests.objectstore.servers import Azurite, MotoS3, azurite_bin, moto_bin
+
+
+def _missing(why: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(why)
+    pytest.skip(why)
+
+
+@pytest.fixture(scope="session")
+def azurite_server() -> Iterator[Azurite]:
+    pytest.importorskip("azure.storage.blob", reason="the dev install has azure-storage-blob")
+    binary = azurite_bin()
+    if binary is None:
+        _missing("Azurite is not installed; run scripts/ensure-azurite.sh")
+    assert binary is not None
+    server = Azurite(binary)
+    server.start()
+    os.environ.update(server.environment())  # deltalake reads it in this process
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
+def s3_server() -> Iterator[MotoS3]:
+    binary = moto_bin()
+    if binary is None:
+        _missing("the S3 test server is not installed; run scripts/setup.sh --dev (moto[server])")
+    assert binary is not None
+    server = MotoS3(binary)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@dataclass
+class Remote:
+    """One object store, as a test uses it: where a fresh table goes, and how to reach it."""
+
+    kind: str  # "azure" or "s3"
+    root: str  # az://container or s3://bucket, created for this test
+    storage_options: dict[str, str]
+    environment: dict[str, str] = field(default_factory=dict)
+
+    def uri(self, name: str = "documents") -> str:
+        return f"{self.root}/{name}"
+
+
+def _fresh(server: Any, kind: str) -> Remote:
+    name = f"t{uuid.uuid4().hex[:16]}"
+    if kind == "azure":
+        server.create_container(name)
+        root = f"az://{name}"
+    else:
+        server.create_bucket(name)
+        root = f"s3://{name}"
+    return Remote(kind, root, server.storage_options(), server.environment())
+
+
+@pytest.fixture(params=["azure", "s3"])
+def remote(request: pytest.FixtureRequest) -> Remote:
+    """A fresh container (Azurite) or bucket (S3 server), once per store kind."""
+    server = request.getfixturevalue("azurite_server" if request.param == "azure" else "s3_server")
+    return _fresh(server, request.param)
+
+
+@pytest.fixture
+def azure_remote(azurite_server: Azurite) -> Remote:
+    return _fresh(azurite_server, "azure")
+
+
+@pytest.fixture
+def s3_remote(s3_server: MotoS3) -> Remote:
+    return _fresh(s3_server, "s3")

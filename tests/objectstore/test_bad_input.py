@@ -1,0 +1,173 @@
+"""A table on an object store, set up wrong as a new user would (issue 32): each mistake gives one
+``error: ...`` line that names the cause and the fix, through a real ``outbox`` process (so the
+Rust side's own stderr, such as the AWS SDK's WARN lines, would show), with no traceback and no
+object_store error chain. Exit code 1 (an ``OutboxError``), for ``migrate`` and ``status``.
+
+The servers are real (Azurite, moto's S3 server); a wrong S3 key needs moto's key-checking mode,
+so that case has a server of its own.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.objectstore.conftest import _missing
+from tests.objectstore.servers import ACCOUNT, ACCOUNT_KEY, Azurite, MotoS3, moto_bin
+from tests.pg import _free_port
+
+OUTBOX = str(Path(sys.executable).with_name("outbox"))
+_AZURE_FIX = "the account key (azure_storage_account_key, or AZURE_STORAGE_ACCOUNT_KEY)"
+_S3_FIX = "AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY"
+
+
+@dataclass
+class Case:
+    uri: str
+    options: dict[str, str]
+    environment: dict[str, str] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def s3_checking_keys() -> Iterator[MotoS3]:
+    binary = moto_bin()
+    if binary is None:
+        _missing("the S3 test server is not installed; run scripts/setup.sh --dev (moto[server])")
+    assert binary is not None
+    server = MotoS3(binary, checks_keys=True)
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def servers(azurite_server: Azurite, s3_server: MotoS3, s3_checking_keys: MotoS3) -> Servers:
+    azurite_server.create_container_once("good")
+    s3_server.create_bucket_once("good")
+    return Servers(azurite_server, s3_server, s3_checking_keys)
+
+
+def _closed_port_url() -> str:
+    return f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+
+
+@dataclass
+class Servers:
+    azurite: Azurite
+    s3: MotoS3
+    checking: MotoS3  # refuses every key
+
+    def emulator(self, url: str | None = None) -> tuple[dict[str, str], dict[str, str]]:
+        return {"azure_storage_use_emulator": "true"}, {
+            "AZURITE_BLOB_STORAGE_URL": url or self.azurite.url
+        }
+
+    def shared_key(self, key: str) -> dict[str, str]:
+        return {
+            "azure_storage_account_name": ACCOUNT,
+            "azure_storage_endpoint": f"{self.azurite.url}/{ACCOUNT}",
+            "azure_storage_account_key": key,
+        }
+
+    def s3_without(self, option: str) -> dict[str, str]:
+        return {k: v for k, v in self.s3.storage_options().items() if k != option}
+
+
+_GOOD_AZ = "az://good/documents"
+_GOOD_S3 = "s3://good/documents"
+#: each mistake: the table it names, made from the running servers
+BUILD: dict[str, Callable[[Servers], Case]] = {
+    "azure: missing container": lambda s: Case("az://nope/documents", *s.emulator()),
+    "azure: unreachable": lambda s: Case(_GOOD_AZ, *s.emulator(_closed_port_url())),
+    "azure: no credentials": lambda s: Case(_GOOD_AZ, {"azure_storage_account_name": "someone"}),
+    "azure: wrong key": lambda s: Case(
+        _GOOD_AZ, {**s.shared_key("d3Jvbmc="), "allow_http": "true"}
+    ),
+    "azure: http endpoint without allow_http": lambda s: Case(_GOOD_AZ, s.shared_key(ACCOUNT_KEY)),
+    "s3: missing bucket": lambda s: Case("s3://nope/documents", s.s3.storage_options()),
+    "s3: unreachable": lambda s: Case(
+        _GOOD_S3, {**s.s3.storage_options(), "AWS_ENDPOINT_URL": _closed_port_url()}
+    ),
+    "s3: no credentials": lambda s: Case(_GOOD_S3, {"AWS_REGION": "us-east-1"}),
+    "s3: wrong key": lambda s: Case(_GOOD_S3, s.checking.storage_options()),
+    "s3: http endpoint without AWS_ALLOW_HTTP": lambda s: Case(
+        _GOOD_S3, s.s3_without("AWS_ALLOW_HTTP")
+    ),
+}
+
+
+CASES = {
+    "azure: missing container": (
+        "the container 'nope' does not exist (fix: create it (az storage container create --name "
+        "nope), or fix table_uri)"
+    ),
+    "azure: unreachable": (
+        "the store did not answer (fix: check the endpoint (azure_storage_endpoint / "
+        "AZURITE_BLOB_STORAGE_URL) and the network; retried by the next run)"
+    ),
+    "azure: no credentials": f"no credentials for the storage account (fix: set {_AZURE_FIX}",
+    "azure: wrong key": f"the storage account refused the credentials (fix: check {_AZURE_FIX}",
+    "azure: http endpoint without allow_http": (
+        "the endpoint is plain http, which the client refuses by default (fix: set allow_http = "
+        '"true" in [storage_options] (only for a local emulator), or use https)'
+    ),
+    "s3: missing bucket": (
+        "the bucket 'nope' does not exist (fix: create it (aws s3 mb s3://nope), or fix table_uri)"
+    ),
+    "s3: unreachable": (
+        "the store did not answer at {endpoint} (fix: check the endpoint (AWS_ENDPOINT_URL) and "
+        "the network; retried by the next run)"
+    ),
+    "s3: no credentials": f"no credentials for S3 (fix: set {_S3_FIX}",
+    "s3: wrong key": f"S3 refused the credentials (fix: check {_S3_FIX}",
+    "s3: http endpoint without AWS_ALLOW_HTTP": (
+        "the endpoint is plain http, which the client refuses by default (fix: set AWS_ALLOW_HTTP "
+        '= "true" in [storage_options] (only for a local server), or use https)'
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["migrate", "status"])
+@pytest.mark.parametrize("name", list(CASES))
+def test_a_wrong_object_store_setting_is_one_line_with_its_fix(
+    name: str, command: str, servers: Servers, tmp_path: Path
+) -> None:
+    case = BUILD[name](servers)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    lines = [f'table_uri = "{case.uri}"', "[storage_options]"]
+    lines += [f'{k} = "{v}"' for k, v in case.options.items()]
+    (ws / "outbox.toml").write_text("\n".join(lines) + "\n")
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("AWS_", "AZURE_", "AZURITE_")) and k != "RUST_LOG"
+    }
+    env.update(case.environment)
+    done = subprocess.run(
+        [OUTBOX, "-w", str(ws), command],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
+    expected = CASES[name].format(endpoint=case.options.get("AWS_ENDPOINT_URL"))
+    assert done.returncode == 1, done.stderr
+    assert done.stdout == ""
+    assert done.stderr.count("\n") == 1, done.stderr  # one line: no WARN, no chain, no traceback
+    assert done.stderr.startswith(f"error: cannot reach the Delta table at {case.uri}: {expected}")
+    secrets = [v for k, v in case.options.items() if "key" in k.lower() or "secret" in k.lower()]
+    assert not [v for v in secrets if v in done.stderr]  # names the settings, never their values
+
+
+def test_every_mistake_has_its_expected_line() -> None:
+    assert set(BUILD) == set(CASES)

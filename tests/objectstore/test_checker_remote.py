@@ -1,0 +1,28 @@
+"""The end-to-end checker with the table on an object store: five seeds on each (issue 32)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from outbox.app.checker.run import run_check
+from tests.objectstore.conftest import Remote
+
+SEEDS = (1, 2, 3, 4, 5)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_seeds_hold_every_invariant_on_an_object_store(remote: Remote, tmp_path: Path) -> None:
+    failed = []
+    for seed in SEEDS:
+        report = run_check(
+            seed,
+            tmp_path,
+            table_root=remote.root,
+            storage_options=remote.storage_options,
+        )
+        if not report.ok:
+            failed.append(report.summary())
+    assert failed == []
