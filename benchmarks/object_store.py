@@ -174,7 +174,7 @@ def bench_upkeep(place: Place, commits: int, window: int) -> dict[str, Any]:
     from outbox.app.maintenance import maintain
     from outbox.core.clock import SystemClock
 
-    settings = place.settings("upkeep", compact_every=100)
+    settings = place.settings("upkeep", compact_every=100, rescue_delay=15.0, log_retention=15.0)
     ob = _open(settings, transport="memory", default_destination="q")
     windows: list[dict[str, Any]] = []
     samples: list[float] = []

@@ -84,6 +84,14 @@ log = logging.getLogger("outbox.store")
 SCAN_CHUNK = 5_000
 #: Documents a store remembers from its reads at the current table version (``_remember``).
 MAX_REMEMBERED = 100_000
+#: Versions a handle follows before it is opened afresh. Why: a deltalake 1.6.6 handle replays,
+#: at every refresh and commit, the log from the checkpoint it was opened at (delta-rs issue
+#: #4276), and never moves to a newer one; deltalake writes a checkpoint every 100 commits, so a
+#: handle reopened this often replays at most about that many (measured in docs/delta.md: a
+#: raw append on a handle kept over 2,000 commits went from 3 to 102 ms; reopened after each
+#: checkpoint, 12 to 28 ms, the rest being the log listing).
+REOPEN_EVERY = 100
+_NOT_FOUND = 0  # pyarrow.fs.FileType.NotFound
 
 
 class DeltaDocumentStore:
@@ -123,6 +131,8 @@ class DeltaDocumentStore:
         # What reads found at one table version (``_remember``), so a save needs no re-check.
         self._seen: tuple[int, dict[str, tuple[int, str | None]]] = (-1, {})
         self._dt = self._open()
+        self._opened_at = int(self._dt.version())
+        self._handler: Any = None  # DeltaStorageHandler, for the object-store stat
         self._log_dir = local_log_dir(uri)
         self.info = self._validate()
 
@@ -219,18 +229,18 @@ class DeltaDocumentStore:
         """Refresh the handle if the table moved, with driver errors translated.
 
         Why the stat first: in deltalake 1.6.6 ``update_incremental`` is not incremental (it
-        replays the log from the last checkpoint, delta-rs issue #4276), so even a refresh that
-        finds nothing new costs 10-16 ms once a table has ~5,000 commits, and more as tombstones
-        pile up in the checkpoints. A commit is an atomic put of ``<version + 1>.json``; when that
-        file does not exist the handle is current, and a local stat answers in microseconds.
+        replays the log from the last checkpoint, delta-rs issue #4276) and lists the log, so
+        even a refresh that finds nothing new costs 10-16 ms once a table has ~5,000 commits,
+        and more as tombstones pile up in the checkpoints. A commit is an atomic put of
+        ``<version + 1>.json``; when that file does not exist the handle is current, and a stat
+        answers in microseconds (a HEAD request on an object store).
         """
         version = int(self._dt.version())
-        if self._log_dir is not None:
-            following = self._log_dir / f"{version + 1:020d}.json"
-            # Both stats: the log trim (outbox.delta.log) may have deleted the commits after an
-            # idle handle's version, and then the absence of the next one proves nothing.
-            if not following.exists() and (self._log_dir / f"{version:020d}.json").exists():
-                return
+        if version - self._opened_at >= REOPEN_EVERY:
+            self._reopen()
+            return
+        if self._is_current(version):
+            return
         dl = deltalake()
         try:
             self._dt.update_incremental()
@@ -240,7 +250,36 @@ class DeltaDocumentStore:
             # The log was trimmed past this handle's version: open the table afresh (it loads
             # from the newest checkpoint, which the trim always keeps).
             log.info("the handle's version %d was trimmed from the log; reopening", version)
-            self._dt = self._open()
+            self._reopen()
+
+    def _is_current(self, version: int) -> bool:
+        """Whether no commit follows ``version``: a stat of two log files (a HEAD request each
+        on an object store, where a listing costs more with every file in the log).
+
+        Both: the log trim (outbox.delta.log) may have deleted the commits after an idle
+        handle's version, and then the absence of the next one proves nothing.
+        """
+        names = [f"{version + 1:020d}.json", f"{version:020d}.json"]
+        if self._log_dir is not None:
+            return not (self._log_dir / names[0]).exists() and (self._log_dir / names[1]).exists()
+        try:
+            following, this = self._log_files().get_file_info([f"_delta_log/{n}" for n in names])
+        except Exception:  # the listing below reports what is wrong, in our words
+            return False
+        return bool(following.type == _NOT_FOUND and this.type != _NOT_FOUND)
+
+    def _log_files(self) -> Any:
+        """deltalake's own file system handle on the table (the store's credentials)."""
+        if self._handler is None:
+            from deltalake.fs import DeltaStorageHandler
+
+            self._handler = DeltaStorageHandler(self.uri, self._storage_options or None)
+        return self._handler
+
+    def _reopen(self) -> None:
+        """A fresh handle: it loads from the newest Delta checkpoint."""
+        self._dt = self._open()
+        self._opened_at = int(self._dt.version())
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         """The rows of ``ids``, ``SCAN_CHUNK`` ids per query (``outbox.delta.reads.scan``)."""

@@ -171,3 +171,21 @@ def test_a_wrong_object_store_setting_is_one_line_with_its_fix(
 
 def test_every_mistake_has_its_expected_line() -> None:
     assert set(BUILD) == set(CASES)
+
+
+@pytest.mark.parametrize("command", ["status", "rescue", "maintain"])
+def test_a_path_with_no_table_names_migrate(command: str, servers: Servers, tmp_path: Path) -> None:
+    """Reachable store, right credentials, but nothing migrated there yet."""
+    uri = "s3://good/never-migrated"
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    lines = [f'table_uri = "{uri}"', "[storage_options]"]
+    lines += [f'{k} = "{v}"' for k, v in servers.s3.storage_options().items()]
+    (ws / "outbox.toml").write_text("\n".join(lines) + "\n")
+    done = subprocess.run(
+        [OUTBOX, "-w", str(ws), command], check=False, capture_output=True, text=True, timeout=300
+    )
+    assert (done.returncode, done.stdout) == (1, "")
+    assert (
+        done.stderr == f"error: no Delta table at {uri} (fix: run `outbox migrate` to create it)\n"
+    )
