@@ -135,6 +135,7 @@ def readme_performance() -> str:
         ]
     )
     rows += report_doc_table.readme_rows()
+    rows += report_object_store.readme_rows()
     cases = [d["cases"][f"{k}_docs_coalesced"] for k in (1, 100, 1000)]
     rows.append(
         [

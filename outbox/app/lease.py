@@ -15,7 +15,8 @@ owner), so no new table and no migration. A maintainer that dies leaves a claim 
 after ``LEASE``; a second maintainer meanwhile skips the work and says who holds it.
 
 What it does not cover: a maintainer configured with another SQL database than the first (two
-databases, two leases). ``outbox maintain`` names the database it used in its report.
+databases, two leases); every process of a deployment shares one ``sql_url``
+(docs/object-storage.md).
 """
 
 from __future__ import annotations
