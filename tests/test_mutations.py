@@ -117,7 +117,7 @@ MUTATIONS = [
     ),
     SourceMutation(
         "a save that claims the current snapshot skips the check of its expected version",
-        "outbox.delta.store:DeltaDocumentStore._read_here",
+        "outbox.delta.seen:SeenReads.covers",
         (("if found is None or found[0] != w.expected_version:", "if found is None:"),),
         "tests/write_path/test_save_guards.py::"
         "test_a_stale_expected_version_on_a_current_snapshot_raises_and_writes_nothing",

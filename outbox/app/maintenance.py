@@ -12,6 +12,12 @@ margin) is refused with an error that says what to do instead.
 
 Log trimming (``outbox.delta.log``) keeps the ``_delta_log`` directory short, because deltalake
 lists all of it after every commit; it stops at the oldest version a rescuer still has to read.
+
+Why one module: ``outbox maintain`` and the writers' own upkeep (``AutoCompactor``,
+``AutoLogTrimmer``) run the same steps under the same guards (the rescuer's needed version, the
+one-compactor rule, the maintenance lease on an object store); keeping the steps and both
+schedules together keeps those guards read in one place. The steps themselves live by role in
+``outbox.delta`` (fold, compaction, log, repair).
 """
 
 from __future__ import annotations

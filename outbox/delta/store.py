@@ -20,11 +20,12 @@ Why it looks the way it does (see docs/delta.md for the measurements):
   save requires the incarnation it read, so a stale save cannot write over a document deleted and
   re-created since (it restarts at version 1).
 
-Why one module: ``DeltaDocumentStore`` owns one table handle, the rule for when to refresh it, the
-two coalescing queues (group-committed saves and watermark appends) that share that handle, both
-locks and the commit-retry loops. Everything that takes a lock is here, so one lock's invariants
-are read in one file. The lock-free parts live by role: ``table`` (open, validate, create, driver
-errors), ``reads`` (SQL over a snapshot, chunked id reads), ``group_commit`` (tickets, batches, the
+Why one module: ``DeltaDocumentStore`` owns the two coalescing queues (group-committed saves
+and watermark appends) that share one table handle, both locks and the commit-retry loops.
+Everything that takes a lock is here, so one lock's invariants are read in one file. The
+lock-free parts live by role: ``handle`` (the deltalake handle and when to refresh or reopen it),
+``seen`` (what reads found at a version), ``table`` (open, validate, create, driver errors),
+``reads`` (SQL over a snapshot, chunked id reads), ``group_commit`` (tickets, batches, the
 re-check, coalesced marks) and ``appends`` (the rows a commit appends). Their public names stay
 importable from here.
 """
@@ -54,15 +55,15 @@ from outbox.delta.group_commit import (
     recheck,
     take_batch,
 )
+from outbox.delta.handle import TableHandle
 from outbox.delta.reads import quote_ids
+from outbox.delta.seen import SeenReads
 from outbox.delta.table import (
     DEFAULT_BUCKETS,
     TableInfo,
     commit_failed,
     create_table,
-    deltalake,
     local_log_dir,
-    open_table,
     store_error,
     validate,
 )
@@ -82,16 +83,6 @@ log = logging.getLogger("outbox.store")
 #: Ids per read query (``outbox.delta.reads.scan`` says why). Read by ``_scan`` at each call, so
 #: a test may patch it here.
 SCAN_CHUNK = 5_000
-#: Documents a store remembers from its reads at the current table version (``_remember``).
-MAX_REMEMBERED = 100_000
-#: Versions a handle follows before it is opened afresh. Why: a deltalake 1.6.6 handle replays,
-#: at every refresh and commit, the log from the checkpoint it was opened at (delta-rs issue
-#: #4276), and never moves to a newer one; deltalake writes a checkpoint every 100 commits, so a
-#: handle reopened this often replays at most about that many (measured in docs/delta.md: a
-#: raw append on a handle kept over 2,000 commits went from 3 to 102 ms; reopened after each
-#: checkpoint, 12 to 28 ms, the rest being the log listing).
-REOPEN_EVERY = 100
-_NOT_FOUND = 0  # pyarrow.fs.FileType.NotFound
 
 
 class DeltaDocumentStore:
@@ -128,18 +119,18 @@ class DeltaDocumentStore:
         # and ``scan_pending``, carried by the next save's MERGE.
         self._pending: PendingWatermarks | None = None
         self._carried: Any = None  # the batch the append being built carries
-        # What reads found at one table version (``_remember``), so a save needs no re-check.
-        self._seen: tuple[int, dict[str, tuple[int, str | None]]] = (-1, {})
-        self._dt = self._open()
-        self._opened_at = int(self._dt.version())
-        self._handler: Any = None  # DeltaStorageHandler, for the object-store stat
+        # What reads found at one table version, so a save needs no re-check.
+        self._seen = SeenReads()
+        self._handle = TableHandle(uri, self._storage_options)
         self._log_dir = local_log_dir(uri)
         self.info = self._validate()
 
     # --- opening and validation ------------------------------------------------------------
 
-    def _open(self) -> Any:
-        return open_table(self.uri, self._storage_options)
+    @property
+    def _dt(self) -> Any:
+        """The current deltalake handle (``outbox.delta.handle`` keeps it fresh and cheap)."""
+        return self._handle.table
 
     def _validate(self) -> TableInfo:
         return validate(self._dt, self.uri)
@@ -226,60 +217,8 @@ class DeltaDocumentStore:
         return reads.query(self._dt, sql, self.uri)
 
     def _update(self) -> None:
-        """Refresh the handle if the table moved, with driver errors translated.
-
-        Why the stat first: in deltalake 1.6.6 ``update_incremental`` is not incremental (it
-        replays the log from the last checkpoint, delta-rs issue #4276) and lists the log, so
-        even a refresh that finds nothing new costs 10-16 ms once a table has ~5,000 commits,
-        and more as tombstones pile up in the checkpoints. A commit is an atomic put of
-        ``<version + 1>.json``; when that file does not exist the handle is current, and a stat
-        answers in microseconds (a HEAD request on an object store).
-        """
-        version = int(self._dt.version())
-        if version - self._opened_at >= REOPEN_EVERY:
-            self._reopen()
-            return
-        if self._is_current(version):
-            return
-        dl = deltalake()
-        try:
-            self._dt.update_incremental()
-        except (OSError, dl.exceptions.DeltaError) as e:
-            if "invalid table version" not in str(e).lower():
-                raise store_error(f"refreshing {self.uri} failed", e) from e
-            # The log was trimmed past this handle's version: open the table afresh (it loads
-            # from the newest checkpoint, which the trim always keeps).
-            log.info("the handle's version %d was trimmed from the log; reopening", version)
-            self._reopen()
-
-    def _is_current(self, version: int) -> bool:
-        """Whether no commit follows ``version``: a stat of two log files (a HEAD request each
-        on an object store, where a listing costs more with every file in the log).
-
-        Both: the log trim (outbox.delta.log) may have deleted the commits after an idle
-        handle's version, and then the absence of the next one proves nothing.
-        """
-        names = [f"{version + 1:020d}.json", f"{version:020d}.json"]
-        if self._log_dir is not None:
-            return not (self._log_dir / names[0]).exists() and (self._log_dir / names[1]).exists()
-        try:
-            following, this = self._log_files().get_file_info([f"_delta_log/{n}" for n in names])
-        except Exception:  # the listing below reports what is wrong, in our words
-            return False
-        return bool(following.type == _NOT_FOUND and this.type != _NOT_FOUND)
-
-    def _log_files(self) -> Any:
-        """deltalake's own file system handle on the table (the store's credentials)."""
-        if self._handler is None:
-            from deltalake.fs import DeltaStorageHandler
-
-            self._handler = DeltaStorageHandler(self.uri, self._storage_options or None)
-        return self._handler
-
-    def _reopen(self) -> None:
-        """A fresh handle: it loads from the newest Delta checkpoint."""
-        self._dt = self._open()
-        self._opened_at = int(self._dt.version())
+        """Refresh the handle if the table moved, with driver errors translated."""
+        self._handle.update()
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         """The rows of ``ids``, ``SCAN_CHUNK`` ids per query (``outbox.delta.reads.scan``)."""
@@ -305,34 +244,8 @@ class DeltaDocumentStore:
             rows = S.rows_from_table(versions.latest_rows(scanned))
             version = int(self._dt.version())
             damaged = versions.duplicated(scanned)  # a save of one re-checks, and is refused
-            self._remember(version, [i for i in ids if i not in damaged], rows)
+            self._seen.remember(version, [i for i in ids if i not in damaged], rows)
             return version, {r.id: r for r in rows}
-
-    def _remember(self, version: int, ids: Sequence[str], rows: list[DocumentRow]) -> None:
-        """Keep what a read found at ``version`` (id -> (version, incarnation); 0 for a missing
-        document): a save that read there and still matches needs no second read."""
-        seen_at, seen = self._seen
-        if seen_at != version:
-            seen = {}
-            self._seen = (version, seen)
-        if len(seen) + len(ids) > MAX_REMEMBERED:
-            seen.clear()
-        seen.update(dict.fromkeys(ids, (0, None)))
-        seen.update({r.id: (r.version, r.incarnation) for r in rows if r.id in seen})
-
-    def _read_here(self, writes: Sequence[DocumentWrite], current: int) -> bool:
-        """Did this store read every written document at ``current``, as the write expects it?
-        Then the snapshot the append commits against is the one the check was made on."""
-        seen_at, seen = self._seen
-        if seen_at != current:
-            return False
-        for w in writes:
-            found = seen.get(w.row.id)
-            if found is None or found[0] != w.expected_version:
-                return False
-            if w.expected_version and found[1] != w.row.incarnation:
-                return False
-        return True
 
     def scan_pending(self, columns: list[str] | None = None) -> pa.Table:
         """Full sweep: documents whose ``last_seq > dispatched_seq`` (control columns by
@@ -436,7 +349,7 @@ class DeltaDocumentStore:
             # moved watermark must not send already-sent messages again, and an append has no
             # predicate of its own. From this snapshot on, the append's conflicts are the check.
             claimed = all(w.read_at == current for w in writes)
-            if attempt > 0 or not (claimed and self._read_here(writes, current)):
+            if attempt > 0 or not (claimed and self._seen.covers(writes, current)):
                 live = self._recheck(live)
                 if not live:
                     return

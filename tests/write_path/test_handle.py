@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from outbox.delta import store as store_module
+from outbox.delta import handle as handle_module
 from outbox.delta.store import DeltaDocumentStore
 from outbox.testing.tables import Table
 
@@ -17,7 +17,7 @@ from outbox.testing.tables import Table
 def test_a_long_lived_handle_is_reopened_from_the_newest_checkpoint(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(store_module, "REOPEN_EVERY", 3)
+    monkeypatch.setattr(handle_module, "REOPEN_EVERY", 3)
     table = Table(tmp_path / "t")
     first = table.store.delta_table
     table.put(("a", 1))

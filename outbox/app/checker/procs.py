@@ -26,7 +26,7 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -280,6 +280,18 @@ class _Writer:
         finally:
             self.faulty.outage(rnd.stranded)
             self.retries.suppress = suppress
+
+
+def with_environment(
+    main: Callable[[dict[str, Any]], None], cfg: dict[str, Any], environment: dict[str, str]
+) -> None:
+    """Run ``main`` with the supervisor's environment as it is now. Why: the fork server is
+    started once per supervisor process, and its children inherit *its* environment, which
+    misses any variable set since (an object store's endpoint, say: deltalake reads
+    ``AZURITE_BLOB_STORAGE_URL`` and the ``AWS_*`` variables from the environment)."""
+    os.environ.clear()
+    os.environ.update(environment)
+    main(cfg)
 
 
 def writer_main(cfg: dict[str, Any]) -> None:

@@ -9,6 +9,7 @@ the new process, so a SIGKILL from outside cannot cancel a planned fault.
 from __future__ import annotations
 
 import multiprocessing
+import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -81,8 +82,8 @@ class Children:
         if child.cfg.get("spark"):
             target = spark_writer.spark_writer_main
         child.proc = self.ctx.Process(
-            target=target,
-            args=(child.cfg,),
+            target=procs.with_environment,
+            args=(target, child.cfg, dict(os.environ)),
             name=f"checker-{child.role}-{child.index}",
             daemon=True,
         )

@@ -189,7 +189,7 @@ def _prepare(
     broken: mutations.Mutation | None,
     say: Progress,
     db: SeedDatabase,
-    table: dict[str, Any],
+    table: dict[str, Any] | None = None,
 ) -> tuple[Run, RecordingQueue, Callable[[], None]]:
     """The workspace, the children's configurations, the rescuer and its sink.
 
@@ -211,7 +211,7 @@ def _prepare(
     }
     if db.url:
         overrides["sql_url"] = db.url
-    overrides.update(table)
+    overrides.update(table or {})
     setup = Outbox.open(root / "ws", transport="memory", buckets=sc.buckets, **overrides)
     settings = setup.settings
     setup.close()
