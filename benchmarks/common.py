@@ -60,6 +60,35 @@ def timed(fn: Callable[[], Any], repeat: int) -> list[float]:
     return out
 
 
+def rescue_pass_since(store: Any, base: int, *, engine: Any, now: datetime, delay: float) -> Any:
+    """A rescuer ("bench", its checkpoint in memory at version ``base``, an in-memory sink)
+    whose clock stands at ``now``: its pass reads every commit after ``base`` older than
+    ``delay`` then. The benchmarks that time a rescuer pass share it."""
+    from outbox.core.clock import ManualClock
+    from rescuer.checkpoint import InMemoryCheckpointStore
+    from rescuer.runner import RescuePass
+    from rescuer.sink import InMemorySink
+
+    checkpoints = InMemoryCheckpointStore()
+    checkpoints.write(
+        store.uri,
+        "bench",
+        expected_generation=None,
+        version=base,
+        at=datetime.now(UTC),
+        details={"table_id": store.table_id},
+    )
+    return RescuePass(
+        store,
+        engine,
+        checkpoints,
+        InMemorySink(),
+        clock=ManualClock(now),
+        delay=delay,
+        name="bench",
+    )
+
+
 def machine() -> dict[str, Any]:
     import deltalake
     import pyarrow

@@ -31,7 +31,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.common import percentile
+from benchmarks.common import percentile, rescue_pass_since, timed
 
 CHANGED = 100
 LOAD_CHUNK = 100_000
@@ -134,44 +134,20 @@ def run_outbox(root: Path, size: int, commits: int, rng: random.Random) -> dict[
         "watermark_bytes": int(statistics.median(mark_bytes)),
         "commit_retries": store.commit_retries,
     }
-    out["get_1"] = _ms(_timed(lambda: ob.unit_of_work().get(samples[0][0]), 5))
-    out["scan_pending"] = _ms(_timed(store.scan_pending, 3))
+    out["get_1"] = _ms(timed(lambda: ob.unit_of_work().get(samples[0][0]), 5))
+    out["scan_pending"] = _ms(timed(store.scan_pending, 3))
     out["rescuer_feed_pass"] = _feed_pass(store, base, commits)
     out["upkeep"] = _upkeep(store)
     ob.close()
     return out
 
 
-def _timed(fn: Any, repeat: int) -> list[float]:
-    out = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
-
-
 def _feed_pass(store: Any, base: int, commits: int) -> dict[str, Any]:
     """One rescuer pass over every commit since ``base`` (local engine), all of them old enough."""
-    from outbox.core.clock import ManualClock
     from rescuer.cdf_local import LocalEngine
-    from rescuer.checkpoint import InMemoryCheckpointStore
-    from rescuer.runner import RescuePass
-    from rescuer.sink import InMemorySink
 
-    checkpoints = InMemoryCheckpointStore()
-    checkpoints.write(
-        store.uri,
-        "bench",
-        expected_generation=None,
-        version=base,
-        at=datetime.now(UTC),
-        details={"table_id": store.table_id},
-    )
-    clock = ManualClock(datetime.now(UTC) + timedelta(hours=1))
-    rescue = RescuePass(
-        store, LocalEngine(), checkpoints, InMemorySink(), clock=clock, delay=15, name="bench"
-    )
+    later = datetime.now(UTC) + timedelta(hours=1)
+    rescue = rescue_pass_since(store, base, engine=LocalEngine(), now=later, delay=15)
     t0 = time.perf_counter()
     report = rescue.run()
     return {
@@ -432,7 +408,7 @@ def run_txn_state(root: Path, app_ids: int) -> dict[str, Any]:
         DeltaTable(uri).create_checkpoint()
         log_dir = Path(uri) / "_delta_log"
         ckpt = sum(p.stat().st_size for p in log_dir.glob("*.checkpoint*.parquet"))
-        opened = _timed(lambda uri=uri: DeltaTable(uri), 3)
+        opened = timed(lambda uri=uri: DeltaTable(uri), 3)
         reader, writer = DeltaTable(uri), DeltaTable(uri)
         refreshes = []
         for k in range(5):

@@ -35,7 +35,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import add_output_options, save, summarize_ms
+from benchmarks.common import add_output_options, rescue_pass_since, save, summarize_ms
 
 STORES = ("local", "azure", "s3")
 SIZES = {
@@ -126,11 +126,7 @@ def bench_dispatch(place: Place, units: int) -> dict[str, Any]:
 
 
 def bench_feed_pass(place: Place) -> dict[str, Any]:
-    from outbox.core.clock import ManualClock
     from rescuer.cdf_local import LocalEngine
-    from rescuer.checkpoint import InMemoryCheckpointStore
-    from rescuer.runner import RescuePass
-    from rescuer.sink import InMemorySink
 
     settings = place.settings("feed", compact_every=0, dispatch="deferred")
     ob = _open(settings, transport="memory")
@@ -139,24 +135,12 @@ def bench_feed_pass(place: Place) -> dict[str, Any]:
         with ob.unit_of_work() as uow:
             for i in range(100):
                 uow.create(f"c{c}-{i}", type="Shipment").send("Created", {"i": i}, destination="q")
-    checkpoints = InMemoryCheckpointStore()
-    checkpoints.write(
-        ob.store.uri,
-        "bench",
-        expected_generation=None,
-        version=base,
-        at=datetime.now(UTC),
-        details={"table_id": ob.store.table_id},
-    )
-    clock = ManualClock(datetime.now(UTC) + timedelta(hours=1))
-    rescue = RescuePass(
+    rescue = rescue_pass_since(
         ob.store,
-        LocalEngine(storage_options=settings.storage_options),
-        checkpoints,
-        InMemorySink(),
-        clock=clock,
+        base,
+        engine=LocalEngine(storage_options=settings.storage_options),
+        now=datetime.now(UTC) + timedelta(hours=1),
         delay=15,
-        name="bench",
     )
     t0 = time.perf_counter()
     report = rescue.run()

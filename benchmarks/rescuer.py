@@ -32,7 +32,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from benchmarks.common import add_output_options, results_dir, results_name
+from benchmarks.common import (
+    add_output_options,
+    rescue_pass_since,
+    results_dir,
+    results_name,
+)
 from outbox.core.clock import ManualClock
 from outbox.core.model import DocumentRow, bucket_of
 from outbox.delta import schema as S
@@ -147,19 +152,8 @@ def _commit_time(store: DeltaDocumentStore) -> datetime:
 def run_pass(
     store: DeltaDocumentStore, engine: Engine, base: int, *, full: bool = False
 ) -> dict[str, Any]:
-    checkpoints = InMemoryCheckpointStore()
-    checkpoints.write(
-        store.uri,
-        "bench",
-        expected_generation=None,
-        version=base,
-        at=datetime.now(UTC),
-        details={"table_id": store.table_id},
-    )
-    clock = ManualClock(_commit_time(store) + timedelta(seconds=DELAY + 1))
-    rp = RescuePass(
-        store, engine, checkpoints, InMemorySink(), clock=clock, delay=DELAY, name="bench"
-    )
+    now = _commit_time(store) + timedelta(seconds=DELAY + 1)
+    rp = rescue_pass_since(store, base, engine=engine, now=now, delay=DELAY)
     report = rp.run(full=full)
     assert report.pending_documents == CHANGED, report.to_dict()
     return report.to_dict()
