@@ -16,6 +16,7 @@ from outbox.core.cosmos import ensure_container, make_client
 from outbox.core.errors import CheckpointError, CheckpointUnavailableError
 from outbox.core.settings import Settings
 from tests.cosmos.server import KEY, CosmosServer, server_package
+from tests.local_server import unavailable
 
 LIVE_VARS = ("OUTBOX_COSMOS_ENDPOINT", "OUTBOX_COSMOS_KEY")
 HERE = Path(__file__).parent
@@ -39,9 +40,7 @@ def cosmos_endpoint() -> Iterator[str]:
             "the local Cosmos DB server is not installed; run scripts/ensure-cosmos.sh "
             "(or set OUTBOX_TEST_COSMOS_DIR to a folder where @vercel/cosmosdb-server is installed)"
         )
-        if os.environ.get("CI"):
-            pytest.fail(why)
-        pytest.skip(why)
+        unavailable(why)
     server = CosmosServer(package)
     server.start()
     try:

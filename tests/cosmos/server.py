@@ -14,11 +14,9 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
-from tests.pg import _free_port, wait_port
+from tests.local_server import LocalServer
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_DIR = ROOT / ".cache" / "cosmos"
@@ -39,36 +37,14 @@ def server_package() -> Path | None:
     return package if (package / "package.json").is_file() and shutil.which("node") else None
 
 
-class CosmosServer:
+class CosmosServer(LocalServer):
+    name = "cosmosdb-server"
+    start_timeout = 30.0
+
     def __init__(self, package: Path) -> None:
+        super().__init__()
         self.package = package
-        self.port = _free_port()
         self.endpoint = f"https://127.0.0.1:{self.port}"
-        self._log = tempfile.NamedTemporaryFile(prefix="outbox-cosmos-", suffix=".log")  # noqa: SIM115
-        self._proc: subprocess.Popen[bytes] | None = None
 
-    def start(self) -> str:
-        self._proc = subprocess.Popen(
-            ["node", "-e", _START, str(self.package), str(self.port)],
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-        )
-        try:
-            wait_port(self.port, timeout=30)
-        except TimeoutError as e:
-            self._log.seek(0)
-            output = self._log.read()[-2000:]
-            self.stop()
-            raise RuntimeError(f"cosmosdb-server did not start: {output!r}") from e
-        return self.endpoint
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
-        self._log.close()
+    def command(self) -> list[str]:
+        return ["node", "-e", _START, str(self.package), str(self.port)]

@@ -12,13 +12,8 @@ from typing import Any
 
 import pytest
 
-from tests.objectstore.servers import Azurite, MotoS3, azurite_bin, moto_bin
-
-
-def _missing(why: str) -> None:
-    if os.environ.get("CI"):
-        pytest.fail(why)
-    pytest.skip(why)
+from tests.local_server import unavailable
+from tests.objectstore.servers import MOTO_MISSING, Azurite, MotoS3, azurite_bin, moto_bin
 
 
 @pytest.fixture(scope="session")
@@ -26,8 +21,7 @@ def azurite_server() -> Iterator[Azurite]:
     pytest.importorskip("azure.storage.blob", reason="the dev install has azure-storage-blob")
     binary = azurite_bin()
     if binary is None:
-        _missing("Azurite is not installed; run scripts/ensure-azurite.sh")
-    assert binary is not None
+        unavailable("Azurite is not installed; run scripts/ensure-azurite.sh")
     server = Azurite(binary)
     server.start()
     os.environ.update(server.environment())  # deltalake reads it in this process
@@ -41,8 +35,7 @@ def azurite_server() -> Iterator[Azurite]:
 def s3_server() -> Iterator[MotoS3]:
     binary = moto_bin()
     if binary is None:
-        _missing("the S3 test server is not installed; run scripts/setup.sh --dev (moto[server])")
-    assert binary is not None
+        unavailable(MOTO_MISSING)
     server = MotoS3(binary)
     server.start()
     try:

@@ -12,13 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
-from tests.pg import _free_port, wait_port
+from tests.local_server import LocalServer
 
 ROOT = Path(__file__).resolve().parents[2]
 AZURITE_DIR = ROOT / ".cache" / "azurite"
@@ -37,53 +35,18 @@ def azurite_bin() -> Path | None:
     return binary if binary.exists() and shutil.which("node") else None
 
 
+MOTO_MISSING = "the S3 test server is not installed; run scripts/setup.sh --dev (moto[server])"
+
+
 def moto_bin() -> Path | None:
     binary = Path(sys.executable).parent / "moto_server"
     return binary if binary.exists() else None
 
 
-class _Server:
-    name = "server"
-
+class _Server(LocalServer):
     def __init__(self) -> None:
-        self.port = _free_port()
-        self.dir = Path(tempfile.mkdtemp(prefix=f"outbox-{self.name}-"))
-        self._log = (self.dir / "server.log").open("wb")
-        self._proc: subprocess.Popen[bytes] | None = None
+        super().__init__()
         self._made: set[str] = set()  # containers or buckets made by the *_once methods
-
-    def command(self) -> list[str]:
-        raise NotImplementedError
-
-    def server_environment(self) -> dict[str, str]:
-        return {}
-
-    def start(self) -> None:
-        self._proc = subprocess.Popen(
-            self.command(),
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
-            cwd=self.dir,
-            env={**os.environ, **self.server_environment()},
-        )
-        try:
-            wait_port(self.port, timeout=60)
-        except TimeoutError as e:
-            output = (self.dir / "server.log").read_bytes()[-2000:]
-            self.stop()
-            raise RuntimeError(f"{self.name} did not start: {output!r}") from e
-
-    def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
-        self._proc = None
-        self._log.close()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class Azurite(_Server):

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.objectstore.conftest import _missing
-from tests.objectstore.servers import ACCOUNT, ACCOUNT_KEY, Azurite, MotoS3, moto_bin
+from tests.local_server import unavailable
+from tests.objectstore.servers import ACCOUNT, ACCOUNT_KEY, MOTO_MISSING, Azurite, MotoS3, moto_bin
 from tests.pg import _free_port
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
@@ -38,8 +38,7 @@ class Case:
 def s3_checking_keys() -> Iterator[MotoS3]:
     binary = moto_bin()
     if binary is None:
-        _missing("the S3 test server is not installed; run scripts/setup.sh --dev (moto[server])")
-    assert binary is not None
+        unavailable(MOTO_MISSING)
     server = MotoS3(binary, checks_keys=True)
     server.start()
     try:
