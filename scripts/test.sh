@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
-# via Maven, PostgreSQL and mosquitto via apt, the Cosmos DB-protocol test server and Azurite via
+# and a Kafka broker's JARs via Maven, PostgreSQL and mosquitto via apt, the Cosmos DB-protocol test server and Azurite via
 # npm, the S3 test server (moto) with the Python packages), then ruff,
 # import-linter (the layers), mypy (strict) and the whole pytest suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh --dev
 scripts/fetch-jars.sh
+scripts/fetch-kafka.sh   # the Kafka broker's JARs, into .cache/kafka/libs (tests/kafka starts it)
 scripts/ensure-postgres.sh
 scripts/ensure-mosquitto.sh  # the MQTT tests start their own broker from it
 scripts/ensure-cosmos.sh >/dev/null   # into .cache/cosmos, where tests/cosmos finds it

@@ -60,7 +60,7 @@ class Settings:
     storage_options: dict[str, str] = field(default_factory=dict, repr=False)
     sql_url: str = ""  # default: sqlite:///<workspace>/outbox.db
     # Backends, by name (``outbox.wiring`` knows the names, a plugin may add its own):
-    transport: str = "sql"  # sql, memory, servicebus, mqtt
+    transport: str = "sql"  # sql, memory, servicebus, mqtt, kafka
     dispatch: DispatchMode = "immediate"
     rescue_delay: float = 15.0
     rescue_interval: float = 30.0
@@ -86,6 +86,20 @@ class Settings:
     # template each message goes to ({destination}, and {session} for per-device topics).
     mqtt_broker: str = field(default="", repr=False)
     mqtt_topic: str = "{destination}"
+    # Kafka or Azure Event Hubs as the transport (``transport = "kafka"``, docs/kafka.md): the
+    # bootstrap servers, or an Event Hubs connection string (which sets the servers and
+    # SASL_SSL/PLAIN itself); SASL credentials; how long one send may take before it fails
+    # retryably; partitions for the topics ``outbox migrate`` creates (0: the broker's default);
+    # more librdkafka properties (env: ``key=value,key=value``).
+    kafka_bootstrap_servers: str = ""
+    kafka_connection_string: str = field(default="", repr=False)
+    kafka_security_protocol: str = ""  # default PLAINTEXT, or SASL_SSL with a connection string
+    kafka_sasl_mechanism: str = "PLAIN"
+    kafka_sasl_username: str = ""
+    kafka_sasl_password: str = field(default="", repr=False)
+    kafka_send_timeout: float = 30.0
+    kafka_partitions: int = 0
+    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
@@ -139,6 +153,7 @@ class Settings:
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
         self._validate_cosmos(bad)
+        self._validate_kafka(bad)
         self._validate_servicebus_destinations(bad)
         self._validate_destinations(bad)
         if "://" not in self.sql_url:
@@ -191,6 +206,22 @@ class Settings:
             # The rescuer times its window from the commits in the log, so the log always keeps
             # at least one rescue delay. Keeping more is the safe direction: no error for it.
             object.__setattr__(self, "log_retention", self.rescue_delay)
+
+    def _validate_kafka(self, bad: Any) -> None:
+        if self.kafka_security_protocol and self.kafka_security_protocol.upper() not in (
+            "PLAINTEXT",
+            "SSL",
+            "SASL_PLAINTEXT",
+            "SASL_SSL",
+        ):
+            raise bad(
+                "kafka_security_protocol",
+                f"{self.kafka_security_protocol!r}; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+            )
+        if not 0 < self.kafka_send_timeout <= 600:
+            raise bad("kafka_send_timeout", f"{self.kafka_send_timeout:g}s; must be in (0s, 10m]")
+        if not isinstance(self.kafka_partitions, int) or self.kafka_partitions < 0:
+            raise bad("kafka_partitions", "must be 0 (the broker's default) or more")
 
     def _validate_cosmos(self, bad: Any) -> None:
         if self.cosmos_endpoint and not self.cosmos_endpoint.startswith(("https://", "http://")):
@@ -267,7 +298,9 @@ class Settings:
         d = dataclasses.asdict(self)
         d["workspace"] = str(self.workspace)
         d["storage_options"] = {k: "***" for k in self.storage_options}  # never print secrets
-        d["cosmos_key"] = "***" if self.cosmos_key else ""
+        d["kafka_options"] = {k: "***" for k in self.kafka_options}
+        for secret in ("cosmos_key", "kafka_connection_string", "kafka_sasl_password"):
+            d[secret] = "***" if getattr(self, secret) else ""
         return d
 
     # --- loading -----------------------------------------------------------------------------
@@ -328,6 +361,7 @@ _DURATIONS = {
     "log_retention",
     "watermark_window",
     "claim_log_timeout",
+    "kafka_send_timeout",
 }
 _INTS = {
     "buckets",
@@ -336,12 +370,14 @@ _INTS = {
     "max_commit_retries",
     "max_delivery_count",
     "compact_every",
+    "kafka_partitions",
 }
 #: How each setting is read from text, TOML or the environment (``_COERCE``); "str" otherwise.
 _KINDS = {
     **dict.fromkeys(_DURATIONS, "duration"),
     **dict.fromkeys(_INTS, "int"),
     "storage_options": "dict",
+    "kafka_options": "dict",
     "workspace": "path",
     "group_commit": "bool",
     "servicebus_destinations": "list",

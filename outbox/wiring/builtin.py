@@ -78,6 +78,18 @@ def _needs_mqtt_broker(settings: Settings) -> None:
         )
 
 
+def _needs_kafka(settings: Settings) -> None:
+    from dispatcher.kafka.config import KafkaConfig
+
+    KafkaConfig.from_settings(settings)  # the servers, or a valid Event Hubs connection string
+
+
+def _kafka_topics(settings: Settings) -> Provisioned:
+    from dispatcher.kafka.admin import provision_topics
+
+    return provision_topics(settings)
+
+
 def _servicebus_destinations(settings: Settings) -> Provisioned:
     from dispatcher.servicebus.admin import provision_destinations
 
@@ -129,6 +141,25 @@ TRANSPORTS.add(
     )
 )
 TRANSPORTS.add(Backend("mqtt", _mqtt_transport, check=_needs_mqtt_broker, extra="mqtt"))
+
+
+def _kafka_transport(b: Context) -> Transport:
+    from dispatcher.kafka.config import KafkaConfig
+    from dispatcher.kafka.transport import KafkaTransport
+
+    return KafkaTransport(KafkaConfig.from_settings(b.settings), clock=b.clock)
+
+
+TRANSPORTS.add(
+    Backend(
+        "kafka",
+        _kafka_transport,
+        check=_needs_kafka,
+        extra="kafka",
+        provision=(_kafka_topics,),
+        description="Apache Kafka or Azure Event Hubs",
+    )
+)
 
 
 # --- command queues ----------------------------------------------------------------------------

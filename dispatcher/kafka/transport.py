@@ -1,0 +1,250 @@
+"""``KafkaTransport``: an idempotent Kafka producer under the outbox (Kafka and Event Hubs).
+
+A ``TransportMessage`` becomes one record on the topic named by its destination: the ordering
+key is the Kafka key (one partition per key, so per-key order is partition order), the body is
+the value, and the fields travel as headers (``mapping``). ``send`` returns only when the broker
+acknowledged every record with ``acks=all``; the producer is idempotent, so its own retries never
+duplicate or reorder a partition.
+
+Refused up front, as ``PermanentTransportError`` naming the message, before anything of the batch
+is produced: a destination that is not a topic name, a topic the cluster does not have (looked up
+once and remembered), a header with a reserved name, a ``scheduled_at`` in the future (Kafka has
+no scheduled delivery). A batch is otherwise not atomic (``atomic_batches = False``): when the
+broker fails a record midway, earlier records may be out, and the caller re-sends the batch with
+the same ids; consumers drop repeats by ``outbox-message-id`` (the consumer helper's inbox).
+
+Thread safe: one producer serves every thread; each ``send`` waits for its own records'
+delivery reports, serving the producer's callbacks while it waits.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from dispatcher.kafka import errors, mapping
+from dispatcher.kafka.config import KafkaConfig, load_client
+from dispatcher.transports.base import TransportMessage
+from outbox.core.clock import Clock, SystemClock
+from outbox.core.errors import (
+    ClosedError,
+    PermanentTransportError,
+    TransportError,
+)
+
+log = logging.getLogger("outbox.kafka")
+
+#: How long one wait for delivery reports blocks before it looks at the send's state again.
+_POLL = 0.05
+
+
+class _Pending:
+    """One send's records: a delivery report fills each slot."""
+
+    __slots__ = ("errors", "lock", "remaining")
+
+    def __init__(self, n: int) -> None:
+        self.errors: list[Any] = [None] * n
+        self.remaining = n
+        self.lock = threading.Lock()
+
+    def report(self, index: int, err: Any) -> None:
+        with self.lock:
+            self.errors[index] = err
+            self.remaining -= 1
+
+
+class KafkaTransport:
+    """A ``Transport`` producing to Kafka (or Event Hubs' Kafka endpoint)."""
+
+    #: Refusals are found before producing, but a broker failing midway may leave a prefix out.
+    atomic_batches = False
+
+    def __init__(
+        self,
+        config: KafkaConfig | str,
+        *,
+        clock: Clock | None = None,
+        producer: Any = None,
+    ) -> None:
+        """``config``: a ``KafkaConfig`` or bootstrap servers. The producer connects in the
+        background: a cluster that is down does not stop ``Outbox.open`` (sends fail retryably
+        until it is back)."""
+        self.config = KafkaConfig(config) if isinstance(config, str) else config
+        self.clock = clock or SystemClock()
+        self._where = self.config.describe()
+        self._topics: set[str] = set()
+        self._topics_lock = threading.Lock()
+        self._connection_error: Any = None  # the last error the client reported, if any
+        self._closed = False
+        self._ck = load_client()
+        if producer is None:
+            conf = self.config.producer()
+            conf["error_cb"] = self._on_client_error
+            producer = self._ck.Producer(conf)
+        self.producer = producer
+
+    # --- sending -----------------------------------------------------------------------------
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        if self._closed:
+            raise ClosedError("the Kafka transport is closed", hint="build a new transport")
+        if not batch:
+            return
+        for m in batch:  # every refusal before anything goes out
+            self._check(m)
+        self._require_topics(batch)
+        pending = _Pending(len(batch))
+        produced = 0
+        failure: TransportError | None = None
+        for i, m in enumerate(batch):
+            try:
+                self._produce(m, pending, i)
+            except TransportError as e:
+                failure = e
+                break
+            produced += 1
+        if produced < len(batch):
+            with pending.lock:  # the unsent slots will never get a report
+                pending.remaining -= len(batch) - produced
+        self._wait(pending, batch)
+        for i, err in enumerate(pending.errors[:produced]):
+            if err is not None:
+                raise errors.translate(
+                    err,
+                    message_id=batch[i].message_id,
+                    where=self._where,
+                    cause=self._connection_error,
+                )
+        if failure is not None:
+            raise failure
+        self._connection_error = None  # a whole batch went through: the cluster is fine again
+
+    def _check(self, m: TransportMessage) -> None:
+        def refuse(why: str, hint: str | None = None) -> PermanentTransportError:
+            return PermanentTransportError(
+                f"message {m.message_id}: {why}", message_id=m.message_id, hint=hint
+            )
+
+        problem = mapping.topic_problem(m.destination)
+        if problem:
+            raise refuse(f"destination {m.destination!r} {problem}")
+        if m.scheduled_at is not None and m.scheduled_at > self.clock.now():
+            raise refuse(
+                f"scheduled for {m.scheduled_at.isoformat()}, and Kafka has no scheduled delivery",
+                hint="schedule on the SQL queue or Service Bus and forward from there",
+            )
+        taken = mapping.reserved_header(m)
+        if taken:
+            raise refuse(f"header {taken!r} is reserved for the transport's own fields")
+
+    def _produce(self, m: TransportMessage, pending: _Pending, index: int) -> None:
+        def report(err: Any, _msg: Any) -> None:
+            pending.report(index, err)
+
+        while True:
+            try:
+                self.producer.produce(
+                    m.destination,
+                    value=m.body,
+                    key=m.session_id.encode() if m.session_id is not None else None,
+                    headers=mapping.headers_of(m),
+                    on_delivery=report,
+                )
+                return
+            except BufferError:  # the local queue is full: serve reports to make room
+                self.producer.poll(_POLL)
+            except self._ck.KafkaException as e:
+                raise errors.translate(
+                    e.args[0], message_id=m.message_id, where=self._where
+                ) from None
+
+    def _wait(self, pending: _Pending, batch: Sequence[TransportMessage]) -> None:
+        """Serve delivery reports until each record has one. librdkafka gives every record a
+        report within ``message.timeout.ms`` (the send timeout); a failed authentication ends
+        the wait at once, since no record can be delivered until the credentials change."""
+        self.producer.poll(0)
+        while pending.remaining > 0:
+            self.producer.poll(_POLL)
+            err = self._connection_error
+            if err is not None and errors.is_auth(err) and pending.remaining > 0:
+                first = batch[next(i for i, e in enumerate(pending.errors) if e is None)]
+                raise errors.translate(err, message_id=first.message_id, where=self._where)
+
+    # --- topics ------------------------------------------------------------------------------
+
+    def _require_topics(self, batch: Sequence[TransportMessage]) -> None:
+        """Refuse a batch naming a topic the cluster lacks, before producing any of it: with
+        auto-create off, librdkafka would otherwise hold such a record for the whole send
+        timeout. A known topic is remembered; an unknown one is asked again next time."""
+        with self._topics_lock:
+            unknown = {m.destination for m in batch} - self._topics
+        for topic in sorted(unknown):
+            if self._topic_exists(topic, batch):
+                with self._topics_lock:
+                    self._topics.add(topic)
+                continue
+            first = next(m for m in batch if m.destination == topic)
+            raise PermanentTransportError(
+                f"message {first.message_id}: Kafka at {self._where} has no topic {topic!r} "
+                "(and does not create topics on use)",
+                message_id=first.message_id,
+                hint="create the topic (outbox migrate creates the declared destinations), then "
+                "requeue the command with outbox dead-letters requeue; the messages stay pending",
+            )
+
+    def _topic_exists(self, topic: str, batch: Sequence[TransportMessage]) -> bool:
+        ck = self._ck
+        deadline = time.monotonic() + self.config.send_timeout
+        while True:
+            self.producer.poll(0)  # serve the error callback: a failed login ends the wait
+            err = self._connection_error
+            if err is not None and errors.is_auth(err):
+                raise errors.translate(err, message_id=batch[0].message_id, where=self._where)
+            left = deadline - time.monotonic()
+            try:
+                meta = self.producer.list_topics(topic, timeout=max(0.05, min(1.0, left)))
+            except ck.KafkaException as e:
+                if time.monotonic() < deadline:
+                    continue
+                raise errors.translate(
+                    e.args[0],
+                    message_id=batch[0].message_id,
+                    where=self._where,
+                    what=f"message {batch[0].message_id}: looking up topic {topic!r}",
+                    cause=self._connection_error,
+                ) from None
+            found = meta.topics.get(topic)
+            if found is None:
+                return False
+            if found.error is None:
+                return True
+            if found.error.code() in (
+                ck.KafkaError.UNKNOWN_TOPIC_OR_PART,
+                ck.KafkaError._UNKNOWN_TOPIC,
+            ):
+                return False
+            raise errors.translate(found.error, message_id=batch[0].message_id, where=self._where)
+
+    # --- the client's own reports ------------------------------------------------------------
+
+    def _on_client_error(self, err: Any) -> None:
+        """librdkafka reports connection trouble here (the records themselves wait and retry
+        until the send timeout). Remembered for the sends; logged once per kind of trouble."""
+        previous = self._connection_error
+        self._connection_error = err
+        if previous is None or previous.code() != err.code():
+            log.warning("Kafka at %s: %s", self._where, err.str())
+
+    @property
+    def healthy(self) -> bool:
+        return self._connection_error is None
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self.producer.flush(min(self.config.send_timeout, 5.0))
