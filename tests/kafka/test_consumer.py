@@ -1,0 +1,207 @@
+"""The Kafka consumer helper against a real broker: per-key order, offsets committed after the
+handler, repeats dropped by the inbox, retries in place, and the dead-letter topic."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dispatcher.kafka.config import KafkaConfig
+from dispatcher.kafka.consumer import DLT_REASON, DLT_TRIES, BatchReport, KafkaConsumer
+from dispatcher.kafka.mapping import record_of
+from dispatcher.kafka.transport import KafkaTransport
+from dispatcher.queue.inbox import SqlInbox
+from dispatcher.queue.sql_queue import SqlQueue
+from dispatcher.transports.base import TransportMessage
+from migrations.sql import upgrade
+from outbox.core.clock import ManualClock
+from outbox.core.errors import UnprocessableMessageError
+from outbox.testing.kafka import KafkaBroker, read_records
+
+
+@pytest.fixture
+def queue(tmp_path: Path) -> Iterator[SqlQueue]:
+    url = f"sqlite:///{tmp_path / 'inbox.db'}"
+    upgrade(url)
+    q = SqlQueue(url)
+    yield q
+    q.close()
+
+
+def send(kafka: KafkaBroker, topic: str, ids: list[str], key: str = "k") -> None:
+    t = KafkaTransport(kafka.bootstrap)
+    t.send(
+        [
+            TransportMessage(message_id=i, destination=topic, body=i.encode(), session_id=key)
+            for i in ids
+        ]
+    )
+    t.close()
+
+
+def drain(c: KafkaConsumer, until: int, attempts: int = 120) -> BatchReport:
+    """Poll until ``until`` records were settled (handled, repeats, dead-lettered); the group
+    join makes the first polls empty, so it counts settlements, not polls."""
+    total = BatchReport()
+    for _ in range(attempts):
+        r = c.run_once(timeout=0.5)
+        for f in ("handled", "duplicates", "dead_lettered", "retried", "rewound"):
+            setattr(total, f, getattr(total, f) + getattr(r, f))
+        if total.handled + total.duplicates + total.dead_lettered >= until:
+            return total
+    raise AssertionError(f"settled {total} of {until}")
+
+
+class DiesBeforeCommit:
+    """A real group member whose offset commits never reach Kafka (it dies first)."""
+
+    def __init__(self, kafka: KafkaBroker, group: str) -> None:
+        import confluent_kafka
+
+        self.inner = confluent_kafka.Consumer(KafkaConfig(kafka.bootstrap).consumer(group))
+
+    def commit(self, **kw: object) -> None:
+        pass
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+
+def consumer(kafka: KafkaBroker, topic: str, handler, **kw) -> KafkaConsumer:  # type: ignore[no-untyped-def]
+    kw.setdefault("clock", ManualClock())
+    return KafkaConsumer(KafkaConfig(kafka.bootstrap), [topic], kw.pop("group", "g"), handler, **kw)
+
+
+def test_each_key_in_order_and_a_new_member_starts_after_the_committed_offset(
+    kafka: KafkaBroker, topic: str
+) -> None:
+    send(kafka, topic, [f"a{i}" for i in range(20)], key="a")
+    send(kafka, topic, [f"b{i}" for i in range(20)], key="b")
+    seen: list[str] = []
+    c = consumer(kafka, topic, lambda m: seen.append(m.message_id))
+    drain(c, 40)
+    c.close()
+    assert [s for s in seen if s[0] == "a"] == [f"a{i}" for i in range(20)]
+    assert [s for s in seen if s[0] == "b"] == [f"b{i}" for i in range(20)]
+    send(kafka, topic, ["a20"], key="a")
+    later: list[str] = []
+    c2 = consumer(kafka, topic, lambda m: later.append(m.message_id))
+    drain(c2, 1)
+    c2.close()
+    assert later == ["a20"], "the committed offsets are where the group goes on"
+
+
+def test_the_inbox_drops_a_resend_and_a_redelivery_after_a_crash_before_the_commit(
+    kafka: KafkaBroker, topic: str, queue: SqlQueue
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    send(kafka, topic, ["m1", "m2"])
+    send(kafka, topic, ["m1"])  # the outbox re-sent m1 (same id)
+    runs: list[str] = []
+    c = consumer(
+        kafka,
+        topic,
+        lambda m: runs.append(m.message_id),
+        group=group,
+        inbox=SqlInbox(queue.database, group),
+        consumer=DiesBeforeCommit(kafka, group),  # its commit never reaches Kafka
+    )
+    report = drain(c, 3)
+    c.close()
+    assert runs == ["m1", "m2"]
+    assert report.duplicates == 1
+    c2 = consumer(
+        kafka,
+        topic,
+        lambda m: runs.append(m.message_id),
+        group=group,
+        inbox=SqlInbox(queue.database, group),
+    )
+    report2 = drain(c2, 3)  # the next member gets all three again
+    c2.close()
+    assert runs == ["m1", "m2"], "the inbox keeps every handler to one run"
+    assert report2.duplicates == 3
+
+
+def test_without_the_inbox_a_redelivery_runs_the_handler_again(
+    kafka: KafkaBroker, topic: str
+) -> None:
+    """The mutation of the test above: the inbox is what drops the repeats."""
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    send(kafka, topic, ["m1"])
+    runs: list[str] = []
+    c = consumer(
+        kafka,
+        topic,
+        lambda m: runs.append(m.message_id),
+        group=group,
+        consumer=DiesBeforeCommit(kafka, group),
+    )
+    drain(c, 1)
+    c.close()
+    c2 = consumer(kafka, topic, lambda m: runs.append(m.message_id), group=group)
+    drain(c2, 1)
+    c2.close()
+    assert runs == ["m1", "m1"]
+
+
+def test_a_failing_handler_is_retried_in_place_then_dead_lettered_and_the_key_moves_on(
+    kafka: KafkaBroker, topic: str
+) -> None:
+    dlt = kafka.create_topic(f"{topic}.dlt")
+    send(kafka, topic, ["ok1", "flaky", "poison", "bad", "ok2"])
+    tries: dict[str, int] = {}
+    order: list[str] = []
+
+    def handler(m: TransportMessage) -> None:
+        tries[m.message_id] = tries.get(m.message_id, 0) + 1
+        if m.message_id == "flaky" and tries["flaky"] < 3:
+            raise RuntimeError("not yet")
+        if m.message_id == "poison":
+            raise RuntimeError("never")
+        if m.message_id == "bad":
+            raise UnprocessableMessageError("cannot parse")
+        order.append(m.message_id)
+
+    clock = ManualClock()
+    start = clock.now()
+    c = consumer(kafka, topic, handler, clock=clock, max_tries=3)
+    report = drain(c, 5)
+    c.close()
+    assert order == ["ok1", "flaky", "ok2"]
+    assert tries == {"ok1": 1, "flaky": 3, "poison": 3, "bad": 1, "ok2": 1}
+    assert (report.handled, report.dead_lettered, report.retried) == (3, 2, 4)
+    assert (clock.now() - start).total_seconds() > 0, "the retries waited (on the clock)"
+    dead = {record_of(r).message_id: dict(r.headers()) for r in read_records(kafka.bootstrap, dlt)}
+    assert set(dead) == {"poison", "bad"}
+    assert dead["poison"][DLT_REASON] == b"MaxTriesExceeded"
+    assert dead["poison"][DLT_TRIES] == b"3"
+    assert dead["bad"][DLT_REASON] == b"Unprocessable"
+
+
+def test_a_record_the_dead_letter_topic_cannot_take_is_not_committed(
+    kafka: KafkaBroker, topic: str
+) -> None:
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    send(kafka, topic, ["poison", "after"])
+    order: list[str] = []
+
+    def handler(m: TransportMessage) -> None:
+        if m.message_id == "poison":
+            raise RuntimeError("never")
+        order.append(m.message_id)
+
+    c = consumer(kafka, topic, handler, group=group, max_tries=1, dead_letter_topic="no-such-dlt")
+    for _ in range(6):
+        report = c.run_once(timeout=0.5)
+        assert report.dead_lettered == 0
+    c.close()
+    assert order == [], "nothing after the record overtakes it"
+    kafka.create_topic("no-such-dlt", 1)
+    c2 = consumer(kafka, topic, handler, group=group, max_tries=1, dead_letter_topic="no-such-dlt")
+    drain(c2, 2)
+    c2.close()
+    assert order == ["after"]
