@@ -47,6 +47,7 @@ DLT_PARTITION = "outbox-dead-letter-partition"
 DLT_OFFSET = "outbox-dead-letter-offset"
 DLT_TRIES = "outbox-dead-letter-tries"
 DLT_GROUP = "outbox-dead-letter-group"
+DLT_HEADERS = (DLT_REASON, DLT_ERROR, DLT_TOPIC, DLT_PARTITION, DLT_OFFSET, DLT_TRIES, DLT_GROUP)
 
 Handler = Callable[[TransportMessage], object]
 

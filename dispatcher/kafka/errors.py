@@ -94,7 +94,7 @@ def translate(
     if is_auth(err):
         line = f"{subject}: Kafka at {where} did not accept the login: {text}"
     elif is_unreachable(err):
-        why = cause.str() if cause is not None and cause.code() != err.code() else text
+        why = cause.str() if cause is not None and is_unreachable(cause) else text
         line = f"{subject}: could not reach Kafka at {where}: {why}"
     else:
         line = f"{subject}: Kafka at {where} refused it: {text}"

@@ -81,11 +81,20 @@ class KafkaTransport:
         self._connection_error: Any = None  # the last error the client reported, if any
         self._closed = False
         self._ck = load_client()
-        if producer is None:
-            conf = self.config.producer()
-            conf["error_cb"] = self._on_client_error
-            producer = self._ck.Producer(conf)
-        self.producer = producer
+        self._producer = producer
+        self._producer_lock = threading.Lock()
+        self._logged: set[str] = set()  # kinds of client trouble logged since the last success
+
+    @property
+    def producer(self) -> Any:
+        """Made on first use: a writer that only defers dispatch never connects."""
+        if self._producer is None:
+            with self._producer_lock:
+                if self._producer is None:
+                    conf = self.config.producer()
+                    conf["error_cb"] = self._on_client_error
+                    self._producer = self._ck.Producer(conf)
+        return self._producer
 
     # --- sending -----------------------------------------------------------------------------
 
@@ -121,7 +130,9 @@ class KafkaTransport:
                 )
         if failure is not None:
             raise failure
-        self._connection_error = None  # a whole batch went through: the cluster is fine again
+        if self._connection_error is not None:  # a whole batch went through: the cluster is fine
+            self._connection_error = None
+            self._logged.clear()
 
     def _check(self, m: TransportMessage) -> None:
         def refuse(why: str, hint: str | None = None) -> PermanentTransportError:
@@ -233,11 +244,18 @@ class KafkaTransport:
 
     def _on_client_error(self, err: Any) -> None:
         """librdkafka reports connection trouble here (the records themselves wait and retry
-        until the send timeout). Remembered for the sends; logged once per kind of trouble."""
-        previous = self._connection_error
+        until the send timeout). Remembered for the sends, which name it when they fail; logged
+        once per kind of trouble until a send succeeds again."""
         self._connection_error = err
-        if previous is None or previous.code() != err.code():
-            log.warning("Kafka at %s: %s", self._where, err.str())
+        kind = "auth" if errors.is_auth(err) else "down" if errors.is_unreachable(err) else "other"
+        if kind not in self._logged:
+            self._logged.add(kind)
+            log.log(
+                logging.INFO if kind == "down" else logging.WARNING,
+                "Kafka at %s: %s",
+                self._where,
+                err.str(),
+            )
 
     @property
     def healthy(self) -> bool:
@@ -247,4 +265,5 @@ class KafkaTransport:
         if self._closed:
             return
         self._closed = True
-        self.producer.flush(min(self.config.send_timeout, 5.0))
+        if self._producer is not None:
+            self._producer.flush(min(self.config.send_timeout, 5.0))

@@ -22,6 +22,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from dispatcher.kafka.reading import end_offsets, read_records
+
+__all__ = ["PASSWORD", "USER", "KafkaBroker", "end_offsets", "kafka_libs", "read_records"]
+
 #: The SASL listener's one account.
 USER = "outbox"
 PASSWORD = "outbox-secret"
@@ -232,53 +236,3 @@ class KafkaBroker:
     def cleanup(self) -> None:
         self.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def end_offsets(bootstrap: str, topic: str) -> dict[int, int]:
-    """Each partition's next offset now: where a read of what comes later starts."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "outbox-kit-offsets", "log_level": 0})
-    try:
-        meta = c.list_topics(topic, timeout=30)
-        parts = meta.topics[topic].partitions
-        return {p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in parts}
-    finally:
-        c.close()
-
-
-def read_records(
-    bootstrap: str, topic: str, since: dict[int, int] | None = None, *, timeout: float = 60.0
-) -> list[Any]:
-    """Every record of ``topic`` from ``since`` (each partition's offset; default: the start) to
-    its end as it is now, partition by partition in offset order (``confluent_kafka.Message``).
-    It reads exactly up to the end offsets, so it never waits for records that will not come."""
-    from confluent_kafka import Consumer, TopicPartition
-
-    ends = end_offsets(bootstrap, topic)
-    starts = {p: (since or {}).get(p, 0) for p in ends}
-    wanted = {p: ends[p] - starts[p] for p in ends if ends[p] > starts[p]}
-    if not wanted:
-        return []
-    c = Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "outbox-kit-reader",
-            "enable.auto.commit": False,
-            "log_level": 0,
-        }
-    )
-    got: dict[int, list[Any]] = {p: [] for p in wanted}
-    try:
-        c.assign([TopicPartition(topic, p, starts[p]) for p in wanted])
-        deadline = time.monotonic() + timeout
-        while any(len(got[p]) < wanted[p] for p in wanted):
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"read {sum(map(len, got.values()))} of {sum(wanted.values())}")
-            for m in c.consume(1000, 0.5):
-                p = m.partition()
-                if m.error() is None and p is not None and len(got[p]) < wanted[p]:
-                    got[p].append(m)
-    finally:
-        c.close()
-    return [m for p in sorted(got) for m in got[p]]

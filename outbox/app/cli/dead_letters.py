@@ -2,7 +2,8 @@
 
 With ``command_transport = "servicebus"`` they address the Service Bus command queue's dead-letter
 subqueue (ids are its sequence numbers); ``outbox dead-letters --sql ...`` addresses the SQL
-queue's dead letters instead (the SQL transport's messages)."""
+queue's dead letters instead (the SQL transport's messages), and ``--kafka-topic T`` a Kafka
+consumer's dead-letter topic (``dispatcher.kafka.dead_letters``)."""
 
 from __future__ import annotations
 
@@ -60,7 +61,15 @@ def _dead_letters(cli: CliContext) -> Iterator[Any]:
     queue's, unless ``--sql`` was given."""
     from outbox.wiring import Backends
 
-    use_sql = bool(click.get_current_context().meta.get("dead_letters.sql"))
+    meta = click.get_current_context().meta
+    kafka_topic = meta.get("dead_letters.kafka_topic")
+    if kafka_topic:
+        from dispatcher.kafka.config import KafkaConfig
+        from dispatcher.kafka.dead_letters import KafkaDeadLetters
+
+        yield KafkaDeadLetters(KafkaConfig.from_settings(cli.settings()), kafka_topic)
+        return
+    use_sql = bool(meta.get("dead_letters.sql"))
     if use_sql:
         with open_queue(cli) as queue:
             yield queue
@@ -76,10 +85,18 @@ def _dead_letters(cli: CliContext) -> Iterator[Any]:
     is_flag=True,
     help="The SQL queue's dead letters even when commands go to Service Bus.",
 )
+@click.option(
+    "--kafka-topic",
+    "kafka_topic",
+    metavar="TOPIC",
+    help="A Kafka consumer's dead-letter topic (e.g. orders.dlt) instead of a queue's dead "
+    "letters: list, show and requeue (to the topic each came from); Kafka cannot purge.",
+)
 @click.pass_context
-def dead_letters_group(ctx: click.Context, *, use_sql: bool) -> None:
+def dead_letters_group(ctx: click.Context, *, use_sql: bool, kafka_topic: str | None) -> None:
     """List, show, requeue and purge dead-lettered messages."""
     ctx.meta["dead_letters.sql"] = use_sql
+    ctx.meta["dead_letters.kafka_topic"] = kafka_topic
 
 
 @dead_letters_group.command("list")
