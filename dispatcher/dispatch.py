@@ -20,7 +20,10 @@ first time, it has just delivered its own start..k-1, and everything below its s
 **Coalescing.** When the transport declares ``atomic_batches`` (the SQL queue: one transaction),
 many documents' messages go out in one ``send`` of up to ``max_batch_messages`` messages. That
 turns 1,000 round trips into two. If such a batch fails, nothing of it was accepted, and each of
-its documents is retried on its own, so one poisoned document does not hold back the others.
+its documents is retried on its own, so one poisoned document does not hold back the others. A
+transport that pipelines but is not atomic (Kafka) declares ``coalesce_sends`` instead: a failed
+batch may have had a prefix accepted, and the per-document retries send it again with the same
+ids (repeats, which the consumers' inboxes drop, as after any failed send; never a loss).
 
 **Per-key order (one process).** An ordering key (the session, per destination) may span
 documents. ``KeyOrder`` serializes the sends of one key across documents in the order
@@ -82,6 +85,12 @@ def atomic_batches(transport: object) -> bool:
     transaction per send); without it, batches are sent one document at a time.
     """
     return bool(getattr(transport, "atomic_batches", False))
+
+
+def coalesces(transport: object) -> bool:
+    """May documents share one ``send``? Atomic transports, and those that declare
+    ``coalesce_sends = True`` (many records per round trip; see "Coalescing" above)."""
+    return atomic_batches(transport) or bool(getattr(transport, "coalesce_sends", False))
 
 
 def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:
@@ -177,7 +186,7 @@ class Dispatcher:
         self.transport = transport
         self.max_in_flight = max_in_flight
         self.max_batch_messages = max_batch_messages
-        self.coalesce = atomic_batches(transport) if coalesce is None else coalesce
+        self.coalesce = coalesces(transport) if coalesce is None else coalesce
         self.observe = observer
         self._system = type(transport).__name__
         #: Where ``dispatch(..., defer_watermark=True)`` puts its marks; also consulted so this

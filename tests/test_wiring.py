@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def test_every_shipped_backend_is_registered_under_its_setting() -> None:
-    assert builtin.TRANSPORTS.names() == ["memory", "mqtt", "servicebus", "sql"]
+    assert builtin.TRANSPORTS.names() == ["kafka", "memory", "mqtt", "servicebus", "sql"]
     assert builtin.COMMAND_QUEUES.names() == ["servicebus", "sql"]
     assert builtin.CHECKPOINT_STORES.names() == ["cosmos", "sql"]
     assert builtin.RESCUER_ENGINES.names() == ["local", "spark"]

@@ -13,8 +13,12 @@ no scheduled delivery). A batch is otherwise not atomic (``atomic_batches = Fals
 broker fails a record midway, earlier records may be out, and the caller re-sends the batch with
 the same ids; consumers drop repeats by ``outbox-message-id`` (the consumer helper's inbox).
 
-Thread safe: one producer serves every thread; each ``send`` waits for its own records'
-delivery reports, serving the producer's callbacks while it waits.
+Thread safe: one producer serves every thread. Each ``send`` serves delivery reports itself
+while it waits for its own (librdkafka calls them only from ``poll``, on the polling thread): a
+report for another thread's send sets that send's event. No thread of its own: a background
+poller would take the GIL for every report while the sender produces, which cost a quarter of
+the throughput (benchmarks/kafka.py). Documents may share one send (``coalesce_sends``): many records per
+round trip, and a failed batch is re-sent per document with the same ids.
 """
 
 from __future__ import annotations
@@ -37,24 +41,67 @@ from outbox.core.errors import (
 
 log = logging.getLogger("outbox.kafka")
 
-#: How long one wait for delivery reports blocks before it looks at the send's state again.
-_POLL = 0.05
+#: How long one wait for delivery reports blocks before it looks at the send's state again
+#: (it returns at once when it serves one).
+_POLL = 0.01
+
+
+def _positions(
+    batch: Sequence[TransportMessage], failed: list[tuple[Any, Any]]
+) -> list[tuple[int, Any]]:
+    """Where in ``batch`` each failed record was: by its message id header, or (a delivery
+    report of a refused record may come without headers) by its key and value."""
+    out = []
+    for err, record in failed:
+        mid = next(
+            (
+                bytes(v or b"").decode()
+                for k, v in record.headers() or ()
+                if k == mapping.MESSAGE_ID
+            ),
+            None,
+        )
+        key, value = record.key(), record.value()
+        for i, m in enumerate(batch):
+            if m.message_id == mid or (
+                mid is None
+                and m.body == value
+                and (m.session_id.encode() if m.session_id is not None else None) == key
+            ):
+                out.append((i, err))
+                break
+        else:
+            out.append((0, err))
+    return out
 
 
 class _Pending:
-    """One send's records: a delivery report fills each slot."""
+    """One send's records: a delivery report fills each slot; ``done`` when all have one."""
 
-    __slots__ = ("errors", "lock", "remaining")
+    __slots__ = ("done", "failed", "lock", "remaining")
 
     def __init__(self, n: int) -> None:
-        self.errors: list[Any] = [None] * n
+        self.failed: list[tuple[Any, Any]] = []
         self.remaining = n
         self.lock = threading.Lock()
+        self.done = threading.Event()
 
-    def report(self, index: int, err: Any) -> None:
+    def report(self, err: Any, msg: Any) -> None:
+        """The delivery callback of every record of the send (one bound method, not a closure
+        per record); a failed record is found by its message id header."""
         with self.lock:
-            self.errors[index] = err
+            if err is not None:
+                self.failed.append((err, msg))
             self.remaining -= 1
+            if self.remaining <= 0:
+                self.done.set()
+
+    def skip(self, n: int) -> None:
+        """``n`` slots that will never get a report (they were not produced)."""
+        with self.lock:
+            self.remaining -= n
+            if self.remaining <= 0:
+                self.done.set()
 
 
 class KafkaTransport:
@@ -62,6 +109,8 @@ class KafkaTransport:
 
     #: Refusals are found before producing, but a broker failing midway may leave a prefix out.
     atomic_batches = False
+    #: Many documents per send: one round trip for up to the dispatcher's batch of records.
+    coalesce_sends = True
 
     def __init__(
         self,
@@ -103,87 +152,87 @@ class KafkaTransport:
             raise ClosedError("the Kafka transport is closed", hint="build a new transport")
         if not batch:
             return
-        for m in batch:  # every refusal before anything goes out
-            self._check(m)
+        self._check(batch)  # every refusal before anything goes out
         self._require_topics(batch)
         pending = _Pending(len(batch))
         produced = 0
         failure: TransportError | None = None
-        for i, m in enumerate(batch):
-            try:
-                self._produce(m, pending, i)
-            except TransportError as e:
-                failure = e
+        producer, report, headers_of = self.producer, pending.report, mapping.headers_of
+        for m in batch:
+            key = m.session_id.encode() if m.session_id is not None else None
+            while True:
+                try:
+                    producer.produce(
+                        m.destination,
+                        value=m.body,
+                        key=key,
+                        headers=headers_of(m),
+                        on_delivery=report,
+                    )
+                    break
+                except BufferError:  # the local queue is full: wait for reports to make room
+                    producer.poll(_POLL)
+                except self._ck.KafkaException as e:
+                    failure = errors.translate(
+                        e.args[0], message_id=m.message_id, where=self._where
+                    )
+                    break
+            if failure is not None:
                 break
             produced += 1
         if produced < len(batch):
-            with pending.lock:  # the unsent slots will never get a report
-                pending.remaining -= len(batch) - produced
+            pending.skip(len(batch) - produced)
         self._wait(pending, batch)
-        for i, err in enumerate(pending.errors[:produced]):
-            if err is not None:
-                raise errors.translate(
-                    err,
-                    message_id=batch[i].message_id,
-                    where=self._where,
-                    cause=self._connection_error,
-                )
+        if pending.failed:
+            index, err = min(_positions(batch, pending.failed))
+            raise errors.translate(
+                err,
+                message_id=batch[index].message_id,
+                where=self._where,
+                cause=self._connection_error,
+            )
         if failure is not None:
             raise failure
         if self._connection_error is not None:  # a whole batch went through: the cluster is fine
             self._connection_error = None
             self._logged.clear()
 
-    def _check(self, m: TransportMessage) -> None:
-        def refuse(why: str, hint: str | None = None) -> PermanentTransportError:
-            return PermanentTransportError(
-                f"message {m.message_id}: {why}", message_id=m.message_id, hint=hint
-            )
+    def _check(self, batch: Sequence[TransportMessage]) -> None:
+        now = self.clock.now()
+        topics: set[str] = set()
+        for m in batch:
 
-        problem = mapping.topic_problem(m.destination)
-        if problem:
-            raise refuse(f"destination {m.destination!r} {problem}")
-        if m.scheduled_at is not None and m.scheduled_at > self.clock.now():
-            raise refuse(
-                f"scheduled for {m.scheduled_at.isoformat()}, and Kafka has no scheduled delivery",
-                hint="schedule on the SQL queue or Service Bus and forward from there",
-            )
-        taken = mapping.reserved_header(m)
-        if taken:
-            raise refuse(f"header {taken!r} is reserved for the transport's own fields")
-
-    def _produce(self, m: TransportMessage, pending: _Pending, index: int) -> None:
-        def report(err: Any, _msg: Any) -> None:
-            pending.report(index, err)
-
-        while True:
-            try:
-                self.producer.produce(
-                    m.destination,
-                    value=m.body,
-                    key=m.session_id.encode() if m.session_id is not None else None,
-                    headers=mapping.headers_of(m),
-                    on_delivery=report,
+            def refuse(why: str, hint: str | None = None, m: TransportMessage = m) -> Exception:
+                return PermanentTransportError(
+                    f"message {m.message_id}: {why}", message_id=m.message_id, hint=hint
                 )
-                return
-            except BufferError:  # the local queue is full: serve reports to make room
-                self.producer.poll(_POLL)
-            except self._ck.KafkaException as e:
-                raise errors.translate(
-                    e.args[0], message_id=m.message_id, where=self._where
-                ) from None
+
+            if m.destination not in topics:
+                problem = mapping.topic_problem(m.destination)
+                if problem:
+                    raise refuse(f"destination {m.destination!r} {problem}")
+                topics.add(m.destination)
+            if m.scheduled_at is not None and m.scheduled_at > now:
+                raise refuse(
+                    f"scheduled for {m.scheduled_at.isoformat()}, and Kafka has no scheduled "
+                    "delivery",
+                    hint="schedule on the SQL queue or Service Bus and forward from there",
+                )
+            if m.headers:
+                taken = mapping.reserved_header(m)
+                if taken:
+                    raise refuse(f"header {taken!r} is reserved for the transport's own fields")
 
     def _wait(self, pending: _Pending, batch: Sequence[TransportMessage]) -> None:
-        """Serve delivery reports until each record has one. librdkafka gives every record a
-        report within ``message.timeout.ms`` (the send timeout); a failed authentication ends
-        the wait at once, since no record can be delivered until the credentials change."""
-        self.producer.poll(0)
-        while pending.remaining > 0:
-            self.producer.poll(_POLL)
+        """Wait until each record has its delivery report. librdkafka gives every record one
+        within ``message.timeout.ms`` (the send timeout); a failed authentication ends the wait
+        at once, since no record can be delivered until the credentials change."""
+        producer = self.producer
+        while not pending.done.is_set():
+            producer.poll(_POLL)  # returns as soon as it served a report
             err = self._connection_error
-            if err is not None and errors.is_auth(err) and pending.remaining > 0:
-                first = batch[next(i for i, e in enumerate(pending.errors) if e is None)]
-                raise errors.translate(err, message_id=first.message_id, where=self._where)
+            if err is not None and errors.is_auth(err):
+                raise errors.translate(err, message_id=batch[0].message_id, where=self._where)
 
     # --- topics ------------------------------------------------------------------------------
 

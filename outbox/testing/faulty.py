@@ -51,6 +51,10 @@ class FaultyTransport:
 
         return atomic_batches(self.inner) and self._partial is None
 
+    @property
+    def coalesce_sends(self) -> bool:
+        return bool(getattr(self.inner, "coalesce_sends", False))
+
     # --- knobs --------------------------------------------------------------------------------
 
     def fail_nth(self, n: int, *, permanent: bool = False) -> None:

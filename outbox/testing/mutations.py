@@ -181,6 +181,10 @@ class _Reordering:
     def atomic_batches(self) -> bool:
         return bool(getattr(self.inner, "atomic_batches", False))
 
+    @property
+    def coalesce_sends(self) -> bool:
+        return bool(getattr(self.inner, "coalesce_sends", False))
+
     def send(self, batch: Sequence[TransportMessage]) -> None:
         out = list(batch)
         seen: dict[str | None, int] = {}
