@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import shutil
+import sys
 import threading
 import time
 import zipfile
@@ -228,6 +229,9 @@ def get_spark(
                 hint=_HOW_TO_GET_JARS,
             )
         check_local_spark(jars, env)
+        # The executors' Python workers (a Spark pipeline sending from its executors) run this
+        # interpreter, with the outbox's packages, unless PYSPARK_PYTHON says otherwise.
+        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
         builder = (
             SparkSession.builder.master(master)
             .appName("outbox-rescuer")

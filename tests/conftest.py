@@ -6,6 +6,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +114,35 @@ def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     if request.param == "sqlite":
         return f"sqlite:///{tmp_path / 'outbox.db'}"
     return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture(scope="session")
+def kafka() -> Iterator[Any]:
+    """A real Apache Kafka 4.4 (KRaft, one node) on 127.0.0.1, started once per test worker
+    from the JARs ``scripts/fetch-kafka.sh`` fetched (``outbox.testing.kafka.KafkaBroker``).
+    Missing JARs, Java or confluent-kafka fail under ``CI=true`` and skip elsewhere."""
+    from tests.local_server import unavailable
+
+    try:
+        import confluent_kafka  # noqa: F401
+    except ImportError:
+        unavailable("confluent-kafka is not installed; scripts/setup.sh --dev installs it")
+    from outbox.testing.kafka import KafkaBroker
+
+    broker = KafkaBroker()
+    if not broker.available:
+        unavailable("the Kafka broker's JARs or Java are missing; run scripts/fetch-kafka.sh")
+    broker.start()
+    try:
+        yield broker
+    finally:
+        broker.cleanup()
+
+
+@pytest.fixture
+def topic(kafka: Any) -> str:
+    """A fresh Kafka topic with 4 partitions."""
+    import uuid
+
+    name: str = kafka.create_topic(f"t-{uuid.uuid4().hex[:12]}")
+    return name

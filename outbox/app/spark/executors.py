@@ -1,0 +1,189 @@
+"""Dispatch after a Spark commit from the executors: each partition sends its messages itself.
+
+Why: on the driver, every message of a batch is collected to one Python process and sent from
+there (``outbox.app.spark.dispatch``), which is the bottleneck of a large batch. Here the commit's
+change data stays on the executors: its pending messages are exploded, repartitioned by
+(destination, ordering key) so a key's messages meet in one partition, sorted there by when they
+were written (then document and seq), and each partition builds the settings' transport and
+sends them in batches of up to 1,000 (Kafka: one idempotent producer per partition; the SQL queue
+on PostgreSQL: one transaction per batch). Only a small outcome per document comes back (the
+first seq that failed, if any); the driver then advances the watermarks in one append and
+enqueues a retry command for each document left pending. Nothing is sent before its commit: the
+partitions read the commit's change feed, which exists only once the MERGE committed.
+
+Per key, a partition stops at the first message it could not send (the key's later messages
+count as failed too), as the Python dispatcher pauses a key; a document's watermark only covers
+messages below its first failure. A failed executor task is run again by Spark and sends its
+messages again, with the same ids (repeats, which inboxes drop); a killed driver leaves the
+watermarks unwritten, and the rescuer re-sends (docs/spark.md).
+
+SQLite stays on the driver (``SparkOutbox(send_from="driver")``, chosen automatically): its one
+writer at a time would only queue the executors.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from outbox.core.settings import Settings
+
+log = logging.getLogger("outbox.app.spark")
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+#: Records per send from one partition (the dispatcher's own cap).
+BATCH = 1000
+#: An outcome's columns: document, life, its watermark before, its newest seq, first failure.
+OUTCOME_SCHEMA = (
+    "id string, incarnation string, start bigint, last_seq bigint, failed_seq bigint, "
+    "sent bigint, error string"
+)
+
+
+def sends_from_executors(settings: Settings) -> bool:
+    """Transports whose client runs on executors and takes concurrent writers: Kafka, Service
+    Bus, and the SQL queue on a server database. SQLite (one writer) stays on the driver."""
+    if settings.transport in ("kafka", "servicebus"):
+        return True
+    return settings.transport == "sql" and not settings.sql_url.startswith("sqlite")
+
+
+def message_frame(written: Any) -> Any:
+    """One row per pending message of a commit frame, with its key and the document's watermark."""
+    from pyspark.sql import functions as F
+
+    msgs = written.filter(F.col("last_seq") > F.col("dispatched_seq")).select(
+        "id",
+        F.col("incarnation"),
+        F.col("dispatched_seq").alias("start"),
+        "last_seq",
+        F.explode(F.expr("filter(outbox, m -> m.seq > dispatched_seq)")).alias("m"),
+    )
+    return msgs.select(
+        "id",
+        "incarnation",
+        "start",
+        "last_seq",
+        F.col("m.seq").alias("seq"),
+        F.col("m.message_id").alias("message_id"),
+        F.col("m.destination").alias("destination"),
+        F.col("m.type").alias("type"),
+        F.col("m.body").alias("body"),
+        F.col("m.content_type").alias("content_type"),
+        F.col("m.headers").alias("headers"),
+        F.coalesce(F.col("m.ordering_key"), F.col("id")).alias("key"),
+        F.col("m.correlation_id").alias("correlation_id"),
+        F.expr("unix_micros(m.deliver_at)").alias("deliver_at"),
+        F.expr("unix_micros(m.created_at)").alias("created_at"),
+    )
+
+
+def send_on_executors(written: Any, settings: Settings, partitions: int) -> list[Any]:
+    """Send a commit's pending messages from the executors; the outcome rows, one per
+    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow."""
+    from pyspark.sql import functions as F
+
+    msgs = message_frame(written)
+    ordered = msgs.repartition(partitions, "destination", "key").sortWithinPartitions(
+        "destination", "key", "created_at", "id", "seq"
+    )
+
+    def run(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
+        return send_partition(rows, settings)
+
+    outcomes = written.sparkSession.createDataFrame(ordered.rdd.mapPartitions(run), OUTCOME_SCHEMA)
+    per_doc = outcomes.groupBy("id", "incarnation").agg(
+        F.min("start").alias("start"),
+        F.max("last_seq").alias("last_seq"),
+        F.min("failed_seq").alias("failed_seq"),
+        F.sum("sent").alias("sent"),
+        F.first("error", ignorenulls=True).alias("error"),
+    )
+    return list(per_doc.toArrow().to_pylist())
+
+
+@dataclass(slots=True)
+class _Doc:
+    incarnation: str | None
+    start: int
+    last_seq: int
+    failed_seq: int | None = None
+    sent: int = 0
+    error: str | None = None
+
+
+def send_partition(rows: Iterable[Any], settings: Settings) -> Iterator[tuple[Any, ...]]:
+    """One partition's sends (on an executor): keys in their order, batches of ``BATCH``."""
+    from dispatcher.transports.base import TransportMessage
+    from outbox.wiring import Backends
+
+    docs: dict[str, _Doc] = {}
+    failed_keys: dict[tuple[str, str], str] = {}
+    batch: list[tuple[Any, TransportMessage]] = []
+    backends = Backends(settings)
+    try:
+        transport = backends.transport()
+
+        def fail(r: Any, why: str) -> None:
+            d = docs[r["id"]]
+            if d.failed_seq is None or r["seq"] < d.failed_seq:
+                d.failed_seq = r["seq"]
+                d.error = d.error or why
+
+        def flush() -> None:
+            if not batch:
+                return
+            try:
+                transport.send([m for _, m in batch])
+            except Exception:  # one at a time, to find which keys stop where
+                for r, m in batch:
+                    key = (r["destination"], r["key"])
+                    if key in failed_keys:
+                        fail(r, failed_keys[key])
+                        continue
+                    try:
+                        transport.send([m])
+                    except Exception as e:
+                        failed_keys[key] = f"{type(e).__name__}: {e}"
+                        fail(r, failed_keys[key])
+                    else:
+                        docs[r["id"]].sent += 1
+            else:
+                for r, _ in batch:
+                    docs[r["id"]].sent += 1
+            batch.clear()
+
+        for r in rows:
+            if r["id"] not in docs:
+                docs[r["id"]] = _Doc(r["incarnation"], int(r["start"]), int(r["last_seq"]))
+            key = (r["destination"], r["key"])
+            if key in failed_keys:  # a key stops at its first failure, as the dispatcher's
+                fail(r, failed_keys[key])
+                continue
+            batch.append((r, _message(r, TransportMessage)))
+            if len(batch) >= BATCH:
+                flush()
+        flush()
+    finally:
+        backends.close()
+    for doc_id, d in docs.items():
+        yield (doc_id, d.incarnation, d.start, d.last_seq, d.failed_seq, d.sent, d.error)
+
+
+def _message(r: Any, cls: Any) -> Any:
+    deliver = r["deliver_at"]
+    return cls(
+        message_id=r["message_id"],
+        destination=r["destination"],
+        body=r["body"].encode("utf-8"),
+        subject=r["type"],
+        content_type=r["content_type"] or "application/json",
+        session_id=r["key"],
+        scheduled_at=None if deliver is None else _EPOCH + timedelta(microseconds=int(deliver)),
+        correlation_id=r["correlation_id"],
+        headers=json.loads(r["headers"]) if r["headers"] else {},  # stored as JSON text
+    )
