@@ -295,8 +295,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         None,
         1,
         "error: setting 'transport' is invalid: 'carrier-pigeon' is not a transport (fix: use one "
-        "of kafka, memory, mqtt, servicebus, sql, or install the package that provides it (entry point "
-        "group delta_outbox.transports))",
+        "of kafka, memory, mqtt, servicebus, sql, or install the package that provides it "
+        "(entry point group delta_outbox.transports))",
     ),
     (
         "misspelt setting in outbox.toml",
@@ -312,7 +312,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
         "inbox_store, kafka_bootstrap_servers, kafka_connection_string, kafka_options, "
         "kafka_partitions, kafka_sasl_mechanism, kafka_sasl_password, kafka_sasl_username, "
-        "kafka_security_protocol, kafka_send_timeout, lock_duration, log_retention, max_commit_retries, max_delivery_count, "
+        "kafka_security_protocol, kafka_send_timeout, lock_duration, log_retention, "
+        "max_commit_retries, max_delivery_count, "
         "max_in_flight, max_message_bytes, mqtt_broker, mqtt_topic, "
         "rescue_delay, rescue_interval, rescuer_engine, rescuer_name, servicebus_destinations, "
         "sql_url, "

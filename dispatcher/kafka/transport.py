@@ -17,8 +17,8 @@ Thread safe: one producer serves every thread. Each ``send`` serves delivery rep
 while it waits for its own (librdkafka calls them only from ``poll``, on the polling thread): a
 report for another thread's send sets that send's event. No thread of its own: a background
 poller would take the GIL for every report while the sender produces, which cost a quarter of
-the throughput (benchmarks/kafka.py). Documents may share one send (``coalesce_sends``): many records per
-round trip, and a failed batch is re-sent per document with the same ids.
+the throughput (benchmarks/kafka.py). Documents may share one send (``coalesce_sends``): many
+records per round trip, and a failed batch is re-sent per document with the same ids.
 """
 
 from __future__ import annotations

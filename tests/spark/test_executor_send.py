@@ -62,7 +62,8 @@ def test_executors_send_to_kafka_after_the_commit_and_the_driver_writes_the_mark
     finally:
         sob.close()
     assert result.messages == 100
-    assert result.dispatch is not None and result.dispatch.messages_sent == 100
+    assert result.dispatch is not None
+    assert result.dispatch.messages_sent == 100
     assert result.dispatch.failed == []
     assert "executor_send_s" in result.timings
     records = [record_of(r) for r in read_records(kafka.bootstrap, topic)]
@@ -154,7 +155,8 @@ def test_executors_send_to_the_sql_queue_on_postgresql(
         got = sob.runtime.queue.peek("orders", 100)  # type: ignore[attr-defined]
     finally:
         sob.close()
-    assert result.dispatch is not None and result.dispatch.messages_sent == 40
+    assert result.dispatch is not None
+    assert result.dispatch.messages_sent == 40
     assert len(got) == 40
     # one ordering key across documents: written together, so by document id, then seq
     order = [(f"doc-{json.loads(m.body)['i']}", json.loads(m.body)["k"]) for m in got]
