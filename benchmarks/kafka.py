@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> None:
     broker = None
     bootstrap = args.bootstrap
     if bootstrap is None:
-        broker = KafkaBroker(heap="1g", quick_start=False)
+        broker = KafkaBroker(heap="1g", quick_start=args.smoke)
         bootstrap = broker.start()
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-kafka-"))
     pairs = 1 if args.smoke else 3

@@ -51,7 +51,8 @@ NOT_BENCHMARKS = {
 class Smoke:
     keys: frozenset[str]  # top-level keys the results file must have (as the full run's file)
     args: tuple[str, ...] = ()
-    #: "postgres" or "mqtt": the suite's server is passed in (--pg-url, --broker);
+    #: "postgres", "mqtt" or "kafka": the suite's server is passed in (--pg-url, --broker,
+    #: --bootstrap);
     #: "objectstore": the benchmark starts Azurite and moto itself, when they are installed
     needs: str = ""
 
@@ -98,6 +99,18 @@ SMOKES: dict[str, Smoke] = {
         ),
         needs="mqtt",
     ),
+    "kafka": Smoke(
+        _keys(
+            "outbox",
+            "raw",
+            "transport_alone",
+            "ratio",
+            "transport_alone_ratio",
+            "per_1000_messages",
+            "memory_transport",
+        ),
+        needs="kafka",
+    ),
     "rescuer": Smoke(_RESCUER, args=("--no-spark",)),  # its Spark passes: SPARK_SMOKES
     # HEAD against itself: the trees come from `git archive`, so the clone's commits only
     "object_store": Smoke(_keys("stores", "sizes", "dispatch_vs_local"), needs="objectstore"),
@@ -137,6 +150,8 @@ SPARK_SMOKES: dict[str, Smoke] = {
         )
     ),
     "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
+    # starts its own broker (the suite's may live on the other worker)
+    "spark_kafka": Smoke(_keys("runs", "python_path", "over_before", "over_python_path")),
 }
 
 
@@ -221,6 +236,8 @@ def test_benchmark_runs_at_its_smoke_size(
         args += ["--pg-url", str(request.getfixturevalue("pg_url"))]
     elif smoke.needs == "mqtt":
         args += ["--broker", str(request.getfixturevalue("mqtt_url"))]
+    elif smoke.needs == "kafka":
+        args += ["--bootstrap", str(request.getfixturevalue("kafka").bootstrap)]
     elif smoke.needs == "objectstore":
         from tests.benchmarks.conftest import _unavailable
         from tests.objectstore.servers import azurite_bin, moto_bin

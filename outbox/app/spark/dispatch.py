@@ -12,11 +12,11 @@ mark landed meanwhile (re-sends with the same ids, never a loss). Only pending r
 with bounded concurrency, then one watermark write through the deltalake store; deferred: one
 ``ProcessDocument`` command per document).
 
-Why from the driver and not from executors: a transport send is an I/O wait, and the dispatcher
-already overlaps ``max_in_flight`` of them and coalesces documents into batches for transports
-that take batches atomically (the SQL queue), so the driver is not the bottleneck at these sizes
-(see benchmarks/results/spark_write.json); sending from executors would also need the transport's
-credentials and a watermark merge per partition on every executor.
+This is the driver's path: SQLite's one writer (and a ``Transport`` object, which cannot travel
+to the executors) send from here. Kafka, Service Bus and the SQL queue on PostgreSQL send from
+the executors instead (``outbox.app.spark.executors``): collecting every message to one Python
+process was the bottleneck of a large batch (benchmarks/results/spark_write.json against
+spark_kafka.json).
 """
 
 from __future__ import annotations

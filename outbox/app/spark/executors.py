@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -52,50 +52,75 @@ def sends_from_executors(settings: Settings) -> bool:
     return settings.transport == "sql" and not settings.sql_url.startswith("sqlite")
 
 
-def message_frame(written: Any) -> Any:
-    """One row per pending message of a commit frame, with its key and the document's watermark."""
+#: A pending message as the partitions read it (the columns ``send_partition`` takes).
+_FIELDS = (
+    "m.seq AS seq",
+    "m.message_id AS message_id",
+    "m.destination AS destination",
+    "m.type AS type",
+    "m.body AS body",
+    "m.content_type AS content_type",
+    "m.headers AS headers",
+    "coalesce(m.ordering_key, id) AS key",
+    "m.correlation_id AS correlation_id",
+    "unix_micros(m.deliver_at) AS deliver_at",
+    "unix_micros(m.created_at) AS created_at",
+)
+_STRUCT = (
+    "transform(filter(outbox, m -> m.seq > dispatched_seq), m -> named_struct("
+    "'seq', m.seq, 'message_id', m.message_id, 'destination', m.destination, 'type', m.type, "
+    "'body', m.body, 'content_type', m.content_type, 'headers', m.headers, "
+    "'key', coalesce(m.ordering_key, id), 'correlation_id', m.correlation_id, "
+    "'deliver_at', unix_micros(m.deliver_at), 'created_at', unix_micros(m.created_at)))"
+)
+_DOC = ("id", "incarnation", "dispatched_seq AS start", "last_seq")
+
+
+def _pending(written: Any) -> Any:
     from pyspark.sql import functions as F
 
-    msgs = written.filter(F.col("last_seq") > F.col("dispatched_seq")).select(
-        "id",
-        F.col("incarnation"),
-        F.col("dispatched_seq").alias("start"),
-        "last_seq",
-        F.explode(F.expr("filter(outbox, m -> m.seq > dispatched_seq)")).alias("m"),
+    return written.filter(F.col("last_seq") > F.col("dispatched_seq"))
+
+
+def message_frame(written: Any) -> Any:
+    """One row per pending message of a commit frame, with its key and the document's watermark."""
+    exploded = _pending(written).selectExpr(
+        *_DOC, "explode(filter(outbox, m -> m.seq > dispatched_seq)) AS m"
     )
-    return msgs.select(
-        "id",
-        "incarnation",
-        "start",
-        "last_seq",
-        F.col("m.seq").alias("seq"),
-        F.col("m.message_id").alias("message_id"),
-        F.col("m.destination").alias("destination"),
-        F.col("m.type").alias("type"),
-        F.col("m.body").alias("body"),
-        F.col("m.content_type").alias("content_type"),
-        F.col("m.headers").alias("headers"),
-        F.coalesce(F.col("m.ordering_key"), F.col("id")).alias("key"),
-        F.col("m.correlation_id").alias("correlation_id"),
-        F.expr("unix_micros(m.deliver_at)").alias("deliver_at"),
-        F.expr("unix_micros(m.created_at)").alias("created_at"),
+    return exploded.selectExpr("id", "incarnation", "start", "last_seq", *_FIELDS)
+
+
+def has_shared_keys(written: Any) -> bool:
+    """Does a pending message have an ordering key other than its document's id (which other
+    documents may share)? (The Spark path stores the document id as the default key.)"""
+    keyed = _pending(written).filter(
+        "exists(outbox, m -> m.seq > dispatched_seq AND m.ordering_key IS NOT NULL "
+        "AND m.ordering_key != id)"
     )
+    return bool(keyed.limit(1).count())
 
 
 def send_on_executors(written: Any, settings: Settings, partitions: int) -> list[Any]:
     """Send a commit's pending messages from the executors; the outcome rows, one per
-    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow."""
+    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow.
+
+    Without shared ordering keys (each message keyed by its document, the default), a
+    document's row is sent where it lies: its messages are in it, in seq order, and no other
+    document shares its key, so nothing moves between executors. With shared keys, the messages
+    are exploded and repartitioned by (destination, key) first, so a key's messages meet in one
+    partition, sorted by when they were written."""
     from pyspark.sql import functions as F
 
-    msgs = message_frame(written)
-    ordered = msgs.repartition(partitions, "destination", "key").sortWithinPartitions(
-        "destination", "key", "created_at", "id", "seq"
-    )
-
-    def run(rows: Iterable[Any]) -> Iterator[tuple[Any, ...]]:
-        return send_partition(rows, settings)
-
-    outcomes = written.sparkSession.createDataFrame(ordered.rdd.mapPartitions(run), OUTCOME_SCHEMA)
+    if not has_shared_keys(written):
+        docs = _pending(written).selectExpr(*_DOC, f"{_STRUCT} AS msgs")
+        return list(
+            docs.mapInArrow(_arrow(settings, per_document=True), OUTCOME_SCHEMA)
+            .toArrow()
+            .to_pylist()
+        )
+    ordered = message_frame(written).repartition(partitions, "destination", "key")
+    ordered = ordered.sortWithinPartitions("destination", "key", "created_at", "id", "seq")
+    outcomes = ordered.mapInArrow(_arrow(settings, per_document=False), OUTCOME_SCHEMA)
     per_doc = outcomes.groupBy("id", "incarnation").agg(
         F.min("start").alias("start"),
         F.max("last_seq").alias("last_seq"),
@@ -104,6 +129,44 @@ def send_on_executors(written: Any, settings: Settings, partitions: int) -> list
         F.first("error", ignorenulls=True).alias("error"),
     )
     return list(per_doc.toArrow().to_pylist())
+
+
+def _arrow(settings: Settings, *, per_document: bool) -> Callable[[Iterable[Any]], Iterator[Any]]:
+    """The partition function for ``mapInArrow``: Arrow in and out, so a row costs a dict
+    rather than a pickled ``Row``."""
+
+    def run(batches: Iterable[Any]) -> Iterator[Any]:
+        import pyarrow as pa
+
+        rows: Iterable[dict[str, Any]] = (r for b in batches for r in b.to_pylist())
+        if per_document:
+            rows = _flatten(rows)
+        out = list(send_partition(rows, settings))
+        schema = pa.schema(
+            [
+                ("id", pa.string()),
+                ("incarnation", pa.string()),
+                ("start", pa.int64()),
+                ("last_seq", pa.int64()),
+                ("failed_seq", pa.int64()),
+                ("sent", pa.int64()),
+                ("error", pa.string()),
+            ]
+        )
+        columns: list[Any] = list(zip(*out, strict=True)) if out else [() for _ in schema]
+        yield pa.RecordBatch.from_arrays(
+            [pa.array(c, f.type) for c, f in zip(columns, schema, strict=True)], schema=schema
+        )
+
+    return run
+
+
+def _flatten(docs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    for d in docs:
+        head = {"id": d["id"], "incarnation": d["incarnation"], "start": d["start"]}
+        head["last_seq"] = d["last_seq"]
+        for m in sorted(d["msgs"] or (), key=lambda m: m["seq"]):
+            yield {**head, **m}
 
 
 @dataclass(slots=True)
