@@ -17,7 +17,10 @@ Points, in the order a message passes them:
 ``during_watermark``
     right before the watermark MERGE;
 ``worker_holding``
-    the worker holds locked commands and has read their documents, nothing sent.
+    the worker holds locked commands and has read their documents, nothing sent;
+``executor_sent``
+    a Spark executor's partition sent a batch (``outbox.app.spark.executors``; armed through
+    ``SparkOutbox.executor_crash``, since an executor is a process of its own).
 """
 
 from __future__ import annotations
@@ -26,7 +29,14 @@ from typing import Protocol
 
 from outbox.core.observers import NO_OBSERVER, Observer
 
-POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark", "worker_holding")
+POINTS = (
+    "after_commit",
+    "mid_batch",
+    "after_send",
+    "during_watermark",
+    "worker_holding",
+    "executor_sent",
+)
 
 
 class StepHook(Protocol):

@@ -43,7 +43,8 @@ def _changes(spark: Any, n: int, per_doc: int = 2, key: str | None = None) -> An
 def _sob(spark: Any, ws: Path, **settings: Any) -> Any:
     from outbox.app.spark import SparkOutbox
 
-    return SparkOutbox(spark, ws, buckets=4, compact_every=0, **settings)
+    settings.setdefault("buckets", 4)
+    return SparkOutbox(spark, ws, compact_every=0, **settings)
 
 
 def test_executors_send_to_kafka_after_the_commit_and_the_driver_writes_the_marks(
@@ -169,3 +170,96 @@ def test_sqlite_stays_on_the_driver(spark: Any, tmp_path: Path) -> None:
         assert sob.send_from == "driver"
     finally:
         sob.close()
+
+
+def _deliver_pending(ws: Path, kafka: KafkaBroker, topic: str, *, rescue: bool) -> None:
+    """What the operator's processes do after a crash: a rescue pass (its clock past the rescue
+    delay) then ``outbox run-dispatcher --until-idle``, both on Kafka."""
+    from datetime import timedelta
+
+    from dispatcher.worker import DispatcherWorker
+    from outbox.app.rescue import open_rescuer
+    from outbox.core.clock import ManualClock, SystemClock
+
+    settings = dict(
+        transport="kafka", kafka_bootstrap_servers=kafka.bootstrap, default_destination=topic
+    )
+    with Outbox.open(ws, **settings) as ob:
+        if rescue:
+            later = ManualClock(SystemClock().now() + timedelta(minutes=5))
+            rescuer = open_rescuer(ob.settings, clock=later, queue_clock=SystemClock())
+            try:
+                rescuer.rescue_pass.run()
+            finally:
+                rescuer.close()
+        DispatcherWorker(ob.runtime, batch_size=64, poll_interval=0.01).run(until_idle=True)
+
+
+def _committed_ids(ws: Path) -> set[str]:
+    with Outbox.open(ws, transport="memory") as ob:
+        _v, rows = ob.store.read([f"doc-{i}" for i in range(4000)])
+    return {m.message_id for r in rows.values() for m in r.outbox}
+
+
+@pytest.mark.parametrize("rescue", [True, False], ids=["rescuer", "mutation-inert-rescuer"])
+def test_a_killed_executor_leaves_the_rest_to_the_rescuer(
+    spark: Any, tmp_path: Path, kafka: KafkaBroker, topic: str, rescue: bool
+) -> None:
+    """An executor SIGKILLed after its first batch fails the job (local mode retries no task):
+    no marks, no retry commands, and most messages unsent. The rescuer's commands deliver them;
+    with the rescuer left out (the mutation) they stay undelivered, so the proof can fail."""
+    ws = tmp_path / "ws"
+    sob = _sob(
+        spark,
+        ws,
+        transport="kafka",
+        kafka_bootstrap_servers=kafka.bootstrap,
+        default_destination=topic,
+        buckets=8,
+    )
+    try:
+        sob.executor_crash = "executor_sent@1=kill"
+        result = sob.apply(_changes(spark, 4000, per_doc=1))
+        queued = sob.runtime.queue.peek(sob.settings.command_queue, 10)  # type: ignore[attr-defined]
+    finally:
+        sob.close()
+    assert result.version is not None, "the commit is durable"
+    assert result.dispatch is None, "the executors' job failed"
+    assert queued == [], "no retry command: only the rescuer can finish"
+    committed = _committed_ids(ws)
+    early = {record_of(r).message_id for r in read_records(kafka.bootstrap, topic)}
+    assert early, "the killed executor sent its first batch"
+    assert early < committed, "and not everything"
+    _deliver_pending(ws, kafka, topic, rescue=rescue)
+    delivered = {record_of(r).message_id for r in read_records(kafka.bootstrap, topic)}
+    if rescue:
+        assert delivered == committed
+    else:
+        assert delivered == early, "nothing else sends them"
+
+
+def test_a_driver_that_dies_after_the_commit_leaves_it_to_the_rescuer(
+    spark: Any, tmp_path: Path, kafka: KafkaBroker, topic: str
+) -> None:
+    from outbox.testing.crash_points import InjectedCrash, crash_points
+
+    ws = tmp_path / "ws"
+    sob = _sob(
+        spark,
+        ws,
+        transport="kafka",
+        kafka_bootstrap_servers=kafka.bootstrap,
+        default_destination=topic,
+    )
+    try:
+        crash_points.arm("after_commit")
+        with pytest.raises(InjectedCrash):
+            sob.apply(_changes(spark, 30))
+    finally:
+        crash_points.disarm()
+        sob.close()
+    assert read_records(kafka.bootstrap, topic) == [], "nothing was sent"
+    _deliver_pending(ws, kafka, topic, rescue=True)
+    delivered = {record_of(r).message_id for r in read_records(kafka.bootstrap, topic)}
+    assert delivered == _committed_ids(ws)
+    assert len(delivered) == 60

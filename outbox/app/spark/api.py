@@ -123,6 +123,9 @@ class SparkOutbox:
         self._closed = False
         #: MERGE attempts lost to a concurrent writer's commit and retried (all applies).
         self.commit_retries = 0
+        #: A crash-point spec armed in every executor's partition (the fault proofs; point
+        #: ``executor_sent``, e.g. ``executor_sent@1=kill``): "" in production.
+        self.executor_crash = ""
 
     # --- the write ------------------------------------------------------------------------
 
@@ -343,7 +346,9 @@ class SparkOutbox:
         try:
             written = D.commit_frame(self._reader(), self.table_uri, version)
             partitions = self.spark.sparkContext.defaultParallelism
-            outcomes = E.send_on_executors(written, self.settings, partitions)
+            outcomes = E.send_on_executors(
+                written, self.settings, partitions, crash=self.executor_crash
+            )
         except Exception:
             log.exception(
                 "sending commit %d from the executors failed; the rescuer covers it", version

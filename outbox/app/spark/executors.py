@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from dispatcher.hooks import NO_HOOK, StepHook
 from outbox.core.settings import Settings
 
 log = logging.getLogger("outbox.app.spark")
@@ -100,9 +101,12 @@ def has_shared_keys(written: Any) -> bool:
     return bool(keyed.limit(1).count())
 
 
-def send_on_executors(written: Any, settings: Settings, partitions: int) -> list[Any]:
+def send_on_executors(
+    written: Any, settings: Settings, partitions: int, *, crash: str = ""
+) -> list[Any]:
     """Send a commit's pending messages from the executors; the outcome rows, one per
-    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow.
+    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow. ``crash``: a crash-point
+    spec armed in every partition (the fault proofs; point ``executor_sent``).
 
     Without shared ordering keys (each message keyed by its document, the default), a
     document's row is sent where it lies: its messages are in it, in seq order, and no other
@@ -114,13 +118,13 @@ def send_on_executors(written: Any, settings: Settings, partitions: int) -> list
     if not has_shared_keys(written):
         docs = _pending(written).selectExpr(*_DOC, f"{_STRUCT} AS msgs")
         return list(
-            docs.mapInArrow(_arrow(settings, per_document=True), OUTCOME_SCHEMA)
+            docs.mapInArrow(_arrow(settings, per_document=True, crash=crash), OUTCOME_SCHEMA)
             .toArrow()
             .to_pylist()
         )
     ordered = message_frame(written).repartition(partitions, "destination", "key")
     ordered = ordered.sortWithinPartitions("destination", "key", "created_at", "id", "seq")
-    outcomes = ordered.mapInArrow(_arrow(settings, per_document=False), OUTCOME_SCHEMA)
+    outcomes = ordered.mapInArrow(_arrow(settings, per_document=False, crash=crash), OUTCOME_SCHEMA)
     per_doc = outcomes.groupBy("id", "incarnation").agg(
         F.min("start").alias("start"),
         F.max("last_seq").alias("last_seq"),
@@ -131,7 +135,9 @@ def send_on_executors(written: Any, settings: Settings, partitions: int) -> list
     return list(per_doc.toArrow().to_pylist())
 
 
-def _arrow(settings: Settings, *, per_document: bool) -> Callable[[Iterable[Any]], Iterator[Any]]:
+def _arrow(
+    settings: Settings, *, per_document: bool, crash: str = ""
+) -> Callable[[Iterable[Any]], Iterator[Any]]:
     """The partition function for ``mapInArrow``: Arrow in and out, so a row costs a dict
     rather than a pickled ``Row``."""
 
@@ -141,7 +147,7 @@ def _arrow(settings: Settings, *, per_document: bool) -> Callable[[Iterable[Any]
         rows: Iterable[dict[str, Any]] = (r for b in batches for r in b.to_pylist())
         if per_document:
             rows = _flatten(rows)
-        out = list(send_partition(rows, settings))
+        out = list(send_partition(rows, settings, hook=_hook(crash)))
         schema = pa.schema(
             [
                 ("id", pa.string()),
@@ -159,6 +165,18 @@ def _arrow(settings: Settings, *, per_document: bool) -> Callable[[Iterable[Any]
         )
 
     return run
+
+
+def _hook(crash: str) -> StepHook:
+    """The partition's step hook: nothing, or the testing kit's crash points armed with
+    ``crash`` (this executor process never saw the driver's)."""
+    if not crash:
+        return NO_HOOK
+    from outbox.testing.crash_points import ENV_VAR, CrashPoints
+
+    points = CrashPoints()
+    points.arm_from_env({ENV_VAR: crash})
+    return points
 
 
 def _flatten(docs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -179,7 +197,9 @@ class _Doc:
     error: str | None = None
 
 
-def send_partition(rows: Iterable[Any], settings: Settings) -> Iterator[tuple[Any, ...]]:
+def send_partition(
+    rows: Iterable[Any], settings: Settings, *, hook: StepHook = NO_HOOK
+) -> Iterator[tuple[Any, ...]]:
     """One partition's sends (on an executor): keys in their order, batches of ``BATCH``."""
     from dispatcher.transports.base import TransportMessage
     from outbox.wiring import Backends
@@ -218,6 +238,7 @@ def send_partition(rows: Iterable[Any], settings: Settings) -> Iterator[tuple[An
             else:
                 for r, _ in batch:
                     docs[r["id"]].sent += 1
+                hook.hit("executor_sent")
             batch.clear()
 
         for r in rows:
