@@ -11,9 +11,9 @@ throwaway Kafka broker (``outbox.testing.kafka``, full JIT) shared by the runs:
   (``send_from="executors"``); ``messages_per_second`` is messages / commit -> settled (the
   executors read the commit's change feed and send, the driver writes the marks in one append:
   ``timings["dispatch_s"]``); the MERGE itself is reported apart (``merge_s``);
-* ``python_path``: the Python ``Outbox`` on the same broker, one unit of work of
-  ``--python-docs`` documents with one message each, commit -> every record acknowledged (its
-  dispatch time): the floor the Spark figure is compared with, in the same run;
+* ``python_path``: the Python ``Outbox`` on the same broker, one unit of work of as many
+  documents (``--python-docs`` to change it) with one message each, commit -> every record
+  acknowledged (its dispatch time): the floor the Spark figure is compared with, same run;
 * ``before``: the committed ``spark_write.json`` figure (the driver sending to the SQL queue).
 
 A full run writes ``benchmarks/results/spark_kafka.json``; ``--quick`` and ``--smoke`` write
@@ -134,7 +134,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> None:
     if args.child:
         _child(args)
         return
-    python_docs = args.python_docs or (100 if args.smoke else 20_000 if args.quick else 100_000)
+    python_docs = args.python_docs or args.messages  # the same batch: the same size of work
     from outbox.testing.kafka import KafkaBroker
 
     broker = None

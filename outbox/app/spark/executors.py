@@ -91,16 +91,6 @@ def message_frame(written: Any) -> Any:
     return exploded.selectExpr("id", "incarnation", "start", "last_seq", *_FIELDS)
 
 
-def has_shared_keys(written: Any) -> bool:
-    """Does a pending message have an ordering key other than its document's id (which other
-    documents may share)? (The Spark path stores the document id as the default key.)"""
-    keyed = _pending(written).filter(
-        "exists(outbox, m -> m.seq > dispatched_seq AND m.ordering_key IS NOT NULL "
-        "AND m.ordering_key != id)"
-    )
-    return bool(keyed.limit(1).count())
-
-
 def send_on_executors(
     written: Any, settings: Settings, partitions: int, *, crash: str = ""
 ) -> list[Any]:
@@ -108,20 +98,29 @@ def send_on_executors(
     document (``OUTCOME_SCHEMA``), collected to the driver as Arrow. ``crash``: a crash-point
     spec armed in every partition (the fault proofs; point ``executor_sent``).
 
-    Without shared ordering keys (each message keyed by its document, the default), a
+    Without shared ordering keys (each message keyed by its document, the default; the Spark
+    path stores the document id as the key), a
     document's row is sent where it lies: its messages are in it, in seq order, and no other
     document shares its key, so nothing moves between executors. With shared keys, the messages
     are exploded and repartitioned by (destination, key) first, so a key's messages meet in one
     partition, sorted by when they were written."""
+    from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
-    if not has_shared_keys(written):
-        docs = _pending(written).selectExpr(*_DOC, f"{_STRUCT} AS msgs")
-        return list(
-            docs.mapInArrow(_arrow(settings, per_document=True, crash=crash), OUTCOME_SCHEMA)
-            .toArrow()
-            .to_pylist()
-        )
+    docs = (
+        _pending(written)
+        .selectExpr(*_DOC, f"{_STRUCT} AS msgs")
+        .selectExpr("*", "exists(msgs, m -> m.key != id) AS shared")
+        .persist(StorageLevel.MEMORY_AND_DISK)  # read once: for the check, then for the sends
+    )
+    try:
+        if not docs.filter("shared").limit(1).count():
+            sends = docs.drop("shared").mapInArrow(
+                _arrow(settings, per_document=True, crash=crash), OUTCOME_SCHEMA
+            )
+            return list(sends.toArrow().to_pylist())
+    finally:
+        docs.unpersist()
     ordered = message_frame(written).repartition(partitions, "destination", "key")
     ordered = ordered.sortWithinPartitions("destination", "key", "created_at", "id", "seq")
     outcomes = ordered.mapInArrow(_arrow(settings, per_document=False, crash=crash), OUTCOME_SCHEMA)
