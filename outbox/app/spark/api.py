@@ -18,21 +18,16 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
 
-from dispatcher.dispatch import DispatchReport, DocumentOutcome
+from dispatcher.dispatch import DispatchReport
 from dispatcher.runtime import DispatcherRuntime
 from dispatcher.transports.base import Transport
 from outbox.app.spark import dispatch as D
 from outbox.app.spark import executors as E
 from outbox.app.spark import merge as M
+from outbox.app.spark.executors import SendFrom
 from outbox.app.spark.validate import check_rows, normalize
 from outbox.core.clock import Clock, SystemClock
-from outbox.core.errors import (
-    ClosedError,
-    CommitConflictError,
-    RetryableTransportError,
-    StoreError,
-    ValidationError,
-)
+from outbox.core.errors import ClosedError, CommitConflictError, StoreError, ValidationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore
@@ -43,7 +38,6 @@ from rescuer.cdf_spark import hadoop_options
 log = logging.getLogger("outbox.app.spark")
 
 DispatchChoice = Literal["immediate", "deferred"]
-SendFrom = Literal["auto", "driver", "executors"]
 CONFLICT_SCHEMA = "id string, expected_version bigint, current_version bigint"
 
 
@@ -80,11 +74,8 @@ class SparkOutbox:
         """Settings resolve exactly as in ``Outbox.open`` (arguments > ``OUTBOX_*`` > file >
         defaults); ``transport`` is a name or a ``Transport`` object.
 
-        ``send_from``: where immediate dispatch sends a commit's messages. ``executors``: each
-        partition sends its own (``outbox.app.spark.executors``; the transport is built from
-        the settings on every executor); ``driver``: collected and sent by this process's
-        dispatcher; ``auto`` (default): executors for Kafka, Service Bus and the SQL queue on
-        PostgreSQL, the driver for SQLite and for a ``Transport`` object."""
+        ``send_from``: where immediate dispatch sends a commit's messages: ``executors``, each
+        partition its own; ``driver``; ``auto`` (``outbox.app.spark.executors.choose``)."""
         if isinstance(transport, str):
             overrides["transport"] = transport
             transport = None
@@ -92,21 +83,7 @@ class SparkOutbox:
             settings = Settings.load(workspace, **overrides)
         elif overrides:
             settings = settings.replace(**overrides)
-        if send_from not in ("auto", "driver", "executors"):
-            raise ValidationError(f"send_from {send_from!r}; use auto, driver or executors")
-        if send_from == "executors" and transport is not None:
-            raise ValidationError(
-                "send_from='executors' builds the transport from the settings on each executor; "
-                "a Transport object cannot travel there",
-                hint="name the transport in the settings, or use send_from='driver'",
-            )
-        self.send_from: SendFrom = (
-            send_from
-            if send_from != "auto"
-            else "executors"
-            if transport is None and E.sends_from_executors(settings)
-            else "driver"
-        )
+        self.send_from: SendFrom = E.choose(send_from, transport, settings)
         self.spark = spark
         self.settings = settings
         self.clock = clock or SystemClock()
@@ -309,7 +286,7 @@ class SparkOutbox:
         """Hand the commit's pending documents to the dispatcher runtime; never raises (I4)."""
         mode = dispatch or self.settings.dispatch
         if mode == "immediate" and self.send_from == "executors":
-            return self._send_on_executors(version, timings)
+            return E.dispatch_commit(self, version, timings)
         t0 = time.perf_counter()
         try:
             rows = self.pending_in_commit(version)
@@ -333,62 +310,6 @@ class SparkOutbox:
                 ((d, by_id[d].last_seq, by_id[d].incarnation) for d in report.failed),
                 delay=self.runtime.retry_delay,
             )
-        return report, count
-
-    def _send_on_executors(
-        self, version: int, timings: dict[str, float]
-    ) -> tuple[DispatchReport | None, int]:
-        """The executors send (``outbox.app.spark.executors``); the driver writes the marks in
-        one append and enqueues a retry command per document left pending. Never raises (I4):
-        what fails here is the rescuer's (the commit is durable)."""
-        self.runtime.crash_points.hit("after_commit")
-        t0 = time.perf_counter()
-        try:
-            written = D.commit_frame(self._reader(), self.table_uri, version)
-            partitions = self.spark.sparkContext.defaultParallelism
-            outcomes = E.send_on_executors(
-                written, self.settings, partitions, crash=self.executor_crash
-            )
-        except Exception:
-            log.exception(
-                "sending commit %d from the executors failed; the rescuer covers it", version
-            )
-            return None, 0
-        timings["executor_send_s"] = time.perf_counter() - t0
-        report = DispatchReport()
-        marks: dict[str, int] = {}
-        lives: dict[str, str | None] = {}
-        retry: list[tuple[str, int, str | None]] = []
-        count = 0
-        for o in outcomes:
-            start, last = int(o["start"]), int(o["last_seq"])
-            count += last - start
-            report.messages_sent += int(o["sent"] or 0)
-            upto = last if o["failed_seq"] is None else int(o["failed_seq"]) - 1
-            if upto > start:
-                marks[o["id"]] = upto
-                lives[o["id"]] = o["incarnation"]
-            if o["failed_seq"] is not None:
-                retry.append((o["id"], last, o["incarnation"]))
-                report.outcomes[o["id"]] = DocumentOutcome(
-                    o["id"], start, last, max(upto, start), RetryableTransportError(o["error"])
-                )
-        t1 = time.perf_counter()
-        try:
-            report.watermark_version = self.store.advance_watermarks(marks, lives)
-        except Exception as e:
-            report.watermark_error = e
-            log.warning("commit %d: watermarks not written (%s); retry commands follow", version, e)
-            retry += [(d, marks[d], lives[d]) for d in marks if d not in report.outcomes]
-        timings["watermark_s"] = time.perf_counter() - t1
-        if retry:
-            log.warning(
-                "commit %d: %d document(s) left pending after the executors' sends (first: %s)",
-                version,
-                len(retry),
-                next((o.error for o in report.outcomes.values()), report.watermark_error),
-            )
-            self.runtime.enqueue_commands(retry, delay=self.runtime.retry_delay)
         return report, count
 
     # --- streaming ------------------------------------------------------------------------

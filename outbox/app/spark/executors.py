@@ -25,12 +25,15 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Literal
 
+from dispatcher.dispatch import DispatchReport, DocumentOutcome
 from dispatcher.hooks import NO_HOOK, StepHook
+from outbox.core.errors import RetryableTransportError, ValidationError
 from outbox.core.settings import Settings
 
 log = logging.getLogger("outbox.app.spark")
@@ -43,6 +46,26 @@ OUTCOME_SCHEMA = (
     "id string, incarnation string, start bigint, last_seq bigint, failed_seq bigint, "
     "sent bigint, error string"
 )
+
+
+SendFrom = Literal["auto", "driver", "executors"]
+
+
+def choose(send_from: SendFrom, transport: object, settings: Settings) -> SendFrom:
+    """Where a ``SparkOutbox`` sends from: ``auto`` is the executors for the transports
+    ``sends_from_executors`` names, when the transport comes from the settings (a ``Transport``
+    object cannot travel to the executors), else the driver."""
+    if send_from not in ("auto", "driver", "executors"):
+        raise ValidationError(f"send_from {send_from!r}; use auto, driver or executors")
+    if send_from == "executors" and transport is not None:
+        raise ValidationError(
+            "send_from='executors' builds the transport from the settings on each executor; "
+            "a Transport object cannot travel there",
+            hint="name the transport in the settings, or use send_from='driver'",
+        )
+    if send_from != "auto":
+        return send_from
+    return "executors" if transport is None and sends_from_executors(settings) else "driver"
 
 
 def sends_from_executors(settings: Settings) -> bool:
@@ -184,6 +207,70 @@ def _flatten(docs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
         head["last_seq"] = d["last_seq"]
         for m in sorted(d["msgs"] or (), key=lambda m: m["seq"]):
             yield {**head, **m}
+
+
+def dispatch_commit(
+    sob: Any, version: int, timings: dict[str, float]
+) -> tuple[DispatchReport | None, int]:
+    """A ``SparkOutbox``'s immediate dispatch of commit ``version`` from the executors, then
+    ``settle`` on the driver. Never raises (I4): what fails here is the rescuer's (the commit is
+    durable)."""
+    from outbox.app.spark.dispatch import commit_frame
+
+    sob.runtime.crash_points.hit("after_commit")
+    t0 = time.perf_counter()
+    try:
+        written = commit_frame(sob._reader(), sob.table_uri, version)
+        partitions = sob.spark.sparkContext.defaultParallelism
+        outcomes = send_on_executors(written, sob.settings, partitions, crash=sob.executor_crash)
+    except Exception:
+        log.exception("sending commit %d from the executors failed; the rescuer covers it", version)
+        return None, 0
+    timings["executor_send_s"] = time.perf_counter() - t0
+    return settle(outcomes, sob.store, sob.runtime, version, timings)
+
+
+def settle(
+    outcomes: list[Any], store: Any, runtime: Any, version: int, timings: dict[str, float]
+) -> tuple[DispatchReport, int]:
+    """On the driver, after the executors' sends: the marks of every document that made progress
+    in one append, and a retry command for each one left pending (or whose mark was not
+    written). Returns the report and the number of messages the commit left pending."""
+    report = DispatchReport()
+    marks: dict[str, int] = {}
+    lives: dict[str, str | None] = {}
+    retry: list[tuple[str, int, str | None]] = []
+    count = 0
+    for o in outcomes:
+        start, last = int(o["start"]), int(o["last_seq"])
+        count += last - start
+        report.messages_sent += int(o["sent"] or 0)
+        upto = last if o["failed_seq"] is None else int(o["failed_seq"]) - 1
+        if upto > start:
+            marks[o["id"]] = upto
+            lives[o["id"]] = o["incarnation"]
+        if o["failed_seq"] is not None:
+            retry.append((o["id"], last, o["incarnation"]))
+            report.outcomes[o["id"]] = DocumentOutcome(
+                o["id"], start, last, max(upto, start), RetryableTransportError(o["error"])
+            )
+    t1 = time.perf_counter()
+    try:
+        report.watermark_version = store.advance_watermarks(marks, lives)
+    except Exception as e:
+        report.watermark_error = e
+        log.warning("commit %d: watermarks not written (%s); retry commands follow", version, e)
+        retry += [(d, marks[d], lives[d]) for d in marks if d not in report.outcomes]
+    timings["watermark_s"] = time.perf_counter() - t1
+    if retry:
+        log.warning(
+            "commit %d: %d document(s) left pending after the executors' sends (first: %s)",
+            version,
+            len(retry),
+            next((o.error for o in report.outcomes.values()), report.watermark_error),
+        )
+        runtime.enqueue_commands(retry, delay=runtime.retry_delay)
+    return report, count
 
 
 @dataclass(slots=True)
