@@ -130,7 +130,24 @@ def _mqtt_transport(b: Context) -> Transport:
     return MqttTransport(s.mqtt_broker, topic=s.mqtt_topic, wait_for_broker=False)
 
 
-TRANSPORTS.add(Backend("sql", _sql_transport, description="the embedded SQL queue"))
+def _server_database(settings: Settings) -> bool:
+    """The SQL queue on a server database takes many writers; SQLite's one writer would only
+    queue Spark's executors."""
+    return not settings.sql_url.startswith("sqlite")
+
+
+def _always(_settings: Settings) -> bool:
+    return True
+
+
+TRANSPORTS.add(
+    Backend(
+        "sql",
+        _sql_transport,
+        description="the embedded SQL queue",
+        on_executors=_server_database,
+    )
+)
 TRANSPORTS.add(Backend("memory", _memory_transport, description="in memory, for tests and docs"))
 TRANSPORTS.add(
     Backend(
@@ -138,6 +155,7 @@ TRANSPORTS.add(
         _servicebus_transport,
         extra="azure",
         provision=(_servicebus_destinations,),
+        on_executors=_always,
     )
 )
 TRANSPORTS.add(Backend("mqtt", _mqtt_transport, check=_needs_mqtt_broker, extra="mqtt"))
@@ -158,6 +176,7 @@ TRANSPORTS.add(
         extra="kafka",
         provision=(_kafka_topics,),
         description="Apache Kafka or Azure Event Hubs",
+        on_executors=_always,
     )
 )
 
@@ -277,6 +296,11 @@ def provisioners(settings: Settings) -> list[Provisioner]:
             if step not in chosen:
                 chosen.append(step)
     return chosen
+
+
+def sends_from_executors(settings: Settings) -> bool:
+    """Does the transport ``settings`` name run on Spark executors (``Backend.on_executors``)?"""
+    return TRANSPORTS.checked(settings).on_executors(settings)
 
 
 def check(settings: Settings) -> None:

@@ -70,6 +70,9 @@ class Backend(Generic[B]):
     #: What ``outbox migrate`` creates for this backend (queues, containers...): each returns
     #: an object with ``actions`` and ``conflicts`` lists (``migrations.runner.Provisioned``).
     provision: tuple[Callable[[Settings], Provisioned], ...] = ()
+    #: (transports) Can its client run on Spark executors, many at once? A Spark pipeline then
+    #: sends from them (``outbox.app.spark.executors``); else from the driver.
+    on_executors: Callable[[Settings], bool] = lambda _settings: False
 
 
 class Registry(Generic[B]):

@@ -52,8 +52,9 @@ SendFrom = Literal["auto", "driver", "executors"]
 
 
 def choose(send_from: SendFrom, transport: object, settings: Settings) -> SendFrom:
-    """Where a ``SparkOutbox`` sends from: ``auto`` is the executors for the transports
-    ``sends_from_executors`` names, when the transport comes from the settings (a ``Transport``
+    """Where a ``SparkOutbox`` sends from: ``auto`` is the executors for the transports whose
+    client runs there (``outbox.wiring``: Kafka, Service Bus, the SQL queue on a server
+    database), when the transport comes from the settings (a ``Transport``
     object cannot travel to the executors), else the driver."""
     if send_from not in ("auto", "driver", "executors"):
         raise ValidationError(f"send_from {send_from!r}; use auto, driver or executors")
@@ -65,15 +66,9 @@ def choose(send_from: SendFrom, transport: object, settings: Settings) -> SendFr
         )
     if send_from != "auto":
         return send_from
+    from outbox.wiring.builtin import sends_from_executors
+
     return "executors" if transport is None and sends_from_executors(settings) else "driver"
-
-
-def sends_from_executors(settings: Settings) -> bool:
-    """Transports whose client runs on executors and takes concurrent writers: Kafka, Service
-    Bus, and the SQL queue on a server database. SQLite (one writer) stays on the driver."""
-    if settings.transport in ("kafka", "servicebus"):
-        return True
-    return settings.transport == "sql" and not settings.sql_url.startswith("sqlite")
 
 
 #: A pending message as the partitions read it (the columns ``send_partition`` takes).
