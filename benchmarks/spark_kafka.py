@@ -2,7 +2,7 @@
 
     python -m benchmarks.spark_kafka            # 1,000,000 messages, local[1] and local[2]
     python -m benchmarks.spark_kafka --quick    # 100,000 messages, local[2]
-    python -m benchmarks.spark_kafka --smoke    # 200 messages, this process's session
+    python -m benchmarks.spark_kafka --smoke    # 20 messages, no warm-up, this process's session
 
 Each core count runs in its own process (a SparkSession's master is fixed when it starts), on a
 throwaway Kafka broker (``outbox.testing.kafka``, full JIT) shared by the runs:
@@ -59,7 +59,7 @@ def _topic(bootstrap: str, partitions: int = 8) -> str:
     return name
 
 
-def run_spark(spark: Any, bootstrap: str, messages: int) -> dict[str, Any]:
+def run_spark(spark: Any, bootstrap: str, messages: int, *, warm: bool = True) -> dict[str, Any]:
     from outbox.app.spark import SparkOutbox
 
     topic = _topic(bootstrap)
@@ -74,7 +74,8 @@ def run_spark(spark: Any, bootstrap: str, messages: int) -> dict[str, Any]:
         send_from="executors",
     )
     try:
-        sob.apply(_changes(spark, 10, "warm-"))  # the executors' Python workers, the producer
+        if warm:  # the executors' Python workers, the producer (a smoke run measures nothing)
+            sob.apply(_changes(spark, 10, "warm-"))
         t0 = time.perf_counter()
         result = sob.apply(_changes(spark, messages))
         total = time.perf_counter() - t0
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> None:
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     add_output_options(parser)
     args = parser.parse_args(argv)
-    args.messages = args.messages or (200 if args.smoke else 100_000 if args.quick else 1_000_000)
+    args.messages = args.messages or (20 if args.smoke else 100_000 if args.quick else 1_000_000)
     if args.child:
         _child(args)
         return
@@ -149,7 +150,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> None:
                 from rescuer.cdf_spark import get_spark
 
                 spark = get_spark()
-            runs["session"] = run_spark(spark, bootstrap, args.messages)
+            runs["session"] = run_spark(spark, bootstrap, args.messages, warm=not args.smoke)
         else:
             for cores in (1,) * (not args.quick) + (2,):
                 out = subprocess.run(

@@ -197,7 +197,7 @@ def _deliver_pending(ws: Path, kafka: KafkaBroker, topic: str, *, rescue: bool) 
 
 def _committed_ids(ws: Path) -> set[str]:
     with Outbox.open(ws, transport="memory") as ob:
-        _v, rows = ob.store.read([f"doc-{i}" for i in range(4000)])
+        _v, rows = ob.store.read([f"doc-{i}" for i in range(2000)])
     return {m.message_id for r in rows.values() for m in r.outbox}
 
 
@@ -219,7 +219,7 @@ def test_a_killed_executor_leaves_the_rest_to_the_rescuer(
     )
     try:
         sob.executor_crash = "executor_sent@1=kill"
-        result = sob.apply(_changes(spark, 4000, per_doc=1))
+        result = sob.apply(_changes(spark, 2000, per_doc=1))
         queued = sob.runtime.queue.peek(sob.settings.command_queue, 10)  # type: ignore[attr-defined]
     finally:
         sob.close()
