@@ -156,10 +156,17 @@ class KafkaConsumer:
                     self._ck.TopicPartition(record.topic(), record.partition(), record.offset())
                 )
         if done:
-            self.consumer.commit(
-                offsets=[self._ck.TopicPartition(t, p, o) for (t, p), o in done.items()],
-                asynchronous=False,
-            )
+            try:
+                self.consumer.commit(
+                    offsets=[self._ck.TopicPartition(t, p, o) for (t, p), o in done.items()],
+                    asynchronous=False,
+                )
+            except self._ck.KafkaException as e:  # a rebalance took the partitions meanwhile
+                log.warning(
+                    "offsets not committed (%s): the partitions' next owner handles those "
+                    "records again, and the inbox drops the repeats",
+                    e.args[0].str() if e.args else e,
+                )
         return report
 
     def run_forever(self, timeout: float = 1.0) -> None:
