@@ -13,7 +13,8 @@ from typing import NoReturn
 
 import pytest
 
-from tests.pg import _free_port, wait_port
+from outbox.testing.servers import free_port, stop_process
+from tests.pg import wait_port
 
 
 def unavailable(why: str) -> NoReturn:
@@ -29,7 +30,7 @@ class LocalServer:
     start_timeout = 60.0  # seconds until its port answers
 
     def __init__(self) -> None:
-        self.port = _free_port()
+        self.port = free_port()
         self.dir = Path(tempfile.mkdtemp(prefix=f"outbox-{self.name}-"))
         self._log = (self.dir / "server.log").open("wb")
         self._proc: subprocess.Popen[bytes] | None = None
@@ -56,13 +57,7 @@ class LocalServer:
             raise RuntimeError(f"{self.name} did not start: {output!r}") from e
 
     def stop(self) -> None:
-        if self._proc is not None and self._proc.poll() is None:
-            self._proc.terminate()
-            try:
-                self._proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self._proc.kill()
-                self._proc.wait()
+        stop_process(self._proc)
         self._proc = None
         self._log.close()
         shutil.rmtree(self.dir, ignore_errors=True)

@@ -15,6 +15,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from outbox.testing.servers import free_port
+
 
 def _bindir() -> Path | None:
     found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"))
@@ -24,18 +26,12 @@ def _bindir() -> Path | None:
     return Path(initdb).parent if initdb else None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class PostgresServer:
     def __init__(self) -> None:
         self.bindir = _bindir()
         self.dir = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
         self.data = self.dir / "data"
-        self.port = _free_port()
+        self.port = free_port()
         self._as_user: list[str] = []
         if os.geteuid() == 0:  # initdb refuses to run as root
             self._as_user = ["runuser", "-u", "postgres", "--"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -23,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.kafka.reading import end_offsets, read_records
+from outbox.testing.servers import free_port, stop_process
 
 __all__ = ["PASSWORD", "USER", "KafkaBroker", "end_offsets", "kafka_libs", "read_records"]
 
@@ -41,12 +41,6 @@ def kafka_libs() -> Path | None:
         if any(folder.glob("kafka_2.13-*.jar")):
             return folder
     return None
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 _LOG4J = """\
@@ -78,9 +72,9 @@ class KafkaBroker:
         self.quick_start = quick_start
         self.extra = extra or {}
         self.dir = Path(tempfile.mkdtemp(prefix="outbox-kafka-"))
-        self.port = _free_port()
-        self.sasl_port = _free_port()
-        self.controller_port = _free_port()
+        self.port = free_port()
+        self.sasl_port = free_port()
+        self.controller_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
         self._formatted = False
 
@@ -228,13 +222,7 @@ class KafkaBroker:
         self.process = None
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(20)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process, timeout=20)
         self.process = None
 
     def cleanup(self) -> None:

@@ -18,6 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from outbox.testing.servers import free_port, stop_process
+
 
 def mosquitto_binary() -> str | None:
     for candidate in ("/usr/sbin/mosquitto", shutil.which("mosquitto")):
@@ -26,19 +28,13 @@ def mosquitto_binary() -> str | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 class MosquittoServer:
     def __init__(self, extra_config: tuple[str, ...] = ()) -> None:
         """``extra_config``: more mosquitto.conf lines; ``{dir}`` is the broker's own folder."""
         self.extra_config = extra_config
         self.binary = mosquitto_binary()
         self.dir = Path(tempfile.mkdtemp(prefix="outbox-mqtt-"))
-        self.port = _free_port()
+        self.port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -86,13 +82,7 @@ class MosquittoServer:
         return path.read_text(errors="replace")[-2000:] if path.exists() else ""
 
     def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            try:
-                self.process.wait(10)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
+        stop_process(self.process)
         self.process = None
 
     def cleanup(self) -> None:

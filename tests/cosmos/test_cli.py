@@ -26,10 +26,10 @@ from outbox.core.errors import (
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
+from outbox.testing.servers import free_port
 from outbox.wiring import Backends, check
 from rescuer.checkpoint import SqlCheckpointStore
 from rescuer.checkpoint_cosmos import CosmosCheckpointStore
-from tests.pg import _free_port
 
 
 def _env(settings: Settings) -> dict[str, str]:
@@ -127,7 +127,7 @@ def test_migrate_reports_a_container_with_another_partition_key(
 
 
 def test_an_unreachable_account_is_one_line_naming_the_endpoint(tmp_path: Path) -> None:
-    endpoint = f"https://127.0.0.1:{_free_port()}"
+    endpoint = f"https://127.0.0.1:{free_port()}"
     env = {
         "OUTBOX_CHECKPOINT_STORE": "cosmos",
         "OUTBOX_COSMOS_ENDPOINT": endpoint,

@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from outbox.testing.servers import free_port
 from tests.local_server import unavailable
 from tests.objectstore.servers import ACCOUNT, ACCOUNT_KEY, MOTO_MISSING, Azurite, MotoS3, moto_bin
-from tests.pg import _free_port
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 _AZURE_FIX = "the account key (azure_storage_account_key, or AZURE_STORAGE_ACCOUNT_KEY)"
@@ -55,7 +55,7 @@ def servers(azurite_server: Azurite, s3_server: MotoS3, s3_checking_keys: MotoS3
 
 
 def _closed_port_url() -> str:
-    return f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    return f"http://127.0.0.1:{free_port()}"  # nothing listens there
 
 
 @dataclass
