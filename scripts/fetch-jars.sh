@@ -7,12 +7,7 @@ out=.cache/jars
 if ls "$out"/delta-spark_*.jar >/dev/null 2>&1 && ls "$out"/delta-storage-*.jar >/dev/null 2>&1; then
   exit 0
 fi
-need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  scripts/apt-install.sh "${need_apt[@]}"
-fi
+scripts/ensure-maven.sh
 echo "==> fetching Delta JARs with Maven"
 mkdir -p "$out"
 mvn -q -B -f scripts/maven/pom.xml dependency:copy-dependencies \

@@ -8,12 +8,7 @@ out=.cache/kafka/libs
 if ls "$out"/kafka_2.13-4.4.0.jar >/dev/null 2>&1 && ls "$out"/kafka-server-4.4.0.jar >/dev/null 2>&1; then
   exit 0
 fi
-need_apt=()
-command -v java >/dev/null 2>&1 || need_apt+=(openjdk-17-jre-headless)
-command -v mvn >/dev/null 2>&1 || need_apt+=(maven)
-if [ ${#need_apt[@]} -gt 0 ]; then
-  scripts/apt-install.sh "${need_apt[@]}"
-fi
+scripts/ensure-maven.sh
 echo "==> fetching the Kafka broker's JARs with Maven"
 mkdir -p "$out"
 mvn -q -B -f scripts/maven/kafka/pom.xml dependency:copy-dependencies \

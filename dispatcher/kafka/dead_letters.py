@@ -40,6 +40,19 @@ _DLT_HEADERS = frozenset(
 )
 
 
+def _check_where(where: Mapping[str, str] | None) -> None:
+    for key in where or {}:
+        if key not in FILTER_KEYS:
+            raise ValidationError(
+                f"cannot filter dead letters by {key!r}",
+                hint=f"use one of {', '.join(FILTER_KEYS)}",
+            )
+
+
+def _matches(d: DeadLetter, where: Mapping[str, str]) -> bool:
+    return all(str(getattr(d, k)) == v for k, v in where.items())
+
+
 class KafkaDeadLetters:
     """The dead letters of one dead-letter topic."""
 
@@ -49,12 +62,14 @@ class KafkaDeadLetters:
             raise ValidationError(f"--kafka-topic {topic!r} {problem}")
         self.config = config
         self.topic = topic
+        self._letters: list[tuple[DeadLetter, Any]] | None = None
 
     def _read(self) -> list[tuple[DeadLetter, Any]]:
-        out = []
-        for r in read_records(self.config, self.topic):
-            out.append((self._letter(r), r))
-        return out
+        """The topic as it was at the first call: one CLI command reads it once (``requeue 3``
+        looks the id up, counts and requeues on the same snapshot)."""
+        if self._letters is None:
+            self._letters = [(self._letter(r), r) for r in read_records(self.config, self.topic)]
+        return self._letters
 
     def _letter(self, r: Any) -> DeadLetter:
         m = mapping.record_of(r)
@@ -85,19 +100,12 @@ class KafkaDeadLetters:
     ) -> list[tuple[DeadLetter, Any]]:
         if sum([ids is not None, bool(where), everything]) != 1:
             raise ValidationError("say which dead letters: ids, a where filter, or all")
-        for key in where or {}:
-            if key not in FILTER_KEYS:
-                raise ValidationError(
-                    f"cannot filter dead letters by {key!r}",
-                    hint=f"use one of {', '.join(FILTER_KEYS)}",
-                )
+        _check_where(where)
         wanted = set(ids or ())
         return [
             (d, r)
             for d, r in self._read()
-            if everything
-            or (ids is not None and d.id in wanted)
-            or (where and all(str(getattr(d, k)) == v for k, v in where.items()))
+            if everything or (ids is not None and d.id in wanted) or (where and _matches(d, where))
         ]
 
     # --- what the CLI calls ------------------------------------------------------------------
@@ -105,9 +113,12 @@ class KafkaDeadLetters:
     def list_dead_letters(
         self, queue: str | None = None, limit: int = 100, *, where: Mapping[str, str] | None = None
     ) -> list[DeadLetter]:
-        letters = [d for d, _ in self._read() if queue is None or d.queue == queue]
-        if where:
-            letters = [d for d, _ in self._select(None, where, False) if d in letters]
+        _check_where(where)
+        letters = [
+            d
+            for d, _ in self._read()
+            if (queue is None or d.queue == queue) and (not where or _matches(d, where))
+        ]
         return letters[:limit]
 
     def get_dead_letter(self, dead_letter_id: int) -> DeadLetter:
