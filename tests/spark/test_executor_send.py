@@ -47,16 +47,19 @@ def _sob(spark: Any, ws: Path, **settings: Any) -> Any:
     return SparkOutbox(spark, ws, compact_every=0, **settings)
 
 
+def _on_kafka(kafka: KafkaBroker, topic: str) -> dict[str, Any]:
+    """The settings of a workspace whose messages go to ``topic`` on the test broker."""
+    return {
+        "transport": "kafka",
+        "kafka_bootstrap_servers": kafka.bootstrap,
+        "default_destination": topic,
+    }
+
+
 def test_executors_send_to_kafka_after_the_commit_and_the_driver_writes_the_marks(
     spark: Any, tmp_path: Path, kafka: KafkaBroker, topic: str
 ) -> None:
-    sob = _sob(
-        spark,
-        tmp_path / "ws",
-        transport="kafka",
-        kafka_bootstrap_servers=kafka.bootstrap,
-        default_destination=topic,
-    )
+    sob = _sob(spark, tmp_path / "ws", **_on_kafka(kafka, topic))
     try:
         assert sob.send_from == "executors"
         result = sob.apply(_changes(spark, 50))
@@ -84,13 +87,7 @@ def test_a_key_that_fails_stops_there_and_its_documents_stay_pending_with_a_retr
     watermark below the first failure) and get a retry command; the others are marked."""
     from pyspark.sql import functions as F
 
-    sob = _sob(
-        spark,
-        tmp_path / "ws",
-        transport="kafka",
-        kafka_bootstrap_servers=kafka.bootstrap,
-        default_destination=topic,
-    )
+    sob = _sob(spark, tmp_path / "ws", **_on_kafka(kafka, topic))
     try:
         good = _changes(spark, 3)
         bad = (
@@ -124,13 +121,7 @@ def test_nothing_is_sent_when_the_commit_fails(
     """The partitions read the commit's change feed: a MERGE that fails sends nothing."""
     from outbox.core.errors import OutboxError
 
-    sob = _sob(
-        spark,
-        tmp_path / "ws",
-        transport="kafka",
-        kafka_bootstrap_servers=kafka.bootstrap,
-        default_destination=topic,
-    )
+    sob = _sob(spark, tmp_path / "ws", **_on_kafka(kafka, topic))
     try:
         original = sob._merge
 
@@ -181,10 +172,7 @@ def _deliver_pending(ws: Path, kafka: KafkaBroker, topic: str, *, rescue: bool) 
     from outbox.app.rescue import open_rescuer
     from outbox.core.clock import ManualClock, SystemClock
 
-    settings = dict(
-        transport="kafka", kafka_bootstrap_servers=kafka.bootstrap, default_destination=topic
-    )
-    with Outbox.open(ws, **settings) as ob:
+    with Outbox.open(ws, **_on_kafka(kafka, topic)) as ob:
         if rescue:
             later = ManualClock(SystemClock().now() + timedelta(minutes=5))
             rescuer = open_rescuer(ob.settings, clock=later, queue_clock=SystemClock())
@@ -209,14 +197,7 @@ def test_a_killed_executor_leaves_the_rest_to_the_rescuer(
     no marks, no retry commands, and most messages unsent. The rescuer's commands deliver them;
     with the rescuer left out (the mutation) they stay undelivered, so the proof can fail."""
     ws = tmp_path / "ws"
-    sob = _sob(
-        spark,
-        ws,
-        transport="kafka",
-        kafka_bootstrap_servers=kafka.bootstrap,
-        default_destination=topic,
-        buckets=8,
-    )
+    sob = _sob(spark, ws, **_on_kafka(kafka, topic), buckets=8)
     try:
         sob.executor_crash = "executor_sent@1=kill"
         result = sob.apply(_changes(spark, 2000, per_doc=1))
@@ -244,13 +225,7 @@ def test_a_driver_that_dies_after_the_commit_leaves_it_to_the_rescuer(
     from outbox.testing.crash_points import InjectedCrash, crash_points
 
     ws = tmp_path / "ws"
-    sob = _sob(
-        spark,
-        ws,
-        transport="kafka",
-        kafka_bootstrap_servers=kafka.bootstrap,
-        default_destination=topic,
-    )
+    sob = _sob(spark, ws, **_on_kafka(kafka, topic))
     try:
         crash_points.arm("after_commit")
         with pytest.raises(InjectedCrash):
