@@ -37,16 +37,37 @@ def end_offsets(cluster: KafkaConfig | str, topic: str) -> dict[int, int]:
                     f"Kafka at {config.describe()} has no topic {topic!r}",
                     hint="check the name: a consumer's dead-letter topic is {topic}.dlt",
                 )
-            return {
-                p: c.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1]
-                for p in found.partitions
-            }
+            return {p: _end_offset(c, TopicPartition(topic, p)) for p in found.partitions}
         except KafkaException as e:
             raise errors.translate(
                 e.args[0], message_id=None, where=config.describe(), what=f"reading {topic!r}"
             ) from None
     finally:
         c.close()
+
+
+# A partition of a topic created a moment ago may have no leader yet: the broker answers "not
+# leader" or "leader not available" until the election lands, usually within a second.
+_ELECTION_WAIT = 30.0
+
+
+def _end_offset(c: Any, partition: Any) -> int:
+    """The partition's high watermark, waiting (bounded) out a leader election in progress."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    transient = {
+        KafkaError.NOT_LEADER_FOR_PARTITION,
+        KafkaError.LEADER_NOT_AVAILABLE,
+        KafkaError.UNKNOWN_TOPIC_OR_PART,
+    }
+    deadline = time.monotonic() + _ELECTION_WAIT
+    while True:
+        try:
+            return int(c.get_watermark_offsets(partition, timeout=30)[1])
+        except KafkaException as e:
+            if e.args[0].code() not in transient or time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
 
 
 def read_records(

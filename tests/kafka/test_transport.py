@@ -28,7 +28,8 @@ class TestKafkaTransportContract(TransportContract):
     def _broker(self, kafka: KafkaBroker) -> Iterator[None]:
         self.kafka = kafka
         admin = kafka.admin()
-        admin.create_topics([NewTopic(DEST, 4, 1)])["contract-dest"].exception(60)  # once
+        # once; operation_timeout: the answer waits for the partitions' leaders
+        admin.create_topics([NewTopic(DEST, 4, 1)], operation_timeout=30)[DEST].exception(60)
         self.since = end_offsets(kafka.bootstrap, DEST)  # earlier tests' records are not ours
         self.transports: list[KafkaTransport] = []
         yield
