@@ -115,6 +115,7 @@ class Publish:
     content_type: str | None = None
     correlation_data: bytes | None = None
     user_properties: Sequence[tuple[str, str]] = ()
+    retain: bool = False
 
 
 OnMessage = Callable[["MQTTMessage"], None]
@@ -268,7 +269,7 @@ class MqttConnection:
             )
 
     def _publish_one(self, item: Publish) -> MQTTMessageInfo:
-        """Hand one item to paho (QoS 1, not retained), its MQTT 5 properties set."""
+        """Hand one item to paho (QoS 1), its MQTT 5 properties set."""
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
@@ -280,7 +281,7 @@ class MqttConnection:
         if item.user_properties:
             props.UserProperty = list(item.user_properties)
         try:
-            return self._client.publish(item.topic, item.payload, 1, False, props)
+            return self._client.publish(item.topic, item.payload, 1, item.retain, props)
         except ValueError as e:  # invalid topic, payload over 256 MiB
             raise PermanentTransportError(
                 f"message {item.label}: MQTT refuses it: {e}", message_id=item.label

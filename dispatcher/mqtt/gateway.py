@@ -1,38 +1,45 @@
-"""The MQTT device gateway: one task in flight per device, completed only by the device's ack.
+"""The MQTT device gateway: one task in flight per device, completed only by the device's ack, with
+every task's state in the queue's database and none in a thread (docs/devices.md).
 
-Devices that handle one task at a time are usually served from a hand-made message table (status
-Scheduled/Published/Failed, a try count, a publish loop that skips a topic with a message in
-flight). The SQL queue already has that table's parts, so the gateway is only glue:
+Devices that handle one task at a time are usually served from a hand-made message table (status,
+a try count, a publish loop that skips a device with a task in flight). The SQL queue has that
+table's parts, so the gateway is glue around one loop:
 
-* **one in flight per device** is the queue's session rule: the session id is the device, a
-  receive hands out only a session's head and none of a session whose head is locked, so while
-  this (or any other) gateway process holds a device's task, no one gets the next one;
-* **order** is the session's FIFO; **tries** are publishes of the same message id while holding
-  its lock, every ``retry_interval`` without an ack, up to ``max_tries`` (then the message is
-  dead-lettered ``DeviceDidNotAck``); a holder that dies loses its lock, and the next holder
-  publishes the same id again (a device is idempotent: a repeat costs time, not correctness);
-* **the lock is renewed** (``LockRenewer``) while the gateway waits for an ack;
+* **one in flight per device** is the queue's session rule: the session id is the device; a
+  receive hands out only a session's head and nothing of a session whose head is locked;
+* **the state is stored**: a publish holds the task's queue lock for ``retry_interval``, so the
+  lock's end *is* the next try, ``delivery_count`` is the tries and ``locked_at`` the last try.
+  Waiting for an ack holds no thread and no slot, only that row: one loop serves any number of
+  devices, and every gateway process and ``outbox devices`` read the same state;
+* **a retry** is the lock running out: the task is in the line again and the next receive (by any
+  gateway process) publishes the same id again; after ``max_tries`` publishes without an ack it
+  is dead-lettered ``DeviceDidNotAck``. A silent device costs one row lock, not a slot, so it
+  holds up no other device;
+* **an ack** names the message id; it completes the device's delivered task in the database
+  (``SqlSessions.complete_delivered``), whichever gateway process published it, before or after
+  a restart. Acks are read through a shared subscription (``$share/<group>/...``), so each goes
+  to one gateway process. An ack that names no task delivered to that device changes nothing and
+  gets one log line;
+* **presence**: devices keep a retained status (Last Will ``offline``, ``online`` once
+  connected; dispatcher/mqtt/presence.py). An offline device's session is paused, so its tasks
+  wait without being published or using up tries, and the task it had out goes back to the line
+  with that try taken back; ``online`` resumes it;
 * **expiry**: a message past its ``expires_at`` header (ISO 8601) or older than
   ``time_to_live`` is dead-lettered ``Expired`` and never published (checked before each publish);
-* a message without a session has no device: dead-lettered ``NoDevice``; one the broker refuses
-  for good: ``PublishRefused``.
+* a message without a session has no device: ``NoDevice``; a session id that cannot be one topic
+  level (``/``, ``+``, ``#``): ``InvalidDeviceId``; one the broker refuses for good:
+  ``PublishRefused``.
 
-Acks arrive on ``ack_topic`` (``{session}`` becomes ``+``) from any device to every gateway
-process; each completes only what it holds, so two gateways need no coordination beyond the
-queue. An ack names the message id: ``{"message_id": "..."}``, ``{"id": "..."}`` or the bare id.
-
-Each of the ``concurrency`` slots runs the shared ``RunLoop`` (receive one task, see it through,
-repeat), in a thread of its own when there are several (``run_loops``). SIGTERM/SIGINT stops
-receiving; a slot waiting for an ack finishes that wait (until its next re-publish would be due)
-and then completes on the ack or abandons the task, releasing its lock at once for another
-gateway.
+SIGTERM/SIGINT stops the loop after its step; tasks out stay locked until their next try, and
+their acks still complete them (here after a restart, or in another gateway process).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections import Counter
+import uuid
+from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
@@ -40,11 +47,11 @@ from typing import TYPE_CHECKING, Any
 
 from dispatcher.mqtt import gateway_metrics as metrics
 from dispatcher.mqtt.acks import ack_id, session_matcher
-from dispatcher.mqtt.client import MqttBroker, MqttConnection
-from dispatcher.mqtt.transport import MqttTransport, check_template
-from dispatcher.queue.lock_renewer import LockRenewer
+from dispatcher.mqtt.client import MqttBroker, MqttConnection, Publish
+from dispatcher.mqtt.presence import OFFLINE, status_of
+from dispatcher.mqtt.transport import MqttTransport, check_template, topic_for
 from dispatcher.queue.messages import ReceivedMessage
-from dispatcher.queue.ports import QueueReceiver
+from dispatcher.queue.sessions import StateChange
 from dispatcher.transports.base import TransportMessage
 from outbox.core.clock import Clock, SystemClock, utc
 from outbox.core.errors import (
@@ -53,51 +60,96 @@ from outbox.core.errors import (
     PermanentTransportError,
     RetryableTransportError,
 )
-from outbox.core.runloop import TICK, RunLoop, run_loops
+from outbox.core.runloop import RunLoop
 
 if TYPE_CHECKING:
     from paho.mqtt.client import MQTTMessage
+
+    from dispatcher.queue.sql_queue import SqlQueue
 
 log = logging.getLogger("outbox.gateway")
 
 DEVICE_DID_NOT_ACK = "DeviceDidNotAck"
 EXPIRED = "Expired"
 NO_DEVICE = "NoDevice"
+INVALID_DEVICE_ID = "InvalidDeviceId"
 PUBLISH_REFUSED = "PublishRefused"
 #: The header that gives a message's expiry (ISO 8601, UTC when naive).
 EXPIRES_AT = "expires_at"
+#: The longest lock the queue grants (``QueueOptions``): a retry interval is one lock.
+MAX_RETRY_INTERVAL = 300.0
+#: Acks completed lately, so a device's repeated ack is told apart from one for an unknown task.
+_RECENT = 10_000
+#: How much of a device's bad payload a log line shows.
+_SHOWN = 64
 
 
 @dataclass(frozen=True)
 class GatewayOptions:
-    """What ``outbox run-gateway mqtt`` takes (durations in seconds)."""
+    """What ``outbox run-gateway mqtt`` takes (durations in seconds).
+
+    ``status_topic`` None: no presence (every device counts as online). ``ack_group`` None: a
+    plain subscription to the acks (every gateway process gets every ack). ``max_in_flight``
+    bounds the tasks this process has published and not yet seen settled; ``batch`` the tasks
+    one receive takes.
+    """
 
     destination: str
     topic: str = "devices/{session}/tasks"
     ack_topic: str = "devices/{session}/tasks/ack"
+    status_topic: str | None = "devices/{session}/status"
+    ack_group: str | None = "outbox-gateway"
     retry_interval: float = 10.0
     max_tries: int = 5
-    concurrency: int = 16
+    max_in_flight: int = 100_000
+    batch: int = 500
     poll_interval: float = 0.5
     time_to_live: float | None = None
     publish_timeout: float = 10.0
-    renew_check_interval: float = 1.0
 
     def checked(self) -> GatewayOptions:
-        check_template(self.topic, name="--topic")
-        check_template(self.ack_topic, name="--ack-topic")
-        for name, template in (("--topic", self.topic), ("--ack-topic", self.ack_topic)):
+        templates = [("--topic", self.topic), ("--ack-topic", self.ack_topic)]
+        if self.status_topic is not None:
+            templates.append(("--status-topic", self.status_topic))
+        for name, template in templates:
+            check_template(template, name=name)
             if template.count("{session}") != 1:
                 raise ConfigurationError(
                     f"{name} {template!r} must contain {{session}} exactly once",
                     hint="e.g. devices/{session}/tasks: each device has its own topic",
                 )
-        if self.retry_interval <= 0 or self.max_tries < 1 or self.concurrency < 1:
+        if len({t for _, t in templates}) != len(templates):
             raise ConfigurationError(
-                "retry interval, max tries and concurrency must be positive",
-                hint="e.g. --retry-interval 10s --max-tries 5 --concurrency 16",
+                "--topic, --ack-topic and --status-topic must differ",
+                hint="e.g. devices/{session}/tasks, devices/{session}/tasks/ack and "
+                "devices/{session}/status",
+            )
+        if not 0 < self.retry_interval <= MAX_RETRY_INTERVAL:
+            raise ConfigurationError(
+                f"--retry-interval {self.retry_interval:g}s must be above 0 and at most "
+                f"{MAX_RETRY_INTERVAL:g}s",
+                hint="a retry interval is one queue lock, and a lock lasts at most 5 minutes",
+            )
+        if self.max_tries < 1 or self.max_in_flight < 1 or self.batch < 1:
+            raise ConfigurationError(
+                "max tries, max in flight and batch must be positive",
+                hint="e.g. --max-tries 5 --max-in-flight 100000 --batch 500",
+            )
+        if self.ack_group is not None and not _topic_level(self.ack_group):
+            raise ConfigurationError(
+                f"--ack-group {self.ack_group!r} is not one topic level",
+                hint="letters, digits, '-', '_' and '.', without '/', '+' or '#'",
             )
         return self
+
+    @property
+    def ack_subscription(self) -> str:
+        filt = self.ack_topic.replace("{session}", "+")
+        return filt if self.ack_group is None else f"$share/{self.ack_group}/{filt}"
+
+
+def _topic_level(name: str) -> bool:
+    return bool(name) and not any(c in name for c in "/+#\0")
 
 
 @dataclass
@@ -107,24 +159,26 @@ class GatewayStats:
     completed: int = 0
     publishes: int = 0
     republishes: int = 0
-    abandoned: int = 0
+    returned: int = 0
     unknown_acks: int = 0
+    repeated_acks: int = 0
+    malformed: int = 0
     publish_failures: int = 0
     lock_lost: int = 0
+    went_online: int = 0
+    went_offline: int = 0
     dead_lettered: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
 
-@dataclass
-class _TaskInFlight:
-    """A task in flight: the message, its ack signal, and its tries by this holder."""
+@dataclass(frozen=True, slots=True)
+class _Out:
+    """A task this process published: when, and when its lock (the next try) ends."""
 
-    msg: ReceivedMessage
-    acked: threading.Event = field(default_factory=threading.Event)
-    tries: int = 0
-    last_publish: datetime | None = None
+    at: datetime
+    due: datetime
 
 
 class MqttGateway:
@@ -132,32 +186,48 @@ class MqttGateway:
 
     def __init__(
         self,
-        queue: QueueReceiver,
+        queue: SqlQueue,
         options: GatewayOptions,
         *,
         broker: MqttBroker,
         clock: Clock | None = None,
         observe_ack: Callable[[float], None] | None = None,
     ) -> None:
-        """``observe_ack`` (benchmarks, metrics) gets each ack's round trip in seconds, from the
-        last publish of the task to the ack's arrival; it runs on the network thread."""
+        """``observe_ack`` (benchmarks, metrics) gets each ack's round trip in seconds, from this
+        process's last publish of the task to the ack's arrival.
+
+        The queue's lock duration becomes ``retry_interval`` and its ``max_delivery_count`` at
+        least ``max_tries + 1`` (the gateway dead-letters first, with its own reason): give the
+        gateway a ``SqlQueue`` of its own."""
         self.queue = queue
         self.observe_ack = observe_ack
         self.options = options.checked()
         self.clock = clock or SystemClock()
         self.stats = GatewayStats()
-        self._held: dict[str, _TaskInFlight] = {}
-        self._guard = threading.Lock()
+        queue.lock_duration = timedelta(seconds=self.options.retry_interval)
+        queue.max_delivery_count = max(queue.max_delivery_count, self.options.max_tries + 1)
+        self._out: dict[tuple[str, str], _Out] = {}
+        self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
+        self._events: deque[tuple[str, str, str, datetime]] = deque()
+        self._guard = threading.Lock()  # the counters the network thread bumps
+        self._wake = threading.Event()
         self._stop = threading.Event()
-        self._match_ack = session_matcher(options.ack_topic)
-        ack_filter = options.ack_topic.replace("{session}", "+")
+        self._match_ack = session_matcher(self.options.ack_topic)
+        status = self.options.status_topic
+        self._match_status = session_matcher(status) if status else None
+        subscriptions = [self.options.ack_subscription]
+        client_id = f"outbox-gateway-{uuid.uuid4().hex[:12]}"
+        self._sync_topic = f"outbox-gateway/{client_id}/sync"
+        self._synced = threading.Event()
+        if status:  # the sync topic last: its echo comes after the retained statuses
+            subscriptions += [status.replace("{session}", "+"), self._sync_topic]
         self.connection = MqttConnection(
-            broker, subscriptions=[ack_filter], on_message=self._on_ack
+            broker, client_id=client_id, subscriptions=subscriptions, on_message=self._on_message
         )
         self.transport = MqttTransport(
             broker,
-            topic=options.topic,
-            timeout=options.publish_timeout,
+            topic=self.options.topic,
+            timeout=self.options.publish_timeout,
             clock=self.clock,
             connection=self.connection,
         )
@@ -165,40 +235,44 @@ class MqttGateway:
     # --- running ------------------------------------------------------------------------------
 
     def run(self, *, once: bool = False, handle_signals: bool = True) -> GatewayStats:
-        """Serve until stopped (``stop()``, SIGTERM/SIGINT); ``once``: until nothing is ready."""
-        with LockRenewer(
-            self.queue,
-            self._held_messages,
-            self.clock,
-            # renewals start at half the lock: look often enough to catch that half
-            check_interval=min(
-                self.options.renew_check_interval,
-                self.queue.lock_duration.total_seconds() / 4,
-            ),
-        ):
-            run_loops(
-                self.options.concurrency,
-                self._make_slot,
-                self.stop,
-                handle_signals=handle_signals,
-                name="outbox-gateway",
-                once=once,
-            )
-        return self.stats
-
-    def _make_slot(self) -> RunLoop:
-        """One slot's loop: receive one task, see it through, repeat."""
-        return RunLoop(
-            self.serve_one,
+        """Serve until stopped (``stop()``, SIGTERM/SIGINT); ``once``: until nothing is ready
+        and every task this process published is settled (acked, dead-lettered or given back)."""
+        self._learn_presence()
+        loop = RunLoop(
+            self.step,
             clock=self.clock,
             idle_wait=self.options.poll_interval,
             on_error=self._unavailable,
             stop_event=self._stop,
+            wake=self._wake,
         )
+        loop.run(
+            until_idle=(lambda: not self._live_out()) if once else None,
+            handle_signals=handle_signals,
+        )
+        return self.stats
+
+    def _learn_presence(self, timeout: float = 10.0) -> None:
+        """Before the first receive, take in every device's retained status, so a device known to
+        be offline gets nothing. The broker sends the retained statuses as it takes the status
+        subscription; a message published afterwards to the gateway's own sync topic comes back
+        after them. Bounded: a broker that is slow to answer only costs the race this avoids
+        (a task published to an offline device is given back when its status comes)."""
+        if self._match_status is None or not self.connection.connected:
+            return
+        try:
+            self.connection.publish([Publish(self._sync_topic, b"sync", label="presence sync")])
+        except RetryableTransportError as e:
+            log.warning("gateway: could not sync presence before starting: %s", e)
+            return
+        if not self._synced.wait(timeout):
+            log.warning("gateway: the retained statuses did not come within %gs", timeout)
+        self._apply_events()
 
     def stop(self) -> None:
-        """Stop receiving; waits in progress finish, then their tasks complete or are abandoned."""
+        """Stop after the step in progress; tasks out keep their locks (see the docstring)."""
         self._stop.set()
+        self._wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -211,79 +285,171 @@ class MqttGateway:
     def _unavailable(error: Exception, delay: float) -> None:
         log.warning("gateway: retrying in %.1fs: %s", delay, error)
 
+    def wait_for_news(self, timeout: float) -> bool:
+        """Wait until a device's message came in (or ``stop``), at most ``timeout`` seconds."""
+        news = self._wake.wait(timeout)
+        self._wake.clear()
+        return news
+
     def devices_in_flight(self) -> int:
-        """Devices with a task out and no ack yet (the ``devices_in_flight`` gauge)."""
-        with self._guard:
-            return len({h.msg.session_id for h in self._held.values()})
+        """Devices with a task this process published and no ack yet (``devices_in_flight``)."""
+        return len(self._out)
 
-    def _held_messages(self) -> list[ReceivedMessage]:
-        with self._guard:
-            return [h.msg for h in self._held.values()]
+    def _live_out(self) -> dict[tuple[str, str], _Out]:
+        """The tasks out whose next try has not come: a lapsed one is the line's again."""
+        now = self.clock.now()
+        for key in [k for k, o in self._out.items() if o.due <= now]:
+            del self._out[key]
+        return self._out
 
-    # --- one task -----------------------------------------------------------------------------
+    # --- one step -----------------------------------------------------------------------------
 
-    def serve_one(self) -> int:
-        """Receive one device's next task and see it through; 0 when none is ready."""
-        if self.stopping:
+    def step(self) -> int:
+        """Apply the devices' news (statuses, acks), then publish what is ready; 0 when idle."""
+        work = self._apply_events()
+        if not self.stopping:
+            work += self._publish_ready()
+        return work
+
+    def _apply_events(self) -> int:
+        statuses: dict[str, str] = {}
+        acks: dict[tuple[str, str], datetime] = {}
+        while self._events:
+            kind, device, value, at = self._events.popleft()
+            if kind == "status":
+                statuses[device] = value
+            else:
+                acks.setdefault((device, value), at)
+        if statuses:
+            self._apply_statuses(statuses)
+        if acks:
+            self._apply_acks(acks)
+        return len(statuses) + len(acks)
+
+    def _apply_statuses(self, statuses: dict[str, str]) -> None:
+        dest = self.options.destination
+        changed = self.queue.sessions.set_states(
+            dest,
+            [StateChange(d, paused=s == OFFLINE, state=s) for d, s in statuses.items()],
+            at=self.clock.now(),
+        )
+        offline = [d for d in changed if statuses[d] == OFFLINE]
+        online = len(changed) - len(offline)
+        if offline:
+            back = self.queue.sessions.return_to_line(dest, offline)
+            self.stats.returned += back
+            metrics.count("tasks_returned", back)
+            gone = set(offline)
+            for key in [k for k in self._out if k[0] in gone]:
+                del self._out[key]
+        self.stats.went_offline += len(offline)
+        self.stats.went_online += online
+        if changed:
+            log.info("presence: %d device(s) now online, %d offline", online, len(offline))
+            for d in changed:
+                log.debug("device %s is %s", d, statuses[d])
+
+    def _apply_acks(self, acks: dict[tuple[str, str], datetime]) -> None:
+        unknown = set(self.queue.sessions.complete_delivered(self.options.destination, list(acks)))
+        done = 0
+        for key, at in acks.items():
+            if key in unknown:
+                if key in self._recent:
+                    self.stats.repeated_acks += 1
+                    log.debug("repeated ack from device %s for %s", *key)
+                else:
+                    self.stats.unknown_acks += 1
+                    metrics.count("unknown_acks")
+                    log.warning(
+                        "ack from device %s for %s: no such task was delivered to it; ignored",
+                        *key,
+                    )
+                continue
+            done += 1
+            out = self._out.pop(key, None)
+            if out is not None:
+                seconds = max(0.0, (at - out.at).total_seconds())
+                metrics.observe_ack(seconds)
+                if self.observe_ack is not None:
+                    self.observe_ack(seconds)
+            self._recent[key] = None
+        while len(self._recent) > _RECENT:
+            self._recent.popitem(last=False)
+        self.stats.completed += done
+        metrics.count("tasks_acked", done)
+
+    def _publish_ready(self) -> int:
+        room = self.options.max_in_flight - len(self._live_out())
+        if room <= 0:
             return 0
-        got = self.queue.receive(self.options.destination, 1)
-        if not got:
-            return 0
-        self._deliver(got[0])
-        return 1
+        got = self.queue.receive(self.options.destination, min(self.options.batch, room))
+        ready: list[tuple[ReceivedMessage, Publish]] = []
+        for msg in got:
+            item = self._checked(msg)
+            if item is not None:
+                ready.append((msg, item))
+        if ready:
+            self._publish(ready)
+        return len(got)
 
-    def _deliver(self, msg: ReceivedMessage) -> None:
+    def _checked(self, msg: ReceivedMessage) -> Publish | None:
+        """The publish of ``msg``, or None when it was dead-lettered instead."""
+        opts = self.options
         if msg.session_id is None:
             self._dead_letter(msg, NO_DEVICE, "the message has no session id, so no device")
-            return
-        held = _TaskInFlight(msg)
-        token = msg.lock_token or msg.message_id
-        with self._guard:  # by lock: after a lost lock two slots may hold the same message id
-            self._held[token] = held
+            return None
         try:
-            self._see_through(held)
-        finally:
-            with self._guard:
-                self._held.pop(token, None)
+            topic_for(opts.topic, session=msg.session_id)
+        except ValueError as e:
+            self._dead_letter(msg, INVALID_DEVICE_ID, str(e))
+            return None
+        if self._expired(msg):
+            self._dead_letter(msg, EXPIRED, "past its expiry before the device acked it")
+            return None
+        tries = msg.delivery_count - 1  # this receive is the next try
+        if tries >= opts.max_tries:
+            self._dead_letter(
+                msg,
+                DEVICE_DID_NOT_ACK,
+                f"device {msg.session_id} did not ack after {tries} publishes, "
+                f"{opts.retry_interval:g}s apart",
+            )
+            return None
+        try:
+            return self.transport.publication(self._transport_message(msg))
+        except PermanentTransportError as e:
+            self._dead_letter(msg, PUBLISH_REFUSED, str(e))
+            return None
 
-    def _see_through(self, held: _TaskInFlight) -> None:
-        msg, opts = held.msg, self.options
-        while True:
-            if held.acked.is_set():  # an ack that came just as the wait ran out still counts
-                self._complete(held)
-                return
-            if self._expired(msg):
-                self._dead_letter(msg, EXPIRED, "past its expiry before the device acked it")
-                return
-            if held.tries >= opts.max_tries:
-                self._dead_letter(
-                    msg,
-                    DEVICE_DID_NOT_ACK,
-                    f"device {msg.session_id} did not ack after {held.tries} publishes, "
-                    f"{opts.retry_interval:g}s apart",
-                )
-                return
-            if self.stopping:
-                self._abandon(held)
-                return
-            held.last_publish = self.clock.now()  # before: an instant ack may beat the PUBACK
-            try:
-                self.transport.send([self._transport_message(msg)])
-            except PermanentTransportError as e:
-                self._dead_letter(msg, PUBLISH_REFUSED, str(e))
-                return
-            except RetryableTransportError as e:  # the broker, not the device: not a try
-                self.stats.publish_failures += 1
-                metrics.count("publish_failures")
-                log.warning("gateway: %s; trying again in %gs", e, opts.retry_interval)
-            else:
-                held.tries += 1
-                self.stats.publishes += 1
-                metrics.count("tasks_published")
-                if held.tries > 1:
-                    self.stats.republishes += 1
-                    metrics.count("tasks_republished")
-            self._wait(held.acked, opts.retry_interval)
+    def _publish(self, ready: list[tuple[ReceivedMessage, Publish]]) -> None:
+        at = self.clock.now()  # before: an instant ack may beat the PUBACK
+        try:
+            self.connection.publish(
+                [item for _, item in ready], timeout=self.options.publish_timeout
+            )
+        except PermanentTransportError as e:  # one refused; the rest went out
+            for msg, _ in ready:
+                if msg.message_id == e.message_id:
+                    self._dead_letter(msg, PUBLISH_REFUSED, str(e))
+            ready = [(m, i) for m, i in ready if m.message_id != e.message_id]
+        except RetryableTransportError:  # the broker, not the devices: not a try
+            self.stats.publish_failures += len(ready)
+            metrics.count("publish_failures", len(ready))
+            sessions = [m.session_id for m, _ in ready if m.session_id is not None]
+            back = self.queue.sessions.return_to_line(self.options.destination, sessions)
+            self.stats.returned += back
+            metrics.count("tasks_returned", back)
+            raise
+        for msg, _ in ready:
+            assert msg.session_id is not None
+            assert msg.locked_until is not None
+            self._out[(msg.session_id, msg.message_id)] = _Out(at, msg.locked_until)
+        again = sum(1 for m, _ in ready if m.delivery_count > 1)
+        self.stats.publishes += len(ready)
+        self.stats.republishes += again
+        metrics.count("tasks_published", len(ready))
+        if again:
+            metrics.count("tasks_republished", again)
 
     def _transport_message(self, msg: ReceivedMessage) -> TransportMessage:
         return TransportMessage(
@@ -312,63 +478,44 @@ class MqttGateway:
             log.warning("message %s: unreadable %s %r; ignored", msg.message_id, EXPIRES_AT, raw)
             return False
 
-    def _wait(self, event: threading.Event, seconds: float) -> bool:
-        """Wait for ``event`` up to ``seconds`` by the clock (a test clock skips ahead)."""
-        deadline = self.clock.now() + timedelta(seconds=seconds)
-        while not event.is_set():
-            left = (deadline - self.clock.now()).total_seconds()
-            if left <= 0:
-                return False
-            if isinstance(self.clock, SystemClock):
-                event.wait(left)
-            else:
-                self.clock.sleep(min(left, TICK))
-        return True
+    # --- what devices send (paho's network thread: quick, no database work) --------------------
 
-    # --- acks (paho's network thread: quick, no database work) ----------------------------------
+    def _on_message(self, message: MQTTMessage) -> None:
+        self.handle(message.topic, bytes(message.payload))
 
-    def _on_ack(self, message: MQTTMessage) -> None:
-        device = self._match_ack(message.topic)
-        mid = ack_id(bytes(message.payload))
+    def handle(self, topic: str, payload: bytes) -> None:
+        """Take in one message from a device (an ack or a status) for the next ``step``."""
+        if topic == self._sync_topic:
+            self._synced.set()
+            return
+        device = self._match_ack(topic)
+        if device is not None:
+            mid = ack_id(payload)
+            if mid is None:
+                self._bad(f"malformed ack on {topic}: {payload[:_SHOWN]!r}; ignored")
+                return
+            self._events.append(("ack", device, mid, self.clock.now()))
+            self._wake.set()
+            return
+        device = self._match_status(topic) if self._match_status is not None else None
+        if device is not None:
+            state = status_of(payload)
+            if state is None:
+                if payload:  # an empty payload clears a retained status: nothing to say
+                    self._bad(f"unreadable status on {topic}: {payload[:_SHOWN]!r}; ignored")
+                return
+            self._events.append(("status", device, state, self.clock.now()))
+            self._wake.set()
+            return
+        self._bad(f"message on {topic}: no device's ack or status topic; ignored")
+
+    def _bad(self, line: str) -> None:
         with self._guard:
-            holders = [
-                h
-                for h in self._held.values()
-                if h.msg.message_id == mid and h.msg.session_id == device
-            ]
-            if not holders:
-                self.stats.unknown_acks += 1
-                metrics.count("unknown_acks")
-                log.debug("ack for %s from %s: not a task this gateway holds", mid, device)
-        for held in holders:
-            if held.last_publish is not None:
-                seconds = (self.clock.now() - held.last_publish).total_seconds()
-                metrics.observe_ack(seconds)
-                if self.observe_ack is not None:
-                    self.observe_ack(seconds)
-            held.acked.set()
+            self.stats.malformed += 1
+        metrics.count("bad_messages")
+        log.warning("gateway: %s", line)
 
     # --- settling -----------------------------------------------------------------------------
-
-    def _complete(self, held: _TaskInFlight) -> None:
-        try:
-            self.queue.complete(held.msg)
-            self.stats.completed += 1
-            metrics.count("tasks_acked")
-        except LockLostError as e:  # the next holder publishes it again; the device re-acks
-            self.stats.lock_lost += 1
-            metrics.count("lock_lost")
-            log.warning("gateway: %s", e)
-
-    def _abandon(self, held: _TaskInFlight) -> None:
-        try:
-            self.queue.abandon(held.msg)
-            self.stats.abandoned += 1
-            metrics.count("tasks_abandoned")
-        except LockLostError as e:
-            self.stats.lock_lost += 1
-            metrics.count("lock_lost")
-            log.warning("gateway: %s", e)
 
     def _dead_letter(self, msg: ReceivedMessage, reason: str, description: str) -> None:
         log.warning("gateway: dead-lettering %s (%s): %s", msg.message_id, reason, description)

@@ -16,11 +16,13 @@ COUNTERS = {
     "tasks_published": "task publishes the broker acknowledged (re-publishes included)",
     "tasks_republished": "publishes of a task again after no ack within the retry interval",
     "tasks_acked": "tasks a device acked and the gateway completed",
-    "tasks_abandoned": "tasks given back to the queue unacked (the gateway stopping)",
+    "tasks_returned": "tasks given back to the line, the try not counted (device offline, "
+    "broker failure)",
     "tasks_dead_lettered": "tasks dead-lettered, by reason (DeviceDidNotAck, Expired, ...)",
     "publish_failures": "publishes the broker did not take (retried; not a try)",
     "lock_lost": "tasks whose queue lock was lost before they were settled",
-    "unknown_acks": "acks for a task this gateway does not hold",
+    "unknown_acks": "acks naming no task delivered to that device",
+    "bad_messages": "messages from devices that are no ack or status (malformed, wrong topic)",
 }
 
 

@@ -107,10 +107,12 @@ class MqttTransport:
     def send(self, batch: Sequence[TransportMessage]) -> None:
         if self._closed:
             raise ClosedError("the MQTT transport is closed", hint="build a new transport")
-        items = [self._publish(m) for m in batch]  # every refusal before anything goes out
+        items = [self.publication(m) for m in batch]  # every refusal before anything goes out
         self.connection.publish(items, timeout=self.timeout)
 
-    def _publish(self, m: TransportMessage) -> Publish:
+    def publication(self, m: TransportMessage) -> Publish:
+        """The publish ``m`` becomes; ``PermanentTransportError`` if it cannot be one."""
+
         def refuse(why: str, hint: str | None = None) -> PermanentTransportError:
             return PermanentTransportError(
                 f"message {m.message_id}: {why}", message_id=m.message_id, hint=hint

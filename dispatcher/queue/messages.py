@@ -87,6 +87,8 @@ class PeekedMessage:
     subject: str
     content_type: str
     body: bytes
+    #: when its current (or last) lock was taken; None if it was never received
+    locked_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,10 +48,11 @@ from dispatcher.queue.messages import PeekedMessage, ReceivedMessage, as_utc
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import Settleable
 from dispatcher.queue.rows import move_to_dead_letters, received
-from migrations.sql.tables import queue_messages
+from migrations.sql.tables import queue_messages, queue_sessions
 from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationError
 
 M = queue_messages
+S = queue_sessions
 
 # Settling and locking as the driver's SQL; ``{name}`` becomes the dialect's placeholder. A lock
 # is valid while its token matches and it has not expired (as ``_select_locked`` says).
@@ -65,7 +66,7 @@ _SQL = {
     "renew_token": "UPDATE outbox_queue_messages SET locked_until = {until} "
     "WHERE lock_token = {token} AND locked_until > {now}",
     "lock_pg": "UPDATE outbox_queue_messages AS m SET lock_token = t.token, "
-    "locked_until = {until}, delivery_count = m.delivery_count + 1 "
+    "locked_until = {until}, locked_at = {at}, delivery_count = m.delivery_count + 1 "
     "FROM unnest({seqs}::bigint[], {tokens}::varchar[]) AS t(seq, token) "
     "WHERE m.sequence_number = t.seq",
     # The receive's plan, pinned: a walk of the receive index in order, stopping at the limit.
@@ -75,7 +76,8 @@ _SQL = {
     "plan_pg": "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
     "SET LOCAL enable_sort = off",
     "lock_sqlite": "UPDATE outbox_queue_messages SET lock_token = {token}, "
-    "locked_until = {until}, delivery_count = delivery_count + 1 WHERE sequence_number = {seq}",
+    "locked_until = {until}, locked_at = {at}, delivery_count = delivery_count + 1 "
+    "WHERE sequence_number = {seq}",
 }
 
 
@@ -152,6 +154,12 @@ class SqlQueueReceiver:
             other.c.sequence_number != M.c.sequence_number,
             or_(earlier_in_line, held),
         )
+        # A paused session (an offline device's) is out of the line until it is resumed: one
+        # primary-key probe per candidate, on the session's own row.
+        not_paused = ~exists().where(
+            S.c.queue == M.c.queue, S.c.session_id == M.c.session_id, S.c.paused
+        )
+        session_free = and_(session_free, not_paused)
         conditions: list[ColumnElement[bool]] = [
             M.c.queue == bindparam("queue", type_=M.c.queue.type),
             ~M.c.deferred,
@@ -262,7 +270,7 @@ class SqlQueueReceiver:
         until = now + self._options.lock_duration
         tokens = [str(uuid.uuid4()) for _ in live]
         if live:
-            self._lock_rows(conn, seqs, tokens, until)
+            self._lock_rows(conn, seqs, tokens, until, now)
         got = [
             received(row, lock_token=token, locked_until=until)
             for row, token in zip(live, tokens, strict=True)
@@ -410,20 +418,20 @@ class SqlQueueReceiver:
         return {"token": token}, f"lock token {token}"
 
     def _lock_rows(
-        self, conn: Connection, seqs: list[int], tokens: list[str], until: datetime
+        self, conn: Connection, seqs: list[int], tokens: list[str], until: datetime, now: datetime
     ) -> None:
         """Lock the received rows: one statement on PostgreSQL (the batch as two arrays), one
         ``executemany`` on SQLite (no round trips to save there)."""
         if self._db.postgres:
             conn.exec_driver_sql(
-                self._sql["lock_pg"], {"seqs": seqs, "tokens": tokens, "until": until}
+                self._sql["lock_pg"], {"seqs": seqs, "tokens": tokens, "until": until, "at": now}
             )
         else:
-            at = self._encode_time(until)
+            end, at = self._encode_time(until), self._encode_time(now)
             conn.exec_driver_sql(
                 self._sql["lock_sqlite"],
                 [
-                    {"seq": seq, "token": t, "until": at}
+                    {"seq": seq, "token": t, "until": end, "at": at}
                     for seq, t in zip(seqs, tokens, strict=True)
                 ],
             )
@@ -447,14 +455,25 @@ class SqlQueueReceiver:
 
     # --- looking ---------------------------------------------------------------------------
 
-    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
-        """See ``QueueReceiver.peek``; ``deferred=True`` shows only deferred messages."""
+    def peek(
+        self,
+        queue: str,
+        limit: int = 10,
+        *,
+        deferred: bool = False,
+        session_id: str | None = None,
+    ) -> list[PeekedMessage]:
+        """See ``QueueReceiver.peek``; ``deferred=True`` shows only deferred messages,
+        ``session_id`` only that session's."""
         validation.queue_name(queue)
         validation.positive("limit", limit)
+        validation.identifier("session_id", session_id, optional=True)
         now = self._options.now()
         stmt = select(M).where(M.c.queue == queue)
         if deferred:
             stmt = stmt.where(M.c.deferred)
+        if session_id is not None:
+            stmt = stmt.where(M.c.session_id == session_id)
         with self._db.read("peek messages") as conn:
             rows = conn.execute(stmt.order_by(M.c.sequence_number).limit(limit)).mappings()
             out = []
@@ -484,6 +503,7 @@ class SqlQueueReceiver:
                         subject=r["subject"],
                         content_type=r["content_type"],
                         body=bytes(r["body"]),
+                        locked_at=as_utc(r["locked_at"]),
                     )
                 )
         return out

@@ -33,6 +33,7 @@ from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import DEDUP_CLEANUP_LIMIT, Settleable
 from dispatcher.queue.receiver import MAX_DELIVERY_REASON, SqlQueueReceiver
 from dispatcher.queue.sender import SqlQueueSender
+from dispatcher.queue.sessions import SqlSessions
 from outbox.core.clock import Clock
 from outbox.core.errors import QueueError
 
@@ -105,6 +106,8 @@ class SqlQueue:
             self._db = Database(url_or_engine, owned=False)
         self.admin = SqlQueueAdministration(self._db, self._options)
         self.receiver = SqlQueueReceiver(self._db, self._options)
+        #: session states and settlement by message id (a device gateway's part)
+        self.sessions = SqlSessions(self._db, self._options)
         # A committed send prunes expired duplicate ids when due (at most every half window).
         self.sender = SqlQueueSender(
             self._db, self._options, after_commit=self.admin.maybe_forget_expired_duplicates

@@ -50,6 +50,8 @@ queue_messages = Table(
     Column("delivery_count", Integer, nullable=False, default=0),
     Column("lock_token", String(36), nullable=True),
     Column("locked_until", DateTime(timezone=True), nullable=True),
+    # when the current (or last) lock was taken: a device gateway's "last try" (0005)
+    Column("locked_at", DateTime(timezone=True), nullable=True),
     # Set aside by ``defer``: received only by sequence number (``receive_deferred``).
     Column("deferred", Boolean, nullable=False, default=False, server_default=false()),
     # Sent with a future ``not_before``: not in its session until that time (as on Service Bus);
@@ -148,4 +150,18 @@ claim_sessions = Table(
     Column("session_id", String(ID), nullable=False),
     Column("next_position", BigInteger, nullable=False),
     PrimaryKeyConstraint("session_id", name="pk_outbox_claim_sessions"),
+)
+
+# A session's state when it has one (0005): a paused session is left out of every receive (an
+# offline device's tasks wait there without using up tries); no row means not paused.
+queue_sessions = Table(
+    "outbox_queue_sessions",
+    metadata,
+    Column("queue", String(NAME), nullable=False),
+    Column("session_id", String(ID), nullable=False),
+    Column("paused", Boolean, nullable=False, default=False, server_default=false()),
+    Column("state", String(32), nullable=True),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("queue", "session_id", name="pk_outbox_queue_sessions"),
 )

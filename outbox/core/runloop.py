@@ -133,7 +133,7 @@ class LoopResult:
 class RunLoop:
     """Calls ``poll`` until stopped; see the module docstring for the rules."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - keyword-only options, each with a default
         self,
         poll: Poll,
         *,
@@ -144,10 +144,13 @@ class RunLoop:
         on_error: Callable[[Exception, float], None] = _log_retry,
         periodic: bool = False,
         stop_event: threading.Event | None = None,
+        wake: threading.Event | None = None,
     ) -> None:
         """``periodic``: waits count from the start of the poll, not its end (a scheduler that
         starts a pass every ``idle_wait`` seconds, however long a pass takes). ``stop_event``:
         share one stop between several loops (a worker's threads) or with the owner's own checks.
+        ``wake``: set by another thread when there is work (a gateway's incoming acks), it ends an
+        idle wait early; the owner's ``stop`` should set it too.
         ``error_backoff`` defaults to doubling from ``idle_wait`` up to ``MAX_ERROR_WAIT``."""
         if idle_wait < 0:
             raise ValidationError(f"idle_wait {idle_wait!r} must not be negative")
@@ -161,10 +164,13 @@ class RunLoop:
         self.on_error = on_error
         self.periodic = periodic
         self._stop = stop_event if stop_event is not None else threading.Event()
+        self._wake = wake
 
     def stop(self) -> None:
         """Stop before the next poll (or now, if waiting); a poll in progress finishes."""
         self._stop.set()
+        if self._wake is not None:
+            self._wake.set()
 
     @property
     def stopping(self) -> bool:
@@ -245,8 +251,11 @@ class RunLoop:
             left = (deadline - self.clock.now()).total_seconds()
             if left <= 0:
                 return
+            if self._wake is not None and self._wake.is_set():
+                self._wake.clear()  # work came in: poll again now
+                return
             if isinstance(self.clock, SystemClock):
-                self._stop.wait(left)
+                (self._wake or self._stop).wait(left)
             else:
                 self.clock.sleep(min(left, TICK))
 

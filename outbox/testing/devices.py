@@ -11,7 +11,9 @@ did the task, the ack got lost), ack twice (``twice_rate``), ack an id it never 
 (``unknown_rate``), or go offline and come back (``offline``/``online``: while offline it
 receives nothing, and a task it held is lost with it). A device is idempotent, as the pattern
 assumes: a re-published task it already did is acked again at once and is not a second task in
-flight.
+flight. With ``status_topic`` set, ``offline``/``online`` also publish the device's retained
+status there, as a device's Last Will and its first publish do (dispatcher/mqtt/presence.py);
+``outbox.testing.fleet`` plays devices with a connection (and a real Last Will) each.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from dispatcher.mqtt.acks import ack_payload, session_matcher
-from dispatcher.mqtt.client import MqttBroker, MqttConnection
+from dispatcher.mqtt.client import MqttBroker, MqttConnection, Publish
 from dispatcher.mqtt.transport import MESSAGE_ID, check_template
 
 if TYPE_CHECKING:
@@ -70,6 +72,7 @@ class SimulatorOptions:
     unknown_rate: float = 0.0
     seed: int = 0
     offline: Iterable[str] = ()
+    status_topic: str | None = None
 
 
 class SimulatorKeywords(TypedDict, total=False):
@@ -83,6 +86,7 @@ class SimulatorKeywords(TypedDict, total=False):
     unknown_rate: float
     seed: int
     offline: Iterable[str]
+    status_topic: str | None
 
 
 class DeviceSimulator:
@@ -110,6 +114,7 @@ class DeviceSimulator:
         self._match = session_matcher(opts.topic)
         self._records: dict[str, DeviceRecord] = {}
         self._offline = set(opts.offline)
+        self.status_topic = opts.status_topic
         self._changed = threading.Condition()
         self._due: list[tuple[float, int, str, str, int]] = []  # (due, n, device, id, epoch)
         self._n = itertools.count()
@@ -128,6 +133,8 @@ class DeviceSimulator:
             on_message=self._on_task,
         )
         self._acker.start()
+        for device in sorted(self._offline):
+            self._status(device, "offline")
         return self
 
     def __enter__(self) -> DeviceSimulator:
@@ -154,10 +161,17 @@ class DeviceSimulator:
             rec = self.record(device)
             rec.in_flight.clear()
             rec.epoch += 1
+        self._status(device, "offline")
 
     def online(self, device: str) -> None:
         with self._changed:
             self._offline.discard(device)
+        self._status(device, "online")
+
+    def _status(self, device: str, state: str) -> None:
+        if self.status_topic is not None and self.conn is not None:
+            topic = self.status_topic.replace("{session}", device)
+            self.conn.publish([Publish(topic, state.encode(), label=device, retain=True)])
 
     # --- what happened ------------------------------------------------------------------------
 

@@ -42,7 +42,6 @@ def test_gateway_serves_its_metrics_and_health(tmp_path: Path, mqtt_url: str) ->
                 *("--topic", f"{prefix}/{{session}}/tasks"),
                 *("--ack-topic", f"{prefix}/{{session}}/ack"),
                 *("--retry-interval", "2s", "--max-tries", "1000", "--poll-interval", "50ms"),
-                *("--concurrency", "4"),
                 *("--metrics-port", str(port)),
             ],
             env={**os.environ, "OUTBOX_SQL_URL": sql_url},

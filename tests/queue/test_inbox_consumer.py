@@ -206,10 +206,10 @@ def test_revision_0004_keeps_old_inbox_rows_handled(sql_url: str) -> None:
                 ),
                 {"t": t0},
             )
-        assert upgrade(engine) == [
+        assert upgrade(engine)[0] == (
             "sql schema: applied 0004_inbox_claims (Inbox claims: a consumer claims a message "
             "id before its handler runs (issue 29).)"
-        ]
+        )
         queue = SqlQueue(sql_url)
         try:
             inbox = SqlInbox(queue.database, "billing")

@@ -1,12 +1,20 @@
-"""``outbox devices list`` and ``outbox devices show DEVICE``: the devices a gateway serves, read
-from its queue (every gateway process at once)."""
+"""``outbox devices list`` and ``outbox devices show DEVICE``: the devices a gateway serves, online
+or offline and since when, and each task's tries, last try and next try, read from its queue's
+database (every gateway process at once)."""
 
 from __future__ import annotations
+
+from datetime import datetime
 
 import click
 
 from outbox.app.cli.output import emit_json, print_kv, print_table
 from outbox.app.cli.support import CliContext, json_option, open_queue, pass_cli
+
+
+def _at(when: datetime | None) -> str:
+    return when.isoformat(timespec="seconds") if when is not None else "-"
+
 
 _destination = click.option(
     "--destination",
@@ -26,7 +34,7 @@ _limit = click.option(
 
 @click.group("devices")
 def devices_group() -> None:
-    """What each device has in flight, queued and failed."""
+    """Each device's presence, the task out to it with its tries, what waits, what failed."""
 
 
 @devices_group.command("list")
@@ -35,30 +43,33 @@ def devices_group() -> None:
 @json_option
 @pass_cli
 def list_cmd(cli: CliContext, destination: str, limit: int, as_json: bool) -> None:
-    """One row per device with tasks queued or failed."""
+    """One row per device with a status, tasks queued or failed."""
     from dispatcher.mqtt.devices import device_statuses
 
     with open_queue(cli) as queue:
-        statuses = device_statuses(queue.receiver, queue.admin, destination, limit=limit)
+        statuses = device_statuses(queue, destination, limit=limit)
     if as_json:
         emit_json([s.to_dict() for s in statuses])
         return
     print_table(
-        f"devices of {destination}",
-        ["device", "in flight", "deliveries", "waiting since", "queued", "next", "failed"],
+        f"devices on {destination}",
+        ["device", "presence", "since", "task out", "tries", "last try", "next try", "queued",
+         "failed"],
         [
             (
                 s.device,
+                s.presence,
+                _at(s.since),
                 s.in_flight or "-",
-                s.deliveries if s.in_flight else "-",
-                s.waiting_since.isoformat(timespec="seconds") if s.waiting_since else "-",
+                s.tries if s.in_flight else "-",
+                _at(s.last_try) if s.in_flight else "-",
+                _at(s.next_try) if s.in_flight else "-",
                 s.queued,
-                s.next_task or "-",
                 len(s.failed),
             )
             for s in statuses
         ],
-    )
+    )  # fmt: skip
 
 
 @devices_group.command("show")
@@ -68,13 +79,12 @@ def list_cmd(cli: CliContext, destination: str, limit: int, as_json: bool) -> No
 @json_option
 @pass_cli
 def show_cmd(cli: CliContext, device: str, destination: str, limit: int, as_json: bool) -> None:
-    """One device: its task in flight, what waits behind it, and its failed tasks."""
+    """One device: its presence, each task with its tries, last try and next try, and its
+    failed tasks."""
     from dispatcher.mqtt.devices import DeviceStatus, device_statuses
 
     with open_queue(cli) as queue:
-        found = device_statuses(
-            queue.receiver, queue.admin, destination, limit=limit, device=device
-        )
+        found = device_statuses(queue, destination, limit=limit, device=device)
     status = found[0] if found else DeviceStatus(device)
     if as_json:
         emit_json(status.to_dict(details=True))
@@ -83,17 +93,17 @@ def show_cmd(cli: CliContext, device: str, destination: str, limit: int, as_json
     fields.pop("failed")
     print_kv(f"device {device} on {destination}", fields.items())
     print_table(
+        f"tasks of {device}",
+        ["message id", "state", "tries", "last try", "next try", "enqueued at"],
+        [
+            (t.message_id, t.state, t.tries, _at(t.last_try), _at(t.next_try), _at(t.enqueued_at))
+            for t in status.tasks
+        ],
+    )
+    print_table(
         f"failed tasks of {device}",
         ["message id", "reason", "dead-lettered at", "description"],
-        [
-            (
-                d.message_id,
-                d.reason,
-                d.dead_lettered_at.isoformat(timespec="seconds"),
-                d.description,
-            )
-            for d in status.failed
-        ],
+        [(d.message_id, d.reason, _at(d.dead_lettered_at), d.description) for d in status.failed],
     )
 
 

@@ -43,28 +43,52 @@ def run_gateway() -> None:
     help="Where a device acks ({session} is the device); the ack carries the message id.",
 )
 @click.option(
+    "--status-topic",
+    default="devices/{session}/status",
+    show_default=True,
+    help="Where each device keeps its retained online/offline status (Last Will); '' turns "
+    "presence off (every device counts as online).",
+)
+@click.option(
+    "--ack-group",
+    default="outbox-gateway",
+    show_default=True,
+    help="Shared-subscription group for acks, so each ack reaches one gateway process; '' "
+    "subscribes plainly.",
+)
+@click.option(
     "--retry-interval",
     default="10s",
     show_default=True,
-    help="Publish the same task again after this long without an ack.",
+    metavar="DURATION",
+    help="Publish the same task again after this long without an ack (at most 5m).",
 )
 @click.option(
     "--max-tries",
     type=click.IntRange(1, 1000),
     default=5,
     show_default=True,
-    help="Publishes without an ack before the task is dead-lettered DeviceDidNotAck.",
+    help="Publishes without an ack (while the device is online) before the task is "
+    "dead-lettered DeviceDidNotAck.",
 )
 @click.option(
-    "--concurrency",
-    type=click.IntRange(1, 1024),
-    default=16,
+    "--max-in-flight",
+    type=click.IntRange(min=1),
+    default=100_000,
     show_default=True,
-    help="Devices served at once (one task in flight each).",
+    help="Tasks this process has published and not yet seen acked or retried (one per device).",
+)
+@click.option(
+    "--batch",
+    type=click.IntRange(1, 1000),
+    default=500,
+    show_default=True,
+    help="Tasks one receive takes from the queue.",
 )
 @click.option(
     "--time-to-live",
     default=None,
+    metavar="DURATION",
     help="Dead-letter a task this old (Expired) instead of publishing it; a message's "
     "expires_at header also counts.",
 )
@@ -72,7 +96,8 @@ def run_gateway() -> None:
     "--poll-interval",
     default="500ms",
     show_default=True,
-    help="Wait between receives when no device has a task ready.",
+    metavar="DURATION",
+    help="Wait between receives when no device has a task ready (an ack ends the wait).",
 )
 @click.option("--once", is_flag=True, help="Serve what is ready now, then exit.")
 @metrics_port_option
@@ -90,17 +115,21 @@ def mqtt(
     ca_file: str | None,
     topic: str,
     ack_topic: str,
+    status_topic: str,
+    ack_group: str,
     retry_interval: str,
     max_tries: int,
-    concurrency: int,
+    max_in_flight: int,
+    batch: int,
     time_to_live: str | None,
     poll_interval: str,
     once: bool,
     as_json: bool,
 ) -> None:
     """Publish each device's tasks one at a time (QoS 1), complete each on the device's ack,
-    publish it again after --retry-interval, dead-letter it after --max-tries. Stops cleanly on
-    SIGTERM/SIGINT (exit 0): waits in progress finish, unacked tasks are abandoned at once."""
+    publish it again after --retry-interval, dead-letter it after --max-tries; an offline
+    device's tasks wait. Every task's state is in the queue's database, so a waiting device holds
+    no slot. Stops cleanly on SIGTERM/SIGINT (exit 0); tasks out keep their next try."""
     from dispatcher.mqtt.client import MqttBroker
     from dispatcher.mqtt.gateway import GatewayOptions, MqttGateway
     from dispatcher.queue import validation
@@ -116,8 +145,11 @@ def mqtt(
         topic=topic,
         ack_topic=ack_topic,
         retry_interval=parse_duration(retry_interval, name="--retry-interval"),
+        status_topic=status_topic or None,
+        ack_group=ack_group or None,
         max_tries=max_tries,
-        concurrency=concurrency,
+        max_in_flight=max_in_flight,
+        batch=batch,
         poll_interval=parse_duration(poll_interval, name="--poll-interval"),
         time_to_live=(
             parse_duration(time_to_live, name="--time-to-live") if time_to_live else None
@@ -126,17 +158,17 @@ def mqtt(
     endpoint = MqttBroker.parse(
         broker, username=username, password=password, tls=tls or None, ca_file=ca_file
     )
-    queue = SqlQueue.from_settings(cli.settings(), pool_size=concurrency + 2)
+    queue = SqlQueue.from_settings(cli.settings(), pool_size=2)
     try:
         gateway = MqttGateway(queue, options, broker=endpoint)
         start_gateway_telemetry(metrics_port, gateway, queue)
         log.info(
-            "run-gateway mqtt: queue %r -> %s %s, acks on %s, concurrency %d",
+            "run-gateway mqtt: queue %r -> %s %s, acks on %s, statuses on %s",
             destination,
             endpoint.url,
             topic,
-            ack_topic,
-            concurrency,
+            options.ack_subscription,
+            options.status_topic or "(presence off)",
         )
         try:
             stats = gateway.run(once=once)
