@@ -26,6 +26,19 @@ def ack_id(payload: bytes) -> str | None:
     return text or None
 
 
+def ack_problem(payload: bytes) -> str:
+    """Why ``payload`` names no message id (for the one log line a bad ack gets)."""
+    text = payload.decode("utf-8", "replace").strip()
+    if not text:
+        return "empty"
+    if text.startswith("{"):
+        try:
+            json.loads(text)
+        except ValueError:
+            return "not JSON"
+    return "no message id"
+
+
 def session_matcher(template: str) -> Callable[[str], str | None]:
     """The ``{session}`` level of a topic made from ``template``, or None if it is not one."""
     before, _, after = template.partition("{session}")

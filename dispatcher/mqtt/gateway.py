@@ -46,7 +46,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.mqtt import gateway_metrics as metrics
-from dispatcher.mqtt.acks import ack_id, session_matcher
+from dispatcher.mqtt.acks import ack_id, ack_problem, session_matcher
 from dispatcher.mqtt.client import MqttBroker, MqttConnection, Publish
 from dispatcher.mqtt.presence import OFFLINE, status_of
 from dispatcher.mqtt.transport import MqttTransport, check_template, topic_for
@@ -492,7 +492,8 @@ class MqttGateway:
         if device is not None:
             mid = ack_id(payload)
             if mid is None:
-                self._bad(f"malformed ack on {topic}: {payload[:_SHOWN]!r}; ignored")
+                why = ack_problem(payload)
+                self._bad(f"malformed ack on {topic} ({why}): {payload[:_SHOWN]!r}; ignored")
                 return
             self._events.append(("ack", device, mid, self.clock.now()))
             self._wake.set()

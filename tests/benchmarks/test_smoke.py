@@ -115,6 +115,10 @@ SMOKES: dict[str, Smoke] = {
     # HEAD against itself: the trees come from `git archive`, so the clone's commits only
     "object_store": Smoke(_keys("stores", "sizes", "dispatch_vs_local"), needs="objectstore"),
     "revisions": Smoke(_keys("before", "after", "pairs", "noise", "cases", "no_slower")),
+    "sessions": Smoke(
+        _keys("sqlite", "postgresql", "sessions", "tasks", "load_average_before"),
+        needs="postgres",
+    ),
     "sql_queue": Smoke(
         _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
         needs="postgres",
