@@ -121,6 +121,47 @@ class Publish:
 OnMessage = Callable[["MQTTMessage"], None]
 
 
+class PackedProperties:
+    """A PUBLISH's MQTT 5 properties, packed once (MQTT 5, 3.3.2.3). paho's ``Properties`` took
+    about 80 µs per message to build and pack, most of a gateway's publish; paho only calls
+    ``pack()`` on what it is given (and prints it in debug logs)."""
+
+    __slots__ = ("_packed",)
+
+    def __init__(self, item: Publish) -> None:
+        out = bytearray()
+        if item.content_type:
+            out += b"\x03" + _utf8(item.content_type)
+        if item.correlation_data is not None:
+            out += b"\x09" + len(item.correlation_data).to_bytes(2, "big") + item.correlation_data
+        for key, value in item.user_properties:
+            out += b"\x26" + _utf8(key) + _utf8(value)
+        self._packed = _varint(len(out)) + bytes(out)
+
+    def pack(self) -> bytes:
+        return self._packed
+
+    def __repr__(self) -> str:
+        return f"<properties, {len(self._packed)} bytes>"
+
+
+def _utf8(text: str) -> bytes:
+    data = text.encode("utf-8")
+    if len(data) > 0xFFFF:
+        raise ValueError(f"an MQTT string is at most 65,535 bytes, not {len(data)}")
+    return len(data).to_bytes(2, "big") + data
+
+
+def _varint(n: int) -> bytes:
+    """MQTT's variable byte integer (1.5.5)."""
+    out = bytearray()
+    while True:
+        n, digit = divmod(n, 128)
+        out.append(digit | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
 class MqttConnection:
     """A connected paho client with its network thread; ``close()`` stops both.
 
@@ -270,17 +311,8 @@ class MqttConnection:
 
     def _publish_one(self, item: Publish) -> MQTTMessageInfo:
         """Hand one item to paho (QoS 1), its MQTT 5 properties set."""
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
-        props = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
-        if item.content_type:
-            props.ContentType = item.content_type
-        if item.correlation_data is not None:
-            props.CorrelationData = item.correlation_data
-        if item.user_properties:
-            props.UserProperty = list(item.user_properties)
         try:
+            props: Any = PackedProperties(item)
             return self._client.publish(item.topic, item.payload, 1, item.retain, props)
         except ValueError as e:  # invalid topic, payload over 256 MiB
             raise PermanentTransportError(
@@ -305,6 +337,28 @@ class MqttConnection:
                     message_id=item.label,
                     hint="the broker is slow or the connection dropped; send again later",
                 )
+
+    def start_publish(self, items: Sequence[Publish]) -> list[MQTTMessageInfo]:
+        """Publish every item at QoS 1 without waiting; ``outcome`` says later how each went.
+        ``RetryableTransportError`` at once when the broker is not connected."""
+        if not items:
+            return []
+        self._check_can_publish(items[0])
+        return [self._publish_one(item) for item in items]
+
+    def outcome(self, item: Publish, info: MQTTMessageInfo) -> tuple[bool, Exception | None]:
+        """(settled, error) of a publish ``start_publish`` made: not settled while its PUBACK has
+        not come; settled with the refusal as an error when the broker refused it."""
+        if not info.is_published():
+            return False, None
+        with self._guard:
+            reason = self._results.pop(info.mid, None)
+        if reason is None or not reason.is_failure:
+            return True, None
+        why = f"message {item.label}: MQTT broker {self.broker.url} refused it: {reason}"
+        if reason.value in RETRYABLE_PUBACK:
+            return True, RetryableTransportError(why, message_id=item.label)
+        return True, PermanentTransportError(why, message_id=item.label)
 
     def _check_reasons(self, infos: Sequence[tuple[Publish, MQTTMessageInfo]]) -> None:
         """Raise for the first item the broker refused (its PUBACK's reason code)."""

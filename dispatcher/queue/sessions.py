@@ -180,6 +180,9 @@ class SqlSessions:
                 # only by an abandon or a return to the line), not set aside by a defer
                 delivered = and_(
                     M.c.queue == queue,
+                    # the plain IN lets SQLite use the (queue, session_id) index: with the pair
+                    # alone it reads every row of the queue
+                    M.c.session_id.in_({s for s, _ in chunk}),
                     tuple_(M.c.session_id, M.c.message_id).in_(chunk),
                     M.c.lock_token.is_not(None),
                     ~M.c.deferred,

@@ -92,10 +92,14 @@ SMOKES: dict[str, Smoke] = {
     ),
     "gateway": Smoke(
         _keys(
-            "queue_receive_complete_by_threads",
-            "queue_receive_complete_best_per_s",
-            "gateway",
+            "queue",
+            "queue_batched",
+            "all_acking",
             "gateway_over_queue",
+            "acking_alone",
+            "with_silent_and_offline",
+            "silent_and_offline_slowdown",
+            "gateway_memory_mb",
         ),
         needs="mqtt",
     ),
