@@ -217,7 +217,7 @@ class MqttGateway:
         self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._events: deque[tuple[str, str, str, datetime]] = deque()
         # publishes waiting for their PUBACK, in publish order
-        self._pending: deque[tuple[ReceivedMessage, Publish, MQTTMessageInfo, datetime]] = deque()
+        self._pending: deque[tuple[ReceivedMessage, Publish, MQTTMessageInfo, float]] = deque()
         self._guard = threading.Lock()  # the counters the network thread bumps
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -248,7 +248,7 @@ class MqttGateway:
         and every task this process published is settled (acked, dead-lettered or given back)."""
         guard = stop_on_signals(self.stop) if handle_signals else contextlib.nullcontext()
         with guard:
-            self._learn_presence()
+            self.learn_presence()
             self._serve(once)
         return self.stats
 
@@ -267,7 +267,7 @@ class MqttGateway:
 
         loop.run(until_idle=settled if once else None, handle_signals=False)
 
-    def _learn_presence(self, timeout: float = 10.0) -> None:
+    def learn_presence(self, timeout: float = 10.0) -> None:
         """Before the first receive, take in every device's retained status, so a device known to
         be offline gets nothing. The broker sends the retained statuses as it takes the status
         subscription; a message published afterwards to the gateway's own sync topic comes back
@@ -450,6 +450,7 @@ class MqttGateway:
         come, so the loop goes on taking in acks meanwhile (waiting stalled it for a third of a
         run of 10,000 devices)."""
         at = self.clock.now()  # before: an instant ack may beat the PUBACK
+        sent = time.monotonic()  # a network timeout is wall-clock time, as paho's own are
         try:
             infos = self.connection.start_publish([item for _, item in ready])
         except RetryableTransportError:  # the broker, not the devices: not a try
@@ -461,7 +462,7 @@ class MqttGateway:
             key = (msg.session_id, msg.message_id)
             self._out[key] = _Out(at, msg.locked_until)
             self._out.move_to_end(key)
-            self._pending.append((msg, item, info, at))
+            self._pending.append((msg, item, info, sent))
         again = sum(1 for m, _ in ready if m.delivery_count > 1)
         self.stats.publishes += len(ready)
         self.stats.republishes += again
@@ -474,12 +475,12 @@ class MqttGateway:
         task (``PublishRefused``); one for now, or no PUBACK within ``publish_timeout``, gives it
         back to the line with the try not counted (the broker's failing, not the device's)."""
         failed: list[ReceivedMessage] = []
-        deadline = self.clock.now() - timedelta(seconds=self.options.publish_timeout)
+        deadline = time.monotonic() - self.options.publish_timeout
         while self._pending:
-            msg, item, info, at = self._pending[0]
+            msg, item, info, sent = self._pending[0]
             settled, error = self.connection.outcome(item, info)
             if not settled:
-                if at > deadline:
+                if sent > deadline:
                     break
                 error = RetryableTransportError(
                     f"message {msg.message_id}: no PUBACK from {self.connection.broker.url} "
