@@ -21,7 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report_doc_table, report_kafka, report_object_store
+from benchmarks import report_devices, report_doc_table, report_kafka, report_object_store
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
 
 __all__ = ["RESULTS", "ROOT", "documents", "main", "render"]
@@ -153,6 +153,7 @@ def readme_performance() -> str:
     rows += _rescuer_rows(r)
     rows += _spark_rows(load("spark_write"))
     rows += report_kafka.readme_rows()
+    rows += report_devices.readme_rows()
     return _table(["what", "figure", "source"], rows)
 
 
@@ -634,6 +635,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_doc_table.RENDERERS,
     **report_object_store.RENDERERS,
     **report_kafka.RENDERERS,
+    **report_devices.RENDERERS,
 }
 
 #: The files whose blocks this script owns.
