@@ -99,6 +99,10 @@ def _with_dead_letter(ws: Path, tmp: Path) -> None:
 
 
 # (case id, argv after `outbox`, extra env, setup(ws, tmp), exit code, the exact stderr line)
+#: ``run-gateway mqtt`` up to its options: its settings are checked before any connection.
+_GATEWAY = ["-w", "{ws}", "run-gateway", "mqtt", "--destination", "devices", "--broker",
+            "mqtt://127.0.0.1:1"]  # fmt: skip
+
 CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
     (
         "workspace without a table",
@@ -396,6 +400,33 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "(fix: set cosmos_key (OUTBOX_COSMOS_KEY) to the account's primary or secondary key, as "
         "the Azure portal shows it under Keys (or `az cosmosdb keys list`), or leave it empty to "
         "sign in with DefaultAzureCredential)",
+    ),
+    (
+        "gateway retry interval longer than a queue lock",
+        [*_GATEWAY, "--retry-interval", "10m"],
+        {},
+        None,
+        1,
+        "error: --retry-interval 600s must be above 0 and at most 300s (fix: a retry interval is "
+        "one queue lock, and a lock lasts at most 5 minutes)",
+    ),
+    (
+        "gateway ack group that is not one topic level",
+        [*_GATEWAY, "--ack-group", "a/b"],
+        {},
+        None,
+        1,
+        "error: --ack-group 'a/b' is not one topic level (fix: letters, digits, '-', '_' and '.', "
+        "without '/', '+' or '#')",
+    ),
+    (
+        "gateway status topic equal to its ack topic",
+        [*_GATEWAY, "--status-topic", "devices/{session}/tasks/ack"],
+        {},
+        None,
+        1,
+        "error: --topic, --ack-topic and --status-topic must differ (fix: e.g. "
+        "devices/{session}/tasks, devices/{session}/tasks/ack and devices/{session}/status)",
     ),
 ]
 
