@@ -65,6 +65,7 @@ from outbox.core.errors import (
     LockLostError,
     PermanentTransportError,
     RetryableTransportError,
+    TransportError,
 )
 from outbox.core.runloop import RunLoop, stop_on_signals
 
@@ -277,7 +278,7 @@ class MqttGateway:
             return
         try:
             self.connection.publish([Publish(self._sync_topic, b"sync", label="presence sync")])
-        except RetryableTransportError as e:
+        except TransportError as e:  # down, or an ACL that refuses the sync topic
             log.warning("gateway: could not sync presence before starting: %s", e)
             return
         deadline = time.monotonic() + timeout
