@@ -22,6 +22,9 @@ def test_seeds_hold_every_invariant_on_an_object_store(remote: Remote, tmp_path:
             tmp_path,
             table_root=remote.root,
             storage_options=remote.storage_options,
+            # a drain ends as soon as everything is dispatched; the bound only has to outlast a
+            # loaded machine (CI once gave up at the default 90 s with five processes on 2 cores)
+            drain_timeout=240,
         )
         if not report.ok:
             failed.append(report.summary())
