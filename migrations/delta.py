@@ -24,6 +24,7 @@ from outbox.core.model import bucket_of
 from outbox.delta import schema as S
 from outbox.delta.remote import explain
 from outbox.delta.store import DeltaDocumentStore
+from outbox.delta.table import unreadable_log
 
 
 def ensure_table(
@@ -42,7 +43,9 @@ def ensure_table(
         told = explain(uri, opts or {}, e)  # an object store that cannot be reached
         if told is not e:
             raise told from None
-        raise StoreError(f"cannot create or open the Delta table at {uri}: {e}") from e
+        if isinstance(e, DeltaError):  # a log deltalake cannot read: the file, not a backtrace
+            raise unreadable_log(uri, e) from None
+        raise StoreError(f"cannot create or open the Delta table at {uri}: {_first_line(e)}") from e
     done: list[str] = []
     mismatch = S.describe_mismatch(pa.schema(dt.schema().to_arrow()))
     if mismatch:
@@ -88,8 +91,14 @@ def ensure_table(
                 "row per document version from now on; the rows already there read the same)"
             )
     except (DeltaError, OSError, ValueError) as e:
-        raise StoreError(f"upgrading the Delta table at {uri} failed: {e}") from e
+        raise StoreError(f"upgrading the Delta table at {uri} failed: {_first_line(e)}") from e
     return done
+
+
+def _first_line(e: BaseException) -> str:
+    """deltalake's message without what follows its first line: with ``RUST_BACKTRACE`` set, a
+    Rust backtrace of a dozen lines."""
+    return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
 def _add_incarnation(dt: Any) -> None:

@@ -98,8 +98,10 @@ def upgrade(engine_or_url: Engine | str) -> list[str]:
             conn.commit()
         after = current_revision(engine)
         script = ScriptDirectory.from_config(cfg)
+        # Each revision's first paragraph (alembic's ``doc``), on one line: the operator reads
+        # what changed, in words for the operator (no issue numbers: they mean nothing there).
         applied = [
-            f"sql schema: applied {rev.revision} ({(rev.doc or '').strip().splitlines()[0]})"
+            f"sql schema: applied {rev.revision} ({' '.join((rev.doc or '').split())})"
             for rev in reversed(list(script.iterate_revisions(after, before)))
         ]
         return applied

@@ -446,11 +446,28 @@ def _coerce(name: str, value: Any, kind: str) -> Any:
 
 
 def _read_toml(path: Path) -> dict[str, Any]:
+    """The ``[outbox]`` table of ``path``. Every way a file can fail to be a settings file is a
+    ``ConfigurationError`` naming it: these are mistakes in a path or a file, not bugs."""
     try:
         with path.open("rb") as f:
             data = tomllib.load(f)
     except FileNotFoundError as e:
         raise ConfigurationError(f"settings file {path} does not exist") from e
+    except IsADirectoryError as e:
+        raise ConfigurationError(
+            f"settings file {path} is a folder, not a file",
+            hint=f"name the TOML file itself, e.g. --config {path / SETTINGS_FILE}",
+        ) from e
+    except OSError as e:
+        raise ConfigurationError(
+            f"settings file {path} cannot be read: {e.strerror or e}",
+            hint="check the path and its permissions",
+        ) from e
+    except UnicodeDecodeError as e:  # tomllib decodes UTF-8 before it parses
+        raise ConfigurationError(
+            f"settings file {path} is not a TOML text file: byte {e.start} is not UTF-8",
+            hint="point --config (OUTBOX_CONFIG) at the TOML settings file",
+        ) from e
     except tomllib.TOMLDecodeError as e:
         raise ConfigurationError(f"settings file {path} is not valid TOML: {e}") from e
     section = data.get("outbox", data)

@@ -93,13 +93,19 @@ def test_list_and_show_tell_in_flight_queued_and_failed(tmp_path: Path) -> None:
     assert lines[2].split()[:5] == ["door-a", "online", T0.isoformat(timespec="seconds"), "a0", "1"]
 
 
-def test_an_unknown_device_is_shown_empty_and_a_missing_workspace_is_one_line(
+def test_an_unknown_device_is_an_error_and_a_missing_workspace_is_one_line(
     tmp_path: Path,
 ) -> None:
+    """A device nothing is known of is a typo until shown otherwise: one line, exit 1, and the
+    closest known name, instead of an empty device that reads as all clear."""
     ws = _workspace(tmp_path)
-    result = CliRunner().invoke(main, ["-w", str(ws), "devices", "show", "nobody", "--json"])
-    assert result.exit_code == 0
-    assert json.loads(result.output)["in_flight"] is None
+    result = CliRunner().invoke(main, ["-w", str(ws), "devices", "show", "dor-b", "--json"])
+    assert (result.exit_code, result.stdout) == (1, "")
+    assert result.stderr == (
+        "error: device 'dor-b' is unknown on queue 'devices' (did you mean 'door-b'?): it has "
+        "no task, no failed task and no recorded presence there (fix: list the devices with "
+        "`outbox devices list --destination devices`)\n"
+    )
     missing = CliRunner().invoke(main, ["-w", str(tmp_path / "none"), "devices", "list"])
     assert missing.exit_code == 1
     assert missing.output.count("\n") == 1

@@ -180,7 +180,7 @@ def test_revision_0003_upgrades_a_database_with_messages(sql_url: str) -> None:
             ).all()
         assert upgrade(engine)[0] == (  # then the later revisions
             "sql schema: applied 0003_defer_and_schedule (Deferred messages and scheduled "
-            "messages outside their session (issue 16).)"
+            "messages outside their session.)"
         )
         with engine.connect() as conn:
             after = conn.execute(

@@ -208,7 +208,7 @@ def test_revision_0004_keeps_old_inbox_rows_handled(sql_url: str) -> None:
             )
         assert upgrade(engine)[0] == (
             "sql schema: applied 0004_inbox_claims (Inbox claims: a consumer claims a message "
-            "id before its handler runs (issue 29).)"
+            "id before its handler runs.)"
         )
         queue = SqlQueue(sql_url)
         try:

@@ -1,4 +1,4 @@
-"""The claim log of two regions: outbox_claims and outbox_claim_sessions (issue 14).
+"""The claim log of two regions: outbox_claims and outbox_claim_sessions.
 
 Revision ID: 0002_claim_log
 Revises: 0001_initial

@@ -1,4 +1,4 @@
-"""Deferred messages and scheduled messages outside their session (issue 16).
+"""Deferred messages and scheduled messages outside their session.
 
 Two flags on outbox_queue_messages: ``deferred`` (set aside by ``defer``; received only by
 sequence number) and ``scheduled`` (sent with a future ``not_before``: not in its session until

@@ -1,4 +1,4 @@
-"""Inbox claims: a consumer claims a message id before its handler runs (issue 29).
+"""Inbox claims: a consumer claims a message id before its handler runs.
 
 ``outbox_inbox`` gains ``owner`` and ``lease_until``, and ``handled_at`` may be NULL: a row with
 ``handled_at`` is a handled message id, a row without it a claim of ``owner`` until

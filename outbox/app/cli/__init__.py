@@ -23,7 +23,7 @@ from outbox.app.cli import (
     status,
 )
 from outbox.app.cli.output import setup_logging
-from outbox.app.cli.support import CliContext, OutboxGroup
+from outbox.app.cli.support import CliContext, OutboxGroup, not_empty
 from outbox.app.cli.telemetry_options import use_log_format
 
 
@@ -32,11 +32,15 @@ from outbox.app.cli.telemetry_options import use_log_format
     "--workspace",
     "-w",
     envvar="OUTBOX_WORKSPACE",
+    metavar="DIR",
+    callback=not_empty,
     help="Workspace folder (Delta table + SQLite). Default ./.outbox.",
 )
 @click.option(
     "--config",
     envvar="OUTBOX_CONFIG",
+    metavar="FILE",
+    callback=not_empty,
     help="Settings file (TOML). Default <workspace>/outbox.toml.",
 )
 @click.option("--verbose", "-v", is_flag=True, help="Debug logging.")

@@ -14,13 +14,26 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from outbox.app.cli.output import ask, echo, emit_json, print_kv, print_table, progress
-from outbox.app.cli.support import CliContext, json_option, open_queue, pass_cli
-from outbox.core.errors import ValidationError
+from outbox.app.cli.support import CliContext, json_option, limit_option, open_queue, pass_cli
+from outbox.core.errors import MessageNotFoundError, ValidationError
 
 if TYPE_CHECKING:  # the queue pulls in SQLAlchemy: import it when a command runs, not for --help
     from dispatcher.queue.messages import DeadLetter
 
 _SELECTION_HELP = "Give IDs, --all, or --where KEY=VALUE (keys: queue, reason, session_id, ...)."
+#: The largest id any backend has: a 64-bit integer (the SQL queue's ids, Service Bus sequence
+#: numbers, Kafka's partition and offset).
+MAX_ID = 2**63 - 1
+
+
+def _no_such_id(dead_letter_id: int) -> None:
+    """An id past any id there can be is simply not there: the same line as for an id that is
+    not (rather than the database driver's overflow, which reads like a bug)."""
+    if dead_letter_id > MAX_ID:
+        raise MessageNotFoundError(
+            f"no dead letter has id {dead_letter_id}",
+            hint="list them with `outbox dead-letters list`",
+        )
 
 
 def _dead_letter_dict(d: DeadLetter) -> dict[str, Any]:
@@ -102,7 +115,7 @@ def dead_letters_group(ctx: click.Context, *, use_sql: bool, kafka_topic: str | 
 @dead_letters_group.command("list")
 @click.option("--queue", "queue_name", help="Only this queue.")
 @click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter (repeatable).")
-@click.option("--limit", "-n", default=50, show_default=True, type=click.IntRange(min=1))
+@limit_option(50)
 @json_option
 @pass_cli
 def list_cmd(
@@ -138,6 +151,7 @@ def list_cmd(
 @pass_cli
 def show_cmd(cli: CliContext, *, dead_letter_id: int, as_json: bool) -> None:
     """One dead letter in full, body included."""
+    _no_such_id(dead_letter_id)
     with _dead_letters(cli) as queue:
         d = queue.get_dead_letter(dead_letter_id)
     data = _dead_letter_dict(d)
@@ -163,6 +177,8 @@ def _bulk(
             hint=f"e.g. outbox dead-letters {verb} 12 13, {verb} --where reason=Timeout, or "
             f"{verb} --all" + (" --yes" if verb == "purge" else ""),
         )
+    for dead_letter_id in ids:
+        _no_such_id(dead_letter_id)
     selection: dict[str, Any] = {
         "ids": list(ids) if ids else None,
         "where": _where(where) or None,

@@ -9,7 +9,9 @@ from datetime import datetime
 import click
 
 from outbox.app.cli.output import emit_json, print_kv, print_table
-from outbox.app.cli.support import CliContext, json_option, open_queue, pass_cli
+from outbox.app.cli.support import MAX_LIMIT, CliContext, json_option, open_queue, pass_cli
+from outbox.core.errors import ValidationError
+from outbox.core.settings import did_you_mean
 
 
 def _at(when: datetime | None) -> str:
@@ -27,7 +29,7 @@ _limit = click.option(
     "--limit",
     default=10_000,
     show_default=True,
-    type=click.IntRange(min=1),
+    type=click.IntRange(1, MAX_LIMIT),
     help="Read at most this many queued tasks and this many failed ones.",
 )
 
@@ -81,11 +83,19 @@ def list_cmd(cli: CliContext, destination: str, limit: int, as_json: bool) -> No
 def show_cmd(cli: CliContext, device: str, destination: str, limit: int, as_json: bool) -> None:
     """One device: its presence, each task with its tries, last try and next try, and its
     failed tasks."""
-    from dispatcher.mqtt.devices import DeviceStatus, device_statuses
+    from dispatcher.mqtt.devices import device_statuses
 
     with open_queue(cli) as queue:
         found = device_statuses(queue, destination, limit=limit, device=device)
-    status = found[0] if found else DeviceStatus(device)
+        if not found:  # a typo would otherwise show an empty device: all clear
+            known = [s.device for s in device_statuses(queue, destination, limit=limit)]
+            raise ValidationError(
+                f"device {device!r} is unknown on queue {destination!r}"
+                f"{did_you_mean(device, known)}: it has no task, no failed task and no "
+                "recorded presence there",
+                hint=f"list the devices with `outbox devices list --destination {destination}`",
+            )
+    status = found[0]
     if as_json:
         emit_json(status.to_dict(details=True))
         return

@@ -8,9 +8,8 @@ import click
 
 from outbox.app.cli import exit_codes
 from outbox.app.cli.output import echo_err, emit_json, print_kv
-from outbox.app.cli.support import CliContext, json_option, pass_cli
+from outbox.app.cli.support import DURATION, CliContext, json_option, pass_cli
 from outbox.app.cli.telemetry_options import metrics_port_option, start_telemetry
-from outbox.core.durations import parse_duration
 
 log = logging.getLogger("outbox.worker")
 
@@ -38,15 +37,16 @@ log = logging.getLogger("outbox.worker")
 )
 @click.option(
     "--poll-interval",
+    type=DURATION,
     default="500ms",
     show_default=True,
     help="Wait between receives when the queue has nothing ready.",
 )
 @click.option(
     "--max-backoff",
+    type=DURATION,
     default="5m",
     show_default=True,
-    metavar="DURATION",
     help="Longest wait before a failed command is tried again (the wait doubles per failure).",
 )
 @metrics_port_option
@@ -60,8 +60,8 @@ def run_dispatcher(
     batch_size: int,
     once: bool,
     until_idle: bool,
-    poll_interval: str,
-    max_backoff: str,
+    poll_interval: float,
+    max_backoff: float,
     as_json: bool,
 ) -> None:
     """Send what ProcessDocument commands name: documents left pending by a crash, a failed send,
@@ -69,11 +69,15 @@ def run_dispatcher(
 
     With --once or --until-idle the exit code tells cron how it went: 0 every command received
     was completed, 1 one was abandoned (it is retried later), dead-lettered or lost its lock."""
+    if once and until_idle:  # each names when to stop: which one was meant is a guess
+        raise click.UsageError(
+            "--once and --until-idle exclude each other: --once stops when nothing is "
+            "deliverable now, --until-idle waits for scheduled and backed-off commands too",
+            ctx=click.get_current_context(),
+        )
     from dispatcher.worker import DispatcherWorker
     from outbox.app.facade import Outbox
 
-    interval = parse_duration(poll_interval, name="--poll-interval")
-    backoff_max = parse_duration(max_backoff, name="--max-backoff")
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
         start_telemetry(
@@ -87,8 +91,8 @@ def run_dispatcher(
             ob.runtime,
             concurrency=concurrency,
             batch_size=batch_size,
-            poll_interval=interval,
-            backoff_max=backoff_max,
+            poll_interval=poll_interval,
+            backoff_max=max_backoff,
         )
         log.info(
             "run-dispatcher: queue %r (%s), table %s, concurrency %d%s",

@@ -22,14 +22,19 @@ code   name                 meaning
                             which
 130    INTERRUPTED          Ctrl-C (SIGINT): stopped before finishing; nothing committed was
                             lost (128 + SIGINT, as shells report it)
+141    BROKEN_PIPE          the reader of the output went away (``outbox status | head -1``):
+                            the command stopped writing there, quietly; what it had done is
+                            done (128 + SIGPIPE, as shells report ``yes | head -1``)
 =====  ===================  ===================================================================
 
 The long-running commands (``run-dispatcher``, ``rescue --every``, ``run-gateway``) take the first
 SIGTERM or Ctrl-C as "stop": they finish the work in hand and exit 0 (``--once``/``--until-idle``:
 0 or 1 by what they did), since nothing was cut short. 130 is for a command Ctrl-C cut short (a
-one-shot command, or the second Ctrl-C). A bad duration or setting value is an ``OutboxError``
-(1); 2 is click's own checks of the command line (unknown option, a value not of the option's
-type or range).
+one-shot command, or the second Ctrl-C). A bad duration (no unit, a zero wait) or setting value
+is an ``OutboxError`` (1), like the same value in a settings file; 2 is the command line's own
+shape: click's checks (unknown option, a value not of the option's type or range, before or
+after the command name), options that exclude each other (``--once --until-idle``) and an empty
+``--workspace``/``--config``.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ PENDING_TOO_OLD: Final = 3
 DEAD_LETTERS: Final = 4
 INVARIANT_BROKEN: Final = 5
 INTERRUPTED: Final = 130
+BROKEN_PIPE: Final = 141
 
 #: name -> code, for the docs and the test that keeps the numbers distinct.
 ALL: Final[dict[str, int]] = {
@@ -53,4 +59,5 @@ ALL: Final[dict[str, int]] = {
     "DEAD_LETTERS": DEAD_LETTERS,
     "INVARIANT_BROKEN": INVARIANT_BROKEN,
     "INTERRUPTED": INTERRUPTED,
+    "BROKEN_PIPE": BROKEN_PIPE,
 }

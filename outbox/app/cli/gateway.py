@@ -11,9 +11,8 @@ import logging
 import click
 
 from outbox.app.cli.output import emit_json, print_kv
-from outbox.app.cli.support import CliContext, json_option, pass_cli
+from outbox.app.cli.support import DURATION, CliContext, json_option, pass_cli
 from outbox.app.cli.telemetry_options import metrics_port_option, start_gateway_telemetry
-from outbox.core.durations import parse_duration
 
 log = logging.getLogger("outbox.gateway")
 
@@ -58,9 +57,9 @@ def run_gateway() -> None:
 )
 @click.option(
     "--retry-interval",
+    type=DURATION,
     default="10s",
     show_default=True,
-    metavar="DURATION",
     help="Publish the same task again after this long without an ack (at most 5m).",
 )
 @click.option(
@@ -87,16 +86,16 @@ def run_gateway() -> None:
 )
 @click.option(
     "--time-to-live",
+    type=DURATION,
     default=None,
-    metavar="DURATION",
     help="Dead-letter a task this old (Expired) instead of publishing it; a message's "
     "expires_at header also counts.",
 )
 @click.option(
     "--poll-interval",
+    type=DURATION,
     default="500ms",
     show_default=True,
-    metavar="DURATION",
     help="Wait between receives when no device has a task ready (an ack ends the wait).",
 )
 @click.option("--once", is_flag=True, help="Serve what is ready now, then exit.")
@@ -117,12 +116,12 @@ def mqtt(
     ack_topic: str,
     status_topic: str,
     ack_group: str,
-    retry_interval: str,
+    retry_interval: float,
     max_tries: int,
     max_in_flight: int,
     batch: int,
-    time_to_live: str | None,
-    poll_interval: str,
+    time_to_live: float | None,
+    poll_interval: float,
     once: bool,
     as_json: bool,
 ) -> None:
@@ -144,16 +143,14 @@ def mqtt(
         destination=destination,
         topic=topic,
         ack_topic=ack_topic,
-        retry_interval=parse_duration(retry_interval, name="--retry-interval"),
+        retry_interval=retry_interval,
         status_topic=status_topic or None,
         ack_group=ack_group or None,
         max_tries=max_tries,
         max_in_flight=max_in_flight,
         batch=batch,
-        poll_interval=parse_duration(poll_interval, name="--poll-interval"),
-        time_to_live=(
-            parse_duration(time_to_live, name="--time-to-live") if time_to_live else None
-        ),
+        poll_interval=poll_interval,
+        time_to_live=time_to_live,
     ).checked()
     endpoint = MqttBroker.parse(
         broker, username=username, password=password, tls=tls or None, ca_file=ca_file

@@ -7,12 +7,17 @@ The contract (scripts rely on it):
   without filtering.
 * **``--json``**: stdout holds exactly one JSON document, pretty-printed with sorted keys: an
   object for every command, except the list commands (``queue peek``, ``dead-letters list``),
-  which print an array of objects. Datetimes are ISO 8601 strings, bytes are UTF-8 text. The
-  one stream is ``rescue --every --json``: one compact object per pass, one per line (JSON
-  Lines), so a log shipper can split them.
+  which print an array of objects. Datetimes are ISO 8601 strings, bytes are UTF-8 text. A
+  duration or an age is a number of seconds and its key ends in ``_s`` (``duration_s``,
+  ``lag_s``, ``oldest_pending_age_s``): see :func:`unit_keys`. The one stream is
+  ``rescue --every --json``: one compact object per pass, one per line (JSON Lines), so a log
+  shipper can split them.
 * **Without ``--json``**: on a terminal, rich tables and progress bars; piped or redirected,
   plain text with aligned columns (``# title``, a header row, then one row per line; columns are
   separated by at least two spaces) and progress as log lines on stderr.
+* **A reader that stops reading** (``outbox status | head -1``) ends the command quietly with
+  exit code 141 (:data:`exit_codes.BROKEN_PIPE`), as it ends ``yes`` or ``git log``: every
+  write here turns the broken pipe into :class:`OutputClosed`.
 
 Rich is imported only when a terminal is there to draw on: ``outbox --help`` stays fast.
 """
@@ -35,7 +40,18 @@ import click
 #: Loggers whose per-pass and per-batch INFO lines drown a story; ``--verbose`` keeps them.
 CHATTY_LOGGERS = ("outbox.rescuer", "outbox.worker", "outbox.dispatcher", "outbox.app.checker")
 _NOISY_LIBRARIES = ("py4j", "alembic", "urllib3")
+#: Rust targets quiet even with ``-v`` (an env_logger filter): the AWS SDK's credential chain
+#: warns once per source it tries (the metadata endpoint, profiles) before every "no credentials"
+#: error, which our own error line replaces with the settings to set.
+QUIET_RUST_LOGGERS = "aws_config=error"
 _GAP = "  "
+#: A duration's key names its unit, and the one unit is the second (``_s``); the library's own
+#: names for the same values (``lag_seconds``, a report's ``seconds``, a retention in
+#: ``_hours``) are renamed on their way out, so every command follows the one convention.
+_SECONDS_SUFFIXES = {"_seconds": 1, "_hours": 3600}
+_BARE_NAMES = {"seconds": "duration_s"}
+#: Mappings whose keys are the user's (a message's application properties), never renamed.
+_USER_KEYS = frozenset({"headers"})
 
 
 def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
@@ -50,9 +66,9 @@ def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
         logging.getLogger(noisy).setLevel(logging.WARNING)
     # deltalake's Rust side logs to stderr by itself (env_logger, read when deltalake is first
     # imported, which the commands do later): without credentials the AWS SDK prints WARN lines
-    # about the metadata endpoint before our one-line error (issue 32). A RUST_LOG the user set
-    # is kept.
-    os.environ.setdefault("RUST_LOG", "warn" if verbose else "off")
+    # about the metadata endpoint before our one-line error (issue 32), which already says what
+    # to set. -v keeps Rust's other warnings, not those. A RUST_LOG the user set is kept.
+    os.environ.setdefault("RUST_LOG", f"warn,{QUIET_RUST_LOGGERS}" if verbose else "off")
 
 
 def quiet_chatty_loggers(verbose: bool) -> None:
@@ -116,24 +132,80 @@ def snake_keys(data: dict[str, Any], *fields: str) -> dict[str, Any]:
     return out
 
 
+def unit_keys(data: Any) -> Any:
+    """``data`` with every duration keyed in seconds, ``_s``: ``lag_seconds`` -> ``lag_s``,
+    ``seconds`` -> ``duration_s``, ``vacuum_retention_hours`` (2) -> ``vacuum_retention_s``
+    (7200). Scripts then read one unit from every command, whatever the report's field is
+    called in Python. A message's headers keep their keys: those names are the user's."""
+    if isinstance(data, list | tuple):
+        return [unit_keys(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out: dict[Any, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or key in _USER_KEYS:
+            out[key] = value
+            continue
+        name, factor = _BARE_NAMES.get(key, key), 1
+        for suffix, seconds in _SECONDS_SUFFIXES.items():
+            if name.endswith(suffix):
+                name, factor = name.removesuffix(suffix) + "_s", seconds
+        scaled = factor != 1 and isinstance(value, int | float) and not isinstance(value, bool)
+        out[name] = value * factor if scaled else unit_keys(value)
+    return out
+
+
 def emit_json(data: Any) -> None:
     """The ``--json`` result: one JSON document on stdout (pretty, sorted keys)."""
-    click.echo(json.dumps(data, default=json_default, indent=2, sort_keys=True))
+    _write(json.dumps(unit_keys(data), default=json_default, indent=2, sort_keys=True))
 
 
 def emit_json_line(data: Any) -> None:
     """One compact JSON object on one stdout line: for commands that report repeatedly."""
-    click.echo(json.dumps(data, default=json_default, sort_keys=True))
+    _write(json.dumps(unit_keys(data), default=json_default, sort_keys=True))
 
 
 def echo(line: str) -> None:
     """A line of the result for a person (stdout)."""
-    click.echo(line)
+    _write(line)
 
 
 def echo_err(line: str) -> None:
     """A line about the run rather than its result (stderr): errors, warnings, health verdicts."""
-    click.echo(line, err=True)
+    _write(line, err=True)
+
+
+class OutputClosed(BaseException):
+    """The reader of stdout (or stderr) went away: ``outbox status | head -1`` once ``head`` has
+    its line. A ``BaseException``, like ``KeyboardInterrupt``, so no command's ``except
+    Exception`` takes it for a failure of its own work (a rescue loop would report it every
+    pass); the CLI ends quietly with ``exit_codes.BROKEN_PIPE``."""
+
+    def __init__(self, err: bool) -> None:
+        super().__init__("stderr" if err else "stdout")
+        self.err = err
+
+
+def _write(text: str, *, err: bool = False) -> None:
+    try:
+        click.echo(text, err=err)
+    except BrokenPipeError as e:
+        raise OutputClosed(err) from e
+
+
+def discard_closed_output(closed: OutputClosed) -> None:
+    """Point the closed stream at /dev/null: what is still buffered for it would otherwise fail
+    again when Python flushes it at exit, and print "Exception ignored ... BrokenPipeError"."""
+    stream = sys.stderr if closed.err else sys.stdout
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a real file (tests capture into memory)
+        return
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, fd)
+    finally:
+        os.close(devnull)
 
 
 def text_value(value: Any) -> str:
@@ -186,9 +258,9 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
             table.add_row(*r)
         Console().print(table)
         return
-    click.echo(f"# {title}")
+    _write(f"# {title}")
     for line in aligned(columns, cells):
-        click.echo(line)
+        _write(line)
 
 
 def print_kv(title: str, pairs: Iterable[tuple[str, Any]]) -> None:
@@ -206,7 +278,7 @@ def stepper(as_json: bool, logger: str) -> Callable[[str], None]:
 
         console = Console()
         return lambda msg: console.print(f"[bold cyan]>[/] {msg}")
-    return lambda msg: click.echo(f"> {msg}")
+    return lambda msg: _write(f"> {msg}")
 
 
 @contextmanager

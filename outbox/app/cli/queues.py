@@ -2,12 +2,21 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from outbox.app.cli.output import emit_json, print_table
-from outbox.app.cli.support import CliContext, json_option, open_queue, pass_cli
+from outbox.app.cli.support import CliContext, json_option, limit_option, open_queue, pass_cli
+from outbox.core.errors import ValidationError
+from outbox.core.settings import TOPIC_PREFIX, Settings, did_you_mean
+
+if TYPE_CHECKING:
+    from dispatcher.queue.sql_queue import SqlQueue
 
 _BODY_PREVIEW = 60
+#: Known queue names an "unknown queue" error lists (``outbox queue stats`` shows them all).
+_LISTED = 10
 
 
 def _preview(body: bytes) -> str:
@@ -47,9 +56,38 @@ def stats_cmd(cli: CliContext, as_json: bool) -> None:
     )
 
 
+def named_queues(settings: Settings) -> set[str]:
+    """The queues the settings name: the command queue and the declared destinations."""
+    named = {settings.command_queue, *settings.destinations}
+    named |= {d.removeprefix(TOPIC_PREFIX) for d in settings.servicebus_destinations}
+    if settings.default_destination:
+        named.add(settings.default_destination)
+    return named
+
+
+def check_known_queue(queue: SqlQueue, name: str, settings: Settings) -> None:
+    """``ValidationError`` unless ``name`` holds messages or dead letters, or a setting names it.
+
+    The queue has no list of queues (one is there once something is sent to it), so a typo
+    such as ``queue peek shipmnets`` would otherwise read as an empty queue: all clear. A queue
+    that was drained and that no setting names is unknown here too; the message says why."""
+    held = set(queue.stats())
+    if name in held or name in named_queues(settings):
+        return
+    known = sorted(held | named_queues(settings))
+    listed = ", ".join(known[:_LISTED]) + (", ..." if len(known) > _LISTED else "")
+    raise ValidationError(
+        f"queue {name!r} is unknown{did_you_mean(name, known)}: it holds no messages or dead "
+        "letters, and no setting names it",
+        hint=f"peek one of {listed} (`outbox queue stats` lists them)"
+        if known
+        else "nothing was sent to any queue yet",
+    )
+
+
 @queue_group.command("peek")
 @click.argument("queue_name", metavar="QUEUE")
-@click.option("--limit", "-n", default=20, show_default=True, type=click.IntRange(min=1))
+@limit_option(20)
 @click.option(
     "--deferred",
     is_flag=True,
@@ -61,6 +99,8 @@ def peek_cmd(cli: CliContext, queue_name: str, limit: int, deferred: bool, as_js
     """Show messages in delivery order without locking or removing them."""
     with open_queue(cli) as queue:
         messages = queue.peek(queue_name, limit, deferred=deferred)
+        if not messages:
+            check_known_queue(queue, queue_name, cli.settings())
     if as_json:
         emit_json(
             [
