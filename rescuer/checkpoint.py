@@ -10,12 +10,19 @@ Every write says which generation it read; a write against a moved row changes n
 
 The checkpoint lives in the SQL database (table ``outbox_checkpoints``, keyed by table URI and
 rescuer name); ``InMemoryCheckpointStore`` has the same semantics for fast tests.
+
+Why one module: a rescuer exists exactly as long as its checkpoint does, so the rules about
+rescuers themselves are rules about checkpoints and sit with them: which name may start one
+(``require_known_rescuer``: a typo must not start a rescuer that holds the log for good) and
+which ones are stale and hold back the log trim and vacuum (``stale_rescuers``, for
+``outbox status``).
 """
 
 from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any, Protocol
@@ -24,7 +31,9 @@ from sqlalchemy import Engine, and_, delete, insert, select, update
 from sqlalchemy.exc import DBAPIError, IntegrityError
 
 from outbox.core.clock import utc
-from outbox.core.errors import CheckpointConflictError, CheckpointError
+from outbox.core.durations import format_duration
+from outbox.core.errors import CheckpointConflictError, CheckpointError, ValidationError
+from outbox.core.settings import did_you_mean
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +106,118 @@ def _validate(cp: Checkpoint) -> Checkpoint:
             hint="run `outbox rescue --full` to sweep the table and store a fresh checkpoint",
         )
     return cp
+
+
+#: The rescuer ``outbox rescue`` runs when neither ``--name`` nor ``rescuer_name`` says another.
+DEFAULT_RESCUER = "default"
+#: A rescuer whose last pass is older than this is stale (``stale_rescuers``).
+STALE_AFTER = 3600.0
+
+
+def check_rescuer_name(name: str, *, flag: str = "--name") -> str:
+    """``name`` if it can be a rescuer's name. Why refuse an empty one: it used to mean
+    ``default`` quietly, so a script with an unset variable ran (or forgot) another rescuer than
+    it said; a name with spaces around it is a typo of the name without them."""
+    if not name.strip():
+        raise ValidationError(
+            f"{flag}: a rescuer name cannot be empty",
+            hint=f"leave {flag} out for the rescuer_name setting ({DEFAULT_RESCUER!r} unless set), "
+            "or give a name"
+            if flag.startswith("--")
+            else f"give it a name, or unset it for {DEFAULT_RESCUER!r}",
+        )
+    if name != name.strip():
+        raise ValidationError(
+            f"{flag} {name!r} has spaces around it", hint=f"write it as {name.strip()!r}"
+        )
+    return name
+
+
+def require_known_rescuer(
+    store: CheckpointStore, table_uri: str, name: str, *, new: bool, flag: str = "--new"
+) -> None:
+    """Refuse to start a rescuer by accident, or to "start" one that exists.
+
+    Why: a rescuer's first pass stores its checkpoint, and the oldest checkpoint holds back the
+    log trim and vacuum until it is forgotten (like a replication slot). A mistyped name would
+    start a rescuer nobody runs again, holding the log for good; so a name without a checkpoint
+    (other than ``DEFAULT_RESCUER``, which a fresh workspace starts with) needs ``new``, and the
+    error names the rescuers the table has. ``new`` for a name that has a checkpoint is refused
+    too: it would say "start" where the pass continues.
+    """
+    exists = store.generation(table_uri, name) is not None
+    if exists and new:
+        raise ValidationError(
+            f"{flag}: rescuer {name!r} already has a checkpoint for {table_uri}; nothing was run",
+            hint=f"drop {flag} to continue it, or pick a name no rescuer of the table has",
+        )
+    if exists or new or name == DEFAULT_RESCUER:
+        return
+    known = sorted(cp.rescuer_name for cp in store.list(table_uri))
+    has = ", ".join(repr(n) for n in known) if known else "none yet"
+    raise ValidationError(
+        f"rescuer {name!r} has no checkpoint for {table_uri} (its rescuers: {has})"
+        f"{did_you_mean(name, known)}; nothing was run",
+        hint=f"check the name, or add {flag} to start a rescuer under it (its checkpoint then "
+        f"holds back the log trim and vacuum until `outbox rescue --name {name} --forget`)",
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class StaleRescuer:
+    """A rescuer that has not run for ``idle_s`` seconds and alone keeps ``versions_held``
+    versions of the Delta log (and the vacuum's history) from being removed."""
+
+    rescuer_name: str
+    version: int
+    last_pass_at: datetime | None
+    idle_s: float
+    versions_held: int
+
+    def describe(self) -> str:
+        """One line for an operator: who, since when, what it holds."""
+        return (
+            f"rescuer {self.rescuer_name!r} has not run for {format_duration(self.idle_s)} and "
+            f"holds back {self.versions_held} version(s) of the log (its checkpoint is at "
+            f"version {self.version})"
+        )
+
+
+def stale_rescuers(
+    checkpoints: Iterable[Checkpoint],
+    *,
+    latest_version: int,
+    now: datetime,
+    stale_after: float = STALE_AFTER,
+) -> list[StaleRescuer]:
+    """The rescuers of one table that have not run for ``stale_after`` seconds and hold back the
+    log, the one holding back most first.
+
+    Why: the log trim and the vacuum keep every version from the oldest checkpoint on
+    (``outbox.app.maintenance.oldest_needed_version``), so a retired rescuer, or one started by a
+    typo, keeps the log growing for good while nothing looks wrong. A stale rescuer holds back the
+    versions between its checkpoint and the oldest checkpoint of a rescuer that still runs (the
+    table's latest version when none does); one at that point or past it holds back nothing.
+    ``checkpoints`` are the table's (``CheckpointStore.list(table_uri)``); a checkpoint that never
+    covered a version holds nothing.
+    """
+    now = utc(now)
+    fresh: list[int] = []
+    stale: list[tuple[Checkpoint, float]] = []
+    for cp in checkpoints:
+        last = cp.last_pass_at or cp.updated_at
+        idle = max(0.0, (now - utc(last)).total_seconds())
+        if idle >= stale_after:
+            stale.append((cp, idle))
+        elif cp.version is not None:
+            fresh.append(cp.version)
+    floor = min([*fresh, latest_version])
+    found = [
+        StaleRescuer(cp.rescuer_name, v, cp.last_pass_at, round(idle, 1), floor - v)
+        for cp, idle in stale
+        if (v := cp.version) is not None and v < floor
+    ]
+    return sorted(found, key=lambda s: (-s.versions_held, s.rescuer_name))
 
 
 class ClosableCheckpointStore(CheckpointStore, Protocol):
@@ -235,6 +356,8 @@ class SqlCheckpointStore:
         )
 
     def _db_error(self, what: str, e: DBAPIError) -> CheckpointError:
+        from outbox.core.sql import explain
+
         url = self._engine.url.render_as_string(hide_password=True)
         first = str(e.orig or e).strip().splitlines()[0]
         if "no such table" in first or "does not exist" in first:
@@ -242,6 +365,10 @@ class SqlCheckpointStore:
                 f"{what}: the checkpoint table is missing in {url}",
                 hint="run `outbox migrate` to create the SQL schema",
             )
+        known = explain(e, "database", url)  # locked, full, read-only: each has its own fix
+        if known is not None:
+            problem, fix, _retryable = known
+            return CheckpointError(f"{what}: {problem}", hint=fix)
         return CheckpointError(
             f"{what}: the database {url} failed: {first}",
             hint="check that the database is reachable, then retry the pass",

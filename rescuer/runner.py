@@ -72,8 +72,11 @@ class PassReport:
     timings: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
+        """The ``--json`` report. A pass with nothing old enough to plan is ``"mode": "idle"``,
+        as the text says ``mode=idle`` (``mode`` stays None on the object)."""
         d = asdict(self)
         d["started_at"] = self.started_at.isoformat()
+        d["mode"] = self.mode or "idle"
         return d
 
     def summary(self) -> str:

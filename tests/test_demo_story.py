@@ -190,21 +190,21 @@ def test_the_devices_story_says_so_when_the_online_devices_were_not_done(
 ) -> None:
     """The devices story printed "the others are done" and "every device acked every task"
     whatever happened; now each is derived (here: the first wait gives up at once)."""
-    from outbox.testing.devices import DeviceSimulator
-    from outbox.testing.mosquitto import MosquittoServer
+    from outbox.app.demos import devices as demo_devices
+    from outbox.testing.mosquitto import mosquitto_binary
 
-    if not MosquittoServer().available:
+    if mosquitto_binary() is None:
         if os.environ.get("CI"):
             pytest.fail("mosquitto is not installed; scripts/test.sh installs it")
         pytest.skip("mosquitto is not installed here (scripts/ensure-mosquitto.sh installs it)")
-    real_wait = DeviceSimulator.wait_for
+    real_wait = demo_devices._wait
     waits = [0]
 
-    def first_gives_up(self: DeviceSimulator, condition: Any, timeout: float) -> bool:
+    def first_gives_up(done: Any) -> bool:
         waits[0] += 1
-        return False if waits[0] == 1 else real_wait(self, condition, timeout)
+        return False if waits[0] == 1 else real_wait(done)
 
-    monkeypatch.setattr(DeviceSimulator, "wait_for", first_gives_up)
+    monkeypatch.setattr(demo_devices, "_wait", first_gives_up)
     caplog.set_level(logging.INFO, logger="outbox.app.demos.shipments")
     result = CliRunner().invoke(main, ["demo", "devices", "--json"])
     assert result.exit_code == 5, result.output

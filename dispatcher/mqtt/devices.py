@@ -108,9 +108,12 @@ def device_statuses(
     """Every device known on ``destination`` (with a status, tasks queued or failed; the first
     ``limit`` tasks and failures), sorted by device; only ``device`` when given."""
     where = {"session_id": device} if device is not None else None
-    messages = [
-        m for m in queue.receiver.peek(destination, limit, session_id=device) if m.session_id
-    ]
+    peeked = (
+        queue.receiver.peek(destination, limit)
+        if device is None
+        else queue.receiver.peek_session(destination, device, limit)
+    )
+    messages = [m for m in peeked if m.session_id]
     dead = queue.admin.list_dead_letters(destination, limit, where=where)
     states = queue.sessions.states(destination, None if device is None else [device])
     by_device: dict[str, DeviceStatus] = {}

@@ -280,9 +280,33 @@ class SqlQueueReceiver:
     # --- settling --------------------------------------------------------------------------
 
     @staticmethod
-    def _lost(label: str) -> LockLostError:
+    def _lost_in(conn: Connection, params: dict[str, Any], label: str) -> LockLostError:
+        """Why a settlement matched no row, read from the row as it is now (only on this failure
+        path): gone (settled already: a second ``complete`` used to be told its lock expired),
+        still under this lock but expired, or under another receiver's lock."""
+        token = params["token"]
+        if "seq" not in params:  # a bare lock token: its message cannot be looked up otherwise
+            return LockLostError(
+                f"{label}: no message holds this lock any more (it was settled already, or the "
+                "lock ran out and the message was received again); nothing changed",
+                hint="settle each received message once, within lock_duration (or renew_lock)",
+            )
+        row = conn.execute(
+            select(M.c.lock_token).where(M.c.sequence_number == params["seq"])
+        ).first()
+        if row is None:
+            return LockLostError(
+                f"{label}: it is no longer in the queue: it was settled already (completed or "
+                "dead-lettered, by this receiver or by another after this lock ran out); nothing "
+                "changed",
+                hint="settle each received message once",
+            )
+        if row.lock_token == token:
+            why = "its lock expired"
+        else:
+            why = "its lock ran out and it went back to the queue or to another receiver"
         return LockLostError(
-            f"{label}: the lock expired or belongs to another receiver; nothing changed",
+            f"{label}: {why}; nothing changed",
             hint="the message will be (or was) redelivered; settle within lock_duration or "
             "call renew_lock",
         )
@@ -294,7 +318,7 @@ class SqlQueueReceiver:
             params["now"] = self._encode_time(self._options.now())
             sql = self._sql["complete_token" if "seq" not in params else "complete"]
             if conn.exec_driver_sql(sql, params).rowcount != 1:
-                raise self._lost(label)
+                raise self._lost_in(conn, params, label)
 
     def complete_in(self, conn: Connection, msg: ReceivedMessage, now: datetime) -> bool:
         """``complete`` in the caller's transaction, with the lock valid at ``now``; False when
@@ -400,7 +424,7 @@ class SqlQueueReceiver:
             params["until"] = self._encode_time(until)
             sql = self._sql["renew_token" if "seq" not in params else "renew"]
             if conn.exec_driver_sql(sql, params).rowcount != 1:
-                raise self._lost(label)
+                raise self._lost_in(conn, params, label)
         return until
 
     def _lock_params(self, target: Settleable) -> tuple[dict[str, Any], str]:
@@ -450,21 +474,22 @@ class SqlQueueReceiver:
             stmt = stmt.with_for_update()
         row = conn.execute(stmt).first()
         if row is None:
-            raise self._lost(label)
+            raise self._lost_in(conn, params, label)
         return int(row.sequence_number), int(row.delivery_count)
 
     # --- looking ---------------------------------------------------------------------------
 
-    def peek(
-        self,
-        queue: str,
-        limit: int = 10,
-        *,
-        deferred: bool = False,
-        session_id: str | None = None,
+    def peek(self, queue: str, limit: int = 10, *, deferred: bool = False) -> list[PeekedMessage]:
+        """See ``QueueReceiver.peek``; ``deferred=True`` shows only deferred messages."""
+        return self._peek(queue, limit, deferred=deferred, session_id=None)
+
+    def peek_session(self, queue: str, session_id: str, limit: int = 10) -> list[PeekedMessage]:
+        """``peek`` of one session's messages (``outbox devices show``: one device's tasks)."""
+        return self._peek(queue, limit, deferred=False, session_id=session_id)
+
+    def _peek(
+        self, queue: str, limit: int, *, deferred: bool, session_id: str | None
     ) -> list[PeekedMessage]:
-        """See ``QueueReceiver.peek``; ``deferred=True`` shows only deferred messages,
-        ``session_id`` only that session's."""
         validation.queue_name(queue)
         validation.positive("limit", limit)
         validation.identifier("session_id", session_id, optional=True)

@@ -99,7 +99,8 @@ def test_migrate_rescue_status_and_forget_use_cosmos(
     assert oldest_needed_version(settings.sql_url, store.uri, settings=settings) == v + 1
     assert oldest_needed_version(settings.sql_url, store.uri) is None  # the SQL table is empty
 
-    gone = runner.invoke(main, ["-w", ws, "rescue", "--forget", "--json"], env=env)
+    forget = ["-w", ws, "rescue", "--name", "default", "--forget", "--yes", "--json"]
+    gone = runner.invoke(main, forget, env=env)
     assert gone.exit_code == 0, gone.output
     assert json.loads(gone.output)["forgot"] is True
     assert cosmos.list() == []
@@ -133,7 +134,8 @@ def test_an_unreachable_account_is_one_line_naming_the_endpoint(tmp_path: Path) 
         "OUTBOX_COSMOS_ENDPOINT": endpoint,
         "OUTBOX_COSMOS_KEY": "a2V5",
     }
-    result = CliRunner().invoke(main, ["-w", str(tmp_path / "ws"), "rescue", "--forget"], env=env)
+    forget = ["-w", str(tmp_path / "ws"), "rescue", "--name", "default", "--forget", "--yes"]
+    result = CliRunner().invoke(main, forget, env=env)
     assert result.exit_code != 0
     lines = result.output.strip().splitlines()
     assert len(lines) == 1, result.output

@@ -55,7 +55,7 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
     assert report["commands_enqueued"] == 1
     assert report["checkpoint_after"] == v
     idle = runner.invoke(main, ["-w", str(workspace), "rescue", "--json", "--delay", "30s"])
-    assert json.loads(idle.output[idle.output.index("{") :])["mode"] is None  # nothing new
+    assert json.loads(idle.output[idle.output.index("{") :])["mode"] == "idle"  # nothing new
     args = ["-w", str(workspace), "rescue", "--json", "--delay", "30s", "--full"]
     again = runner.invoke(main, args)
     report2 = json.loads(again.output[again.output.index("{") :])
@@ -76,7 +76,7 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
 
     sql_url = f"sqlite:///{(workspace / 'outbox.db').absolute()}"
     assert oldest_needed_version(sql_url, store.uri) == v + 1
-    forget = ["-w", str(workspace), "rescue", "--forget", "--json"]
+    forget = ["-w", str(workspace), "rescue", "--name", "default", "--forget", "--yes", "--json"]
     gone = runner.invoke(main, forget)
     assert gone.exit_code == 0, gone.output
     assert json.loads(gone.output)["forgot"] is True

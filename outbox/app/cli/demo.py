@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import signal
+import sys
+import threading
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from types import FrameType
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -12,6 +17,7 @@ from click.core import ParameterSource
 from outbox.app.cli import exit_codes
 from outbox.app.cli.output import (
     echo,
+    echo_err,
     emit_json,
     print_kv,
     progress,
@@ -57,9 +63,8 @@ def demo(
     every package's statuses arrived in order. `outbox demo geo`: the same packages across two
     regions (two queues, one claim log), the east region failing mid-run. `outbox demo devices`:
     door terminals served one task at a time over MQTT (a local mosquitto), one offline while its
-    tasks wait, then in order. Exit 0 when every invariant held, 5 when one broke."""
-    from outbox.app.demos.shipments import iter_rows, run_demo
-
+    tasks wait, then in order. Exit 0 when every invariant held, 5 when one broke, 130 on Ctrl-C
+    (children stopped, a temporary workspace removed)."""
     quiet_chatty_loggers(cli.verbose)
     target = demo_workspace
     here = click.get_current_context()
@@ -73,12 +78,80 @@ def demo(
                 f"demo workspace {path} is not an empty folder",
                 hint="pass a new folder to -w/--workspace, or omit it for a temporary one",
             )
-    step = stepper(as_json, STEP_LOGGER)
+    try:
+        with _ctrl_c() as ctrl_c:
+            _run(story, target, packages=packages, as_json=as_json, ctrl_c=ctrl_c)
+    except KeyboardInterrupt:
+        # The story stopped its children and threads on the way out (outbox.app.demos.frame).
+        where = (
+            "its temporary workspace was removed"
+            if target is None
+            else f"what it did so far is in {target}"
+        )
+        echo_err(f"interrupted: the demo stopped before finishing; {where}")
+        raise SystemExit(exit_codes.INTERRUPTED) from None
+
+
+class _CtrlC:
+    """Whether Ctrl-C was pressed; ``check()`` raises ``KeyboardInterrupt`` if so."""
+
+    def __init__(self) -> None:
+        self.pressed = False
+
+    def check(self) -> None:
+        if self.pressed:
+            raise KeyboardInterrupt
+
+
+@contextmanager
+def _ctrl_c() -> Iterator[_CtrlC]:
+    """Ctrl-C as a ``KeyboardInterrupt`` that is never lost. Python raises it wherever the main
+    thread is; inside a callback of the garbage collector (SQLAlchemy has some) it is printed as
+    "Exception ignored ... KeyboardInterrupt" with a traceback and dropped, and the demo went on.
+    So the handler also records it, such a drop stays silent, and the story checks the record at
+    each step and at its end."""
+    state = _CtrlC()
+    if threading.current_thread() is not threading.main_thread():
+        yield state
+        return
+
+    def handler(_signum: int, _frame: FrameType | None) -> None:
+        state.pressed = True
+        raise KeyboardInterrupt
+
+    def unraisable(info: Any) -> None:
+        if not (state.pressed and isinstance(info.exc_value, KeyboardInterrupt)):
+            hook(info)
+
+    hook = sys.unraisablehook
+    before = signal.signal(signal.SIGINT, handler)
+    sys.unraisablehook = unraisable
+    try:
+        yield state
+    finally:
+        signal.signal(signal.SIGINT, before)
+        sys.unraisablehook = hook
+
+
+def _run(
+    story: str | None, target: str | None, *, packages: int, as_json: bool, ctrl_c: _CtrlC
+) -> None:
+    """Tell ``story`` in ``target`` (None: a temporary folder)."""
+    from outbox.app.demos.shipments import iter_rows, run_demo
+
+    here = click.get_current_context()
+    say = stepper(as_json, STEP_LOGGER)
+
+    def step(line: str) -> None:
+        ctrl_c.check()
+        say(line)
+
     if story == "geo":
         from outbox.app.demos.geo import iter_rows as geo_rows
         from outbox.app.demos.geo import run_geo_demo
 
         geo = run_geo_demo(target, packages=packages, step=step)
+        ctrl_c.check()
         title = "delta-outbox demo geo: shipment tracking across two regions"
         _tell(geo, title, geo_rows(geo), as_json)
         return
@@ -90,10 +163,12 @@ def demo(
             raise click.UsageError("--packages does not apply to `demo devices` (it has no size)")
 
         fleet = run_devices_demo(target, step=step)
+        ctrl_c.check()
         title = "delta-outbox demo devices: one task at a time per device"
         _tell(fleet, title, devices_rows(fleet), as_json, then="devices list")
         return
     report = run_demo(target, packages=packages, step=step, bar=progress)
+    ctrl_c.check()
     title = "delta-outbox demo: shipment tracking"
     _tell(report, title, iter_rows(report), as_json, then="status")
 

@@ -76,6 +76,7 @@ def run_devices_demo(
     from dispatcher.queue import QueueMessage, SqlQueue
     from migrations.sql import upgrade
 
+    check_needs(broker)
     frame = story_workspace(
         workspace,
         "outbox-devices-demo-",
@@ -99,6 +100,29 @@ def run_devices_demo(
             report.dead_lettered = len(queue.list_dead_letters(DESTINATION))
         _sum_up(report, plan=plan, records=records, stats=stats, step=step)
     return report
+
+
+def check_needs(broker: str | None) -> None:
+    """What the story needs, checked before anything is queued (a run that fails halfway leaves
+    tasks in a kept workspace and says nothing about the rest): paho-mqtt, the ``mqtt`` extra,
+    and mosquitto unless ``broker`` names a broker. What is missing is named on one line."""
+    from dispatcher.mqtt.client import load_paho
+    from outbox.testing.mosquitto import mosquitto_binary
+
+    missing: dict[str, str] = {}
+    try:
+        load_paho()
+    except MissingDependencyError:
+        missing["the mqtt extra (paho-mqtt)"] = "pip install 'delta-outbox[mqtt]'"
+    if broker is None and mosquitto_binary() is None:
+        missing["mosquitto (a local MQTT broker)"] = "scripts/ensure-mosquitto.sh"
+    if missing:
+        raise MissingDependencyError(
+            f"the devices demo needs {' and '.join(missing)}, not installed here; nothing was "
+            "queued",
+            hint="run ./scripts/demo.sh, which installs what every demo needs (or "
+            f"{' and '.join(missing.values())})",
+        )
 
 
 def _play(
@@ -134,25 +158,31 @@ def _play(
             daemon=True,
         )
         runner.start()
-        step(f"gateway started on {address}; {offline} is offline (its retained status says so)")
-        others = total - tasks
-        if not _wait(lambda: gateway.stats.completed >= others):
-            report.problems.append("timed out waiting for the online devices")
-        (status,) = device_statuses(queue, DESTINATION, device=offline)
-        report.published_while_offline = sim.record(offline).missed
-        report.queued_behind_while_offline = status.queued + (1 if status.in_flight else 0)
-        step(
-            f"the others are done; {offline} is {status.presence}: "
-            f"{report.queued_behind_while_offline} tasks wait for it, "
-            f"{report.published_while_offline} were published to it"
-        )
-        sim.online(offline)
-        step(f"{offline} is back online")
-        if not _wait(lambda: gateway.stats.completed >= total):
-            report.problems.append(f"timed out waiting for {offline}")
-        gateway.stop()
-        runner.join(DEADLINE)
-        gateway.close()
+        try:  # however the story ends (Ctrl-C), the gateway stops before its queue closes
+            step(
+                f"gateway started on {address}; {offline} is offline (its retained status says so)"
+            )
+            others = total - tasks
+            others_done = _wait(lambda: gateway.stats.completed >= others)
+            if not others_done:
+                report.problems.append("timed out waiting for the online devices")
+            (status,) = device_statuses(queue, DESTINATION, device=offline)
+            report.published_while_offline = sim.record(offline).missed
+            report.queued_behind_while_offline = status.queued + (1 if status.in_flight else 0)
+            done = "done" if others_done else "NOT done (timed out)"
+            step(
+                f"the others are {done}; {offline} is {status.presence}: "
+                f"{report.queued_behind_while_offline} tasks wait for it, "
+                f"{report.published_while_offline} were published to it"
+            )
+            sim.online(offline)
+            step(f"{offline} is back online")
+            if not _wait(lambda: gateway.stats.completed >= total):
+                report.problems.append(f"timed out waiting for {offline}")
+        finally:
+            gateway.stop()
+            runner.join(DEADLINE)
+            gateway.close()
         return {d: sim.record(d) for d in plan}, stats_box[0] if stats_box else None
 
 
@@ -210,13 +240,8 @@ def _broker(broker: str | None) -> Iterator[str]:
     if broker is not None:
         yield broker
         return
-    server = MosquittoServer()
+    server = MosquittoServer()  # there: ``check_needs`` said so
     try:
-        if not server.available:
-            raise MissingDependencyError(
-                "the devices demo starts a mosquitto broker, and mosquitto is not installed",
-                hint="apt-get install mosquitto (scripts/ensure-mosquitto.sh does it)",
-            )
         yield server.start()
     finally:
         server.cleanup()

@@ -8,10 +8,12 @@ set up, judged and told; ``outbox.app.cli.demo`` prints every report the same wa
 from __future__ import annotations
 
 import shutil
+import signal
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, ExitStack, contextmanager, suppress
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -52,17 +54,54 @@ def story_workspace(
 ) -> Iterator[tuple[Path, R]]:
     """The story's folder and its report (``report_type(workspace=..., kept=..., **fields)``):
     ``workspace``, or a temporary folder removed afterwards when None; the report's wall time is
-    set on the way out, however the story ended."""
+    set on the way out, however the story ended (Ctrl-C included: the story stops its children
+    and threads first, see ``cleanup``, and a second Ctrl-C does not cut the removal short)."""
     t_start = time.monotonic()
     temp = workspace is None
-    ws = Path(tempfile.mkdtemp(prefix=prefix)) if temp else Path(str(workspace))
-    report = report_type(workspace=str(ws), kept=not temp, **fields)
+    ws: Path | None = None
     try:
-        yield ws, report
+        ws = Path(tempfile.mkdtemp(prefix=prefix)) if temp else Path(str(workspace))
+        report = report_type(workspace=str(ws), kept=not temp, **fields)
+        try:
+            yield ws, report
+        finally:
+            report.duration_s = round(time.monotonic() - t_start, 1)
     finally:
-        report.duration_s = round(time.monotonic() - t_start, 1)
-        if temp:
-            shutil.rmtree(ws, ignore_errors=True)
+        if temp and ws is not None:
+            with _no_interrupts():
+                shutil.rmtree(ws, ignore_errors=True)
+
+
+@contextmanager
+def cleanup() -> Iterator[ExitStack]:
+    """A stack of what a story started (a child process, threads, open stores), undone in reverse
+    before the frame removes the folder, so nothing is left running or writing into it.
+
+    When the story is already failing (Ctrl-C above all) the undoing is quiet: its own errors
+    (a store closed mid-commit) are dropped, because the first failure is the one to report and
+    the exit code must stay the interrupt's (130). On a clean end its errors are raised."""
+    stack = ExitStack()
+    try:
+        yield stack
+    except BaseException:
+        with suppress(Exception):
+            stack.close()
+        raise
+    stack.close()
+
+
+@contextmanager
+def _no_interrupts() -> Iterator[None]:
+    """Ctrl-C ignored within the block (on the main thread: only there can Python set a handler),
+    for the short steps that must not be cut in half."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    before = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 def closing_rows(

@@ -17,13 +17,17 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from outbox.app.demos.frame import Step, StoryReport, closing_rows, story_workspace
+from outbox.app.demos.frame import Step, StoryReport, cleanup, closing_rows, story_workspace
 from outbox.app.demos.shipments import DESTINATION, STATUSES, _save_status, package_id
+from outbox.core.errors import RetryableTransportError
+
+if TYPE_CHECKING:
+    from dispatcher.transports.base import Transport, TransportMessage
 
 REGIONS = ("east", "west")
 SECONDARY_DELAY = 1.5  # seconds: short, so the demo shows the failover without waiting long
@@ -80,6 +84,36 @@ class _Effects:
         return handle
 
 
+class _FailingRegion:
+    """A region's transport that the story fails on purpose: after ``fail()`` every send is
+    refused as a region that is down would refuse it. Why not the kit's ``FaultyTransport``: its
+    refusal tells a test to call ``outage(False)``, and the geo transport logs that hint as a
+    warning the person watching the demo cannot act on; this one says what happened."""
+
+    atomic_batches = True  # as the SQL queue transport it wraps
+
+    def __init__(self, inner: Transport, name: str) -> None:
+        self.inner = inner
+        self.name = name
+        self.failed = False
+
+    def fail(self) -> None:
+        self.failed = True
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        if self.failed:
+            raise RetryableTransportError(
+                f"region {self.name} is down (the demo failed it on purpose)",
+                message_id=batch[0].message_id if batch else None,
+                hint="none needed: the other region holds every message this one misses, and "
+                "its consumer takes them over",
+            )
+        self.inner.send(batch)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
 class _Regions:
     """The two regions: a queue file each (east's transport can fail), the shared claim log, the
     geo transport over them, and a consumer thread per region."""
@@ -90,7 +124,6 @@ class _Regions:
         from dispatcher.transports.geo import GeoReplicatedTransport
         from dispatcher.transports.sql import SqlQueueTransport
         from migrations.sql import upgrade
-        from outbox.testing.faulty import FaultyTransport
 
         root.mkdir(parents=True, exist_ok=True)
         urls = {name: f"sqlite:///{root / name}.db" for name in (*REGIONS, "claims")}
@@ -98,7 +131,7 @@ class _Regions:
             upgrade(url)
         self.queues = {r: SqlQueue(urls[r], max_delivery_count=10_000) for r in REGIONS}
         self.claims = SqlClaimLog(urls["claims"])
-        self.east = FaultyTransport(SqlQueueTransport(self.queues["east"]))
+        self.east = _FailingRegion(SqlQueueTransport(self.queues["east"]), "east")
         self.geo = GeoReplicatedTransport(
             self.east,
             SqlQueueTransport(self.queues["west"]),
@@ -131,6 +164,12 @@ class _Regions:
         self.consumers[region].stop()
         self.threads[region].join(30)
 
+    def stop_all(self) -> None:
+        """Every consumer still running (the story was cut short: Ctrl-C)."""
+        for region, thread in self.threads.items():
+            if thread.is_alive():
+                self.stop(region)
+
     def close(self) -> None:
         self.geo.close()
         self.claims.close()
@@ -144,13 +183,16 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
 
     effects = _Effects()
     frame = story_workspace(workspace, "outbox-geo-demo-", GeoDemoReport, packages=packages)
-    with frame as (ws, report):
+    with frame as (ws, report), cleanup() as resources:
         regions = _Regions(ws / "regions", effects)
+        resources.callback(regions.close)
+        resources.callback(regions.stop_all)  # before the queues close
         step(
             f"two regions in {ws / 'regions'}: queues east.db and west.db, claim log claims.db; "
             f"west copies due {SECONDARY_DELAY:g}s after east's"
         )
         ob = Outbox.open(ws, transport=regions.geo)
+        resources.callback(ob.close)
         _save(ob, packages, 0)
         report.written = packages
         step(f"saved '{STATUSES[0]}' for {packages} packages: sent to both regions")
@@ -161,7 +203,7 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
         _wait(lambda: handled() >= packages, report, "the first status handled", handled)
         with effects.guard:
             effects.failed_at = failed_at = time.monotonic()
-        regions.east.outage()
+        regions.east.fail()
         regions.stop("east")
         step("region east fails: its queue refuses sends and its consumer stops")
         for s in (1, 2):
@@ -172,14 +214,12 @@ def run_geo_demo(workspace: str | Path | None, *, packages: int = 40, step: Step
         west_stats = regions.queues["west"].stats
         _wait(lambda: not west_stats(), report, "every west copy settled", west_stats)
         regions.stop("west")
-        ob.close()
         west_first = effects.first_after_failure.get("west")
         report.failover_s = round(west_first - failed_at, 2) if west_first else None
         report.sends_missed_by_east = regions.geo.missed[0]
         for r, c in regions.consumers.items():
             assert c.claimed is not None
             report.copies_completed_unhandled[r] = c.claimed.duplicates
-        regions.close()
         _verify(report, effects, packages)
     return report
 

@@ -15,9 +15,12 @@ then (no checkpoint yet) sweeps the table as it is now, the hub scanner's docume
 says so, and no clock is moved.
 
 Why a real child process and SIGKILL: an exception can be caught and cleaned up after; a killed
-process runs no ``finally``, which is the case the outbox exists for. Why a moved clock: the
-rescuer's delay is at least 15 s (shorter would race the live dispatcher); waiting for real would
-make the demo slow without showing anything more. The output says which seconds were simulated.
+process runs no ``finally``, which is the case the outbox exists for. The child runs in a session
+of its own, so a Ctrl-C at the terminal reaches only the demo, which kills the child and then
+removes the folder (a child in the terminal's group printed a traceback of its own, and could
+write into the removed folder). Why a moved clock: the rescuer's delay is at least 15 s (shorter
+would race the live dispatcher); waiting for real would make the demo slow without showing
+anything more. The output says which seconds were simulated.
 
 Why one module: it is one story, read top to bottom (steps 1-5, then the check and the summary
 rows); split by role, a reader would follow it across files.
@@ -26,13 +29,16 @@ rows); split by role, a reader would follow it across files.
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from collections.abc import Iterator
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from outbox.app.demos.frame import Bar, Step, StoryReport, closing_rows, story_workspace
+from outbox.app.demos.frame import Bar, Step, StoryReport, cleanup, closing_rows, story_workspace
 from outbox.core.clock import SystemClock
 
 STATUSES = ("left Seattle", "reached Des Moines", "arrived Charlotte")
@@ -40,6 +46,12 @@ DESTINATION = "shipments"
 CRASH = "mid_batch@2=kill"  # SIGKILL between the 2nd and 3rd send batch of the hub scan
 SEND_BATCH = 8  # at most this many messages per send batch in the hub scanner
 SAVE_BATCH = 10  # packages per unit of work in the first two steps
+HUB_SCAN_TIMEOUT = 120.0  # seconds the hub scanner may take before it is killed
+#: The hub scanner's process: ``python -c HUB_SCANNER <workspace> <packages> <crash point>``.
+HUB_SCANNER = (
+    "import sys; from outbox.app.demos.shipments import hub_scanner; "
+    "hub_scanner(sys.argv[1], int(sys.argv[2]), sys.argv[3])"
+)
 
 
 class DemoClock(SystemClock):
@@ -125,6 +137,8 @@ class _Story:
     clock: DemoClock
     report: DemoReport
     step: Step
+    #: What the story started, undone in reverse when it ends (``frame.cleanup``).
+    resources: ExitStack = field(default_factory=ExitStack)
     queue: Any = None
     pending_messages: set[str] = field(default_factory=set)
     hub_version: int = -1  # the hub scanner's commit
@@ -141,17 +155,17 @@ def run_demo(
     """Play the story in ``workspace`` (a temporary folder, removed afterwards, when None)."""
     from outbox.app.facade import Outbox
 
-    with story_workspace(workspace, "outbox-demo-", DemoReport, packages=packages) as (ws, report):
+    frame = story_workspace(workspace, "outbox-demo-", DemoReport, packages=packages)
+    with frame as (ws, report), cleanup() as resources:
         clock = DemoClock()
-        story = _Story(Outbox.open(ws, clock=clock), clock, report, step)
+        ob = Outbox.open(ws, clock=clock)
+        resources.callback(ob.close)
+        story = _Story(ob, clock, report, step, resources)
         _ordinary_steps(story, bar)
         _hub_scan(story, ws)
-        checkpoints = _rescue(story)
+        _rescue(story)
         received, sent = _work_and_consume(story)
         _verify(story, received, sent)
-        checkpoints.close()
-        story.queue.close()
-        story.ob.close()
     return report
 
 
@@ -174,8 +188,6 @@ def _ordinary_steps(story: _Story, bar: Bar) -> None:
 
 def _hub_scan(story: _Story, ws: Path) -> None:
     """2. The hub scanner: one commit, then its dispatcher is SIGKILLed mid-batch."""
-    import multiprocessing
-
     ob, report, packages = story.ob, story.report, story.report.packages
     report.killed_at = CRASH
     report.send_batch = send_batch(packages)
@@ -187,21 +199,17 @@ def _hub_scan(story: _Story, ws: Path) -> None:
     if ob.runtime.watermarks is not None:  # written now, not in the middle of the hub scan
         ob.runtime.watermarks.flush()
     story.hub_version = ob.store.refresh() + 1  # nothing else writes until the child is done
-    ctx = multiprocessing.get_context("spawn")
-    proc = ctx.Process(target=hub_scanner, args=(str(ws), packages, CRASH))
-    proc.start()
-    proc.join(120)
-    report.dispatcher_exit = proc.exitcode
+    report.dispatcher_exit = _run_hub_scanner(story, ws)
     report.written = 3 * packages
     pending = ob.store.scan_pending(columns=["id", "last_seq", "dispatched_seq"]).to_pylist()
     report.pending_after_crash = len(pending)
     report.messages_pending_after_crash = sum(
         int(r["last_seq"]) - int(r["dispatched_seq"]) for r in pending
     )
-    if proc.exitcode == -9:
+    if report.dispatcher_exit == -9:
         died = "was SIGKILLed"
     else:
-        died = f"was not killed (it exited with {proc.exitcode} before its crash point)"
+        died = f"was not killed (it exited with {report.dispatcher_exit} before its crash point)"
     story.step(
         f"the hub scanner {died}: {len(pending)} packages still hold "
         f"{report.messages_pending_after_crash} unsent (or unrecorded) messages"
@@ -210,7 +218,33 @@ def _hub_scan(story: _Story, ws: Path) -> None:
     story.pending_messages = {m.message_id for r in rows.values() for m in r.pending()}
 
 
-def _rescue(story: _Story) -> Any:
+def _run_hub_scanner(story: _Story, ws: Path) -> int:
+    """Run the hub scanner's process to its end; its exit code (-9: SIGKILLed). It runs in a
+    session of its own (a Ctrl-C at the terminal is the demo's to handle, not the child's), and
+    the demo kills it on the way out, whatever made it leave (Ctrl-C, a timeout)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", HUB_SCANNER, str(ws), str(story.report.packages), CRASH],
+        start_new_session=True,
+    )
+    story.resources.callback(_kill, proc)
+    try:
+        return proc.wait(HUB_SCAN_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        _kill(proc)
+        story.report.problems.append(
+            f"the hub scanner did not reach its crash point within {HUB_SCAN_TIMEOUT:g}s; "
+            "the demo killed it"
+        )
+        return proc.returncode
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
+def _rescue(story: _Story) -> None:
     """3. The rescuer: nothing is old enough yet; after its delay it enqueues commands."""
     from dispatcher.queue.sql_queue import SqlQueue
     from rescuer.cdf_local import LocalEngine
@@ -221,7 +255,9 @@ def _rescue(story: _Story) -> Any:
     ob, clock, report = story.ob, story.clock, story.report
     settings = ob.settings
     story.queue = SqlQueue.from_settings(settings, clock=clock)
+    story.resources.callback(story.queue.close)
     checkpoints = SqlCheckpointStore(settings.sql_url)
+    story.resources.callback(checkpoints.close)
     rescuer = RescuePass(
         ob.store,
         LocalEngine(storage_options=settings.storage_options),
@@ -248,7 +284,7 @@ def _rescue(story: _Story) -> Any:
             f"{first.documents_examined} documents examined, {_commands(first)}, checkpoint -> "
             f"version {first.checkpoint_after}; no clock to move"
         )
-        return checkpoints
+        return
     if first.mode is None:
         why = f"no commit is {delay:g}s old yet (the hub scanner's is {age:.1f}s old)"
     else:
@@ -266,7 +302,6 @@ def _rescue(story: _Story) -> Any:
         f"{second.documents_examined} documents examined, {_commands(second)}, "
         f"checkpoint -> version {second.checkpoint_after}"
     )
-    return checkpoints
 
 
 def _commit_age(story: _Story) -> float:
@@ -293,6 +328,8 @@ def _work_and_consume(story: _Story) -> tuple[list[Any], int]:
 
     story.recovery_started = story.clock.now()
     stats = DispatcherWorker(story.ob.runtime, poll_interval=0.05).run(until_idle=True)
+    if stats.stopped_by_signal:  # the worker's graceful stop; for the demo, Ctrl-C ends the story
+        raise KeyboardInterrupt
     story.step(
         f"worker: {stats.commands} commands, {stats.messages_sent} messages sent, "
         f"{stats.completed} completed, {stats.dead_lettered} dead-lettered"
