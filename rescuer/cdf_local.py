@@ -8,8 +8,9 @@ in ``benchmarks/rescuer.py`` (``plan_polars``), which asserts both agree.
 Feed failures are translated at this edge: delta-rs reports a vacuumed ``_change_data`` file as
 pyarrow ``ArrowInvalid`` *while streaming*, and an expired log as ``DeltaError("Invalid table
 version")``; both become ``FeedUnavailableError``, which makes the runner fall back to a sweep.
-Every other driver error (network, permissions) becomes ``EngineError``: the pass fails and the
-next one retries the same window.
+A commit file that does not parse is a damaged log (``StoreError`` naming the file and what to
+do). Every other driver error (network, permissions) becomes ``EngineError``: the pass fails and
+the next one retries the same window.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.core.errors import EngineError
+from outbox.delta.log_check import damaged_log_error
 from outbox.delta.versions import MARK_VERSION, pending_sql
 from rescuer.planner import (
     FEED_COLUMNS,
@@ -69,6 +71,9 @@ def read_feed(delta_table: Any, uri: str, window: FeedWindow) -> pa.Table:
     except (OSError, DeltaError, pa.ArrowException) as e:
         if history_gone(e):
             raise feed_unavailable(uri, window, e) from e
+        damaged = damaged_log_error(uri, e, getattr(delta_table, "_storage_options", None))
+        if damaged is not None:  # a damaged commit: the next pass would fail the same way
+            raise damaged from e
         # The network, the disk, permissions, a bug in the reader: not vacuumed history. The
         # pass fails and the next one retries the same window; a sweep would not help.
         raise EngineError(

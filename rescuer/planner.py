@@ -36,12 +36,13 @@ How a feed plan is computed (both engines do exactly this; the versions layout,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from outbox.core.errors import EngineError, FeedUnavailableError, OutboxError
+from outbox.delta.log_check import damaged_log_error
 
 Mode = Literal["feed", "sweep"]
 
@@ -160,10 +161,13 @@ def is_driver_error(e: BaseException) -> bool:
 
 
 @contextmanager
-def driver_errors(what: str) -> Iterator[None]:
+def driver_errors(
+    what: str, *, uri: str | None = None, storage_options: Mapping[str, str] | None = None
+) -> Iterator[None]:
     """Translate a driver error raised inside the block into ``EngineError`` ("<what> failed:
     ..."), so callers (the scheduler, the CLI) only ever see our error tree. Our own errors and
-    anything that is not a driver error (a bug) pass through unchanged."""
+    anything that is not a driver error (a bug) pass through unchanged. With the table's ``uri``,
+    a damaged log is said to be one (``StoreError``): retrying the pass would not help."""
     try:
         yield
     except OutboxError:
@@ -171,6 +175,9 @@ def driver_errors(what: str) -> Iterator[None]:
     except Exception as e:
         if not is_driver_error(e):
             raise
+        damaged = damaged_log_error(uri, e, storage_options) if uri is not None else None
+        if damaged is not None:
+            raise damaged from e
         raise EngineError(
             f"{what} failed: {type(e).__name__}: {first_line(e)}",
             hint="check that the table's storage is reachable; the next pass retries the same "

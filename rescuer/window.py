@@ -79,7 +79,11 @@ def commit_times(delta_table: Any, newest_n: int, *, latest: int | None = None) 
     if newest_n <= 0:
         return []
     latest = _latest(delta_table) if latest is None else latest
-    with driver_errors(f"reading the newest {newest_n} commits of the table history"):
+    with driver_errors(
+        f"reading the newest {newest_n} commits of the table history",
+        uri=getattr(delta_table, "table_uri", None),
+        storage_options=getattr(delta_table, "_storage_options", None),  # deltalake's own
+    ):
         entries = list(delta_table.history(newest_n))
     return _commits(entries, latest)
 

@@ -10,10 +10,11 @@ SQLite file for tests and a single host). Driver errors leave as ``ClaimLogUnava
 
 ``bounded(timeout)`` is the same log for the sender's write path, every call giving up after
 about ``timeout`` seconds (docs/geo.md, ``claim_log_timeout``): its own small pool on the same URL
-(waiting at most ``timeout`` for a connection), SQLite's busy timeout at ``timeout`` instead of
-30 s, and on PostgreSQL ``lock_timeout``/``statement_timeout`` at ``timeout`` for each transaction
-(``set_config(..., true)``, i.e. ``SET LOCAL``), ``tcp_user_timeout`` at ``timeout`` and a connect
-timeout of ``max(2 s, timeout)`` (libpq and psycopg never wait less than 2 s for a connection).
+(waiting at most ``timeout`` for a connection), SQLite's wait for the write lock at ``timeout``
+instead of 30 s (``outbox.core.sql.LockWait``), and on PostgreSQL ``lock_timeout``/
+``statement_timeout`` at ``timeout`` for each transaction (``set_config(..., true)``, i.e. ``SET
+LOCAL``), ``tcp_user_timeout`` at ``timeout`` and a connect timeout of ``max(2 s, timeout)``
+(libpq and psycopg never wait less than 2 s for a connection).
 Over an engine the caller owns (or an in-memory SQLite database) the view shares that engine and
 bounds only the lock waits (SQLite's busy timeout of the connection in use, PostgreSQL's ``SET
 LOCAL``).
@@ -64,7 +65,7 @@ def _bounded_engine(engine: Engine, timeout: float) -> Engine:
 
         @event.listens_for(bounded, "connect")
         def _short_busy_timeout(dbapi_conn: Any, _record: Any) -> None:
-            # after make_engine's own pragmas, which set the 30 s busy timeout
+            # after make_engine's own pragmas, which set a busy timeout of one attempt (1 s)
             dbapi_conn.execute(f"PRAGMA busy_timeout = {_ms(timeout)}")
 
         return bounded
@@ -159,6 +160,7 @@ class SqlClaimLog(OwnedMoves):
         assert raw is not None
         before = int(raw.execute("PRAGMA busy_timeout").fetchone()[0])
         raw.execute(f"PRAGMA busy_timeout = {_ms(self.timeout)}")
+        conn.execution_options(**{sql.LOCK_LIMIT: self.timeout})  # one attempt: the bound
         try:
             yield
         finally:

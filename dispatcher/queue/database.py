@@ -4,6 +4,7 @@ into ours (``QueueUnavailableError`` is retryable; a missing schema says to run 
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -13,13 +14,28 @@ from sqlalchemy import Connection, Engine
 from sqlalchemy.exc import SQLAlchemyError
 
 from outbox.core import sql
+from outbox.core.durations import format_duration
 from outbox.core.errors import (
     ClosedError,
     ConfigurationError,
     OutboxError,
     QueueError,
+    QueueUnavailableError,
 )
-from outbox.core.sql import MIGRATE_HINT, READ_ONLY, describe, make_engine, parse_url
+from outbox.core.sql import (
+    LOCK_WAIT_SINCE,
+    MIGRATE_HINT,
+    READ_ONLY,
+    describe,
+    lock_wait_of,
+    make_engine,
+    parse_url,
+)
+
+log = logging.getLogger("outbox.sql")
+
+#: What the queue's database is called in errors and in the lock-wait log lines.
+WHAT = "queue database"
 
 
 def open_engine(url: str, *, pool_size: int | None = None) -> Engine:
@@ -35,22 +51,64 @@ def open_engine(url: str, *, pool_size: int | None = None) -> Engine:
             )
         if not Path(db).exists():
             raise QueueError(f"the queue database {db} does not exist", hint=MIGRATE_HINT)
-    return make_engine(url, pool_size=pool_size)
+    return make_engine(url, pool_size=pool_size, what=WHAT)
 
 
 def translate(e: SQLAlchemyError, engine: Engine, action: str) -> OutboxError:
     """Our error for a driver or pool error raised while doing ``action`` on the queue."""
-    return sql.translate(e, engine, action, what="queue database")
+    return sql.translate(e, engine, action, what=WHAT)
 
 
 _writers: dict[str, threading.Lock] = {}
 _writers_guard = threading.Lock()
 
 
-def _sqlite_writer(engine: Engine) -> threading.Lock:
+def _sqlite_writer(engine: Engine) -> _WriterMutex:
     key = str(Path(engine.url.database or "").resolve())
     with _writers_guard:
-        return _writers.setdefault(key, threading.Lock())
+        return _WriterMutex(_writers.setdefault(key, threading.Lock()), engine)
+
+
+class _WaitedTooLong(Exception):
+    def __init__(self, waited: float) -> None:
+        self.waited = waited
+
+
+class _WriterMutex:
+    """The in-process writer mutex of a SQLite file (one lock, shared by every ``Database`` on the
+    file), waited for like SQLite's own lock: logged every ``LockWait.log_every`` seconds and
+    given up after the engine's limit (``_WaitedTooLong``). A thread of this process can hold it
+    for long: a Consumer handler that takes a Connection runs inside the write transaction."""
+
+    def __init__(self, lock: threading.Lock, engine: Engine) -> None:
+        self._lock = lock
+        self._engine = engine
+
+    def __enter__(self) -> float | None:
+        """None when the lock was free, else the clock's reading when the wait began."""
+        if self._lock.acquire(blocking=False):
+            return None
+        wait, limit = lock_wait_of(self._engine)
+        since, logged = wait.clock(), 0
+        while True:
+            waited = wait.clock() - since
+            if waited >= limit:
+                raise _WaitedTooLong(waited)
+            due = int(waited // wait.log_every) if wait.log_every > 0 else 0
+            if due > logged:
+                logged = due
+                log.warning(
+                    "waiting for the %s's write lock, held by another thread of this process: "
+                    "%s so far (%s)",
+                    WHAT,
+                    format_duration(due * wait.log_every),
+                    describe(self._engine),
+                )
+            if self._lock.acquire(timeout=max(wait.attempt, 0.001)):
+                return since
+
+    def __exit__(self, *_exc: object) -> None:
+        self._lock.release()
 
 
 _local = threading.local()
@@ -115,8 +173,19 @@ class Database:
                 with self.engine.begin() as c:
                     yield c
             else:
-                with self._writer, self.engine.begin() as c:
-                    yield c
+                with self._writer as since, self.engine.connect() as c:
+                    if since is not None:  # the wait for the mutex counts towards SQLite's
+                        c.execution_options(**{LOCK_WAIT_SINCE: since})
+                    with c.begin():
+                        yield c
+        except _WaitedTooLong as e:
+            raise QueueUnavailableError(
+                f"cannot {action}: the {WHAT} {self._key} is locked by another thread of this "
+                f"process (waited {format_duration(e.waited)} for its write lock); the operation "
+                "did not complete and nothing was lost",
+                hint="a write transaction of this process runs long (a Consumer handler that "
+                "takes a Connection runs inside one): keep it short, then retry",
+            ) from None
         except SQLAlchemyError as e:
             raise translate(e, self.engine, action) from e
         finally:

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 import time
 from collections.abc import Mapping
@@ -35,10 +36,11 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from outbox.app.lease import maintenance_lease
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
-from outbox.core.errors import StoreError, VacuumRefusedError
+from outbox.core.errors import StoreError, VacuumRefusedError, WorkspaceError
 from outbox.delta.compaction import compact, one_compactor, store_failure
 from outbox.delta.fold import FOLD_AT, fold_table
 from outbox.delta.log import trim_log
+from outbox.delta.log_check import CHECK_LIMIT, find_damaged_commit
 from outbox.delta.repair import find_duplicates, repair
 from outbox.delta.store import DeltaDocumentStore
 
@@ -49,6 +51,9 @@ log = logging.getLogger("outbox.maintain")
 
 #: Vacuum retention must exceed the rescuer's needs by at least this much.
 VACUUM_MARGIN = timedelta(hours=1)
+#: How many commit files ``maintain`` checks before it works (the log trim reads old ones too,
+#: so all of a trimmed log; a rescuer's lag holds back the trim, so that is its whole feed).
+WHOLE_LOG_LIMIT = 10 * CHECK_LIMIT
 
 
 def exclusive(
@@ -107,17 +112,20 @@ def oldest_needed_version(
     trailing slash, ``file://``, a symlink, ``az://`` vs ``abfss://``) must hold history too.
 
     Fails closed: when the checkpoints cannot be read, the vacuum is refused rather than run
-    blind, since it could delete the history a rescuer is about to read.
+    blind, since it could delete the history a rescuer is about to read. Read-only (SQLite:
+    ``read_only_url``), so it never waits for the write lock, nor creates a missing database.
     """
+    from outbox.core.sql import read_only_url
     from outbox.wiring import Backends
     from rescuer.checkpoint import SqlCheckpointStore
 
     try:
         if settings is not None:
-            with Backends(settings) as backends:
+            reading = settings.replace(sql_url=read_only_url(settings.sql_url))
+            with Backends(reading) as backends:
                 rows = backends.checkpoint_store().list(None if table_id is not None else table_uri)
         else:
-            store = SqlCheckpointStore(sql_url)
+            store = SqlCheckpointStore(read_only_url(sql_url))
             try:
                 rows = store.list(None if table_id is not None else table_uri)
             finally:
@@ -228,7 +236,14 @@ def maintain(
     (see ``oldest_needed_version``)."""
     opts = replace(options or MaintenanceOptions(), **keywords)
     start = time.perf_counter()
+    if _writes(opts):
+        check_writable(store)
     report = MaintenanceReport(version_before=store.refresh())
+    damaged = find_damaged_commit(
+        store.uri, storage_options or store._storage_options, limit=WHOLE_LOG_LIMIT
+    )
+    if damaged is not None:  # a checkpoint covers it, or the refresh above would have failed
+        raise damaged.error(store.uri)
     duplicates = find_duplicates(store)
     if duplicates.pairs and opts.repair and not opts.dry_run:
         with exclusive(store, sql_url, clock) as held:
@@ -286,6 +301,32 @@ def maintain(
     report.version_after = store.refresh()
     report.seconds = round(time.perf_counter() - start, 3)
     return report
+
+
+def _writes(opts: MaintenanceOptions) -> bool:
+    """Whether ``opts`` change the table (a dry run and a bare report only read it)."""
+    changes = opts.vacuum_retention_seconds is not None or opts.log_retention_seconds is not None
+    return opts.do_compact or opts.do_checkpoint or (not opts.dry_run and (changes or opts.repair))
+
+
+def check_writable(store: DeltaDocumentStore) -> None:
+    """Refuse, in one line, to maintain a local table this user cannot write.
+
+    Why up front: the steps would fail one by one (the compaction lock file, deltalake's own
+    writes), each a driver error of its own, and a failed fold printed a Rust panic. An object
+    store says no only when written to; its errors are translated where they happen.
+    """
+    log_dir = store._log_dir
+    if log_dir is None:
+        return
+    folder = log_dir.parent
+    if not (os.access(folder, os.W_OK) and os.access(log_dir, os.W_OK)):
+        raise WorkspaceError(
+            f"the table folder {folder} is read-only for this user: maintain rewrites its data "
+            "files and its _delta_log",
+            hint=f"run it as a user who can write {folder} (or where it is mounted writable); "
+            "`outbox maintain --dry-run` and `outbox status` only read",
+        )
 
 
 class _EveryVersions:

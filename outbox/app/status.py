@@ -140,13 +140,15 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     An unreadable table raises (there is nothing to report without it); an unreadable checkpoint
     or queue database is recorded in ``problems`` and the rest is still reported.
     """
-    from outbox.core.sql import redact_url
+    from outbox.core.sql import read_only_url, redact_url
     from outbox.delta import schema as S
     from outbox.delta.log import list_log
     from outbox.delta.store import DeltaDocumentStore
-    from outbox.wiring import Backends
 
     now = utc(clock.now())
+    # Read-only: a health check never creates the SQLite file, never waits for (or takes) its
+    # write lock, and runs on a read-only workspace.
+    reading = settings.replace(sql_url=read_only_url(settings.sql_url))
     store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
     pending: dict[str, dict[str, Any]] = {}
     try:
@@ -178,24 +180,26 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             oldest_pending_document=oldest[1] if oldest else None,
             checkpoint_store=settings.checkpoint_store,
         )
+        files = None
         try:
             files = list_log(settings.table_uri, settings.storage_options)
             report.log_files = len(files)
             report.oldest_log_version = min((f.version for f in files), default=None)
         except OutboxError as e:
             report.problems.append(f"delta log: {e}")
-        try:
-            with Backends(settings, clock=clock) as backends:
-                checkpoints = backends.checkpoint_store()
-                report.checkpoint_store = getattr(checkpoints, "where", settings.checkpoint_store)
-                for cp in checkpoints.list(settings.table_uri):
-                    report.checkpoints.append(_checkpoint(cp, store.delta_table, version, now))
-        except OutboxError as e:
-            report.problems.append(f"rescuer checkpoints: {e}")
+        _rescuers(
+            report,
+            settings,
+            reading=reading,
+            clock=clock,
+            now=now,
+            table=store.delta_table,
+            files=files,
+        )
     finally:
         store.close()
     try:
-        _queues(report, settings, clock, now=now, table_id=table_id, pending=pending)
+        _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
     except OutboxError as e:
         report.problems.append(f"queues: {e}")
     return report
@@ -250,14 +254,71 @@ def _unread(report: StatusReport, queue: Any, settings: Settings, now: datetime)
             report.unread_queues.append(UnreadQueue(depth.queue, depth.active, round(age, 1)))
 
 
-def _checkpoint(cp: Any, delta_table: Any, latest: int, now: datetime) -> CheckpointStatus:
-    from rescuer.window import lag_seconds
+def _rescuers(
+    report: StatusReport,
+    settings: Settings,
+    *,
+    reading: Settings,
+    clock: Clock,
+    now: datetime,
+    table: Any,
+    files: Any,
+) -> None:
+    """Each rescuer checkpoint with its lag, and a damaged commit a rescuer still reads."""
+    from outbox.wiring import Backends
+
+    listed = None
+    try:
+        with Backends(reading, clock=clock) as backends:
+            checkpoints = backends.checkpoint_store()
+            report.checkpoint_store = getattr(checkpoints, "where", settings.checkpoint_store)
+            listed = checkpoints.list(settings.table_uri)
+    except OutboxError as e:
+        report.problems.append(f"rescuer checkpoints: {e}")
+    damaged = _damaged_log(report, settings, files, listed) if files is not None else None
+    try:
+        for cp in listed or []:
+            report.checkpoints.append(_checkpoint(cp, table, report.table_version, now, damaged))
+    except OutboxError as e:
+        report.problems.append(f"rescuer checkpoints: {e}")
+
+
+def _damaged_log(
+    report: StatusReport, settings: Settings, files: Any, checkpoints: list[Any] | None
+) -> int | None:
+    """Report a commit file a rescuer still reads that cannot be parsed (a "delta log" problem),
+    and return its version (None: none is damaged). A checkpoint that covers such a commit keeps
+    the table readable, so nothing else here would notice, while every rescue pass fails on it.
+    With no checkpoints (or none readable) the whole log is checked."""
+    from outbox.delta.log_check import find_damaged_commit
+
+    needed = [-1 if cp.version is None else cp.version for cp in checkpoints or []]
+    first = min(needed) + 1 if needed else None
+    try:
+        damaged = find_damaged_commit(
+            settings.table_uri, settings.storage_options, first=first, files=files
+        )
+    except OutboxError as e:
+        report.problems.append(f"delta log: {e}")
+        return None
+    if damaged is None:
+        return None
+    report.problems.append(f"delta log: {damaged.error(settings.table_uri)}")
+    return damaged.version
+
+
+def _checkpoint(
+    cp: Any, delta_table: Any, latest: int, now: datetime, damaged: int | None = None
+) -> CheckpointStatus:
+    from rescuer.window import HISTORY_LIMIT, lag_seconds
 
     covered = cp.version if cp.version is not None else -1
     lag_versions = max(0, latest - covered)
     # The age of the oldest commit the checkpoint does not cover yet: how far behind it is.
-    # Timed at most HISTORY_LIMIT commits back; beyond that the lag in seconds is a lower bound.
-    lag = lag_seconds(delta_table, cp.version, latest, now)
+    # Timed at most HISTORY_LIMIT commits back (and never across a damaged commit, which cannot
+    # be read); beyond that the lag in seconds is a lower bound.
+    limit = HISTORY_LIMIT if damaged is None else min(HISTORY_LIMIT, latest - damaged)
+    lag = lag_seconds(delta_table, cp.version, latest, now, limit=limit)
     last = cp.last_pass_at
     return CheckpointStatus(
         rescuer=cp.rescuer_name,

@@ -40,7 +40,16 @@ def one_compactor(store: DeltaDocumentStore) -> Iterator[str | None]:
     import fcntl
 
     assert store._log_dir is not None
-    with open(store._log_dir.parent / "_outbox_compact.lock", "a+b") as f:
+    path = store._log_dir.parent / "_outbox_compact.lock"
+    try:
+        f = open(path, "a+b")  # noqa: SIM115 - closed by the with below, after the error check
+    except OSError as e:  # a read-only folder or file: the environment, not a bug
+        raise StoreError(
+            f"cannot open the compaction lock {path}: {e.strerror or e}",
+            hint=f"let the user running outbox write {path.parent} (or run where it is mounted "
+            "writable)",
+        ) from e
+    with f:
         try:
             fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
