@@ -566,3 +566,37 @@ def test_completing_a_message_twice_says_it_was_settled_not_that_its_lock_expire
         clock.advance(31)  # past the 30 s lock
         with pytest.raises(LockLostError, match=r"^message m-2: its lock expired; nothing changed"):
             queue.complete(second)
+
+
+def test_status_names_a_rescuer_that_stopped_and_holds_back_the_log(ws: Path) -> None:
+    """A rescuer whose last pass was two days ago, at version 0, while the table moved on: status
+    warns (one line, with the fix) and says it in JSON; the fresh default rescuer is not named."""
+    from datetime import UTC, datetime, timedelta
+
+    from rescuer.checkpoint import SqlCheckpointStore
+
+    with Outbox.open(ws, transport="memory", default_destination="shipments") as ob:
+        for i in range(3):
+            with ob.unit_of_work() as uow:
+                uow.create(f"pkg-{i + 2}", type="Package").send("Left", {"at": "Seattle"})
+    table = str((ws / "documents").absolute())
+    store = SqlCheckpointStore(f"sqlite:///{ws / 'outbox.db'}")
+    try:
+        store.write(
+            table,
+            "retired",
+            expected_generation=None,
+            version=0,
+            at=datetime.now(UTC) - timedelta(days=2),
+            details={},
+        )
+    finally:
+        store.close()
+    result = _run(ws, "status")
+    warnings = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1, result.stderr
+    assert warnings[0].startswith("warning: rescuer 'retired' has not run for ")
+    assert "`outbox rescue --name retired --forget --yes`" in warnings[0]
+    shown = json.loads(_run(ws, "status", "--json").stdout)
+    assert [s["rescuer_name"] for s in shown["stale_rescuers"]] == ["retired"]
+    assert shown["stale_rescuers"][0]["versions_held"] > 0

@@ -18,6 +18,7 @@ from typing import Any
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
+from rescuer.checkpoint import StaleRescuer, stale_rescuers
 
 
 @dataclass
@@ -129,6 +130,9 @@ class StatusReport:
     #: Where the rescuer checkpoints were read: ``sql`` (the database above) or ``cosmos
     #: <endpoint> <database>/<container>`` (``checkpoint_store`` setting, docs/cosmos.md).
     checkpoint_store: str = "sql"
+    #: Rescuers that have not run for an hour and hold back the log trim and the vacuum (a
+    #: retired rescuer, or a name typed once): ``rescuer.checkpoint.stale_rescuers``.
+    stale_rescuers: list[StaleRescuer] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -281,6 +285,8 @@ def _rescuers(
             report.checkpoints.append(_checkpoint(cp, table, report.table_version, now, damaged))
     except OutboxError as e:
         report.problems.append(f"rescuer checkpoints: {e}")
+    if listed:
+        report.stale_rescuers = stale_rescuers(listed, latest_version=report.table_version, now=now)
 
 
 def _damaged_log(

@@ -53,6 +53,11 @@ def status(
         _print_status(report)
     for problem in report.problems:
         echo_err(f"error: {problem}")
+    for stale in report.stale_rescuers:
+        echo_err(
+            f"warning: {stale.describe()} (fix: if it is retired, `outbox rescue --name "
+            f"{stale.rescuer_name} --forget --yes`; else start its scheduled job again)"
+        )
     age = report.oldest_pending_age_seconds
     if limit is not None and age is not None and age > limit:
         echo_err(
