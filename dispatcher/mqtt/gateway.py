@@ -337,18 +337,24 @@ class MqttGateway:
         return work
 
     def _apply_events(self) -> int:
+        taken: list[tuple[str, str, str, datetime]] = []
+        while self._events:
+            taken.append(self._events.popleft())
         statuses: dict[str, str] = {}
         acks: dict[tuple[str, str], datetime] = {}
-        while self._events:
-            kind, device, value, at = self._events.popleft()
+        for kind, device, value, at in taken:
             if kind == "status":
                 statuses[device] = value
             else:
                 acks.setdefault((device, value), at)
-        if statuses:
-            self._apply_statuses(statuses)
-        if acks:
-            self._apply_acks(acks)
+        try:
+            if statuses:
+                self._apply_statuses(statuses)
+            if acks:
+                self._apply_acks(acks)
+        except Exception:  # the database failed: keep the news for the next step's retry
+            self._events.extendleft(reversed(taken))
+            raise
         return len(statuses) + len(acks)
 
     def _apply_statuses(self, statuses: dict[str, str]) -> None:

@@ -23,7 +23,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import and_, delete, select, tuple_, update
+from sqlalchemy import and_, delete, func, select, tuple_, update
 
 from dispatcher.queue import validation
 from dispatcher.queue.database import Database
@@ -79,6 +79,12 @@ class SqlSessions:
         when = at or now
         changed: list[str] = []
         with self._db.write("record session states") as conn:
+            if self._db.postgres:  # gateways starting together insert the same sessions' rows
+                conn.execute(
+                    select(
+                        func.pg_advisory_xact_lock(func.hashtextextended(f"sessions:{queue}", 0))
+                    )
+                )
             names = list(last)
             known: dict[str, tuple[bool, str | None]] = {}
             for i in range(0, len(names), _CHUNK):

@@ -348,3 +348,34 @@ def test_a_device_that_drops_off_holding_a_task_gets_it_again_when_back(
         "with max_tries=1: the try it went offline with is not held against it"
     )
     assert stats.went_offline == 1
+
+
+def test_an_ack_taken_in_while_the_database_fails_is_applied_at_the_next_step(
+    queue: SqlQueue, mqtt_url: str, prefix: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The news from devices is kept until the database has it: an ack whose completion failed
+    (the database down for a moment) completes at the next step, not at the next try."""
+    from outbox.core.errors import QueueUnavailableError
+
+    enqueue(queue, 1, 1)
+    gw = MqttGateway(queue, options(prefix, retry_interval=60), broker=MqttBroker.parse(mqtt_url))
+    try:
+        assert pump(gw, lambda: gw.stats.publishes == 1)
+        real = queue.sessions.complete_delivered
+        calls = [0]
+
+        def down_once(dest: str, acks: list[tuple[str, str]]) -> list[tuple[str, str]]:
+            calls[0] += 1
+            if calls[0] == 1:
+                raise QueueUnavailableError("the queue database is unreachable")
+            return real(dest, acks)
+
+        monkeypatch.setattr(queue.sessions, "complete_delivered", down_once)
+        gw.handle(f"{prefix}/dev0/ack", b'{"message_id": "dev0-t0"}')
+        with pytest.raises(QueueUnavailableError):
+            gw.step()
+        gw.step()
+    finally:
+        gw.close()
+    assert gw.stats.completed == 1
+    assert queue.peek(DEST) == []
