@@ -131,12 +131,12 @@ class PackedProperties:
     def __init__(self, item: Publish) -> None:
         out = bytearray()
         if item.content_type:
-            out += b"\x03" + _utf8(item.content_type)
+            out += b"\x03" + mqtt_string(item.content_type)
         if item.correlation_data is not None:
             out += b"\x09" + len(item.correlation_data).to_bytes(2, "big") + item.correlation_data
         for key, value in item.user_properties:
-            out += b"\x26" + _utf8(key) + _utf8(value)
-        self._packed = _varint(len(out)) + bytes(out)
+            out += b"\x26" + mqtt_string(key) + mqtt_string(value)
+        self._packed = mqtt_varint(len(out)) + bytes(out)
 
     def pack(self) -> bytes:
         return self._packed
@@ -145,14 +145,15 @@ class PackedProperties:
         return f"<properties, {len(self._packed)} bytes>"
 
 
-def _utf8(text: str) -> bytes:
+def mqtt_string(text: str) -> bytes:
+    """A UTF-8 string as MQTT writes it: a 2-byte length, then the bytes (1.5.4)."""
     data = text.encode("utf-8")
     if len(data) > 0xFFFF:
         raise ValueError(f"an MQTT string is at most 65,535 bytes, not {len(data)}")
     return len(data).to_bytes(2, "big") + data
 
 
-def _varint(n: int) -> bytes:
+def mqtt_varint(n: int) -> bytes:
     """MQTT's variable byte integer (1.5.5)."""
     out = bytearray()
     while True:

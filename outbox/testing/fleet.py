@@ -67,7 +67,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, TypedDict, TypeVar, Unpack
 
-from dispatcher.mqtt.client import MqttBroker
+from dispatcher.mqtt.client import MqttBroker, mqtt_string, mqtt_varint
 
 MESSAGE_ID: Final = "outbox-message-id"
 BEHAVIOURS: Final = ("ack", "silent", "offline")
@@ -470,7 +470,7 @@ class DeviceFleet:
         if body[1] != 0:
             raise FleetError(f"device {dev.name}: the broker refused it (reason 0x{body[1]:02x})")
         pid = dev.pid()
-        topic = _encode_str(self._topic(self.options.topic, dev.name))
+        topic = mqtt_string(self._topic(self.options.topic, dev.name))
         self._send(
             dev, _packet(SUBSCRIBE << 4 | 0x02, struct.pack("!HB", pid, 0) + topic + b"\x01")
         )
@@ -651,7 +651,7 @@ class DeviceFleet:
     def _publish(self, dev: _Device, template: str, payload: bytes, *, retain: bool = False) -> int:
         """A QoS 1 PUBLISH (no properties) on the device's ``template`` topic; its packet id."""
         pid = dev.pid()
-        topic = _encode_str(self._topic(template, dev.name))
+        topic = mqtt_string(self._topic(template, dev.name))
         body = topic + struct.pack("!HB", pid, 0) + payload
         self._send(dev, _packet(0x32 | int(retain), body))
         return pid
@@ -664,17 +664,17 @@ class DeviceFleet:
             flags |= 0x80
         if password is not None:
             flags |= 0x40
-        header = _encode_str("MQTT") + struct.pack("!BBHB", 5, flags, self.options.keepalive, 0)
+        header = mqtt_string("MQTT") + struct.pack("!BBHB", 5, flags, self.options.keepalive, 0)
         payload = (
-            _encode_str(self.options.client_prefix + device)
+            mqtt_string(self.options.client_prefix + device)
             + b"\x00"  # will properties: none
-            + _encode_str(self._topic(self.options.status_topic, device))
+            + mqtt_string(self._topic(self.options.status_topic, device))
             + _encode_bytes(OFFLINE)
         )
         if user is not None:
-            payload += _encode_str(user)
+            payload += mqtt_string(user)
         if password is not None:
-            payload += _encode_str(password)
+            payload += mqtt_string(password)
         return _packet(CONNECT << 4, header + payload)
 
     def _send(self, dev: _Device, data: bytes) -> None:
@@ -754,25 +754,12 @@ def _read_vbi(data: bytes, pos: int) -> tuple[int, int]:
         shift += 7
 
 
-def _vbi(value: int) -> bytes:
-    out = bytearray()
-    while True:
-        value, byte = divmod(value, 128)
-        out.append(byte | (0x80 if value else 0))
-        if not value:
-            return bytes(out)
-
-
 def _packet(first: int, body: bytes) -> bytes:
-    return bytes((first,)) + _vbi(len(body)) + body
+    return bytes((first,)) + mqtt_varint(len(body)) + body
 
 
 def _encode_bytes(data: bytes) -> bytes:
     return struct.pack("!H", len(data)) + data
-
-
-def _encode_str(text: str) -> bytes:
-    return _encode_bytes(text.encode())
 
 
 def _user_properties(props: bytes) -> dict[str, str]:
