@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
-# and a Kafka broker's JARs via Maven, PostgreSQL and mosquitto via apt, the Cosmos DB-protocol test server and Azurite via
+# and a Kafka broker's JARs via Maven, PostgreSQL, mosquitto and Chromium with its driver via apt, the Cosmos DB-protocol test server and Azurite via
 # npm, the S3 test server (moto) with the Python packages), then ruff,
 # import-linter (the layers), mypy (strict) and the whole pytest suite.
 set -euo pipefail
@@ -10,6 +10,7 @@ scripts/fetch-jars.sh
 scripts/fetch-kafka.sh   # the Kafka broker's JARs, into .cache/kafka/libs (tests/kafka starts it)
 scripts/ensure-postgres.sh
 scripts/ensure-mosquitto.sh  # the MQTT tests start their own broker from it
+scripts/ensure-chromium.sh   # the console's browser tests drive Debian's headless Chromium
 scripts/ensure-cosmos.sh >/dev/null   # into .cache/cosmos, where tests/cosmos finds it
 scripts/ensure-azurite.sh >/dev/null  # into .cache/azurite, where tests/objectstore finds it
 export OUTBOX_DELTA_JARS="$PWD/.cache/jars"

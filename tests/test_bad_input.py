@@ -319,7 +319,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "kafka_security_protocol, kafka_send_timeout, lock_duration, log_retention, "
         "max_commit_retries, max_delivery_count, "
         "max_in_flight, max_message_bytes, mqtt_broker, mqtt_topic, "
-        "rescue_delay, rescue_interval, rescuer_engine, rescuer_name, servicebus_destinations, "
+        "rescue_delay, rescue_interval, rescuer_engine, rescuer_name, sample_interval, "
+        "sample_retention, servicebus_destinations, "
         "sql_url, "
         "storage_options, table_uri, transport, watermark_window, workspace)",
     ),

@@ -367,7 +367,7 @@ def test_migrate_says_what_each_revision_does_without_issue_numbers(tmp_path: Pa
     result = CliRunner().invoke(main, ["-w", str(tmp_path / "ws"), "migrate"])
     assert result.exit_code == 0, result.output
     applied = [ln for ln in result.stdout.splitlines() if "sql schema: applied" in ln]
-    assert len(applied) >= 5
+    assert len(applied) >= 6
     assert not [ln for ln in applied if "(issue" in ln]
     assert applied[4] == (
         "- sql schema: applied 0005_session_states (Session states: a paused session is left out "

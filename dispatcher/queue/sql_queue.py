@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar,
 from sqlalchemy import Engine
 
 from dispatcher.queue.admin import SqlQueueAdministration
+from dispatcher.queue.browse import DeadLetterBrowser
 from dispatcher.queue.database import Database, open_engine
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import DEDUP_CLEANUP_LIMIT, Settleable
@@ -108,6 +109,8 @@ class SqlQueue:
         self.receiver = SqlQueueReceiver(self._db, self._options)
         #: session states and settlement by message id (a device gateway's part)
         self.sessions = SqlSessions(self._db, self._options)
+        #: dead letters a page at a time, filtered by time too (the console's)
+        self.browse = DeadLetterBrowser(self._db)
         # A committed send prunes expired duplicate ids when due (at most every half window).
         self.sender = SqlQueueSender(
             self._db, self._options, after_commit=self.admin.maybe_forget_expired_duplicates

@@ -13,6 +13,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     DateTime,
+    Float,
     Index,
     Integer,
     LargeBinary,
@@ -84,6 +85,11 @@ dead_letters = Table(
     Column("description", Text, nullable=False, default=""),
     Column("dead_lettered_at", DateTime(timezone=True), nullable=False),
     Index("ix_outbox_queue_dead_letters_queue", "queue", "id"),
+    # the console's filters and device pages (0006)
+    Index("ix_outbox_queue_dead_letters_reason", "reason", "id"),
+    Index("ix_outbox_queue_dead_letters_queue_reason", "queue", "reason", "id"),
+    Index("ix_outbox_queue_dead_letters_at", "dead_lettered_at"),
+    Index("ix_outbox_queue_dead_letters_session", "queue", "session_id", "id"),
 )
 
 duplicate_ids = Table(
@@ -142,6 +148,7 @@ claims = Table(
     PrimaryKeyConstraint("claim_key", name="pk_outbox_claims"),
     # "the earliest unfinished entry of this session before this position"
     Index("ix_outbox_claims_session", "session_id", "position"),
+    Index("ix_outbox_claims_status", "status"),  # the console's claims in flight (0006)
 )
 
 claim_sessions = Table(
@@ -164,4 +171,19 @@ queue_sessions = Table(
     Column("since", DateTime(timezone=True), nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("queue", "session_id", name="pk_outbox_queue_sessions"),
+)
+
+# The console's history (0006): one number per metric, subject (a rescuer's name, a queue) and
+# sampling slot, recorded by the processes that already run; the slot's start is in the key, so
+# two processes sampling the same slot write one row.
+samples = Table(
+    "outbox_samples",
+    metadata,
+    Column("metric", String(64), nullable=False),
+    Column("subject", String(NAME), nullable=False),
+    Column("taken_at", DateTime(timezone=True), nullable=False),
+    Column("value", Float, nullable=False),
+    Column("source", String(NAME), nullable=False),
+    PrimaryKeyConstraint("metric", "subject", "taken_at", name="pk_outbox_samples"),
+    Index("ix_outbox_samples_taken_at", "taken_at"),
 )

@@ -123,6 +123,11 @@ class Settings:
     # How long a send through the geo transport may wait on its claim log before it fails
     # retryably (the commit is durable; a retry or the rescuer sends later). docs/geo.md.
     claim_log_timeout: float = 1.0
+    # The console's history (outbox.app.sampling, docs/console.md): how often the running
+    # processes sample the table and rescuers into the queue's database (0: never), and how long
+    # the samples are kept.
+    sample_interval: float = 60.0
+    sample_retention: float = 7 * 24 * 3600.0
 
     def __post_init__(self) -> None:
         ws = Path(self.workspace)
@@ -150,6 +155,7 @@ class Settings:
         self._validate_counts(bad)
         self._validate_queue_timing(bad)
         self._validate_upkeep(bad)
+        self._validate_sampling(bad)
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
         self._validate_cosmos(bad)
@@ -206,6 +212,15 @@ class Settings:
             # The rescuer times its window from the commits in the log, so the log always keeps
             # at least one rescue delay. Keeping more is the safe direction: no error for it.
             object.__setattr__(self, "log_retention", self.rescue_delay)
+
+    def _validate_sampling(self, bad: Any) -> None:
+        """A sample a second at most: each writes a row per metric and rescuer."""
+        if self.sample_interval < 0 or 0 < self.sample_interval < 1:
+            raise bad(
+                "sample_interval", f"{self.sample_interval:g}s; must be 0 (off) or at least 1s"
+            )
+        if self.sample_retention <= 0:
+            raise bad("sample_retention", "must be positive, e.g. 7d")
 
     def _validate_kafka(self, bad: Any) -> None:
         if self.kafka_security_protocol and self.kafka_security_protocol.upper() not in (
@@ -362,6 +377,8 @@ _DURATIONS = {
     "watermark_window",
     "claim_log_timeout",
     "kafka_send_timeout",
+    "sample_interval",
+    "sample_retention",
 }
 _INTS = {
     "buckets",

@@ -11,6 +11,7 @@ import click
 
 from outbox.app.cli import (
     check,
+    console,
     dead_letters,
     demo,
     devices,
@@ -82,6 +83,7 @@ for _module in (
     demo,
     check,
     status,
+    console,
 ):
     _module.register(main)
 

@@ -77,6 +77,7 @@ def run_dispatcher(
         )
     from dispatcher.worker import DispatcherWorker
     from outbox.app.facade import Outbox
+    from outbox.app.sampling import Sampler, record_sample
 
     settings = cli.settings()
     with Outbox.open(settings=settings, create=False) as ob:
@@ -102,7 +103,19 @@ def run_dispatcher(
             concurrency,
             " (once)" if once else " (until idle)" if until_idle else "",
         )
-        stats = worker.run(once=once, until_idle=until_idle)
+        # The console's history: sampled all along by a long-running worker; a cron run
+        # (--once, --until-idle) leaves one sample of where it left the table.
+        sampler = Sampler(settings, ob.clock, source="dispatcher")
+        if not (once or until_idle):
+            sampler.start()
+        try:
+            stats = worker.run(once=once, until_idle=until_idle)
+        finally:
+            sampler.stop()
+        if once or until_idle:
+            record_sample(
+                settings, ob.clock, source="dispatcher", backends=ob.backends, store=ob.store
+            )
     if as_json:
         emit_json(stats.to_dict())
     else:

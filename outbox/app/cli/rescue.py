@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -232,12 +233,23 @@ def rescue(
     clock = SystemClock()
     rescuer = open_rescuer(settings, engine=engine, delay=delay, name=name, clock=clock)
     rescue_pass = rescuer.rescue_pass
+
+    def sample() -> None:
+        """The console's history, after each pass (one that failed too: its lag matters most)."""
+        from outbox.app.sampling import record_sample
+
+        source = f"rescuer {rescue_pass.name}"
+        record_sample(
+            settings, clock, source=source, backends=rescuer.backends, store=rescuer.store
+        )
+
     # The pass's own INFO line would repeat the result printed on stdout.
     with quiet_logger("outbox.rescuer", cli.verbose), rescuer:
         _require_known(rescue_pass, new=new)
         try:
             if every_s is None:
                 _show(rescue_pass.run(full=full), as_json=as_json, looping=False)
+                sample()
                 return
             start_telemetry(
                 metrics_port,
@@ -251,7 +263,7 @@ def rescue(
                     else POLL_BUDGET
                 ),
             )
-            _loop(rescue_pass, every_s, clock, full=full, as_json=as_json)
+            _loop(rescue_pass, every_s, clock, full=full, as_json=as_json, after_pass=sample)
         except KeyboardInterrupt:
             echo_err(INTERRUPTED)
             sys.exit(exit_codes.INTERRUPTED)
@@ -265,19 +277,30 @@ def _require_known(rescue_pass: RescuePass, *, new: bool) -> None:
 
 
 def _loop(
-    rescue_pass: RescuePass, every: float, clock: Clock, *, full: bool, as_json: bool
+    rescue_pass: RescuePass,
+    every: float,
+    clock: Clock,
+    *,
+    full: bool,
+    as_json: bool,
+    after_pass: Callable[[], None],
 ) -> None:
-    """Passes every ``every`` seconds until SIGTERM/SIGINT (between passes)."""
+    """Passes every ``every`` seconds until SIGTERM/SIGINT (between passes); ``after_pass`` runs
+    after each, whether it succeeded or failed."""
     from rescuer.scheduler import Scheduler
 
+    output = _LoopOutput(clock, as_json=as_json)
+
+    def on_report(report: PassReport) -> None:
+        output(report)
+        after_pass()
+
+    def on_error(e: Exception) -> None:
+        echo_err(f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}")
+        after_pass()
+
     scheduler = Scheduler(
-        rescue_pass,
-        every=every,
-        clock=clock,
-        on_report=_LoopOutput(clock, as_json=as_json),
-        on_error=lambda e: echo_err(
-            f"error: {e}" if isinstance(e, OutboxError) else f"error: {type(e).__name__}: {e}"
-        ),
+        rescue_pass, every=every, clock=clock, on_report=on_report, on_error=on_error
     )
     scheduler.run(full_first=full)  # stops on SIGTERM/SIGINT between passes
     echo_err(f"stopped after {scheduler.passes} pass(es)")

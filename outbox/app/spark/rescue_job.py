@@ -58,8 +58,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, spark: Any | None = None) -> PassReport:
-    """One pass; returns its report."""
+    """One pass; returns its report. The console's history gets a sample after it."""
     from outbox.app.rescue import open_rescuer
+    from outbox.app.sampling import record_sample
+    from outbox.core.clock import SystemClock
 
     overrides = {k: v for k, v in (("table_uri", args.table_uri), ("sql_url", args.sql_url)) if v}
     settings = Settings.load(args.workspace, **overrides)
@@ -71,7 +73,12 @@ def run(args: argparse.Namespace, spark: Any | None = None) -> PassReport:
         name=args.name,
         spark=spark if spark is not None else job_session(),
     ) as rescuer:
-        return rescuer.rescue_pass.run(full=args.full)
+        report = rescuer.rescue_pass.run(full=args.full)
+        source = f"rescuer {rescuer.rescue_pass.name}"
+        record_sample(
+            settings, SystemClock(), source=source, backends=rescuer.backends, store=rescuer.store
+        )
+        return report
 
 
 def main(argv: list[str] | None = None) -> int:

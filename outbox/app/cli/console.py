@@ -1,0 +1,160 @@
+"""``outbox console``: the operator's pages in a browser (docs/console.md)."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import sys
+import threading
+from typing import Any
+
+import click
+
+from outbox.app.cli.output import echo_err
+from outbox.app.cli.support import CliContext, pass_cli
+from outbox.core.errors import ConfigurationError, OutboxError
+
+log = logging.getLogger("outbox.console")
+
+
+@click.command("console")
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Address to listen on. Anything but a loopback address exposes the dead letters' "
+    "bodies to the network.",
+)
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=8765,
+    show_default=True,
+    help="Port to listen on (0: any free port, printed at start).",
+)
+@click.option(
+    "--token",
+    envvar="OUTBOX_CONSOLE_TOKEN",
+    metavar="TOKEN",
+    help="The token that unlocks requeue and purge (at least 16 characters). Default: a new "
+    "one, printed once at start.",
+)
+@click.option("--read-only", is_flag=True, help="Show everything, change nothing.")
+@click.option(
+    "--devices-queue",
+    default="devices",
+    show_default=True,
+    envvar="OUTBOX_GATEWAY_DESTINATION",
+    help="The gateway's queue, shown first on the Devices page.",
+)
+@pass_cli
+def console_cmd(
+    cli: CliContext,
+    *,
+    host: str,
+    port: int,
+    token: str | None,
+    read_only: bool,
+    devices_queue: str,
+) -> None:
+    """Serve the operator console: overview (pending work, rescue lag over time, queues,
+    devices), dead letters (filter, show, requeue, purge) and devices. Stops on Ctrl-C or
+    SIGTERM (exit 0)."""
+    try:
+        from werkzeug.serving import make_server
+
+        from outbox.app.console import ConsoleConfig, create_app
+    except ImportError as e:
+        raise ConfigurationError(
+            f"outbox console needs Flask ({e.name} is not installed)",
+            hint="pip install 'delta-outbox[console]'",
+        ) from None
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.app.console import security as sec
+    from outbox.app.history import History
+    from outbox.app.sampling import Sampler
+    from outbox.core.clock import SystemClock
+    from outbox.core.sql import read_only_url, redact_url
+
+    if token is not None and len(token) < 16:
+        raise ConfigurationError(
+            "the console token is too short (fewer than 16 characters): anyone on this machine "
+            "could guess it",
+            hint="leave --token / OUTBOX_CONSOLE_TOKEN out to get a new random one",
+        )
+    settings = cli.settings()
+    clock = SystemClock()
+    url = read_only_url(settings.sql_url) if read_only else settings.sql_url
+    queue = SqlQueue.from_settings(settings.replace(sql_url=url), clock=clock)
+    sampler = None if read_only else Sampler(settings, clock, source="console")
+    try:
+        config = ConsoleConfig(
+            queue=queue,
+            history=History(queue.database),
+            clock=clock,
+            token=token or sec.new_token(),
+            read_only=read_only,
+            host=host,
+            table_uri=settings.table_uri,
+            sql_url=redact_url(settings.sql_url),
+            devices_queue=devices_queue,
+        )
+        app = create_app(config)
+        try:
+            server = make_server(host, port, app, threaded=True)
+        except OSError as e:
+            raise ConfigurationError(
+                f"cannot listen on {host}:{port}: {e.strerror or e}",
+                hint="choose another --port (0: any free port)",
+            ) from None
+        address = f"http://{_url_host(host)}:{server.server_port}/"
+        click.echo(f"outbox console on {address}")
+        if read_only:
+            click.echo("read-only: nothing can be changed from it")
+        elif token:
+            click.echo("actions need the token given in --token / OUTBOX_CONSOLE_TOKEN")
+        else:
+            click.echo(f"actions need this token (shown once): {config.token}")
+            click.echo(f"or open {address}unlock?token={config.token}")
+        sys.stdout.flush()  # a log or a test reading the pipe sees the address at once
+        if not sec.is_loopback(host):
+            echo_err(
+                f"warning: the console listens on {host}: anyone who can reach it reads the "
+                "dead letters' bodies (fix: --host 127.0.0.1 and an SSH tunnel)"
+            )
+        if sampler is not None:
+            sampler.start()
+        _serve(server)
+    except OutboxError:
+        raise
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        queue.close()
+    echo_err("console stopped")
+
+
+def _serve(server: Any) -> None:
+    """Serve until Ctrl-C or SIGTERM. The server runs on a thread of its own, so a signal
+    handler on the main thread can stop it (``shutdown`` waits for ``serve_forever``)."""
+    stop = threading.Event()
+    thread = threading.Thread(target=server.serve_forever, name="console-http", daemon=True)
+    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
+    thread.start()
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def register(group: click.Group) -> None:
+    group.add_command(console_cmd)

@@ -1,0 +1,372 @@
+"""``outbox console``: the operator's pages (overview, dead letters, devices) as a Flask app.
+
+Why Flask: it is the best-kept small WSGI framework (Pallets), synchronous like every store here,
+with Jinja2's autoescaping for pages that show message bodies, and Werkzeug's threaded server
+for one operator's browser; it is already what the S3 test server runs on. The pages are HTML
+rendered on the server with one style sheet from the package: no CDN, no build step, no script.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
+from werkzeug.wrappers import Response
+
+from dispatcher.mqtt.devices import device_page, presence_counts
+from dispatcher.queue.browse import DeadLetterFilter
+from dispatcher.queue.sql_queue import SqlQueue
+from outbox.app.console import reads
+from outbox.app.console import security as sec
+from outbox.app.history import History
+from outbox.core.clock import Clock, utc
+from outbox.core.durations import format_duration
+from outbox.core.errors import MessageNotFoundError, OutboxError
+
+log = logging.getLogger("outbox.console")
+
+PAGE_SIZE = 50
+#: Dead letters moved per transaction when acting on a selection.
+ACTION_CHUNK = 500
+ACTIONS = {"requeue": "Requeue", "purge": "Purge"}
+
+
+@dataclass(frozen=True)
+class ConsoleConfig:
+    """What a console serves and how: its queue database, clock and token, and whether it may
+    change anything."""
+
+    queue: SqlQueue
+    history: History
+    clock: Clock
+    token: str
+    read_only: bool = False
+    #: where it listens (for the trusted Host headers)
+    host: str = "127.0.0.1"
+    #: what the overview names as the workspace (redacted: no secret)
+    table_uri: str = ""
+    sql_url: str = ""
+    devices_queue: str = "devices"
+    secret_key: bytes | None = None
+
+
+def create_app(config: ConsoleConfig) -> Flask:
+    app = Flask("outbox.app.console")
+    app.config.update(
+        SECRET_KEY=config.secret_key or sec.new_token().encode(),
+        SESSION_COOKIE_HTTPONLY=True,
+        SESSION_COOKIE_SAMESITE="Strict",
+        TRUSTED_HOSTS=sec.trusted_hosts(config.host),
+        MAX_CONTENT_LENGTH=1024 * 1024,
+    )
+    app.jinja_env.filters["at"] = _at
+    app.jinja_env.filters["ago"] = lambda when: _ago(when, config.clock)
+    app.jinja_env.filters["duration"] = lambda s: "-" if s is None else format_duration(s)
+    app.jinja_env.filters["count"] = lambda n: f"{int(n):,}"
+
+    @app.context_processor
+    def common() -> dict[str, Any]:
+        if sec.CSRF not in session:
+            session[sec.CSRF] = sec.new_token()
+        return {
+            "read_only": config.read_only,
+            "unlocked": bool(session.get(sec.UNLOCKED)),
+            "csrf": session[sec.CSRF],
+            "table_uri": config.table_uri,
+            "sql_url": config.sql_url,
+        }
+
+    @app.after_request
+    def headers(response: Response) -> Response:
+        response.headers.update(sec.HEADERS)
+        return response
+
+    @app.errorhandler(OutboxError)
+    def outbox_error(e: OutboxError) -> tuple[str, int]:
+        log.warning("console: %s", e)
+        hint = getattr(e, "hint", None)
+        return render_template("error.html", title="The database could not be read",
+                               detail=str(e), hint=hint), 503  # fmt: skip
+
+    _pages(app, config)
+    _actions(app, config)
+    _token(app, config)
+    return app
+
+
+def _refuse(r: sec.Refusal) -> tuple[str, int]:
+    log.warning("console: refused an action: %s", r.title)
+    return render_template("error.html", title=r.title, detail=r.detail, hint=None), r.status
+
+
+def _pages(app: Flask, config: ConsoleConfig) -> None:
+    """What the console shows: nothing here changes anything."""
+    queue, history = config.queue, config.history
+
+    @app.get("/")
+    def overview() -> str:
+        now = utc(config.clock.now())
+        data = reads.overview(
+            queue, history, now=now, range_name=request.args.get("range", reads.DEFAULT_RANGE)
+        )
+        return render_template("overview.html", o=data, ranges=list(reads.RANGES), page="overview")
+
+    @app.get("/dead-letters")
+    def dead_letters() -> str:
+        selection, problems = _selection(request.args)
+        before = _int(request.args.get("before"))
+        rows = [] if problems else queue.browse.page(selection, before_id=before, limit=PAGE_SIZE)
+        total = 0 if problems else queue.browse.count(selection)
+        more = len(rows) == PAGE_SIZE and not problems
+        return render_template(
+            "dead_letters.html",
+            page="dead-letters",
+            rows=rows,
+            total=total,
+            problems=problems,
+            filters=_filter_args(request.args),
+            queues=queue.browse.queues(),
+            reasons=queue.browse.reasons(selection.queue),
+            next_before=rows[-1].id if more else None,
+            first_page=before is None,
+            actions=ACTIONS,
+        )
+
+    @app.get("/dead-letters/<int:dead_letter_id>")
+    def dead_letter(dead_letter_id: int) -> str | tuple[str, int]:
+        try:
+            d = queue.admin.get_dead_letter(dead_letter_id)
+        except MessageNotFoundError:
+            return render_template(
+                "error.html",
+                title=f"No dead letter has id {dead_letter_id}",
+                detail="It may have been requeued or purged since the list was shown.",
+                hint=None,
+            ), 404
+        return render_template(
+            "dead_letter.html",
+            page="dead-letters",
+            d=d,
+            body=reads.show_body(d.body),
+            headers=reads.pretty(d.headers),
+            actions=ACTIONS,
+        )
+
+    @app.get("/devices")
+    def devices() -> str:
+        known = sorted(presence_counts(queue))
+        name = request.args.get("queue") or config.devices_queue
+        presence = request.args.get("presence") or None
+        if presence not in (None, "online", "offline"):
+            presence = None
+        found = device_page(
+            queue, name, after=request.args.get("after") or None, limit=PAGE_SIZE,
+            presence=presence,
+        )  # fmt: skip
+        return render_template(
+            "devices.html",
+            page="devices",
+            queue_name=name,
+            queues=sorted({*known, name}),
+            presence=presence,
+            counts=presence_counts(queue).get(name, {}),
+            found=found,
+            first_page=not request.args.get("after"),
+        )
+
+
+def _actions(app: Flask, config: ConsoleConfig) -> None:
+    """Requeue and purge, each behind a confirmation page; both pages refuse without the token
+    (``security.check_action``)."""
+    queue = config.queue
+    refuse = _refuse
+
+    @app.post("/dead-letters/confirm")
+    def confirm() -> str | tuple[str, int]:
+        refused = sec.check_action(session, request.form, read_only=config.read_only)
+        if refused:
+            return refuse(refused)
+        action = _action(request.form)
+        if request.form.get("scope") == "matching":
+            selection, problems = _selection(request.form)
+            if problems:
+                abort(400, "; ".join(problems))
+            up_to = queue.browse.newest_id(selection)
+            count = 0
+            if up_to is not None:
+                selection = _frozen(selection, up_to)
+                count = queue.browse.count(selection)
+            return render_template(
+                "confirm.html",
+                page="dead-letters",
+                action=action,
+                label=ACTIONS[action],
+                count=count,
+                ids=[],
+                shown=[],
+                filters=_filter_args(request.form),
+                up_to=up_to,
+            )
+        ids = queue.browse.existing(_ids(request.form))
+        shown = [queue.admin.get_dead_letter(i) for i in ids[:20]]
+        return render_template(
+            "confirm.html",
+            page="dead-letters",
+            action=action,
+            label=ACTIONS[action],
+            count=len(ids),
+            ids=ids,
+            shown=shown,
+            filters=_filter_args(request.form),
+            up_to=None,
+        )
+
+    @app.post("/dead-letters/apply")
+    def apply() -> Response | tuple[str, int]:
+        refused = sec.check_action(session, request.form, read_only=config.read_only)
+        if refused:
+            return refuse(refused)
+        action = _action(request.form)
+        run = queue.admin.requeue if action == "requeue" else queue.admin.purge
+        done = 0
+        if request.form.get("scope") == "matching":
+            selection, problems = _selection(request.form)
+            up_to = _int(request.form.get("up_to"))
+            if problems or up_to is None:
+                abort(400, "; ".join(problems) or "the selection has no upper id")
+            for chunk in _chunks_of(queue, _frozen(selection, up_to)):
+                done += run(ids=chunk)
+        else:
+            ids = _ids(request.form)
+            for i in range(0, len(ids), ACTION_CHUNK):
+                done += run(ids=ids[i : i + ACTION_CHUNK])
+        verb = "requeued" if action == "requeue" else "purged"
+        log.info("console: %s %d dead letters", verb, done)
+        flash(f"{done:,} dead letter{'s' if done != 1 else ''} {verb}.")
+        filters: dict[str, Any] = _filter_args(request.form)
+        return redirect(url_for("dead_letters", **filters))
+
+
+def _token(app: Flask, config: ConsoleConfig) -> None:
+    """Unlocking a browser with the token, and locking it again."""
+    refuse = _refuse
+
+    @app.route("/unlock", methods=["GET", "POST"])
+    def unlock() -> Response | str | tuple[str, int]:
+        if config.read_only:
+            return refuse(sec.check_action(session, {}, read_only=True))  # type: ignore[arg-type]
+        if request.method == "GET" and "token" not in request.args:
+            return render_template("unlock.html", page="unlock", wrong=False)
+        if request.method == "POST" and not sec.same(
+            request.form.get(sec.CSRF), session.get(sec.CSRF, "")
+        ):
+            return refuse(sec.check_action(session, request.form, read_only=False))  # type: ignore[arg-type]
+        given = request.values.get("token")
+        if not sec.same(given, config.token):
+            log.warning("console: a wrong token was given")
+            return render_template("unlock.html", page="unlock", wrong=True), 403
+        session.clear()  # a new session: nothing set before the token carries over
+        session[sec.UNLOCKED] = True
+        session[sec.CSRF] = sec.new_token()
+        flash("Unlocked: this browser may requeue and purge until the console stops.")
+        return redirect(url_for("overview"))  # also drops the token from the address bar
+
+    @app.post("/lock")
+    def lock() -> Response:
+        if sec.same(request.form.get(sec.CSRF), session.get(sec.CSRF, "")):
+            session.pop(sec.UNLOCKED, None)
+        return redirect(url_for("overview"))
+
+
+# --- request parsing ---------------------------------------------------------------------------
+
+
+def _int(value: str | None) -> int | None:
+    try:
+        return int(value) if value else None
+    except ValueError:
+        return None
+
+
+def _ids(form: Any) -> list[int]:
+    out = []
+    for raw in form.getlist("id"):
+        value = _int(raw)
+        if value is not None and value > 0:
+            out.append(value)
+    return sorted(set(out))
+
+
+def _action(form: Any) -> str:
+    action = form.get("action", "")
+    if action not in ACTIONS:
+        abort(400, f"unknown action {action!r}")
+    return str(action)
+
+
+def _time(value: str | None, name: str, problems: list[str]) -> datetime | None:
+    """A time from a datetime-local field (``YYYY-MM-DDTHH:MM``), read as UTC."""
+    if not value:
+        return None
+    try:
+        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+    except ValueError:
+        problems.append(f"{name}: {value!r} is not a time (use YYYY-MM-DD HH:MM, UTC)")
+        return None
+
+
+def _selection(args: Any) -> tuple[DeadLetterFilter, list[str]]:
+    problems: list[str] = []
+    selection = DeadLetterFilter(
+        queue=args.get("queue") or None,
+        reason=args.get("reason") or None,
+        since=_time(args.get("since"), "since", problems),
+        until=_time(args.get("until"), "until", problems),
+    )
+    return selection, problems
+
+
+def _frozen(selection: DeadLetterFilter, up_to: int) -> DeadLetterFilter:
+    return DeadLetterFilter(
+        queue=selection.queue,
+        reason=selection.reason,
+        since=selection.since,
+        until=selection.until,
+        up_to_id=up_to,
+    )
+
+
+def _filter_args(args: Any) -> dict[str, str]:
+    return {k: args[k] for k in ("queue", "reason", "since", "until") if args.get(k)}
+
+
+def _chunks_of(queue: SqlQueue, selection: DeadLetterFilter) -> Iterator[Sequence[int]]:
+    """The selection's ids, ``ACTION_CHUNK`` at a time; each chunk is acted on before the next
+    is read, so the walk continues above the last id seen."""
+    last = 0
+    while True:
+        ids = queue.browse.ids(selection, after_id=last, limit=ACTION_CHUNK)
+        if not ids:
+            return
+        yield ids
+        last = ids[-1]
+
+
+# --- formatting --------------------------------------------------------------------------------
+
+
+def _at(when: datetime | None) -> str:
+    return "-" if when is None else utc(when).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _ago(when: datetime | None, clock: Clock) -> str:
+    if when is None:
+        return "-"
+    seconds = (utc(clock.now()) - utc(when)).total_seconds()
+    if seconds < 0:
+        return f"in {format_duration(-seconds)}"
+    return f"{format_duration(seconds)} ago"

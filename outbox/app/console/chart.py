@@ -1,0 +1,96 @@
+"""A line chart as SVG, drawn on the server.
+
+Why no chart library: the console ships in the wheel and runs on machines without internet, and
+its pages run no script at all (their Content-Security-Policy forbids it). A few polylines and
+labels are all a lag over time needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from outbox.app.history import Point
+from outbox.core.durations import format_duration
+
+#: Distinct colours for up to eight rescuers; more reuse them.
+PALETTE = ("#2563eb", "#dc2626", "#16a34a", "#9333ea", "#ea580c", "#0891b2", "#be185d", "#4d7c0f")
+
+
+@dataclass(frozen=True)
+class Line:
+    name: str
+    colour: str
+    points: str  # "x,y x,y ..." for <polyline points>
+    last: str  # the newest value, formatted
+
+
+@dataclass(frozen=True)
+class Tick:
+    at: float  # pixels along the axis
+    label: str
+    anchor: str = "end"  # SVG text-anchor: the x axis's ends stay inside the chart
+
+
+@dataclass
+class Chart:
+    width: int
+    height: int
+    left: int
+    bottom: int
+    lines: list[Line] = field(default_factory=list)
+    x_ticks: list[Tick] = field(default_factory=list)
+    y_ticks: list[Tick] = field(default_factory=list)
+
+
+def _nice_ceiling(value: float) -> float:
+    """1, 2 or 5 times a power of ten, at least ``value`` (a readable top for the axis)."""
+    if value <= 0:
+        return 1.0
+    step = 1.0
+    while step < value:
+        for m in (2.0, 2.5, 5.0, 10.0):
+            if step * m >= value:
+                return step * m
+        step *= 10
+    while step / 10 >= value:
+        step /= 10
+    return step
+
+
+def line_chart(
+    series: dict[str, list[Point]],
+    *,
+    start: datetime,
+    end: datetime,
+    width: int = 760,
+    height: int = 240,
+) -> Chart:
+    """Each series a line over ``start``..``end``; the y axis starts at 0 (a lag of 0 is the
+    goal, so the chart shows how far from it, not the noise)."""
+    left, bottom, top, right = 64, 28, 10, 10
+    plot_w, plot_h = width - left - right, height - top - bottom
+    peak = max((p.value for pts in series.values() for p in pts), default=0.0)
+    y_max = 4 * _nice_ceiling(peak / 4)  # four readable steps: 0, 15s, 30s, 45s, 1m
+    span = max(1.0, (end - start).total_seconds())
+
+    def x(at: datetime) -> float:
+        return left + plot_w * min(1.0, max(0.0, (at - start).total_seconds() / span))
+
+    def y(v: float) -> float:
+        return top + plot_h * (1 - min(1.0, max(0.0, v / y_max)))
+
+    chart = Chart(width, height, left, height - bottom)
+    for i, (name, points) in enumerate(sorted(series.items())):
+        coords = " ".join(f"{x(p.at):.1f},{y(p.value):.1f}" for p in points)
+        last = format_duration(points[-1].value) if points else "-"
+        chart.lines.append(Line(name, PALETTE[i % len(PALETTE)], coords, last))
+    for k in range(5):
+        v = y_max * k / 4
+        chart.y_ticks.append(Tick(y(v), format_duration(v) if v else "0"))
+    for k in range(5):
+        at = start + (end - start) * k / 4
+        label = at.strftime("%H:%M") if span <= 2 * 86400 else at.strftime("%d %b %H:%M")
+        anchor = "start" if k == 0 else "end" if k == 4 else "middle"
+        chart.x_ticks.append(Tick(x(at), label, anchor))
+    return chart

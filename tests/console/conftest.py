@@ -1,0 +1,75 @@
+"""A migrated workspace with dead letters, devices and a history of samples, for the console's
+tests (the test client's and the browser's)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from dispatcher.queue import QueueMessage, SqlQueue
+from dispatcher.queue.sessions import StateChange
+from outbox.app import history as H
+from outbox.app.cli import main
+from outbox.app.history import History, Sample
+
+#: The token the tests give the console (``--token`` / ``ConsoleConfig.token``).
+TOKEN = "console-test-token-0123456789"
+
+
+@dataclass
+class ConsoleWorkspace:
+    path: Path
+    url: str
+    #: dead letter id -> (queue, message id)
+    dead: dict[int, tuple[str, str]]
+
+
+def dead_letter(queue: SqlQueue, name: str, message_id: str, reason: str, **kw: object) -> int:
+    queue.send(name, QueueMessage(body=kw.pop("body", b'{"order": 1}'), message_id=message_id,
+                                  **kw))  # type: ignore[arg-type]  # fmt: skip
+    [msg] = queue.receive(name, 1, session_id=kw.get("session_id"))  # type: ignore[arg-type]
+    queue.dead_letter(msg, reason, f"{reason} while handling {message_id}")
+    [d] = queue.list_dead_letters(name, 1, where={"message_id": message_id})
+    return d.id
+
+
+@pytest.fixture
+def console_ws(tmp_path: Path) -> Iterator[ConsoleWorkspace]:
+    ws = tmp_path / "ws"
+    result = CliRunner().invoke(main, ["-w", str(ws), "migrate"])
+    assert result.exit_code == 0, result.output
+    url = f"sqlite:///{ws / 'outbox.db'}"
+    dead: dict[int, tuple[str, str]] = {}
+    with SqlQueue(url) as queue:
+        for i in range(3):
+            dead[dead_letter(queue, "shipments", f"ship-{i}", "Poison")] = (
+                "shipments",
+                f"ship-{i}",
+            )
+        dead[dead_letter(queue, "invoices", "inv-0", "Timeout")] = ("invoices", "inv-0")
+        # two devices: one online with a task out, one offline with a task waiting
+        queue.sessions.set_states(
+            "devices",
+            [StateChange("pump-1", paused=False, state="online"),
+             StateChange("pump-2", paused=True, state="offline")],
+        )  # fmt: skip
+        queue.send("devices", QueueMessage(body=b"{}", message_id="t-1", session_id="pump-1"))
+        queue.send("devices", QueueMessage(body=b"{}", message_id="t-2", session_id="pump-2"))
+        queue.receive("devices", 1, session_id="pump-1")
+        now = datetime.now(UTC)
+        history = History(queue.database)
+        for k in range(30):
+            at = now - timedelta(minutes=30 - k)
+            history.record(
+                [Sample(H.RESCUE_LAG_SECONDS, "nightly", 20.0 + k),
+                 Sample(H.RESCUE_LAG_VERSIONS, "nightly", 2.0),
+                 Sample(H.PENDING_DOCUMENTS, "", 7.0),
+                 Sample(H.OLDEST_PENDING_AGE, "", 42.0)],
+                at=at, interval=60, source="test",
+            )  # fmt: skip
+    return ConsoleWorkspace(ws, url, dead)
