@@ -39,11 +39,14 @@ def dead_letter(queue: SqlQueue, name: str, message_id: str, reason: str, **kw: 
 
 
 @pytest.fixture
-def console_ws(tmp_path: Path) -> Iterator[ConsoleWorkspace]:
+def console_ws(tmp_path: Path, sql_url: str) -> Iterator[ConsoleWorkspace]:
+    """On SQLite and on a real PostgreSQL server (the ``sql_url`` fixture)."""
     ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "outbox.toml").write_text(f'sql_url = "{sql_url}"\n')
     result = CliRunner().invoke(main, ["-w", str(ws), "migrate"])
     assert result.exit_code == 0, result.output
-    url = f"sqlite:///{ws / 'outbox.db'}"
+    url = sql_url
     dead: dict[int, tuple[str, str]] = {}
     with SqlQueue(url) as queue:
         for i in range(3):

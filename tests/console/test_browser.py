@@ -52,7 +52,8 @@ class RunningConsole:
 
 
 def _start_console(ws: Path, *extra: str) -> RunningConsole:
-    (ws / "outbox.toml").write_text("sample_interval = 0\n")  # the pages show the fixture's data
+    with (ws / "outbox.toml").open("a") as settings:  # the pages show the fixture's data
+        settings.write("sample_interval = 0\n")
     outbox = str(Path(sys.executable).with_name("outbox"))
     process = subprocess.Popen(
         [outbox, "-w", str(ws), "console", "--port", "0", *extra],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import signal
+import socket
 import sys
 import threading
 from typing import Any
@@ -12,7 +13,7 @@ import click
 
 from outbox.app.cli.output import echo_err
 from outbox.app.cli.support import CliContext, pass_cli
-from outbox.core.errors import ConfigurationError, OutboxError
+from outbox.core.errors import ConfigurationError
 
 log = logging.getLogger("outbox.console")
 
@@ -100,33 +101,28 @@ def console_cmd(
             devices_queue=devices_queue,
         )
         app = create_app(config)
+        # Bound here, not by Werkzeug: its own bind prints two lines and exits on a port in use.
+        listening = _listen(host, port)
         try:
-            server = make_server(host, port, app, threaded=True)
-        except OSError as e:
-            raise ConfigurationError(
-                f"cannot listen on {host}:{port}: {e.strerror or e}",
-                hint="choose another --port (0: any free port)",
-            ) from None
-        address = f"http://{_url_host(host)}:{server.server_port}/"
-        click.echo(f"outbox console on {address}")
-        if read_only:
-            click.echo("read-only: nothing can be changed from it")
-        elif token:
-            click.echo("actions need the token given in --token / OUTBOX_CONSOLE_TOKEN")
-        else:
-            click.echo(f"actions need this token (shown once): {config.token}")
-            click.echo(f"or open {address}unlock?token={config.token}")
-        sys.stdout.flush()  # a log or a test reading the pipe sees the address at once
-        if not sec.is_loopback(host):
-            echo_err(
-                f"warning: the console listens on {host}: anyone who can reach it reads the "
-                "dead letters' bodies (fix: --host 127.0.0.1 and an SSH tunnel)"
-            )
+            server = make_server(host, port, app, threaded=True, fd=listening.fileno())
+        finally:
+            listening.close()  # the server holds its own copy
+        # Ctrl-C and SIGTERM stop it from here on: set before the address is printed, so a
+        # supervisor that reads the address and signals at once still gets a clean stop.
+        stop = threading.Event()
+        previous = {
+            sig: signal.signal(sig, lambda *_: stop.set())
+            for sig in (signal.SIGINT, signal.SIGTERM)
+        }
+        address = f"http://{_url_host(host)}:{server.socket.getsockname()[1]}/"
+        _announce(address, config.token, read_only=read_only, given=token is not None, host=host)
         if sampler is not None:
             sampler.start()
-        _serve(server)
-    except OutboxError:
-        raise
+        try:
+            _serve(server, stop)
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
     finally:
         if sampler is not None:
             sampler.stop()
@@ -134,12 +130,31 @@ def console_cmd(
     echo_err("console stopped")
 
 
-def _serve(server: Any) -> None:
-    """Serve until Ctrl-C or SIGTERM. The server runs on a thread of its own, so a signal
-    handler on the main thread can stop it (``shutdown`` waits for ``serve_forever``)."""
-    stop = threading.Event()
+def _announce(address: str, token: str, *, read_only: bool, given: bool, host: str) -> None:
+    """The address on stdout, and the token once (never again: not in a log, not on a page)."""
+    from outbox.app.console.security import is_loopback
+
+    click.echo(f"outbox console on {address}")
+    if read_only:
+        click.echo("read-only: nothing can be changed from it")
+    elif given:
+        click.echo("actions need the token given in --token / OUTBOX_CONSOLE_TOKEN")
+    else:
+        click.echo(f"actions need this token (shown once): {token}")
+        click.echo(f"or open {address}unlock?token={token}")
+    sys.stdout.flush()  # a log or a test reading the pipe sees the address at once
+    if not is_loopback(host):
+        echo_err(
+            f"warning: the console listens on {host}: anyone who can reach it reads the "
+            "dead letters' bodies (fix: --host 127.0.0.1 and an SSH tunnel)"
+        )
+
+
+def _serve(server: Any, stop: threading.Event) -> None:
+    """Serve until ``stop`` is set (by the signal handlers). The server runs on a thread of its
+    own, so the main thread stays free to take the signal (``shutdown`` waits for
+    ``serve_forever``)."""
     thread = threading.Thread(target=server.serve_forever, name="console-http", daemon=True)
-    previous = {s: signal.signal(s, lambda *_: stop.set()) for s in (signal.SIGINT, signal.SIGTERM)}
     thread.start()
     try:
         while not stop.wait(3600):
@@ -148,8 +163,22 @@ def _serve(server: Any) -> None:
         server.shutdown()
         server.server_close()
         thread.join()
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+
+
+def _listen(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as e:
+        sock.close()
+        raise ConfigurationError(
+            f"cannot listen on {host}:{port}: {e.strerror or e}",
+            hint="choose another --port (0: any free port)",
+        ) from None
+    return sock
 
 
 def _url_host(host: str) -> str:

@@ -324,6 +324,7 @@ def _selection(args: Any) -> tuple[DeadLetterFilter, list[str]]:
     selection = DeadLetterFilter(
         queue=args.get("queue") or None,
         reason=args.get("reason") or None,
+        session_id=args.get("session") or None,
         since=_time(args.get("since"), "since", problems),
         until=_time(args.get("until"), "until", problems),
     )
@@ -334,6 +335,7 @@ def _frozen(selection: DeadLetterFilter, up_to: int) -> DeadLetterFilter:
     return DeadLetterFilter(
         queue=selection.queue,
         reason=selection.reason,
+        session_id=selection.session_id,
         since=selection.since,
         until=selection.until,
         up_to_id=up_to,
@@ -341,7 +343,7 @@ def _frozen(selection: DeadLetterFilter, up_to: int) -> DeadLetterFilter:
 
 
 def _filter_args(args: Any) -> dict[str, str]:
-    return {k: args[k] for k in ("queue", "reason", "since", "until") if args.get(k)}
+    return {k: args[k] for k in ("queue", "reason", "session", "since", "until") if args.get(k)}
 
 
 def _chunks_of(queue: SqlQueue, selection: DeadLetterFilter) -> Iterator[Sequence[int]]:

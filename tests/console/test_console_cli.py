@@ -1,0 +1,82 @@
+"""``outbox console`` through the command line: bad input is one line, a stop is clean."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from outbox.app.cli import main
+
+
+def _migrated(tmp_path: Path) -> Path:
+    ws = tmp_path / "ws"
+    assert CliRunner().invoke(main, ["-w", str(ws), "migrate"]).exit_code == 0
+    return ws
+
+
+def _one_error_line(result: object) -> str:
+    stderr = result.stderr  # type: ignore[attr-defined]
+    lines = [ln for ln in stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, stderr
+    assert "Traceback" not in stderr
+    return lines[0]
+
+
+def test_a_port_in_use_is_one_line_naming_the_fix(tmp_path: Path) -> None:
+    ws = _migrated(tmp_path)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = CliRunner().invoke(main, ["-w", str(ws), "console", "--port", str(port)])
+    assert result.exit_code == 1
+    line = _one_error_line(result)
+    assert line.startswith(f"error: cannot listen on 127.0.0.1:{port}: ")
+    assert "(fix: choose another --port (0: any free port))" in line
+
+
+def test_a_short_token_is_refused(tmp_path: Path) -> None:
+    ws = _migrated(tmp_path)
+    result = CliRunner().invoke(main, ["-w", str(ws), "console", "--token", "secret"])
+    assert result.exit_code == 1
+    assert "the console token is too short" in _one_error_line(result)
+
+
+def test_a_workspace_never_migrated_says_to_migrate(tmp_path: Path) -> None:
+    result = CliRunner().invoke(main, ["-w", str(tmp_path / "none"), "console", "--port", "0"])
+    assert result.exit_code == 1
+    assert "outbox migrate" in _one_error_line(result)
+
+
+def test_the_console_prints_its_address_and_token_once_and_stops_on_sigterm(
+    tmp_path: Path,
+) -> None:
+    ws = _migrated(tmp_path)
+    (ws / "outbox.toml").write_text("sample_interval = 0\n")
+    outbox = str(Path(sys.executable).with_name("outbox"))
+    process = subprocess.Popen(
+        [outbox, "-w", str(ws), "console", "--port", "0"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert process.stdout is not None
+    address = process.stdout.readline()
+    token_line = process.stdout.readline()
+    unlock_line = process.stdout.readline()
+    process.send_signal(signal.SIGTERM)
+    out, err = process.communicate(timeout=60)
+    assert process.returncode == 0, err
+    assert address.startswith("outbox console on http://127.0.0.1:")
+    token = token_line.rsplit(" ", 1)[1].strip()
+    assert token_line == f"actions need this token (shown once): {token}\n"
+    assert len(token) >= 16
+    assert unlock_line.startswith("or open http://127.0.0.1:")
+    assert token not in out  # once: nothing after the start repeats it
+    assert token not in err
+    assert err.strip().splitlines()[-1] == "console stopped"
