@@ -21,7 +21,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from benchmarks import report_devices, report_doc_table, report_kafka, report_object_store
+from benchmarks import (
+    report_console,
+    report_devices,
+    report_doc_table,
+    report_kafka,
+    report_object_store,
+)
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
 
 __all__ = ["RESULTS", "ROOT", "documents", "main", "render"]
@@ -636,6 +642,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_object_store.RENDERERS,
     **report_kafka.RENDERERS,
     **report_devices.RENDERERS,
+    **report_console.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

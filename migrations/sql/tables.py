@@ -88,7 +88,8 @@ dead_letters = Table(
     # the console's filters and device pages (0006)
     Index("ix_outbox_queue_dead_letters_reason", "reason", "id"),
     Index("ix_outbox_queue_dead_letters_queue_reason", "queue", "reason", "id"),
-    Index("ix_outbox_queue_dead_letters_at", "dead_lettered_at"),
+    Index("ix_outbox_queue_dead_letters_at", "dead_lettered_at", "id"),
+    Index("ix_outbox_queue_dead_letters_queue_at", "queue", "dead_lettered_at", "id"),
     Index("ix_outbox_queue_dead_letters_session", "queue", "session_id", "id"),
 )
 
@@ -181,9 +182,13 @@ samples = Table(
     metadata,
     Column("metric", String(64), nullable=False),
     Column("subject", String(NAME), nullable=False),
-    Column("taken_at", DateTime(timezone=True), nullable=False),
+    # the slot's start in seconds since the epoch: an integer, so a chart's buckets are one
+    # integer division on SQLite and PostgreSQL alike
+    Column("taken_at_s", BigInteger, nullable=False),
     Column("value", Float, nullable=False),
     Column("source", String(NAME), nullable=False),
-    PrimaryKeyConstraint("metric", "subject", "taken_at", name="pk_outbox_samples"),
-    Index("ix_outbox_samples_taken_at", "taken_at"),
+    PrimaryKeyConstraint("metric", "subject", "taken_at_s", name="pk_outbox_samples"),
+    # a chart's range of one metric, read from the index alone
+    Index("ix_outbox_samples_range", "metric", "taken_at_s", "subject", "value"),
+    Index("ix_outbox_samples_taken_at_s", "taken_at_s"),
 )

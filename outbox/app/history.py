@@ -68,12 +68,12 @@ class History:
     ) -> int:
         """Write ``samples`` in the slot of ``at``; returns how many rows were new (a slot another
         process sampled first keeps its values). Old rows beyond the retention are pruned."""
-        taken = slot_start(at, interval)
+        taken = _seconds(slot_start(at, interval))
         rows = [
             {
                 "metric": s.metric,
                 "subject": s.subject,
-                "taken_at": taken,
+                "taken_at_s": taken,
                 "value": float(s.value),
                 "source": source[:260],
             }
@@ -83,58 +83,88 @@ class History:
             return 0
         dialect = postgresql if self._db.postgres else sqlite
         stmt = dialect.insert(T).on_conflict_do_nothing(
-            index_elements=["metric", "subject", "taken_at"]
+            index_elements=["metric", "subject", "taken_at_s"]
         )
         with self._db.write("record console samples") as conn:
             added = int(conn.execute(stmt, rows).rowcount or 0)
-            cutoff = utc(at) - self._retention
-            old = select(T.c.taken_at).where(T.c.taken_at < cutoff).limit(PRUNE_BATCH)
-            oldest = conn.execute(select(func.max(old.subquery().c.taken_at))).scalar()
+            cutoff = _seconds(utc(at) - self._retention)
+            old = select(T.c.taken_at_s).where(T.c.taken_at_s < cutoff).limit(PRUNE_BATCH)
+            oldest = conn.execute(select(func.max(old.subquery().c.taken_at_s))).scalar()
             if oldest is not None:
-                conn.execute(delete(T).where(T.c.taken_at <= oldest))
+                conn.execute(delete(T).where(T.c.taken_at_s <= oldest))
         return max(0, added)
 
-    def latest(self, metrics: Sequence[str]) -> dict[tuple[str, str], Point]:
-        """The newest value of each (metric, subject) of ``metrics``."""
-        newest = (
-            select(T.c.metric, T.c.subject, func.max(T.c.taken_at).label("taken_at"))
-            .where(T.c.metric.in_(list(metrics)))
-            .group_by(T.c.metric, T.c.subject)
-            .subquery()
+    def latest(
+        self, metrics: Sequence[str], *, now: datetime | None = None
+    ) -> dict[tuple[str, str], Point]:
+        """The newest value of each (metric, subject) of ``metrics``.
+
+        Read from the last ``RECENT`` before ``now`` first (a few rows per series through the
+        range index, while processes sample); only when nothing was sampled then does it look
+        through the whole history."""
+        if now is not None:
+            found = self._latest(metrics, since=_seconds(utc(now) - RECENT))
+            if found:
+                return found
+        return self._latest(metrics, since=None)
+
+    def _latest(self, metrics: Sequence[str], *, since: int | None) -> dict[tuple[str, str], Point]:
+        newest = select(T.c.metric, T.c.subject, func.max(T.c.taken_at_s).label("at")).where(
+            T.c.metric.in_(list(metrics))
         )
-        stmt = select(T.c.metric, T.c.subject, T.c.taken_at, T.c.value).join(
-            newest,
-            (T.c.metric == newest.c.metric)
-            & (T.c.subject == newest.c.subject)
-            & (T.c.taken_at == newest.c.taken_at),
+        if since is not None:
+            newest = newest.where(T.c.taken_at_s >= since)
+        last = newest.group_by(T.c.metric, T.c.subject).subquery()
+        stmt = select(T.c.metric, T.c.subject, T.c.taken_at_s, T.c.value).join(
+            last,
+            (T.c.metric == last.c.metric)
+            & (T.c.subject == last.c.subject)
+            & (T.c.taken_at_s == last.c.at),
         )
         with self._db.read("read console samples") as conn:
             return {
-                (r.metric, r.subject): Point(utc(r.taken_at), float(r.value))
+                (r.metric, r.subject): Point(_time(r.taken_at_s), float(r.value))
                 for r in conn.execute(stmt)
             }
 
     def series(
-        self, metric: str, *, since: datetime, max_points: int = 300
+        self, metric: str, *, since: datetime, until: datetime | None = None, max_points: int = 300
     ) -> dict[str, list[Point]]:
-        """Each subject's values of ``metric`` since ``since``, oldest first, thinned to at most
-        ``max_points`` per subject (the largest value of each run of points is kept: a chart of a
-        lag must not hide a spike)."""
+        """Each subject's values of ``metric`` from ``since`` (to ``until``), oldest first, at
+        most ``max_points`` per subject: the range is cut into that many buckets and each keeps
+        its largest value (a chart of a lag must not hide a spike). The buckets are made by the
+        database, so a week of samples every minute leaves it as 300 rows per subject."""
+        start = _seconds(since)
+        end = _seconds(until) if until is not None else None
+        span = max(1, (end if end is not None else _seconds(utc(datetime.now(UTC)))) - start)
+        width = max(1, -(-span // max(1, max_points)))
+        bucket = (T.c.taken_at_s - start) // width
         stmt = (
-            select(T.c.subject, T.c.taken_at, T.c.value)
-            .where(T.c.metric == metric, T.c.taken_at >= utc(since))
-            .order_by(T.c.subject, T.c.taken_at)
+            select(
+                T.c.subject,
+                func.max(T.c.taken_at_s).label("at"),
+                func.max(T.c.value).label("value"),
+            )
+            .where(T.c.metric == metric, T.c.taken_at_s >= start)
+            .group_by(T.c.subject, bucket)
+            .order_by(T.c.subject, func.max(T.c.taken_at_s))
         )
+        if end is not None:
+            stmt = stmt.where(T.c.taken_at_s <= end)
         out: dict[str, list[Point]] = {}
         with self._db.read("read console samples") as conn:
             for r in conn.execute(stmt):
-                out.setdefault(r.subject, []).append(Point(utc(r.taken_at), float(r.value)))
-        return {k: thin(v, max_points) for k, v in out.items()}
+                out.setdefault(r.subject, []).append(Point(_time(r.at), float(r.value)))
+        return out
 
 
-def thin(points: list[Point], max_points: int) -> list[Point]:
-    """At most ``max_points`` points: runs of consecutive points become their largest one."""
-    if len(points) <= max_points or max_points < 1:
-        return points
-    size = -(-len(points) // max_points)
-    return [max(points[i : i + size], key=lambda p: p.value) for i in range(0, len(points), size)]
+#: How far back ``latest`` looks first.
+RECENT = timedelta(hours=1)
+
+
+def _seconds(at: datetime) -> int:
+    return int(utc(at).timestamp())
+
+
+def _time(seconds: int) -> datetime:
+    return datetime.fromtimestamp(int(seconds), tz=UTC)

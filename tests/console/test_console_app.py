@@ -97,12 +97,17 @@ def test_the_dead_letters_filter_by_queue_reason_and_time(
     assert "since: &#39;yesterday&#39; is not a time" in bad
 
 
-def test_the_dead_letters_page_by_id_below_the_last_one_shown(console_ws: ConsoleWorkspace) -> None:
+@pytest.mark.parametrize("window", ["", "&since=2000-01-01T00:00&until=2999-01-01T00:00"])
+def test_the_dead_letters_page_below_the_last_one_shown(
+    console_ws: ConsoleWorkspace, window: str
+) -> None:
+    """By id, or (with a time window) by time and id: the next page starts after the last row
+    shown, and every dead letter is on exactly one page."""
     with SqlQueue(console_ws.url) as queue:
         for i in range(60):
             dead_letter(queue, "bulk", f"b-{i:02d}", "Poison")
     for client in _client(console_ws):
-        first = client.get("/dead-letters?queue=bulk").get_data(as_text=True)
+        first = client.get(f"/dead-letters?queue=bulk{window}").get_data(as_text=True)
         shown = re.findall(r'<td class="mono">([^<]+)</td>', first)
         assert len(shown) == 50
         assert shown[0] == "b-59"

@@ -92,8 +92,8 @@ def _values(samples: list[Sample]) -> dict[tuple[str, str], float]:
 def _rows(ws: Path, where: str = "1=1") -> list[tuple[Any, ...]]:
     with sqlite3.connect(ws / "outbox.db") as con:
         return con.execute(
-            f"SELECT metric, subject, taken_at, value, source FROM outbox_samples WHERE {where} "
-            "ORDER BY taken_at, metric, subject"
+            f"SELECT metric, subject, taken_at_s, value, source FROM outbox_samples WHERE {where} "
+            "ORDER BY taken_at_s, metric, subject"
         ).fetchall()
 
 

@@ -1,7 +1,8 @@
 """The console: a history of samples, and indexes for paging dead letters by reason, time and
 device.
 
-``outbox_samples`` holds one number per metric, subject and sampling slot: the pending
+``outbox_samples`` holds one number per metric, subject and sampling slot (its start in
+seconds since the epoch): the pending
 documents, the oldest pending age and each rescuer's lag, recorded by the processes that already
 run (the dispatcher, each rescue pass), so ``outbox console`` charts them without Prometheus
 (docs/console.md). A slot's key is its start, so two processes sampling the same slot write one
@@ -32,15 +33,23 @@ def upgrade() -> None:
         "outbox_samples",
         sa.Column("metric", sa.String(64), nullable=False),
         sa.Column("subject", sa.String(260), nullable=False),
-        sa.Column("taken_at", sa.DateTime(timezone=True), nullable=False),
+        sa.Column("taken_at_s", sa.BigInteger, nullable=False),
         sa.Column("value", sa.Float, nullable=False),
         sa.Column("source", sa.String(260), nullable=False),
-        sa.PrimaryKeyConstraint("metric", "subject", "taken_at", name="pk_outbox_samples"),
+        sa.PrimaryKeyConstraint("metric", "subject", "taken_at_s", name="pk_outbox_samples"),
     )
-    op.create_index("ix_outbox_samples_taken_at", "outbox_samples", ["taken_at"])
+    op.create_index(
+        "ix_outbox_samples_range",
+        "outbox_samples",
+        ["metric", "taken_at_s", "subject", "value"],
+    )
+    op.create_index("ix_outbox_samples_taken_at_s", "outbox_samples", ["taken_at_s"])
     op.create_index("ix_outbox_queue_dead_letters_reason", _DEAD, ["reason", "id"])
     op.create_index("ix_outbox_queue_dead_letters_queue_reason", _DEAD, ["queue", "reason", "id"])
-    op.create_index("ix_outbox_queue_dead_letters_at", _DEAD, ["dead_lettered_at"])
+    op.create_index("ix_outbox_queue_dead_letters_at", _DEAD, ["dead_lettered_at", "id"])
+    op.create_index(
+        "ix_outbox_queue_dead_letters_queue_at", _DEAD, ["queue", "dead_lettered_at", "id"]
+    )
     op.create_index("ix_outbox_queue_dead_letters_session", _DEAD, ["queue", "session_id", "id"])
     op.create_index("ix_outbox_claims_status", "outbox_claims", ["status"])
 
@@ -48,8 +57,10 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.drop_index("ix_outbox_claims_status", "outbox_claims")
     op.drop_index("ix_outbox_queue_dead_letters_session", _DEAD)
+    op.drop_index("ix_outbox_queue_dead_letters_queue_at", _DEAD)
     op.drop_index("ix_outbox_queue_dead_letters_at", _DEAD)
     op.drop_index("ix_outbox_queue_dead_letters_queue_reason", _DEAD)
     op.drop_index("ix_outbox_queue_dead_letters_reason", _DEAD)
-    op.drop_index("ix_outbox_samples_taken_at", "outbox_samples")
+    op.drop_index("ix_outbox_samples_taken_at_s", "outbox_samples")
+    op.drop_index("ix_outbox_samples_range", "outbox_samples")
     op.drop_table("outbox_samples")

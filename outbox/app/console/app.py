@@ -158,7 +158,7 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
 
     @app.get("/devices")
     def devices() -> str:
-        known = sorted(presence_counts(queue))
+        counts = presence_counts(queue)
         name = request.args.get("queue") or config.devices_queue
         presence = request.args.get("presence") or None
         if presence not in (None, "online", "offline"):
@@ -171,9 +171,9 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
             "devices.html",
             page="devices",
             queue_name=name,
-            queues=sorted({*known, name}),
+            queues=sorted({*counts, name}),
             presence=presence,
-            counts=presence_counts(queue).get(name, {}),
+            counts=counts.get(name, {}),
             found=found,
             first_page=not request.args.get("after"),
         )

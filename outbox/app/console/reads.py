@@ -51,14 +51,15 @@ class Overview:
 def overview(queue: SqlQueue, history: History, *, now: datetime, range_name: str) -> Overview:
     span = RANGES.get(range_name, RANGES[DEFAULT_RANGE])
     latest = history.latest(
-        [
+        now=now,
+        metrics=[
             H.PENDING_DOCUMENTS,
             H.PENDING_MESSAGES,
             H.OLDEST_PENDING_AGE,
             H.GEO_CLAIMS_IN_FLIGHT,
             H.RESCUE_LAG_SECONDS,
             H.RESCUE_LAG_VERSIONS,
-        ]
+        ],
     )
     pending = latest.get((H.PENDING_DOCUMENTS, ""))
     oldest = latest.get((H.OLDEST_PENDING_AGE, ""))
@@ -69,7 +70,7 @@ def overview(queue: SqlQueue, history: History, *, now: datetime, range_name: st
         for (metric, subject), point in sorted(latest.items())
         if metric == H.RESCUE_LAG_SECONDS
     }
-    series = history.series(H.RESCUE_LAG_SECONDS, since=now - span)
+    series = history.series(H.RESCUE_LAG_SECONDS, since=now - span, until=now)
     chart = line_chart(series, start=now - span, end=now) if series else None
     return Overview(
         now=now,

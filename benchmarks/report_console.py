@@ -1,0 +1,59 @@
+"""The console's results block (``benchmarks/results/console.json``), for ``benchmarks.report``:
+each page's time over HTTP beside its floor, the sizes it was measured at, and what a console
+sample costs the processes that take it."""
+
+# ruff: noqa: RUF001  (the docs print multiplication signs: their typography)
+
+from __future__ import annotations
+
+from typing import Any
+
+from benchmarks.report_common import load, n, table
+
+
+def _ms(value: float) -> str:
+    return f"{n(value, 1)} ms"
+
+
+def _caption(c: dict[str, Any]) -> str:
+    s, r = c["sizes"], c["requests"]
+    return (
+        f"{n(s['documents'])} documents ({n(s['pending_documents'])} pending), "
+        f"{n(s['dead_letters'])} dead letters ({s['dead_letter_queues']} queues, "
+        f"{s['dead_letter_reasons']} reasons, {s['dead_letter_days']} days, "
+        f"{n(s['dead_letter_body_bytes'])}-byte bodies), {n(s['devices'])} devices × "
+        f"{s['tasks_per_device']} tasks, {n(s['sample_rows'])} samples ({n(s['sample_days'])} "
+        f"days of {s['rescuers']} rescuers); {c['database']}; {r['timed']} timed requests per "
+        f"page after {r['warmup']} warm-up ones, on one keep-alive connection; the floor is the "
+        "page's reads called directly, in the same run.\n"
+    )
+
+
+def console() -> str:
+    c = load("console")
+    rows = [
+        [
+            f"{p['label']} `{p['request']}`",
+            _ms(p["p50_ms"]),
+            _ms(p["p95_ms"]),
+            _ms(p["max_ms"]),
+            _ms(p["floor"]["p50_ms"]),
+            "yes" if p["within_200ms"] else "**no**",
+        ]
+        for p in c["pages"]
+    ]
+    sample = c["sample"]
+    cold, warm = sample["cold_record_sample"], sample["warm_sampler"]
+    return (
+        _caption(c)
+        + "\n"
+        + table(["page", "p50", "p95", "max", "floor p50", "within 200 ms"], rows)
+        + f"\nWithin 200 ms means a p95 of at most 200 ms. A console sample over the "
+        f"{n(c['sizes']['documents'])}-document table costs the process that takes it "
+        f"{_ms(warm['p50_ms'])} (p50; max {_ms(warm['max_ms'])}) with the table kept open, as the "
+        f"dispatcher's sampler does every `sample_interval`, and {_ms(cold['p50_ms'])} when it "
+        "opens the table and the database itself (a rescue pass's sample without its store).\n"
+    )
+
+
+RENDERERS = {"console": console}
