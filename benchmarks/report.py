@@ -160,6 +160,7 @@ def readme_performance() -> str:
     rows += _spark_rows(load("spark_write"))
     rows += report_kafka.readme_rows()
     rows += report_devices.readme_rows()
+    rows += report_console.readme_rows()
     return _table(["what", "figure", "source"], rows)
 
 

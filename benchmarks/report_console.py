@@ -56,4 +56,24 @@ def console() -> str:
     )
 
 
+def readme_rows() -> list[list[str]]:
+    """The README performance table's line for the console."""
+    c = load("console")
+    pages = c["pages"]
+    slowest = max(pages, key=lambda p: float(p["p95_ms"]))
+    within = sum(1 for p in pages if p["within_200ms"])
+    s = c["sizes"]
+    return [
+        [
+            f"`outbox console`, each page over HTTP with {n(s['documents'])} documents and "
+            f"{n(s['dead_letters'])} dead letters ({n(s['devices'])} devices, "
+            f"{n(s['sample_days'])} days of samples)",
+            f"**{within} of {len(pages)} pages within 200 ms** (p95); the slowest, "
+            f"{slowest['label']}, p50 {_ms(slowest['p50_ms'])}, p95 {_ms(slowest['p95_ms'])}; a "
+            f"sample {_ms(c['sample']['warm_sampler']['p50_ms'])} per `sample_interval`",
+            "`console.json`",
+        ]
+    ]
+
+
 RENDERERS = {"console": console}

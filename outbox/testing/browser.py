@@ -77,10 +77,11 @@ def go(driver: Any, css: str) -> None:
 
 
 def screenshot(driver: Any, path: Path) -> None:
-    """The whole page (the window grown to its height, up to 1,600 pixels)."""
+    """The whole page (the window grown to its height and the browser's frame, up to 1,800
+    pixels)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     height = driver.execute_script("return document.documentElement.scrollHeight")
-    driver.set_window_size(1280, max(700, min(int(height) + 40, 1600)))
+    driver.set_window_size(1280, max(700, min(int(height) + 160, 1800)))
     if not driver.save_screenshot(str(path)):
         raise RuntimeError(f"Chromium could not save a screenshot to {path}")
 

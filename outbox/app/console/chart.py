@@ -22,7 +22,6 @@ class Line:
     name: str
     colour: str
     points: str  # "x,y x,y ..." for <polyline points>
-    last: str  # the newest value, formatted
 
 
 @dataclass(frozen=True)
@@ -43,19 +42,16 @@ class Chart:
     y_ticks: list[Tick] = field(default_factory=list)
 
 
-def _nice_ceiling(value: float) -> float:
-    """1, 2 or 5 times a power of ten, at least ``value`` (a readable top for the axis)."""
-    if value <= 0:
-        return 1.0
-    step = 1.0
-    while step < value:
-        for m in (2.0, 2.5, 5.0, 10.0):
-            if step * m >= value:
-                return step * m
-        step *= 10
-    while step / 10 >= value:
-        step /= 10
-    return step
+#: Steps a time axis reads well in: seconds up to a day, then whole days.
+STEPS = (1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 10800, 21600, 43200, 86400)
+
+
+def _step(value: float) -> float:
+    """The smallest readable step at least ``value`` (seconds)."""
+    for step in STEPS:
+        if step >= value:
+            return float(step)
+    return 86400.0 * -(-value // 86400)
 
 
 def line_chart(
@@ -71,7 +67,7 @@ def line_chart(
     left, bottom, top, right = 64, 28, 10, 10
     plot_w, plot_h = width - left - right, height - top - bottom
     peak = max((p.value for pts in series.values() for p in pts), default=0.0)
-    y_max = 4 * _nice_ceiling(peak / 4)  # four readable steps: 0, 15s, 30s, 45s, 1m
+    y_max = 4 * _step(peak / 4)  # four readable steps: 0, 15s, 30s, 45s, 1m
     span = max(1.0, (end - start).total_seconds())
 
     def x(at: datetime) -> float:
@@ -83,8 +79,7 @@ def line_chart(
     chart = Chart(width, height, left, height - bottom)
     for i, (name, points) in enumerate(sorted(series.items())):
         coords = " ".join(f"{x(p.at):.1f},{y(p.value):.1f}" for p in points)
-        last = format_duration(points[-1].value) if points else "-"
-        chart.lines.append(Line(name, PALETTE[i % len(PALETTE)], coords, last))
+        chart.lines.append(Line(name, PALETTE[i % len(PALETTE)], coords))
     for k in range(5):
         v = y_max * k / 4
         chart.y_ticks.append(Tick(y(v), format_duration(v) if v else "0"))
