@@ -315,8 +315,13 @@ def fill_samples(
                     (RESCUE_LAG_VERSIONS, name, float(int(lag // 5))),
                 ]
             rows += [
-                {"metric": m, "subject": s, "taken_at_s": int(taken.timestamp()),
-                 "value": float(v), "source": source}
+                {
+                    "metric": m,
+                    "subject": s,
+                    "taken_at_s": int(taken.timestamp()),
+                    "value": float(v),
+                    "source": source,
+                }
                 for m, s, v in values
             ]
             if len(rows) >= CHUNK:
