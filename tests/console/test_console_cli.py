@@ -6,8 +6,10 @@ import signal
 import socket
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
+import pytest
 from click.testing import CliRunner
 
 from outbox.app.cli import main
@@ -69,6 +71,9 @@ def test_the_console_prints_its_address_and_token_once_and_stops_on_sigterm(
     address = process.stdout.readline()
     token_line = process.stdout.readline()
     unlock_line = process.stdout.readline()
+    unlock = unlock_line.split(" ", 2)[2].strip()
+    with urllib.request.urlopen(unlock, timeout=60) as page:  # follows the redirect
+        assert page.status == 200
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
@@ -78,5 +83,23 @@ def test_the_console_prints_its_address_and_token_once_and_stops_on_sigterm(
     assert len(token) >= 16
     assert unlock_line.startswith("or open http://127.0.0.1:")
     assert token not in out  # once: nothing after the start repeats it
-    assert token not in err
+    assert token not in err  # the access log masks it
+    assert "GET /unlock?token=*** HTTP/1.1" in err
     assert err.strip().splitlines()[-1] == "console stopped"
+
+
+def test_without_flask_the_console_names_the_extra(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = _migrated(tmp_path)
+    for name in [
+        m for m in sys.modules if m == "flask" or m.startswith(("flask.", "outbox.app.console"))
+    ]:
+        monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "flask", None)  # import flask raises ImportError
+    result = CliRunner().invoke(main, ["-w", str(ws), "console", "--port", "0"])
+    assert result.exit_code == 1
+    assert _one_error_line(result) == (
+        "error: outbox console needs Flask (flask is not installed) "
+        "(fix: pip install 'delta-outbox[console]')"
+    )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import socket
 import sys
@@ -104,7 +105,14 @@ def console_cmd(
         # Bound here, not by Werkzeug: its own bind prints two lines and exits on a port in use.
         listening = _listen(host, port)
         try:
-            server = make_server(host, port, app, threaded=True, fd=listening.fileno())
+            server = make_server(
+                host,
+                port,
+                app,
+                threaded=True,
+                fd=listening.fileno(),
+                request_handler=_handler(),
+            )
         finally:
             listening.close()  # the server holds its own copy
         # Ctrl-C and SIGTERM stop it from here on: set before the address is printed, so a
@@ -163,6 +171,27 @@ def _serve(server: Any, stop: threading.Event) -> None:
         server.shutdown()
         server.server_close()
         thread.join()
+
+
+def _handler() -> type[Any]:
+    """Werkzeug's request handler with its access log line's token masked: the unlock address
+    carries the token in its query, and a log is no place for it."""
+    from werkzeug.serving import WSGIRequestHandler
+
+    class Handler(WSGIRequestHandler):
+        def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+            path = self.path  # the request was read long before: only the log line changes
+            self.path = _TOKEN_IN_QUERY.sub(r"\1***", path)
+            self.requestline = _TOKEN_IN_QUERY.sub(r"\1***", self.requestline)
+            try:
+                super().log_request(code, size)
+            finally:
+                self.path = path
+
+    return Handler
+
+
+_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
 
 
 def _listen(host: str, port: int) -> socket.socket:
