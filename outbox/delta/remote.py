@@ -59,7 +59,14 @@ _S3_KEYS = (
 
 _CAUSES: dict[str, tuple[_Cause, ...]] = {
     "azure": (
-        _Cause(  # first: without credentials the client asks the metadata endpoint, which may 403
+        # first: a refused scheme is the whole story, whatever else the message holds
+        _Cause(
+            _p(r"URL scheme is not allowed"),
+            "the endpoint is plain http, which the client refuses by default",
+            'set allow_http = "true" in [storage_options] (only for a local emulator), or use '
+            "https",
+        ),
+        _Cause(  # next: without credentials the client asks the metadata endpoint, which may 403
             _p(
                 r"token request",
                 r"169\.254\.169\.254",
@@ -88,15 +95,15 @@ _CAUSES: dict[str, tuple[_Cause, ...]] = {
             "the storage account refused the credentials",
             "check " + _AZURE_KEYS,
         ),
+    ),
+    "s3": (
         _Cause(
             _p(r"URL scheme is not allowed"),
             "the endpoint is plain http, which the client refuses by default",
-            'set allow_http = "true" in [storage_options] (only for a local emulator), or use '
+            'set AWS_ALLOW_HTTP = "true" in [storage_options] (only for a local server), or use '
             "https",
         ),
-    ),
-    "s3": (
-        _Cause(  # first: without credentials the SDK asks the metadata endpoint, which may 403
+        _Cause(  # next: without credentials the SDK asks the metadata endpoint, which may 403
             _p(
                 r"169\.254\.169\.254",
                 r"instance metadata",
@@ -123,12 +130,6 @@ _CAUSES: dict[str, tuple[_Cause, ...]] = {
             ),
             "S3 refused the credentials",
             "check " + _S3_KEYS,
-        ),
-        _Cause(
-            _p(r"URL scheme is not allowed"),
-            "the endpoint is plain http, which the client refuses by default",
-            'set AWS_ALLOW_HTTP = "true" in [storage_options] (only for a local server), or use '
-            "https",
         ),
     ),
 }
