@@ -12,7 +12,7 @@ from typing import Any
 
 import click
 
-from outbox.app.cli.output import echo_err
+from outbox.app.cli.output import echo, echo_err
 from outbox.app.cli.support import CliContext, pass_cli
 from outbox.core.errors import ConfigurationError
 
@@ -142,14 +142,14 @@ def _announce(address: str, token: str, *, read_only: bool, given: bool, host: s
     """The address on stdout, and the token once (never again: not in a log, not on a page)."""
     from outbox.app.console.security import is_loopback
 
-    click.echo(f"outbox console on {address}")
+    echo(f"outbox console on {address}")
     if read_only:
-        click.echo("read-only: nothing can be changed from it")
+        echo("read-only: nothing can be changed from it")
     elif given:
-        click.echo("actions need the token given in --token / OUTBOX_CONSOLE_TOKEN")
+        echo("actions need the token given in --token / OUTBOX_CONSOLE_TOKEN")
     else:
-        click.echo(f"actions need this token (shown once): {token}")
-        click.echo(f"or open {address}unlock?token={token}")
+        echo(f"actions need this token (shown once): {token}")
+        echo(f"or open {address}unlock?token={token}")
     sys.stdout.flush()  # a log or a test reading the pipe sees the address at once
     if not is_loopback(host):
         echo_err(
