@@ -89,7 +89,7 @@ def create_app(config: ConsoleConfig) -> Flask:
     def outbox_error(e: OutboxError) -> tuple[str, int]:
         log.warning("console: %s", e)
         hint = getattr(e, "hint", None)
-        return render_template("error.html", title="The database could not be read",
+        return render_template("error.html", title="The queue database failed",
                                detail=str(e), hint=hint), 503  # fmt: skip
 
     _pages(app, config)
