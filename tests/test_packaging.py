@@ -82,6 +82,11 @@ def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path
     assert [n.split("-")[0] for n in dist_info] == ["delta_outbox"], added
     assert added - dist_info == PACKAGES  # no cli, no benchmarks, no tests, no stray module
     assert (site / "outbox" / "app" / "cli" / "__init__.py").is_file()
+    # the console's pages are served from the installed package: no CDN, no build step
+    console = site / "outbox" / "app" / "console"
+    templates = {p.name for p in (console / "templates").glob("*.html")}
+    assert {"base.html", "overview.html", "dead_letters.html", "devices.html"} <= templates
+    assert (console / "static" / "console.css").is_file()
 
     [info] = dist_info
     entry_points = (site / info / "entry_points.txt").read_text()
