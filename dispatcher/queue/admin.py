@@ -1,5 +1,6 @@
 """The queue's administration: depths (stats), dead letters (list, show, count, requeue, purge, by
-ids, by filter or all) and housekeeping (pruning expired duplicate-detection ids).
+ids, by filter, by a console ``DeadLetterFilter`` or all) and housekeeping (pruning expired
+duplicate-detection ids).
 
 Requeue and purge work in chunks of ``CHUNK`` rows, one short transaction each, so a large purge
 never holds SQLite's write lock for long and can report progress. Pruning is bounded the same way
@@ -31,6 +32,7 @@ from sqlalchemy import (
 )
 
 from dispatcher.queue import validation
+from dispatcher.queue.browse import DeadLetterFilter
 from dispatcher.queue.database import Database
 from dispatcher.queue.messages import DeadLetter, QueueStats
 from dispatcher.queue.options import QueueOptions
@@ -151,7 +153,18 @@ class SqlQueueAdministration:
         on_progress: Callable[[int], None] | None = None,
     ) -> int:
         """See ``QueueAdministration.requeue``."""
-        conditions = _selection(ids, where, all)
+        return self._requeue(_selection(ids, where, all), on_progress)
+
+    def requeue_matching(
+        self, selection: DeadLetterFilter, *, on_progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Requeue what ``selection`` holds: the console's filters, a time window included,
+        which the equality filters of ``requeue(where=...)`` cannot say. No filter: all."""
+        return self._requeue(selection.conditions(), on_progress)
+
+    def _requeue(
+        self, conditions: list[ColumnElement[bool]], on_progress: Callable[[int], None] | None
+    ) -> int:
         now = self._options.now()
         postgres = self._db.postgres
 
@@ -179,7 +192,17 @@ class SqlQueueAdministration:
         on_progress: Callable[[int], None] | None = None,
     ) -> int:
         """See ``QueueAdministration.purge``."""
-        conditions = _selection(ids, where, all)
+        return self._purge(_selection(ids, where, all), on_progress)
+
+    def purge_matching(
+        self, selection: DeadLetterFilter, *, on_progress: Callable[[int], None] | None = None
+    ) -> int:
+        """Purge what ``selection`` holds (see ``requeue_matching``)."""
+        return self._purge(selection.conditions(), on_progress)
+
+    def _purge(
+        self, conditions: list[ColumnElement[bool]], on_progress: Callable[[int], None] | None
+    ) -> int:
         return self._chunks("purge dead letters", conditions, lambda _c, _i: None, on_progress)
 
     def _chunks(

@@ -96,17 +96,6 @@ class DeadLetterBrowser:
             found = conn.execute(stmt).scalar()
         return None if found is None else int(found)
 
-    def ids(self, selection: DeadLetterFilter, *, after_id: int = 0, limit: int = 500) -> list[int]:
-        """The ids of the selection above ``after_id``, oldest first: chunks for an action."""
-        stmt = (
-            select(D.c.id)
-            .where(*selection.conditions(), D.c.id > after_id)
-            .order_by(D.c.id)
-            .limit(limit)
-        )
-        with self._db.read("read dead letters") as conn:
-            return [int(i) for i in conn.execute(stmt).scalars()]
-
     def existing(self, ids: Sequence[int]) -> list[int]:
         """Which of ``ids`` are still dead letters (another operator may have acted first)."""
         if not ids:

@@ -9,8 +9,7 @@ rendered on the server with one style sheet from the package: no CDN, no build s
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -30,7 +29,7 @@ from outbox.core.errors import MessageNotFoundError, OutboxError
 log = logging.getLogger("outbox.console")
 
 PAGE_SIZE = 50
-#: Dead letters moved per transaction when acting on a selection.
+#: Ticked ids per call when acting on them (a bounded IN list; the queue moves them in chunks).
 ACTION_CHUNK = 500
 ACTIONS = {"requeue": "Requeue", "purge": "Purge"}
 
@@ -191,38 +190,27 @@ def _actions(app: Flask, config: ConsoleConfig) -> None:
         if refused:
             return refuse(refused)
         action = _action(request.form)
+        ids: list[int] = []
+        up_to = None
         if request.form.get("scope") == "matching":
             selection, problems = _selection(request.form)
             if problems:
                 abort(400, "; ".join(problems))
             up_to = queue.browse.newest_id(selection)
-            count = 0
-            if up_to is not None:
-                selection = _frozen(selection, up_to)
-                count = queue.browse.count(selection)
-            return render_template(
-                "confirm.html",
-                page="dead-letters",
-                action=action,
-                label=ACTIONS[action],
-                count=count,
-                ids=[],
-                shown=[],
-                filters=_filter_args(request.form),
-                up_to=up_to,
-            )
-        ids = queue.browse.existing(_ids(request.form))
-        shown = [queue.admin.get_dead_letter(i) for i in ids[:20]]
+            count = 0 if up_to is None else queue.browse.count(replace(selection, up_to_id=up_to))
+        else:
+            ids = queue.browse.existing(_ids(request.form))
+            count = len(ids)
         return render_template(
             "confirm.html",
             page="dead-letters",
             action=action,
             label=ACTIONS[action],
-            count=len(ids),
+            count=count,
             ids=ids,
-            shown=shown,
+            shown=[queue.admin.get_dead_letter(i) for i in ids[:20]],
             filters=_filter_args(request.form),
-            up_to=None,
+            up_to=up_to,
         )
 
     @app.post("/dead-letters/apply")
@@ -231,18 +219,20 @@ def _actions(app: Flask, config: ConsoleConfig) -> None:
         if refused:
             return refuse(refused)
         action = _action(request.form)
-        run = queue.admin.requeue if action == "requeue" else queue.admin.purge
+        admin = queue.admin
         done = 0
         if request.form.get("scope") == "matching":
             selection, problems = _selection(request.form)
             up_to = _int(request.form.get("up_to"))
             if problems or up_to is None:
                 abort(400, "; ".join(problems) or "the selection has no upper id")
-            for chunk in _chunks_of(queue, _frozen(selection, up_to)):
-                done += run(ids=chunk)
+            frozen = replace(selection, up_to_id=up_to)
+            matching = admin.requeue_matching if action == "requeue" else admin.purge_matching
+            done = matching(frozen)
         else:
+            run = admin.requeue if action == "requeue" else admin.purge
             ids = _ids(request.form)
-            for i in range(0, len(ids), ACTION_CHUNK):
+            for i in range(0, len(ids), ACTION_CHUNK):  # a bounded IN list per statement
                 done += run(ids=ids[i : i + ACTION_CHUNK])
         verb = "requeued" if action == "requeue" else "purged"
         log.info("console: %s %d dead letters", verb, done)
@@ -331,31 +321,8 @@ def _selection(args: Any) -> tuple[DeadLetterFilter, list[str]]:
     return selection, problems
 
 
-def _frozen(selection: DeadLetterFilter, up_to: int) -> DeadLetterFilter:
-    return DeadLetterFilter(
-        queue=selection.queue,
-        reason=selection.reason,
-        session_id=selection.session_id,
-        since=selection.since,
-        until=selection.until,
-        up_to_id=up_to,
-    )
-
-
 def _filter_args(args: Any) -> dict[str, str]:
     return {k: args[k] for k in ("queue", "reason", "session", "since", "until") if args.get(k)}
-
-
-def _chunks_of(queue: SqlQueue, selection: DeadLetterFilter) -> Iterator[Sequence[int]]:
-    """The selection's ids, ``ACTION_CHUNK`` at a time; each chunk is acted on before the next
-    is read, so the walk continues above the last id seen."""
-    last = 0
-    while True:
-        ids = queue.browse.ids(selection, after_id=last, limit=ACTION_CHUNK)
-        if not ids:
-            return
-        yield ids
-        last = ids[-1]
 
 
 # --- formatting --------------------------------------------------------------------------------
