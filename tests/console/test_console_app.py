@@ -310,3 +310,11 @@ def test_the_overview_says_when_nothing_was_sampled(tmp_path: Any) -> None:
         page = client.get("/").get_data(as_text=True)
         assert "No sample yet" in page
         assert "No lag sampled in this range." in page
+
+
+def test_an_unlock_form_without_this_sessions_csrf_token_is_refused(client: FlaskClient) -> None:
+    """Even with the right token: a session that never had a form has no CSRF token, and an
+    empty one must not pass for it."""
+    r = client.post("/unlock", data={"csrf": "", "token": TOKEN})
+    assert r.status_code == 400
+    assert 'id="mode" href="/unlock">locked' in client.get("/").get_data(as_text=True)

@@ -248,13 +248,11 @@ def _token(app: Flask, config: ConsoleConfig) -> None:
     @app.route("/unlock", methods=["GET", "POST"])
     def unlock() -> Response | str | tuple[str, int]:
         if config.read_only:
-            return refuse(sec.check_action(session, {}, read_only=True))  # type: ignore[arg-type]
+            return refuse(sec.READ_ONLY)
         if request.method == "GET" and "token" not in request.args:
             return render_template("unlock.html", page="unlock", wrong=False)
-        if request.method == "POST" and not sec.same(
-            request.form.get(sec.CSRF), session.get(sec.CSRF, "")
-        ):
-            return refuse(sec.check_action(session, request.form, read_only=False))  # type: ignore[arg-type]
+        if request.method == "POST" and not sec.from_this_console(session, request.form):
+            return refuse(sec.FOREIGN_FORM)
         given = request.values.get("token")
         if not sec.same(given, config.token):
             log.warning("console: a wrong token was given")
@@ -267,7 +265,7 @@ def _token(app: Flask, config: ConsoleConfig) -> None:
 
     @app.post("/lock")
     def lock() -> Response:
-        if sec.same(request.form.get(sec.CSRF), session.get(sec.CSRF, "")):
+        if sec.from_this_console(session, request.form):
             session.pop(sec.UNLOCKED, None)
         return redirect(url_for("overview"))
 

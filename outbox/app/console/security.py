@@ -69,29 +69,40 @@ class Refusal:
     detail: str
 
 
+#: Why a change is refused: the three answers of ``check_action``.
+READ_ONLY = Refusal(
+    403,
+    "The console is read-only",
+    "It was started with --read-only: nothing can be changed from it. Use "
+    "`outbox dead-letters requeue|purge`, or start `outbox console` without --read-only.",
+)
+FOREIGN_FORM = Refusal(
+    400,
+    "This form did not come from this console",
+    "Its CSRF token is missing or stale (the console restarted, or another site sent it). "
+    "Reload the page and try again.",
+)
+LOCKED = Refusal(
+    403,
+    "This action needs the console token",
+    "Unlock the console with the token `outbox console` printed when it started (or the one "
+    "given in --token / OUTBOX_CONSOLE_TOKEN), then try again.",
+)
+
+
+def from_this_console(session: Any, form: Any) -> bool:
+    """Whether ``form`` carries this session's CSRF token."""
+    expected = session.get(CSRF)
+    return bool(expected) and same(form.get(CSRF), expected)
+
+
 def check_action(session: Any, form: Any, *, read_only: bool) -> Refusal | None:
     """Why a change must not run (None: it may): read-only mode, a form without this session's
     CSRF token, a browser that has not unlocked the console with the token."""
     if read_only:
-        return Refusal(
-            403,
-            "The console is read-only",
-            "It was started with --read-only: nothing can be changed from it. Use "
-            "`outbox dead-letters requeue|purge`, or start `outbox console` without --read-only.",
-        )
-    expected = session.get(CSRF)
-    if not expected or not same(form.get(CSRF), expected):
-        return Refusal(
-            400,
-            "This form did not come from this console",
-            "Its CSRF token is missing or stale (the console restarted, or another site sent "
-            "it). Reload the page and try again.",
-        )
+        return READ_ONLY
+    if not from_this_console(session, form):
+        return FOREIGN_FORM
     if not session.get(UNLOCKED):
-        return Refusal(
-            403,
-            "This action needs the console token",
-            "Unlock the console with the token `outbox console` printed when it started (or "
-            "the one given in --token / OUTBOX_CONSOLE_TOKEN), then try again.",
-        )
+        return LOCKED
     return None
