@@ -23,6 +23,7 @@ from click.testing import CliRunner
 from outbox import Outbox
 from outbox.app.cli import main
 from outbox.core.errors import OutboxError
+from tests.workspaces import dispatched_workspace
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 
@@ -30,12 +31,7 @@ OUTBOX = str(Path(sys.executable).with_name("outbox"))
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """A migrated workspace holding one committed, dispatched document."""
-    path = tmp_path / "ws"
-    with (
-        Outbox.open(path, transport="memory", default_destination="shipments") as ob,
-        ob.unit_of_work() as uow,
-    ):
-        uow.create("pkg-1", type="Package").send("Left", {"at": "Seattle"})
+    path = dispatched_workspace(tmp_path / "ws")
     return path
 
 

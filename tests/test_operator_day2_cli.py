@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from outbox import Outbox
 from outbox.app.cli import main
+from tests.workspaces import dispatched_workspace
 
 BULK = 3000  # messages in the queue "bulk": far more lines than a reader of one line takes
 
@@ -44,12 +44,7 @@ def _send(ws: Path, queue: str, count: int = 1, *, ago: float = 0.0, **message: 
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """A migrated workspace: one dispatched document, one message waiting in "shipments"."""
-    path = tmp_path / "ws"
-    with (
-        Outbox.open(path, transport="memory", default_destination="shipments") as ob,
-        ob.unit_of_work() as uow,
-    ):
-        uow.create("pkg-1", type="Package").send("Left", {"at": "Seattle"})
+    path = dispatched_workspace(tmp_path / "ws")
     _send(path, "shipments")
     return path
 

@@ -35,6 +35,7 @@ from outbox import Outbox
 from outbox.app.cli import main
 from outbox.core import sql
 from outbox.core.errors import QueueError, QueueUnavailableError
+from tests.workspaces import dispatched_workspace
 
 #: The checkout this test imports, for the child processes (``python -m`` from here).
 ROOT = Path(outbox.__file__).resolve().parents[1]
@@ -77,12 +78,7 @@ def held(db: Path, mode: str = "") -> Iterator[None]:
 @pytest.fixture
 def ws(tmp_path: Path) -> Path:
     """A migrated workspace: one dispatched document, one message waiting in the SQL queue."""
-    path = tmp_path / "ws"
-    with (
-        Outbox.open(path, transport="memory", default_destination="shipments") as ob,
-        ob.unit_of_work() as uow,
-    ):
-        uow.create("pkg-1", type="Package").send("Left", {"at": "Seattle"})
+    path = dispatched_workspace(tmp_path / "ws")
     with SqlQueue(f"sqlite:///{path / 'outbox.db'}") as queue:
         queue.send("shipments", QueueMessage(body=b"{}", message_id="m-1"))
     return path
