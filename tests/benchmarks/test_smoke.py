@@ -28,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,22 @@ class Smoke:
     #: --bootstrap);
     #: "objectstore": the benchmark starts Azurite and moto itself, when they are installed
     needs: str = ""
+    #: more to check on the smoke run's results (a report block renders from them, say)
+    check: Callable[[dict[str, Any]], None] | None = None
+
+
+def _console_report_renders(data: dict[str, Any]) -> None:
+    """benchmarks/report_console.py renders the console's block from what the benchmark writes
+    (the committed console.json comes from a full run), a row per page."""
+    from benchmarks import report_console
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_console, "load", lambda name: data)
+        block = report_console.console()
+    assert "| page | p50 | p95 | max | floor p50 | within 200 ms |" in block
+    for page in data["pages"]:
+        assert f"`{page['request']}`" in block
+    assert "console sample" in block
 
 
 def _keys(*names: str) -> frozenset[str]:
@@ -77,7 +94,8 @@ SMOKES: dict[str, Smoke] = {
         _keys("kind", "seeds_run", "ok_seeds", "failed_seeds", "total", "seeds", "wall_s")
     ),
     "console": Smoke(
-        _keys("sizes", "requests", "pages", "all_within_200ms", "sample", "build_s", "wall_s")
+        _keys("sizes", "requests", "pages", "all_within_200ms", "sample", "build_s", "wall_s"),
+        check=_console_report_renders,
     ),
     "doc_table": Smoke(
         _keys("sizes", "changed_per_commit", "buckets", "writers", "txn_state", "disk")
@@ -209,6 +227,8 @@ def _check_results(name: str, smoke: Smoke, tmp: Path) -> dict[str, Any]:
     assert data.get("smoke") is True
     missing = sorted(smoke.keys - data.keys())
     assert not missing, f"{written[0].name} lacks {missing}"
+    if smoke.check is not None:
+        smoke.check(data)
     return data
 
 
@@ -316,30 +336,3 @@ def test_a_quick_run_never_writes_into_results(
     path = common.save(args, "example", {"figure": 1.0})
     assert path == tmp_path / "example.smoke.json"
     assert json.loads(path.read_text())["smoke"] is True
-
-
-@pytest.mark.slow
-def test_console_report_renders_a_smoke_run(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """benchmarks/report_console.py renders the console's block from what the benchmark writes
-    (a smoke run's file here: the committed console.json comes from a full run), a row per page."""
-    from benchmarks import report_console
-
-    run = subprocess.run(
-        [sys.executable, "-m", "benchmarks.console", "--smoke", "--out", str(tmp_path)],
-        check=False,
-        cwd=ROOT,
-        env={**os.environ, "TMPDIR": str(tmp_path)},
-        capture_output=True,
-        text=True,
-        timeout=240,
-    )
-    assert run.returncode == 0, f"exit {run.returncode}\n{run.stdout[-2000:]}\n{run.stderr[-4000:]}"
-    data = json.loads((tmp_path / "console.smoke.json").read_text())
-    monkeypatch.setattr(report_console, "load", lambda name: data)
-    block = report_console.console()
-    assert "| page | p50 | p95 | max | floor p50 | within 200 ms |" in block
-    for page in data["pages"]:
-        assert f"`{page['request']}`" in block
-    assert "console sample" in block
