@@ -373,13 +373,18 @@ def test_ctrl_c_of_the_demo_stops_its_child_quietly_and_removes_its_folder(
     finally:
         if proc.poll() is None:
             proc.kill()
+    _stopped_by_ctrl_c(proc, err)
+    assert not Path(f"/proc/{child}").exists()  # stopped, and reaped
+    assert list(demo_tmp.iterdir()) == []
+
+
+def _stopped_by_ctrl_c(proc: subprocess.Popen[str], err: str) -> None:
+    """Exit 130 and one line saying the demo stopped and its folder went: no traceback."""
     assert proc.returncode == 130, err
     assert "Traceback" not in err, err
     assert err.splitlines()[-1] == (
         "interrupted: the demo stopped before finishing; its temporary workspace was removed"
     )
-    assert not Path(f"/proc/{child}").exists()  # stopped, and reaped
-    assert list(demo_tmp.iterdir()) == []
 
 
 def test_ctrl_c_of_the_geo_demo_stops_its_consumers_and_removes_its_folder(
@@ -393,11 +398,7 @@ def test_ctrl_c_of_the_geo_demo_stops_its_consumers_and_removes_its_folder(
     finally:
         if proc.poll() is None:
             proc.kill()
-    assert proc.returncode == 130, err
-    assert "Traceback" not in err, err
-    assert err.splitlines()[-1] == (
-        "interrupted: the demo stopped before finishing; its temporary workspace was removed"
-    )
+    _stopped_by_ctrl_c(proc, err)
     assert list(demo_tmp.iterdir()) == []
 
 
