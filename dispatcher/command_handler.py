@@ -38,6 +38,9 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outbox.worker")
 
+#: Rounds of held documents one batch sends after it delivered gates (``_drain``).
+DRAIN_ROUNDS = 50
+
 
 @dataclass
 class WorkerStats:
@@ -175,9 +178,10 @@ class CommandHandler:
         commands: list[tuple[ReceivedMessage, ProcessDocument]],
     ) -> None:
         ids = list(dict.fromkeys(cmd.id for _, cmd in commands))
-        # The documents gating a paused key are read too: a gate delivered by another worker
-        # shows in its watermark and passes on here, instead of holding the key (and dead-
-        # lettering the commands of the documents behind it) for good.
+        # The documents gating a paused key (in any process: the lines are shared) are read and
+        # sent too: a gate delivered elsewhere shows in its watermark and passes on, and one
+        # still pending is tried again now instead of when its own command's backoff ends, so a
+        # key's line drains in order as soon as the broker answers.
         gates = sorted(self.dispatcher.keys.gates().difference(ids))
         try:
             _, rows = self.store.read(ids + gates)
@@ -191,9 +195,10 @@ class CommandHandler:
         self.observe.holding()
         if gates:
             self.dispatcher.forget_gates([g for g in gates if g not in rows])  # deleted
-            self.dispatcher.keys.seen([rows[g] for g in gates if g in rows])
-        report = self.dispatcher.dispatch([r for i in ids if (r := rows.get(i)) and r.has_pending])
+        report = self.dispatcher.dispatch([r for i in ids + gates if (r := rows.get(i))])
         batch.messages_sent += report.messages_sent
+        if report.messages_sent:
+            batch.messages_sent += self._drain(set(ids) | set(gates))
         for msg, cmd in commands:
             row = rows.get(cmd.id)
             if row is None:
@@ -233,6 +238,28 @@ class CommandHandler:
                 )
             else:
                 self._complete(batch, held, msg)
+
+    def _drain(self, tried: set[str]) -> int:
+        """Send the documents that gates passed to during this batch, round after round, while
+        sends go through: their own commands may wait out a long backoff from the outage, and
+        each round lets the next held document of a key go. Returns the messages sent."""
+        sent = 0
+        for _ in range(DRAIN_ROUNDS):
+            nxt = sorted(self.dispatcher.keys.gates() - tried)
+            if not nxt:
+                break
+            tried.update(nxt)
+            try:
+                _, rows = self.store.read(nxt)
+            except Exception as e:  # their commands (or the rescuer's) send them later
+                log.info("reading the next held documents failed (%s); they wait", e)
+                break
+            self.dispatcher.forget_gates([g for g in nxt if g not in rows])
+            report = self.dispatcher.dispatch(list(rows.values()))
+            sent += report.messages_sent
+            if not report.messages_sent:
+                break
+        return sent
 
     # --- settling ---------------------------------------------------------------------------
 

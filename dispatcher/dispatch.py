@@ -59,10 +59,16 @@ from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from dispatcher.keys import Key, KeyOrder, Pause, key_of
+from dispatcher.keys import Key, KeyOrder, key_of
+from dispatcher.queue.key_lines import KeyLines, Wait
 from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.watermarks import MarkStore
-from outbox.core.errors import PermanentTransportError, RetryableTransportError, ValidationError
+from outbox.core.errors import (
+    PermanentTransportError,
+    RetryableTransportError,
+    TransportUnavailableError,
+    ValidationError,
+)
 from outbox.core.model import DocumentRow, OutboxMessage
 from outbox.core.observers import NO_OBSERVER, Observer
 
@@ -76,6 +82,12 @@ log = logging.getLogger("outbox.dispatcher")
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 
 Plan = tuple[DocumentRow, list[OutboxMessage]]
+#: Rounds one dispatch gives the documents a key's line held back while it passed gates.
+PAUSED_ROUNDS = 8
+
+
+class KeyPausedError(RetryableTransportError):
+    """A document stopped at a message its key's line holds back (a gate not delivered yet)."""
 
 
 def atomic_batches(transport: object) -> bool:
@@ -174,9 +186,12 @@ class Dispatcher:
         coalesce: bool | None = None,
         observer: Observer = NO_OBSERVER,
         watermarks: WatermarkWriter | None = None,
+        key_lines: KeyLines | None = None,
     ) -> None:
         """``observer`` watches the steps (metrics, spans, crash points: ``Observers`` of them,
-        built by the runtime); a dispatcher built without one watches nothing."""
+        built by the runtime); a dispatcher built without one watches nothing. ``key_lines``
+        holds the paused keys' lines (default: this process's own, in memory; the runtime
+        passes the queue database's beside a server transport, so every process shares them)."""
         if max_in_flight < 1 or max_batch_messages < 1:
             raise ValidationError(
                 f"max_in_flight ({max_in_flight!r}) and max_batch_messages "
@@ -194,7 +209,7 @@ class Dispatcher:
         self.watermarks = watermarks
         self._pool: ThreadPoolExecutor | None = None
         self._pool_lock = threading.Lock()
-        self.keys = KeyOrder()
+        self.keys = KeyOrder(key_lines)
         self._line_lock = threading.Lock()  # tickets are taken in the order chunks are submitted
         # Coalesced sends go one at a time. Why: an atomic batch is one database transaction, and
         # on SQLite one writer at a time; 200 batches on 16 threads spent their time convoying on
@@ -246,25 +261,54 @@ class Dispatcher:
             # came in (a worker's batch reads its documents in the store's order).
             plans.sort(key=_written_at)
         report = DispatchReport()
-        self.keys.seen(unique.values())  # delivered elsewhere since it paused its key
         if not plans:
+            self.keys.seen(unique.values())  # delivered elsewhere: a gate may pass
             self.observe.sends_done(0, 0, 0)
             return report
+        # the paused keys' lines as the store has them now (other processes pause and pass
+        # gates too), then what the rows show delivered since
+        self.keys.refresh({key_of(m, r.id) for r, msgs in plans for m in msgs})
+        self.keys.seen(unique.values())
+        outage = _Outage()
+        for _ in range(PAUSED_ROUNDS):
+            for outcomes in self._run(plans, started, outage):
+                for o in outcomes:
+                    _merge(report, o, unique[o.doc_id])
+            # A document held behind a gate this dispatch passed (the gate's document came after
+            # it here: rows written in one instant) goes again, from where it stopped.
+            plans = self._passed_by(plans, report)
+            if not plans:
+                break
+        complete = sum(o.complete for o in report.outcomes.values())
+        self.observe.sends_done(report.messages_sent, complete, len(report.outcomes) - complete)
+        return report
+
+    def _run(
+        self, plans: list[Plan], started: float, outage: _Outage
+    ) -> list[list[DocumentOutcome]]:
         chunks = self._chunks(plans)
         if len(chunks) == 1:
             keys = _keys(chunks[0])
             with self._line_lock:
                 ticket = self.keys.take(keys)
-            results = [self._run_in_line(chunks[0], started, ticket, keys)]
-        else:
-            results = self._run_concurrently(chunks, started)
-        for outcomes in results:
-            for o in outcomes:
-                report.outcomes[o.doc_id] = o
-                report.messages_sent += _count_sent(o, unique[o.doc_id])
-        complete = sum(o.complete for o in report.outcomes.values())
-        self.observe.sends_done(report.messages_sent, complete, len(report.outcomes) - complete)
-        return report
+            return [self._run_in_line(chunks[0], started, ticket, keys, outage)]
+        return self._run_concurrently(chunks, started, outage)
+
+    def _passed_by(self, plans: list[Plan], report: DispatchReport) -> list[Plan]:
+        """The documents of ``plans`` held back by a key's line that may go now, as plans from
+        where they stopped; none unless something was delivered meanwhile."""
+        if not report.messages_sent or not self.keys.any_paused():
+            return []
+        again: list[Plan] = []
+        for row, msgs in plans:
+            o = report.outcomes[row.id]
+            if not isinstance(o.error, KeyPausedError):
+                continue
+            rest = [m for m in msgs if m.seq > o.sent_up_to]
+            m = rest[0]
+            if self.keys.blocking(key_of(m, row.id), row, m.seq) is None:
+                again.append((replace(row, dispatched_seq=o.sent_up_to), rest))
+        return again
 
     def defer(self, report: DispatchReport, rows: Sequence[DocumentRow]) -> None:
         """Step 3, later: hand the marks to the writer. Only ever after the sends returned, so a
@@ -329,7 +373,7 @@ class Dispatcher:
         return chunks
 
     def _run_concurrently(
-        self, chunks: list[list[Plan]], started: float
+        self, chunks: list[list[Plan]], started: float, outage: _Outage
     ) -> list[list[DocumentOutcome]]:
         with self._pool_lock:  # application threads and worker threads share one dispatcher
             if self._pool is None:
@@ -346,7 +390,7 @@ class Dispatcher:
                 keys = _keys(c)
                 ticket = self.keys.take(keys)
                 lined.append((ticket, keys))
-                futures.append(pool.submit(self._run_in_line, c, started, ticket, keys))
+                futures.append(pool.submit(self._run_in_line, c, started, ticket, keys, outage))
         # On a crash, cancel what has not started and wait for every send already running, so
         # nothing is still in flight when the crash reaches the caller.
         wait(futures, return_when=FIRST_EXCEPTION)
@@ -363,123 +407,179 @@ class Dispatcher:
         return [f.result() for f in futures]
 
     def _run_in_line(
-        self, chunk: list[Plan], started: float, ticket: int, keys: set[Key]
+        self, chunk: list[Plan], started: float, ticket: int, keys: set[Key], outage: _Outage
     ) -> list[DocumentOutcome]:
         """Send ``chunk`` once it is first in line for each of its keys."""
         try:
             self.keys.wait_turn(ticket, keys)
             if len(chunk) > 1:  # coalesced: one at a time (see __init__)
                 with self._coalesced_slot:
-                    return self._run_chunk(chunk, started)
-            return self._run_chunk(chunk, started)
+                    return self._run_chunk(chunk, started, outage)
+            return self._run_chunk(chunk, started, outage)
         finally:
             self.keys.release(ticket, keys)
 
-    def _run_chunk(self, chunk: list[Plan], started: float) -> list[DocumentOutcome]:
+    def _run_chunk(
+        self, chunk: list[Plan], started: float, outage: _Outage
+    ) -> list[DocumentOutcome]:
         held_back = self.keys.any_paused() and any(
-            self._held_back(row, m) is not None for row, msgs in chunk for m in msgs
+            self.keys.blocking(key_of(m, row.id), row, m.seq) is not None
+            for row, msgs in chunk
+            for m in msgs
         )
         if len(chunk) > 1 and not held_back:
+            batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
             try:
-                batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
-                self._send(batch, started)
+                self._send(batch, started, outage)
             except Exception as e:
                 self.observe.batch_fell_back()
+                if isinstance(e, TransportUnavailableError):
+                    # Nothing of it was taken, and the broker said try later: sending each
+                    # document on its own would wait out one timeout each (a 10-document unit
+                    # of work blocked (10 + 1) x kafka_send_timeout). They wait for a retry.
+                    log.info("a batch of %d documents failed (%s); retried later", len(chunk), e)
+                    return self._stop_all(chunk, e)
                 log.info(
                     "a batch of %d documents failed (%s); sending each on its own", len(chunk), e
                 )
             else:
-                self.keys.delivered(m.message_id for _, msgs in chunk for m in msgs)
+                for row, msgs in chunk:
+                    self._delivered(row, msgs[-1].seq, msgs)
                 return [
                     DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, msgs[-1].seq)
                     for row, msgs in chunk
                 ]
-        return [self._send_document(row, msgs, started) for row, msgs in chunk]
+        return [self._send_document(row, msgs, started, outage) for row, msgs in chunk]
+
+    def _stop_all(self, chunk: list[Plan], error: Exception) -> list[DocumentOutcome]:
+        waits = [
+            Wait(key_of(m, row.id), row.id, row.incarnation, m.seq, m.message_id)
+            for row, msgs in chunk
+            for m in msgs
+        ]
+        self.keys.hold(waits, str(error))
+        return [
+            DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, row.dispatched_seq, error)
+            for row, msgs in chunk
+        ]
 
     def _send_document(
-        self, row: DocumentRow, msgs: list[OutboxMessage], started: float
+        self, row: DocumentRow, msgs: list[OutboxMessage], started: float, outage: _Outage
     ) -> DocumentOutcome:
         """One document in seq order, ``max_batch_messages`` at a time; stop at a failure or at a
-        message whose key is paused, and pause the keys of whatever is left unsent."""
+        message its key's line holds back, and put whatever is left unsent in its keys' lines.
+
+        The line is asked again after each part: delivering this document's gate may pass the
+        key to a later run of its own messages (or hold them behind another document's)."""
         sent = row.dispatched_seq
         stop: Exception | None = None
-        sendable = msgs
-        for i, m in enumerate(msgs):
-            pause = self._held_back(row, m)
-            if pause is not None:
-                sendable = msgs[:i]
-                stop = RetryableTransportError(
-                    f"document {row.id!r} seq {m.seq}: ordering key {m.ordering_key or row.id!r} "
-                    f"is paused until message {pause.message_id} is delivered",
-                    message_id=m.message_id,
-                )
-                self.observe.key_paused()
-                break
-        for i in range(0, len(sendable), self.max_batch_messages):
-            part = sendable[i : i + self.max_batch_messages]
-            try:
-                self._send([to_transport_message(m, row.id) for m in part], started)
-            except Exception as e:
-                self.observe.send_failed()
-                log.warning(
-                    "document %r: send of seq %d..%d failed (%s); its later messages wait for a "
-                    "retry",
-                    row.id,
-                    part[0].seq,
-                    msgs[-1].seq,
-                    e,
-                )
-                stop = e
-                break
-            self.keys.delivered(m.message_id for m in part)
-            sent = part[-1].seq
+        i = 0
+        while i < len(msgs) and stop is None:
+            j, gate = i, None
+            while j < len(msgs) and j - i < self.max_batch_messages:
+                m = msgs[j]
+                gate = self.keys.blocking(key_of(m, row.id), row, m.seq)
+                if gate is not None:
+                    break
+                j += 1
+            if j > i:
+                part = msgs[i:j]
+                try:
+                    self._send([to_transport_message(m, row.id) for m in part], started, outage)
+                except Exception as e:
+                    self.observe.send_failed()
+                    log.warning(
+                        "document %r: send of seq %d..%d failed (%s); its later messages wait "
+                        "for a retry",
+                        row.id,
+                        part[0].seq,
+                        msgs[-1].seq,
+                        e,
+                    )
+                    stop = e
+                    break
+                sent = part[-1].seq
+                self._delivered(row, sent, part)
+                i = j
+                continue
+            assert gate is not None
+            m = msgs[i]
+            stop = KeyPausedError(
+                f"document {row.id!r} seq {m.seq}: ordering key {m.ordering_key or row.id!r} "
+                f"is paused until message {gate.message_id} is delivered",
+                message_id=m.message_id,
+            )
+            self.observe.key_paused()
         if stop is None:
             return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent)
-        for m in msgs:  # every key with an unsent message waits for its first unsent one
-            if m.seq > sent:
-                self.keys.pause(
-                    key_of(m, row.id), Pause(row.id, m.seq, m.message_id, row.incarnation)
-                )
+        # every key with an unsent message waits: a paused key's line takes the message where
+        # it belongs, an open key is paused at its first unsent one
+        self.keys.hold(
+            [
+                Wait(key_of(m, row.id), row.id, row.incarnation, m.seq, m.message_id)
+                for m in msgs
+                if m.seq > sent
+            ],
+            str(stop),
+        )
         return DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, sent, stop)
 
-    def _held_back(self, row: DocumentRow, m: OutboxMessage) -> Pause | None:
-        """The pause that holds ``m`` back: none when its key's paused message is ``m`` or an
-        earlier message of the same document (sent first in this run, or the run stops there)."""
-        key = key_of(m, row.id)
-        pause = self.keys.blocking(key, m.message_id)
-        while pause is not None and pause.doc_id == row.id:
-            if pause.incarnation == row.incarnation:
-                return None if pause.seq < m.seq else pause
-            # The document was deleted and created again since it paused the key: its old
-            # life's message will never be delivered (found by the checker's seed 23: the
-            # re-created document's commands were dead-lettered behind that pause). The gate
-            # passes on, maybe to a document held before this one.
-            self.keys.give_up(key, pause)
-            pause = self.keys.blocking(key, m.message_id)
-        return pause
+    def _delivered(self, row: DocumentRow, up_to: int, msgs: list[OutboxMessage]) -> None:
+        if self.keys.any_paused():
+            self.keys.delivered(row, up_to, {key_of(m, row.id) for m in msgs})
 
-    def _send(self, batch: list[TransportMessage], started: float) -> None:
-        self.transport.send(batch)
+    def _send(self, batch: list[TransportMessage], started: float, outage: _Outage) -> None:
+        outage.check(batch)
+        try:
+            self.transport.send(batch)
+        except TransportUnavailableError as e:
+            outage.failed(batch, e)
+            raise
         self.observe.sent(len(batch), time.perf_counter() - started)
 
     def forget_gates(self, doc_ids: Iterable[str]) -> None:
         """The documents ``doc_ids`` are gone (deleted): a key they gate passes on, since their
         messages will never be sent."""
-        ids = set(doc_ids)
-        for key, gate in self.keys.paused().items():
-            if gate.doc_id in ids:
-                self.keys.give_up(key, gate)
+        self.keys.forget(set(doc_ids))
 
-    def resume(self, destination: str, ordering_key: str) -> bool:
-        """Resume a paused key by hand (its paused message was given up on: dead-lettered,
-        say). Returns False when the key was not paused."""
-        return self.keys.resume((destination, ordering_key))
+    def resume(self, destination: str, ordering_key: str, message_id: str | None = None) -> bool:
+        """Resume a paused key by hand: give up on its gate when the gate is ``message_id`` (a
+        dead-lettered command's message, say; the next held document goes next), or, without
+        one, open the key. Idempotent: False when there was nothing to do."""
+        return self.keys.resume((destination, ordering_key), message_id)
 
     def close(self) -> None:
         with self._pool_lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
+
+
+class _Outage:
+    """The destinations that did not answer a send in one dispatch (``TransportUnavailableError``)
+    and why: a later send there in the same dispatch fails at once instead of waiting out another
+    timeout, so a dispatch during an outage returns within about one send timeout whatever its
+    size (the worker and the rescuer send the rest). A failure of one message (any other error)
+    says nothing about the destination and is not recorded: other documents go on (I2)."""
+
+    def __init__(self) -> None:
+        self._failed: dict[str, Exception] = {}
+
+    def check(self, batch: Sequence[TransportMessage]) -> None:
+        if not self._failed:
+            return
+        for m in batch:
+            error = self._failed.get(m.destination)
+            if error is not None:
+                raise TransportUnavailableError(
+                    f"not sent: a send to {m.destination!r} failed earlier in this dispatch "
+                    f"({error})",
+                    message_id=m.message_id,
+                )
+
+    def failed(self, batch: Sequence[TransportMessage], error: Exception) -> None:
+        for m in batch:
+            self._failed.setdefault(m.destination, error)
 
 
 def _written_at(plan: Plan) -> float:
@@ -493,8 +593,19 @@ def _keys(chunk: list[Plan]) -> set[Key]:
     return {key_of(m, row.id) for row, msgs in chunk for m in msgs}
 
 
-def _count_sent(outcome: DocumentOutcome, row: DocumentRow) -> int:
-    low, high = outcome.start_seq, outcome.sent_up_to
+def _merge(report: DispatchReport, o: DocumentOutcome, row: DocumentRow) -> None:
+    """Record ``o`` in ``report``; a later round's outcome goes on from where the first one
+    stopped (its start stays the first's)."""
+    first = report.outcomes.get(o.doc_id)
+    report.outcomes[o.doc_id] = o if first is None else replace(o, start_seq=first.start_seq)
+    report.messages_sent += _count_sent(o, row, first)
+
+
+def _count_sent(
+    outcome: DocumentOutcome, row: DocumentRow, before: DocumentOutcome | None = None
+) -> int:
+    low = outcome.start_seq if before is None else before.sent_up_to
+    high = outcome.sent_up_to
     if high <= low:
         return 0
     if len(row.outbox) == 1:  # the usual case: one message per document

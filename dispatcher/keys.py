@@ -1,25 +1,55 @@
-"""Per-key order in one dispatcher process: the line each ordering key's sends wait in, the keys
-a failure paused, and the documents held behind them.
+"""Per-key order: the line each ordering key's sends wait in within one process, and the paused
+keys with their held lines, which every process that shares a ``KeyLines`` store sees.
 
-Why apart from the send loop (``dispatch``): this is the state the loop consults (is my turn?
-is my key paused? who goes next?), under its own condition variable; the loop is the one place
-that acts on it. docs/dispatcher.md, "Order per ordering key", states what holds.
+Two things order one key's messages across documents (docs/dispatcher.md, "Order per ordering
+key"):
+
+* **Turns (one process).** ``take``/``wait_turn``/``release``: each dispatched chunk takes a
+  ticket in each of its keys' lines, so one key's sends leave in the order ``dispatch`` was
+  called.
+* **Paused keys (every process sharing the store).** When a document stops with unsent
+  messages, each of their keys gets a line in the ``KeyLines`` store
+  (``dispatcher.queue.key_lines``): the first hold is the gate, later messages of the key from
+  any document wait behind it in the order they first met the paused key, and the gate passes
+  hold by hold as messages are delivered. With the store in the queue's database (the default
+  beside a server transport) the writer, the command worker and the Spark job share the lines.
+
+``KeyOrder`` keeps a *view* of the paused lines of the keys it is dispatching, read once per
+dispatch (``refresh``: one cheap read when nothing is paused) and updated by its own changes,
+which it writes through to the store. A view can be a moment old: another process that pauses a
+key just after this one read it may not hold this process's next send (the race between a failed
+send and its record, which no outbox closes without a lock around every send); what the view
+says paused is never sent out of line.
+
+Why apart from the send loop (``dispatch``): this is the state the loop consults (is it my turn?
+may this message go? who goes next?), under its own condition variable; the loop is the one place
+that acts on it.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections import deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Sequence
+from dataclasses import replace
+from datetime import UTC, datetime
 
+from dispatcher.queue.key_lines import (
+    REASON_CHARS,
+    Hold,
+    Key,
+    KeyLines,
+    MemoryKeyLines,
+    Wait,
+    placement,
+)
 from outbox.core.model import DocumentRow, OutboxMessage
 
 log = logging.getLogger("outbox.dispatcher")
 
-#: An ordering key as the broker sees it: (destination, session). Sessions are per entity.
-Key = tuple[str, str]
+__all__ = ["Hold", "Key", "KeyOrder", "Wait", "key_of"]
 
 
 def key_of(message: OutboxMessage, doc_id: str) -> Key:
@@ -28,175 +58,271 @@ def key_of(message: OutboxMessage, doc_id: str) -> Key:
     return (message.destination, message.ordering_key or doc_id)
 
 
-@dataclass(frozen=True, slots=True)
-class Pause:
-    """Why a key is paused: the first unsent message of that key (its document and seq)."""
-
-    doc_id: str
-    seq: int
-    message_id: str
-    incarnation: str | None = None  # the document's life the message belongs to
-
-
 class KeyOrder:
-    """One process's line per ordering key, its paused keys and the documents they hold back
-    (thread safe).
+    """One process's turns per ordering key, and its view of the paused keys' lines (thread
+    safe)."""
 
-    A paused key has a *gate*: the one message allowed through (with the earlier messages of its
-    own document). Documents stopped behind the gate wait in the key's *held line*, in the order
-    they were first held. When the gate's message is delivered, the gate passes to the first
-    held document, so the held documents go out in the order they were committed, whichever of
-    their retries reaches ``dispatch`` first (Pub/Sub's publisher has the same rule)."""
-
-    def __init__(self) -> None:
+    def __init__(self, lines: KeyLines | None = None) -> None:
+        self.lines: KeyLines = lines if lines is not None else MemoryKeyLines()
         self._cond = threading.Condition()
         self._next = 0
-        self._lines: dict[Key, deque[int]] = {}
-        self._paused: dict[Key, Pause] = {}
-        self._held: dict[Key, list[Pause]] = {}
+        self._turns: dict[Key, deque[int]] = {}
+        self._view: dict[Key, list[Hold]] = {}
+        self._local = 0  # ids of holds kept only here while the store fails (negative)
+        self._warned = -60.0
+
+    # --- turns (this process) -----------------------------------------------------------------
 
     def take(self, keys: set[Key]) -> int:
-        """A ticket at the end of each key's line."""
+        """A ticket at the end of each key's line of turns."""
         with self._cond:
             ticket = self._next
             self._next += 1
             for k in keys:
-                self._lines.setdefault(k, deque()).append(ticket)
+                self._turns.setdefault(k, deque()).append(ticket)
             return ticket
 
     def wait_turn(self, ticket: int, keys: Iterable[Key]) -> None:
-        """Block until ``ticket`` is first in every one of ``keys``' lines."""
+        """Block until ``ticket`` is first in every one of ``keys``' lines of turns."""
         wanted = set(keys)
         with self._cond:
-            self._cond.wait_for(lambda: all(self._lines[k][0] == ticket for k in wanted))
+            self._cond.wait_for(lambda: all(self._turns[k][0] == ticket for k in wanted))
 
     def release(self, ticket: int, keys: set[Key]) -> None:
         with self._cond:
             for k in keys:
-                line = self._lines.get(k)
+                line = self._turns.get(k)
                 if line is not None and ticket in line:
                     line.remove(ticket)
                     if not line:
-                        del self._lines[k]
+                        del self._turns[k]
             self._cond.notify_all()
 
-    def pause(self, key: Key, pause: Pause) -> None:
-        """``pause``'s document stopped with ``pause`` as its first unsent message of ``key``.
+    # --- the paused keys' lines ---------------------------------------------------------------
 
-        An open key is paused there. A key paused by another document (or another life of this
-        one) holds this document in its line, once, at its first held message; a key already
-        paused by this document keeps its gate."""
+    def refresh(self, keys: Collection[Key]) -> None:
+        """Read the lines of ``keys`` from the store (a dispatch's keys, before it sends). A
+        store that cannot be read leaves the view as it was (see ``_unavailable``)."""
+        try:
+            fresh = self.lines.paused_among(keys)
+        except Exception as e:
+            self._unavailable("read", e)
+            return
         with self._cond:
-            gate = self._paused.get(key)
-            if gate is None:
-                self._paused[key] = pause
-                log.warning(
-                    "ordering key %s/%s paused at message %s (document %r seq %d): later messages "
-                    "of this key wait until it is delivered",
-                    key[0],
-                    key[1],
-                    pause.message_id,
-                    pause.doc_id,
-                    pause.seq,
-                )
-            elif not _same_life(gate, pause):
-                held = self._held.setdefault(key, [])
-                if not any(_same_life(h, pause) for h in held):
-                    held.append(pause)
+            for k in [k for k in self._view if k in keys and k not in fresh]:
+                del self._view[k]
+            self._view.update(fresh)
 
     def any_paused(self) -> bool:
-        """Is any key paused? (When none is, a chunk skips the per-message check.)"""
+        """Is any key of the view paused? (When none is, a chunk skips the per-message check.)"""
         with self._cond:
-            return bool(self._paused)
+            return bool(self._view)
 
-    def blocking(self, key: Key, message_id: str) -> Pause | None:
-        """The pause that holds ``message_id`` back, or None (the paused message itself passes)."""
-        with self._cond:
-            p = self._paused.get(key)
-        return None if p is None or p.message_id == message_id else p
+    def blocking(self, key: Key, row: DocumentRow, seq: int) -> Hold | None:
+        """The gate that holds message ``seq`` of ``row`` back, or None when it may go: its key
+        is open, or the gate is this document's and covers it, or is the line's only hold (the
+        message would join it: nothing else waits between them). A gate of an ended life of this
+        document (deleted and created again) is given up on first: its messages will never be
+        sent (found by the checker's seed 23)."""
+        while True:
+            with self._cond:
+                line = self._view.get(key)
+                if not line:
+                    return None
+                gate = line[0]
+            if gate.doc_id == row.id and gate.incarnation != row.incarnation:
+                self._remove(key, [gate], f"{gate.message_id} belongs to an ended life")
+                continue
+            if gate.same_life(row.id, row.incarnation) and (seq <= gate.last_seq or len(line) == 1):
+                return None  # the gate's own, or its document's next with nobody behind it
+            return gate
 
-    def delivered(self, message_ids: Iterable[str]) -> None:
-        """Pass the gate on for every key whose gate message is among ``message_ids``."""
+    def hold(self, waits: Sequence[Wait], reason: str) -> None:
+        """Put ``waits`` in their keys' lines, in order; an open key is paused at its first."""
+        if not waits:
+            return
         with self._cond:
-            if not self._paused:
-                return
-            ids = set(message_ids)
-            for k, p in list(self._paused.items()):
-                if p.message_id in ids:
-                    self._advance(k, f"{p.message_id} was delivered", lambda h: h.message_id in ids)
+            opened = {w.key for w in waits if not self._view.get(w.key)}
+        try:
+            lines = self.lines.hold(waits, reason, datetime.now(UTC))
+        except Exception as e:
+            self._unavailable("write", e)
+            lines = self._hold_here(waits, reason)
+        with self._cond:
+            for k, line in lines.items():
+                if line:
+                    self._view[k] = line
+                else:
+                    self._view.pop(k, None)
+        for k in sorted(opened):
+            new = lines.get(k)
+            if new:
+                gate = new[0]
+                log.warning(
+                    "ordering key %s/%s paused at message %s (document %r seq %d): later "
+                    "messages of this key wait until it is delivered",
+                    k[0],
+                    k[1],
+                    gate.message_id,
+                    gate.doc_id,
+                    gate.seq,
+                )
+
+    def delivered(self, row: DocumentRow, up_to_seq: int, keys: Iterable[Key]) -> None:
+        """``row``'s messages up to ``up_to_seq`` were delivered: every gate of ``keys`` that
+        they complete passes on."""
+        for k in keys:
+            with self._cond:
+                line = self._view.get(k)
+                done = [
+                    h
+                    for h in (line or ())
+                    if h.same_life(row.id, row.incarnation) and h.last_seq <= up_to_seq
+                ]
+            if done:
+                self._remove(k, done, f"{done[0].message_id} was delivered")
 
     def seen(self, rows: Iterable[DocumentRow]) -> None:
-        """Pass gates on whose message a row's watermark shows delivered (by anyone), and drop
-        held documents delivered elsewhere."""
+        """Take out of the lines whatever the rows' watermarks show delivered (by anyone), and
+        the holds of ended lives; gates pass on."""
         with self._cond:
-            if not self._paused:  # the usual case: no pass over the rows
+            if not self._view:  # the usual case: no pass over the rows
                 return
-            marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
+            view = {k: list(v) for k, v in self._view.items()}
+        marks = {r.id: (r.dispatched_seq, r.incarnation) for r in rows}
 
-            def gone(p: Pause) -> bool:
-                mark, life = marks.get(p.doc_id, (-1, p.incarnation))
-                # delivered, or the document was deleted and created again: a message of its
-                # old life will never be sent, and waiting for it would stop the key for good
-                return mark >= p.seq or life != p.incarnation
+        def gone(h: Hold) -> bool:
+            mark, life = marks.get(h.doc_id, (-1, h.incarnation))
+            # delivered, or the document was deleted and created again: a message of its old
+            # life will never be sent, and waiting for it would stop the key for good
+            return mark >= h.last_seq or life != h.incarnation
 
-            for k, p in list(self._paused.items()):
-                held = self._held.get(k)
-                if held:
-                    held[:] = [h for h in held if not gone(h)]
-                if gone(p):
-                    self._advance(k, f"{p.message_id} was delivered", gone)
+        for k, line in view.items():
+            done = [h for h in line if h.doc_id in marks and gone(h)]
+            if done:
+                self._remove(k, done, f"{done[0].message_id} was delivered")
 
-    def resume(self, key: Key) -> bool:
-        """Give up on ``key``'s gate message (dead-lettered, say): the gate passes to the next
-        held document, or the key opens. False if the key was not paused."""
+    def give_up(self, key: Key, holds: Sequence[Hold], why: str) -> None:
+        """Take ``holds`` out of ``key``'s line: their messages will never be sent."""
+        self._remove(key, holds, why)
+
+    def forget(self, doc_ids: Collection[str]) -> None:
+        """The documents ``doc_ids`` are gone (deleted): their holds leave every line."""
+        for k, line in self.all_lines().items():
+            gone = [h for h in line if h.doc_id in doc_ids]
+            if gone:
+                self._remove(k, gone, f"document {gone[0].doc_id!r} was deleted")
+
+    def resume(self, key: Key, message_id: str | None = None) -> bool:
+        """Give up on ``key``'s gate when it is message ``message_id`` (the gate passes to the
+        next hold), or with no message id open the key (every held document goes when its retry
+        comes). Either is idempotent: a repeat finds the gate passed or the key open and does
+        nothing (returns False)."""
+        if message_id is None:
+            opened = self.lines.open(key)
+            with self._cond:
+                self._view.pop(key, None)
+            if opened:
+                log.info("ordering key %s/%s resumed by hand: its line was emptied", *key)
+            return opened
+        line = self.lines.paused_among({key}).get(key, [])
+        if not line or line[0].message_id != message_id:
+            return False
+        self._remove(key, [line[0]], f"{message_id} was given up on by hand")
+        return True
+
+    def _remove(self, key: Key, holds: Sequence[Hold], why: str) -> None:
+        ids = {h.entry_id for h in holds}
+        try:
+            line = self.lines.remove(key, ids)
+        except Exception as e:
+            self._unavailable("write", e)
+            with self._cond:
+                line = [h for h in self._view.get(key, ()) if h.entry_id not in ids]
         with self._cond:
-            if key not in self._paused:
-                return False
-            self._advance(key, "resumed by hand", lambda h: False)
-            return True
+            before = self._view.get(key)
+            if line:
+                self._view[key] = line
+            else:
+                self._view.pop(key, None)
+        if before and (not line or line[0].entry_id != before[0].entry_id):
+            if line:
+                log.info(
+                    "ordering key %s/%s: %s; document %r goes next (message %s)",
+                    *key,
+                    why,
+                    line[0].doc_id,
+                    line[0].message_id,
+                )
+            else:
+                log.info("ordering key %s/%s resumed: %s", *key, why)
 
-    def give_up(self, key: Key, gate: Pause) -> None:
-        """Pass ``key``'s gate on if it is still ``gate`` (its message will never be sent)."""
+    def _hold_here(self, waits: Sequence[Wait], reason: str) -> dict[Key, list[Hold]]:
+        """``hold`` in this process's view only, for when the store cannot be written."""
         with self._cond:
-            if self._paused.get(key) == gate:
-                self._advance(key, f"{gate.message_id} belongs to an ended life", lambda h: False)
+            lines = {w.key: list(self._view.get(w.key, ())) for w in waits}
+            for w in waits:
+                line = lines[w.key]
+                where, h = placement(line, w)
+                if where == "extend":
+                    assert h is not None
+                    line[-1] = replace(h, last_seq=w.seq)
+                elif where == "append":
+                    self._local -= 1  # below every store id: never confused with one
+                    why = "" if line else reason[:REASON_CHARS]
+                    at = datetime.now(UTC)
+                    line.append(
+                        Hold(
+                            w.doc_id,
+                            w.seq,
+                            w.seq,
+                            w.message_id,
+                            w.incarnation,
+                            self._local,
+                            at,
+                            why,
+                        )
+                    )
+            return lines
 
-    def _advance(self, key: Key, why: str, done: Callable[[Pause], bool]) -> None:
-        """The gate of ``key`` is through: the first held document not ``done`` becomes the gate;
-        with none left, the key opens. Called with the condition held."""
-        held = self._held.get(key, [])
-        while held and done(held[0]):
-            held.pop(0)
-        if held:
-            nxt = self._paused[key] = held.pop(0)
-            log.info(
-                "ordering key %s/%s: %s; the held document %r goes next (message %s)",
-                *key,
-                why,
-                nxt.doc_id,
-                nxt.message_id,
-            )
-        else:
-            del self._paused[key]
-            log.info("ordering key %s/%s resumed: %s", *key, why)
-        if not held:
-            self._held.pop(key, None)
+    def _unavailable(self, what: str, error: Exception) -> None:
+        """The store failed: this process keeps order with its own view until it answers again
+        (a key it pauses meanwhile holds only its own sends), and says so once a minute."""
+        now = time.monotonic()
+        if now - self._warned < 60:
+            return
+        self._warned = now
+        log.warning(
+            "could not %s the paused ordering keys (%s); this process keeps its own view of "
+            "them until the queue database answers",
+            what,
+            error,
+        )
 
-    def paused(self) -> dict[Key, Pause]:
+    # --- for people and the worker ------------------------------------------------------------
+
+    def all_lines(self) -> dict[Key, list[Hold]]:
+        """Every paused key's line, from the store (the view takes them: a worker reads them
+        with each batch, so what its rows show delivered passes those gates on)."""
+        try:
+            lines = self.lines.lines()
+        except Exception as e:
+            self._unavailable("read", e)
+            with self._cond:
+                return {k: list(v) for k, v in self._view.items()}
         with self._cond:
-            return dict(self._paused)
+            self._view = {k: list(v) for k, v in lines.items()}
+        return lines
 
-    def held(self) -> dict[Key, list[Pause]]:
-        """Each paused key's held documents, first in line first."""
-        with self._cond:
-            return {k: list(v) for k, v in self._held.items() if v}
+    def paused(self) -> dict[Key, Hold]:
+        """Each paused key's gate."""
+        return {k: line[0] for k, line in self.all_lines().items() if line}
+
+    def held(self) -> dict[Key, list[Hold]]:
+        """Each paused key's holds behind its gate, first in line first."""
+        return {k: line[1:] for k, line in self.all_lines().items() if len(line) > 1}
 
     def gates(self) -> set[str]:
-        """The documents whose messages gate a key: a worker reads their rows with its batch, so
-        a gate delivered by another process is seen (``seen``) and does not hold the key here."""
-        with self._cond:
-            return {p.doc_id for p in self._paused.values()}
-
-
-def _same_life(a: Pause, b: Pause) -> bool:
-    return a.doc_id == b.doc_id and a.incarnation == b.incarnation
+        """The documents whose messages gate a key: a worker reads and retries them with its
+        batch, so a gate delivered elsewhere is seen and one not delivered yet is tried again."""
+        return {h.doc_id for h in self.paused().values()}

@@ -47,6 +47,7 @@ from outbox.core.tracing import TRACING
 
 if TYPE_CHECKING:
     from dispatcher.queue.command_queue import CommandQueue
+    from dispatcher.queue.key_lines import KeyLines
     from dispatcher.queue.sql_queue import SqlQueue
     from outbox.core.settings import Settings
     from outbox.delta.store import DeltaDocumentStore
@@ -68,6 +69,8 @@ class RuntimeBackends(Protocol):
     def transport(self) -> Transport: ...
 
     def command_queue(self) -> CommandQueue: ...
+
+    def key_lines(self) -> KeyLines: ...
 
 
 @dataclass(frozen=True)
@@ -150,6 +153,7 @@ class DispatcherRuntime:
             observer=self.observe,
             max_batch_messages=opts.max_batch_messages or DEFAULT_MAX_BATCH_MESSAGES,
             watermarks=self.watermarks,
+            key_lines=backends.key_lines(),
         )
         self.last_report: DispatchReport | None = None
         self._closed = False

@@ -192,3 +192,24 @@ samples = Table(
     Index("ix_outbox_samples_range", "metric", "taken_at_s", "subject", "value"),
     Index("ix_outbox_samples_taken_at_s", "taken_at_s"),
 )
+
+# Paused ordering keys and their held lines (0008; dispatcher.queue.key_lines): a key with rows
+# is paused, its row with the lowest id is the gate, and the ids are the line's order (never
+# reused: AUTOINCREMENT on SQLite). Shared by every process that sends, so a key paused by a
+# failed send in the writer holds the command worker's sends of that key too.
+key_holds = Table(
+    "outbox_key_holds",
+    metadata,
+    Column("id", SequenceNumber, primary_key=True, autoincrement=True),
+    Column("destination", String(NAME), nullable=False),
+    Column("ordering_key", String(ID), nullable=False),
+    Column("doc_id", String(ID), nullable=False),
+    Column("incarnation", String(64), nullable=True),
+    Column("seq", BigInteger, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("message_id", String(ID), nullable=False),
+    Column("since", DateTime(timezone=True), nullable=False),
+    Column("reason", Text, nullable=False, default=""),
+    Index("ix_outbox_key_holds_key", "destination", "ordering_key", "id"),
+    sqlite_autoincrement=True,
+)

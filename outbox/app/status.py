@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
+from outbox.app.keys import PAUSED_KEYS_LISTED, PausedKey, paused_keys
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
@@ -133,6 +134,12 @@ class StatusReport:
     #: Rescuers that have not run for an hour and hold back the log trim and the vacuum (a
     #: retired rescuer, or a name typed once): ``rescuer.checkpoint.stale_rescuers``.
     stale_rescuers: list[StaleRescuer] = field(default_factory=list)
+    #: Ordering keys paused by a failed send (in any process), and the first
+    #: ``PAUSED_KEYS_LISTED`` of them: their later messages wait until the gate is delivered.
+    #: A gate whose command was dead-lettered holds its key until ``outbox keys resume``.
+    #: None when the queue database could not be read.
+    paused_key_count: int | None = None
+    paused_keys: list[PausedKey] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -232,6 +239,11 @@ def _queues(
         for q in queue.stats().values():
             report.queues.append(QueueDepth.of(q))
         _unread(report, queue, settings, now)
+        from dispatcher.queue.key_lines import SqlKeyLines
+
+        report.paused_key_count = SqlKeyLines(queue.database).count()
+        if report.paused_key_count:
+            report.paused_keys = paused_keys(queue, now, PAUSED_KEYS_LISTED)
         dead = queue.list_dead_letters(limit=1)
         if dead:
             d = dead[0]

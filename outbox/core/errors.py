@@ -133,6 +133,12 @@ class RetryableTransportError(TransportError):
     retryable = True
 
 
+class TransportUnavailableError(RetryableTransportError):
+    """The broker (or the destination) did not answer at all: a timeout, a refused connection.
+    A dispatcher stops sending there for the rest of the dispatch instead of waiting out one
+    timeout per document; a failure of one message is a plain ``RetryableTransportError``."""
+
+
 class PermanentTransportError(TransportError):
     """The broker refused the message itself (unknown destination, too large); don't retry it."""
 

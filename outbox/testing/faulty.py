@@ -17,7 +17,12 @@ from dataclasses import dataclass
 from dispatcher.commands import ProcessDocument
 from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.clock import Clock, SystemClock
-from outbox.core.errors import PermanentTransportError, RetryableTransportError, TransportError
+from outbox.core.errors import (
+    PermanentTransportError,
+    RetryableTransportError,
+    TransportError,
+    TransportUnavailableError,
+)
 from outbox.testing.crash_points import InjectedCrash
 from rescuer.sink import InMemorySink
 
@@ -120,7 +125,7 @@ class FaultyTransport:
             first = batch[0].message_id if batch else None
             plan = _Plan(self._latency + (self._rng.random() * self._jitter if self._jitter else 0))
             if self._outage:
-                plan.error = RetryableTransportError(
+                plan.error = TransportUnavailableError(
                     f"message {first}: injected outage (the broker is unreachable)",
                     message_id=first,
                     hint="this failure was injected by FaultyTransport; call outage(False)",
@@ -134,8 +139,10 @@ class FaultyTransport:
                 return plan
             for m in batch:
                 permanent = self._fail_destinations.get(m.destination)
-                if permanent is not None:
-                    plan.error = _error(permanent, m.message_id, f"destination {m.destination!r}")
+                if permanent is not None:  # retryable: the destination does not answer
+                    plan.error = _error(
+                        permanent, m.message_id, f"destination {m.destination!r}", unavailable=True
+                    )
                     return plan
                 permanent = self._fail_messages.get(m.message_id)
                 if permanent is not None:
@@ -179,8 +186,16 @@ class _Plan:
     crash: bool = False
 
 
-def _error(permanent: bool, message_id: str | None, what: str) -> TransportError:
-    cls = PermanentTransportError if permanent else RetryableTransportError
+def _error(
+    permanent: bool, message_id: str | None, what: str, *, unavailable: bool = False
+) -> TransportError:
+    cls: type[TransportError] = (
+        PermanentTransportError
+        if permanent
+        else TransportUnavailableError
+        if unavailable
+        else RetryableTransportError
+    )
     return cls(
         f"message {message_id}: injected {'permanent' if permanent else 'retryable'} failure "
         f"({what})",

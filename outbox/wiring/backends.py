@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from dispatcher.claims.ports import ClaimLog
     from dispatcher.queue.command_queue import CommandQueue
     from dispatcher.queue.inbox import Inbox
+    from dispatcher.queue.key_lines import KeyLines
     from dispatcher.queue.sql_queue import SqlQueue
     from dispatcher.transports.base import Transport
     from migrations.runner import MigrationReport
@@ -85,6 +86,20 @@ class Backends:
     def transport(self) -> Transport:
         """Where outbox messages go (``transport``)."""
         return self._build("transport", builtin.TRANSPORTS)
+
+    def key_lines(self) -> KeyLines:
+        """Where paused ordering keys wait (``dispatcher.queue.key_lines``): the SQL queue's
+        database, shared by every process that sends (the writer, the command worker, the Spark
+        job), or this process's memory when the transport is ``memory`` (one process)."""
+
+        def build() -> KeyLines:
+            from dispatcher.queue.key_lines import MemoryKeyLines, SqlKeyLines
+
+            if self.settings.transport == "memory":
+                return MemoryKeyLines()
+            return SqlKeyLines(lambda: self.sql_queue.database)
+
+        return self._once("key_lines", build, owned=False)
 
     def command_queue(self) -> CommandQueue:
         """Where ``ProcessDocument`` commands go (``command_transport``)."""

@@ -11,14 +11,26 @@ from __future__ import annotations
 
 import dataclasses
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
 
 from dispatcher.dispatch import Dispatcher
+from dispatcher.queue.key_lines import MemoryKeyLines, SqlKeyLines
 from dispatcher.transports.base import TransportMessage
 from dispatcher.transports.memory import InMemoryTransport
+from dispatcher.worker import DispatcherWorker
 from outbox.app.facade import Outbox
-from outbox.core.errors import RetryableTransportError
+from outbox.core.clock import ManualClock
+from outbox.core.errors import (
+    PermanentTransportError,
+    RetryableTransportError,
+    TransportUnavailableError,
+)
 from outbox.core.model import DocumentRow, OutboxMessage
+from outbox.testing.faulty import FaultyTransport
 
 #: Seconds a test waits for another thread before calling it hung. Only a hang reaches it:
 #: every wait returns as soon as its event comes, so a loaded machine costs nothing.
@@ -183,11 +195,56 @@ def test_coalesced_batches_keep_the_pause() -> None:
     failing = Flaky()
     d = Dispatcher(Marks(), failing, max_in_flight=1, coalesce=True)
     failing.failing = {"A-1"}
-    d.dispatch([row("A", "k"), row("B", "k"), row("C", "j")])
-    assert sent(failing) == ["C-1"]
+    d.dispatch([row("A", "k")])
     failing.failing = set()
+    d.dispatch([row("B", "k"), row("C", "j")])  # B held behind A-1, C goes on
+    assert sent(failing) == ["C-1"]
     d.dispatch([row("B", "k"), row("D", "j")])  # B still held, in a coalescing dispatcher
     assert sent(failing) == ["C-1", "D-1"]
+
+
+class Down(InMemoryTransport):
+    """A broker that is down (every send fails retryably) or refuses one message for good."""
+
+    def __init__(self, *, coalesce: bool) -> None:
+        super().__init__()
+        self.coalesce_sends = coalesce
+        self.atomic_batches = False
+        self.calls = 0
+        self.down = True
+        self.refuse: set[str] = set()
+
+    def send(self, batch: Sequence[TransportMessage]) -> None:
+        self.calls += 1
+        if self.down:
+            raise TransportUnavailableError("timed out", message_id=batch[0].message_id)
+        if refused := [m.message_id for m in batch if m.message_id in self.refuse]:
+            raise PermanentTransportError("too large", message_id=refused[0])
+        super().send(batch)
+
+
+def test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size() -> None:
+    """Issue 42: after a coalesced send failed, each document was sent again on its own, each
+    waiting out the broker's timeout: (documents + 1) timeouts on the caller's path. One failed
+    send to a destination now fails the rest of the dispatch to it at once (a retry command
+    sends them), coalesced or not."""
+    for coalesce in (True, False):
+        t = Down(coalesce=coalesce)
+        d = Dispatcher(Marks(), t, max_in_flight=1)
+        report = d.dispatch([row(f"D{i}", f"k{i}") for i in range(10)])
+        assert sorted(report.failed) == sorted(f"D{i}" for i in range(10))
+        assert t.calls == 1, coalesce
+
+
+def test_a_refused_message_in_a_coalesced_send_holds_back_only_its_document() -> None:
+    t = Down(coalesce=True)
+    t.down = False
+    t.refuse = {"B-1"}
+    d = Dispatcher(Marks(), t, max_in_flight=1)
+    report = d.dispatch([row("A", "a"), row("B", "b"), row("C", "c")])
+    assert report.failed == ["B"]
+    assert report.outcomes["B"].permanent
+    assert sent(t) == ["A-1", "C-1"]
 
 
 def test_across_processes_a_pause_holds_nothing() -> None:
@@ -253,11 +310,32 @@ def test_resume_by_hand_passes_the_gate_to_the_first_held_document() -> None:
     t.failing = {"A-1"}
     for doc in "ABC":
         d.dispatch([row(doc, "k")])
-    assert d.resume("q", "k") is True  # A-1 given up on: B is next, then C
+    assert d.resume("q", "k", "A-1") is True  # A-1 given up on: B is next, then C
     d.dispatch([row("C", "k")])
     d.dispatch([row("B", "k")])
     d.dispatch([row("C", "k")])
     assert sent(t) == ["B-1", "C-1"]
+
+
+def test_resume_is_idempotent_for_one_pause() -> None:
+    """Issue 42: a second resume gave up on the next held document's gate too. Pub/Sub calls
+    resume from each failed publish's callback; here that skipped gates and broke the order. A
+    resume names the gate it gives up on; a repeat finds it passed and does nothing."""
+    t = Flaky()
+    d = Dispatcher(Marks(), t, max_in_flight=1)
+    t.failing = {"A-1"}
+    for doc in "ABC":
+        d.dispatch([row(doc, "k")])
+    assert d.resume("q", "k", "A-1") is True
+    assert d.resume("q", "k", "A-1") is False
+    assert d.keys.paused()[("q", "k")].message_id == "B-1"
+    d.dispatch([row("C", "k")])  # still behind B
+    assert sent(t) == []
+    # without a message id, resume opens the key: repeats find it open
+    assert d.resume("q", "k") is True
+    assert d.resume("q", "k") is False
+    d.dispatch([row("C", "k")])
+    assert sent(t) == ["C-1"]
 
 
 def test_one_dispatch_sends_a_keys_documents_in_the_order_they_were_written() -> None:
@@ -305,3 +383,122 @@ def test_random_failures_and_retry_order_keep_a_keys_commit_order() -> None:
         assert not pending, seed
         first = list(dict.fromkeys(sent(t)))
         assert first == [f"{x}-1" for x in docs], (seed, first)
+
+
+def test_the_gates_own_later_message_waits_behind_documents_held_before_it() -> None:
+    """Issue 42: A-1 failed, so B-1 (committed next) was held behind it; A-2, committed after
+    B-1, went out with A-1, ahead of B-1. Only the gate's run leaves with the gate: A-2 waits
+    behind B."""
+    t = Flaky()
+    d = Dispatcher(Marks(), t, max_in_flight=1)
+    t.failing = {"A-1"}
+    d.dispatch([row("A", "k")])  # A-1 fails: k paused at A-1
+    d.dispatch([row("B", "k")])  # B-1 held behind it
+    t.failing = set()
+    d.dispatch([row("A", "k", "k")])  # A-2 committed: A-1 goes, A-2 waits behind B
+    assert sent(t) == ["A-1"]
+    d.dispatch([row("B", "k")])
+    d.dispatch([row("A", "k", "k", dispatched=1)])
+    assert sent(t) == ["A-1", "B-1", "A-2"]
+    assert d.keys.paused() == {}
+
+
+def test_the_issues_reproduction_through_the_outbox_and_the_worker(
+    workspace: Path, clock: ManualClock
+) -> None:
+    """The issue's program: the transport down for two commits on key K, up for A's second;
+    the worker sends the rest. Committed A-1, B-1, A-2; delivered (first) in that order."""
+    inner = InMemoryTransport()
+    faulty = FaultyTransport(inner, clock=clock)
+    with Outbox.open(workspace, clock=clock, transport=faulty, default_destination="q") as ob:
+        faulty.outage()
+        with ob.unit_of_work() as uow:
+            uow.create("A", type="T").send("E", "A-1", ordering_key="K")
+        with ob.unit_of_work() as uow:
+            uow.create("B", type="T").send("E", "B-1", ordering_key="K")
+        faulty.heal()
+        with ob.unit_of_work() as uow:
+            doc = uow.get("A")
+            assert doc is not None
+            doc.send("E", "A-2", ordering_key="K")
+        drain_commands(ob, clock)
+    firsts = list(dict.fromkeys(m.body.decode() for m in inner.deliveries))
+    assert firsts == ["A-1", "B-1", "A-2"]
+
+
+def drain_commands(ob: Outbox, clock: ManualClock, rounds: int = 20) -> None:
+    """Run the command worker until no command is left, moving the clock to each retry's time
+    (the commands of failed sends are scheduled, and abandons back off)."""
+    worker = DispatcherWorker(ob.runtime, poll_interval=0.0)
+    for _ in range(rounds):
+        worker.run(once=True)
+        waiting = ob.runtime.queue.peek(ob.settings.command_queue, 100)
+        if not waiting:
+            return
+        clock.set(max(clock.now(), *(m.not_before for m in waiting)))
+    raise AssertionError(f"commands still waiting after {rounds} rounds")
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def shared_lines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
+    """Lines two dispatchers share, as two processes share the queue database: one object in
+    memory, or two connections to one SQLite file."""
+    if request.param == "memory":
+        one = MemoryKeyLines()
+        yield lambda: one
+        return
+    from dispatcher.queue.database import Database, open_engine
+    from migrations.sql import upgrade
+
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    upgrade(url)
+    dbs: list[Database] = []
+
+    def make() -> SqlKeyLines:
+        dbs.append(Database(open_engine(url), owned=True))
+        return SqlKeyLines(dbs[-1])
+
+    yield make
+    for db in dbs:
+        db.close()
+
+
+def test_a_pause_holds_every_dispatcher_that_shares_the_lines(
+    shared_lines: Callable[[], Any],
+) -> None:
+    """Issue 42: the writer paused K and held B; B's retry reached the command worker (another
+    process) first, which knew nothing of the writer's line and sent B-1 ahead of A-1. With the
+    lines shared, the worker holds B, sends A-1 when A's retry comes, then B; and the writer
+    sees the key open again."""
+    t = Flaky()
+    writer = Dispatcher(Marks(), t, max_in_flight=1, key_lines=shared_lines())
+    worker = Dispatcher(Marks(), t, max_in_flight=1, key_lines=shared_lines())
+    t.failing = {"A-1"}
+    writer.dispatch([row("A", "k")])
+    writer.dispatch([row("B", "k")])
+    t.failing = set()
+    report = worker.dispatch([row("B", "k")])  # B's retry first: held in the worker too
+    assert report.failed == ["B"]
+    assert sent(t) == []
+    worker.dispatch([row("A", "k")])
+    worker.dispatch([row("B", "k")])
+    assert sent(t) == ["A-1", "B-1"]
+    writer.dispatch([row("C", "k")])  # the writer's next commit: the key is open again
+    assert sent(t) == ["A-1", "B-1", "C-1"]
+    assert writer.keys.paused() == {} == worker.keys.paused()
+
+
+def test_a_document_held_behind_a_gate_passed_in_the_same_dispatch_goes_in_it() -> None:
+    """A worker's batch holds B and A, and B comes first (their messages written in one
+    instant): B is held behind A-1, A-1 goes, and B goes in the same dispatch."""
+    t = Flaky()
+    d = Dispatcher(Marks(), t, max_in_flight=1)
+    t.failing = {"A-1"}
+    d.dispatch([row("A", "k")])
+    d.dispatch([row("B", "k")])
+    t.failing = set()
+    report = d.dispatch([row("B", "k"), row("A", "k")])
+    assert sent(t) == ["A-1", "B-1"]
+    assert report.failed == []
+    assert report.messages_sent == 2
+    assert d.keys.paused() == {}

@@ -12,6 +12,7 @@ from outbox.app.cli.support import CliContext, json_option, pass_cli
 from outbox.core.durations import format_duration, parse_duration
 
 if TYPE_CHECKING:  # the report's module reads Delta and SQL: import it when the command runs
+    from outbox.app.keys import PausedKey
     from outbox.app.status import StatusReport
 
 
@@ -161,6 +162,12 @@ def _print_status(report: StatusReport) -> None:
                 for c in report.dead_lettered_commands
             ],
         )
+    if report.paused_key_count:
+        print_paused_keys(
+            f"{report.paused_key_count} paused ordering key(s): their later messages wait "
+            "(`outbox keys list`, `outbox keys resume`)",
+            report.paused_keys,
+        )
     d = report.oldest_dead_letter
     if d is not None:
         print_kv(
@@ -174,6 +181,26 @@ def _print_status(report: StatusReport) -> None:
                 ("age", _age(d.age_seconds)),
             ],
         )
+
+
+def print_paused_keys(title: str, keys: list[PausedKey]) -> None:
+    print_table(
+        title,
+        ["destination", "key", "waits for", "document", "seq", "paused for", "held", "why"],
+        [
+            (
+                k.destination,
+                k.ordering_key,
+                k.waits_for_message,
+                k.document_id,
+                k.seq,
+                _age(k.age_seconds),
+                k.held,
+                k.reason[:80],
+            )
+            for k in keys
+        ],
+    )
 
 
 def register(group: click.Group) -> None:

@@ -21,12 +21,14 @@ spark_kafka.json).
 
 from __future__ import annotations
 
+import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from outbox.core.model import DocumentRow
 from outbox.delta import schema as S
 
+log = logging.getLogger("outbox.app.spark")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 WRITTEN = ("insert", "update_postimage")
 
@@ -92,3 +94,30 @@ def _struct(m: Any) -> dict[str, Any]:
         micros = d.get(key)
         d[key] = None if micros is None else _EPOCH + timedelta(microseconds=int(micros))
     return d
+
+
+def hold_unsent(failed: dict[str, int], store: Any, runtime: Any, reason: str) -> None:
+    """Put the unsent messages of the documents the executors stopped (from their first
+    failure) in their keys' shared lines, in the order they were written, as the dispatcher
+    does for a document it stops: later messages of those keys, from any process, wait."""
+    from dispatcher.keys import key_of
+    from dispatcher.queue.key_lines import Wait
+
+    try:
+        _, rows = store.read(list(failed))
+    except Exception as e:  # their retry commands still run; only the pause is not recorded
+        log.warning("could not read the stopped documents to pause their keys (%s)", e)
+        return
+    waits = [
+        (
+            m.created_at or _EPOCH,
+            r.id,
+            m.seq,
+            Wait(key_of(m, r.id), r.id, r.incarnation, m.seq, m.message_id),
+        )
+        for r in rows.values()
+        for m in r.pending()
+        if m.seq >= failed[r.id]
+    ]
+    waits.sort(key=lambda w: w[:3])
+    runtime.dispatcher.keys.hold([w[3] for w in waits], reason)

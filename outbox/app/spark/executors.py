@@ -110,11 +110,19 @@ def message_frame(written: Any) -> Any:
 
 
 def send_on_executors(
-    written: Any, settings: Settings, partitions: int, *, crash: str = ""
+    written: Any,
+    settings: Settings,
+    partitions: int,
+    *,
+    crash: str = "",
+    paused: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[Any]:
     """Send a commit's pending messages from the executors; the outcome rows, one per
     document (``OUTCOME_SCHEMA``), collected to the driver as Arrow. ``crash``: a crash-point
-    spec armed in every partition (the fault proofs; point ``executor_sent``).
+    spec armed in every partition (the fault proofs; point ``executor_sent``). ``paused``: the
+    ordering keys paused when the job started (read by the driver from the shared lines); their
+    messages are not sent here, and their documents get retry commands like a failed send, so a
+    key held in another process stays in its line.
 
     Without shared ordering keys (each message keyed by its document, the default; the Spark
     path stores the document id as the key), a
@@ -134,14 +142,16 @@ def send_on_executors(
     try:
         if not docs.filter("shared").limit(1).count():
             sends = docs.drop("shared").mapInArrow(
-                _arrow(settings, per_document=True, crash=crash), OUTCOME_SCHEMA
+                _arrow(settings, per_document=True, crash=crash, paused=paused), OUTCOME_SCHEMA
             )
             return list(sends.toArrow().to_pylist())
     finally:
         docs.unpersist()
     ordered = message_frame(written).repartition(partitions, "destination", "key")
     ordered = ordered.sortWithinPartitions("destination", "key", "created_at", "id", "seq")
-    outcomes = ordered.mapInArrow(_arrow(settings, per_document=False, crash=crash), OUTCOME_SCHEMA)
+    outcomes = ordered.mapInArrow(
+        _arrow(settings, per_document=False, crash=crash, paused=paused), OUTCOME_SCHEMA
+    )
     per_doc = outcomes.groupBy("id", "incarnation").agg(
         F.min("start").alias("start"),
         F.max("last_seq").alias("last_seq"),
@@ -153,7 +163,11 @@ def send_on_executors(
 
 
 def _arrow(
-    settings: Settings, *, per_document: bool, crash: str = ""
+    settings: Settings,
+    *,
+    per_document: bool,
+    crash: str = "",
+    paused: frozenset[tuple[str, str]] = frozenset(),
 ) -> Callable[[Iterable[Any]], Iterator[Any]]:
     """The partition function for ``mapInArrow``: Arrow in and out, so a row costs a dict
     rather than a pickled ``Row``."""
@@ -164,7 +178,7 @@ def _arrow(
         rows: Iterable[dict[str, Any]] = (r for b in batches for r in b.to_pylist())
         if per_document:
             rows = _flatten(rows)
-        out = list(send_partition(rows, settings, hook=_hook(crash)))
+        out = list(send_partition(rows, settings, hook=_hook(crash), paused=paused))
         schema = pa.schema(
             [
                 ("id", pa.string()),
@@ -217,7 +231,10 @@ def dispatch_commit(
     try:
         written = commit_frame(sob._reader(), sob.table_uri, version)
         partitions = sob.spark.sparkContext.defaultParallelism
-        outcomes = send_on_executors(written, sob.settings, partitions, crash=sob.executor_crash)
+        paused = frozenset(sob.runtime.dispatcher.keys.all_lines())
+        outcomes = send_on_executors(
+            written, sob.settings, partitions, crash=sob.executor_crash, paused=paused
+        )
     except Exception:
         log.exception("sending commit %d from the executors failed; the rescuer covers it", version)
         return None, 0
@@ -257,6 +274,11 @@ def settle(
         log.warning("commit %d: watermarks not written (%s); retry commands follow", version, e)
         retry += [(d, marks[d], lives[d]) for d in marks if d not in report.outcomes]
     timings["watermark_s"] = time.perf_counter() - t1
+    failed = {o["id"]: int(o["failed_seq"]) for o in outcomes if o["failed_seq"] is not None}
+    if failed:
+        from outbox.app.spark.dispatch import hold_unsent
+
+        hold_unsent(failed, store, runtime, str(next(iter(report.outcomes.values())).error))
     if retry:
         log.warning(
             "commit %d: %d document(s) left pending after the executors' sends (first: %s)",
@@ -279,9 +301,14 @@ class _Doc:
 
 
 def send_partition(
-    rows: Iterable[Any], settings: Settings, *, hook: StepHook = NO_HOOK
+    rows: Iterable[Any],
+    settings: Settings,
+    *,
+    hook: StepHook = NO_HOOK,
+    paused: frozenset[tuple[str, str]] = frozenset(),
 ) -> Iterator[tuple[Any, ...]]:
-    """One partition's sends (on an executor): keys in their order, batches of ``BATCH``."""
+    """One partition's sends (on an executor): keys in their order, batches of ``BATCH``;
+    nothing of a key in ``paused``."""
     from dispatcher.transports.base import TransportMessage
     from outbox.wiring import Backends
 
@@ -326,6 +353,8 @@ def send_partition(
             if r["id"] not in docs:
                 docs[r["id"]] = _Doc(r["incarnation"], int(r["start"]), int(r["last_seq"]))
             key = (r["destination"], r["key"])
+            if key in paused and key not in failed_keys:
+                failed_keys[key] = f"ordering key {key[0]}/{key[1]} is paused in another process"
             if key in failed_keys:  # a key stops at its first failure, as the dispatcher's
                 fail(r, failed_keys[key])
                 continue
