@@ -41,6 +41,11 @@ def dead_letter(queue: SqlQueue, name: str, message_id: str, reason: str, **kw: 
 @pytest.fixture
 def console_ws(tmp_path: Path, sql_url: str) -> Iterator[ConsoleWorkspace]:
     """On SQLite and on a real PostgreSQL server (the ``sql_url`` fixture)."""
+    yield console_workspace(tmp_path, sql_url)
+
+
+def console_workspace(tmp_path: Path, sql_url: str) -> ConsoleWorkspace:
+    """The fixture's workspace, for a caller without fixtures (tests/test_mutations.py)."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "outbox.toml").write_text(f'sql_url = "{sql_url}"\n')
