@@ -12,8 +12,15 @@ from outbox.app.console import ConsoleConfig, create_app
 from outbox.app.console import security as sec
 from outbox.app.history import History
 from outbox.core.clock import SystemClock
-from tests.console.conftest import TOKEN, ConsoleWorkspace
-from tests.console.test_console_app import HOST, _client, _csrf, _dead_left, _unlock
+from tests.console.conftest import (
+    HOST,
+    TOKEN,
+    ConsoleWorkspace,
+    console_client,
+    csrf_of,
+    dead_left,
+    unlock,
+)
 
 DOMAIN = "localhost"  # where the test client keeps cookies (its own base URL, not the Host sent)
 
@@ -35,12 +42,12 @@ def _copy(client: FlaskClient, into: FlaskClient) -> None:
 def test_a_copy_of_the_cookie_taken_before_lock_is_refused_after_it(
     console_ws: ConsoleWorkspace,
 ) -> None:
-    for client in _client(console_ws):
+    for client in console_client(console_ws):
         _lock_refuses_the_copy(console_ws, client)
 
 
 def _lock_refuses_the_copy(console_ws: ConsoleWorkspace, client: FlaskClient) -> None:
-    csrf = _unlock(client)
+    csrf = unlock(client)
     thief = client.application.test_client()
     _copy(client, thief)
     form = _purge_form(console_ws, csrf)
@@ -53,7 +60,7 @@ def _lock_refuses_the_copy(console_ws: ConsoleWorkspace, client: FlaskClient) ->
         refused = thief.post(path, data=form)
         assert refused.status_code == 403, path
         assert "This action needs the console token" in refused.get_data(as_text=True)
-    assert "inv-0" in _dead_left(console_ws)
+    assert "inv-0" in dead_left(console_ws)
     assert 'id="mode" href="/unlock">locked' in thief.get("/").get_data(as_text=True)
 
 
@@ -61,14 +68,14 @@ def test_a_cookie_from_before_a_restart_unlocks_nothing(console_ws: ConsoleWorks
     """Even if the restarted console signed cookies with the same key (the default is a new key
     per start, which refuses the old cookie by itself): the new process holds no session."""
     key = b"the-same-key-across-the-restart"
-    for before in _client(console_ws, secret_key=key):
-        csrf = _unlock(before)
-        for after in _client(console_ws, secret_key=key):  # the console again: port, key
+    for before in console_client(console_ws, secret_key=key):
+        csrf = unlock(before)
+        for after in console_client(console_ws, secret_key=key):  # the console again: port, key
             _copy(before, after)
             r = after.post("/dead-letters/apply", data=_purge_form(console_ws, csrf))
             assert r.status_code == 403
             assert "This action needs the console token" in r.get_data(as_text=True)
-    assert "inv-0" in _dead_left(console_ws)
+    assert "inv-0" in dead_left(console_ws)
 
 
 def test_lock_forgets_the_server_side_session(console_ws: ConsoleWorkspace) -> None:
@@ -107,7 +114,7 @@ def test_each_console_names_its_cookie_after_its_port(console_ws: ConsoleWorkspa
 def test_a_console_on_ipv6_loopback_answers_to_its_address(console_ws: ConsoleWorkspace) -> None:
     """Werkzeug's TRUSTED_HOSTS cuts each name at its first colon, so ``[::1]`` could never be
     trusted there (a real process bound to ::1: test_console_cli.py)."""
-    for client in _client(console_ws, host="::1"):
+    for client in console_client(console_ws, host="::1"):
         assert client.get("/", headers={"Host": "[::1]:8765"}).status_code == 200
         assert client.get("/", headers={"Host": "[::1]"}).status_code == 200
         assert client.get("/", headers={"Host": "localhost:8765"}).status_code == 200
@@ -119,14 +126,14 @@ def test_a_console_on_ipv6_loopback_answers_to_its_address(console_ws: ConsoleWo
 
 def test_a_console_on_another_address_answers_any_host(console_ws: ConsoleWorkspace) -> None:
     """The operator chose the network (and was warned): any Host name is served there."""
-    for client in _client(console_ws, host="0.0.0.0"):
+    for client in console_client(console_ws, host="0.0.0.0"):
         assert client.get("/", headers={"Host": "console.example:8765"}).status_code == 200
 
 
 def test_refused_host_shows_nothing_of_the_workspace(console_ws: ConsoleWorkspace) -> None:
-    for client in _client(console_ws, table_uri="s3://bucket/table"):
+    for client in console_client(console_ws, table_uri="s3://bucket/table"):
         refused = client.get("/", headers={"Host": "rebound.example:8765"})
         assert refused.status_code == 400
         assert refused.mimetype == "text/plain"
         assert "s3://bucket/table" not in refused.get_data(as_text=True)
-        assert _csrf(client)  # the loopback Host still gets the page
+        assert csrf_of(client)  # the loopback Host still gets the page

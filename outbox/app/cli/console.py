@@ -203,9 +203,7 @@ def _mask_token(target: str) -> str:
     parts = []
     for part in query.split("&"):
         read = parse_qsl(part, keep_blank_values=True, errors="replace")
-        if read and read[0][0] == "token":
-            part = part.partition("=")[0] + "=***"
-        parts.append(part)
+        parts.append(part.partition("=")[0] + "=***" if read and read[0][0] == "token" else part)
     return f"{path}?{'&'.join(parts)}"
 
 

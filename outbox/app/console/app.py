@@ -8,6 +8,7 @@ rendered on the server with one style sheet from the package: no CDN, no build s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
@@ -177,10 +178,8 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
     def dead_letter(dead_letter_id: int) -> str | tuple[str, int]:
         d = None
         if 1 <= dead_letter_id <= MAX_ID:  # any other id is not there (nor asked of the database)
-            try:
+            with contextlib.suppress(MessageNotFoundError):
                 d = queue.admin.get_dead_letter(dead_letter_id)
-            except MessageNotFoundError:
-                pass
         if d is None:
             return render_template(
                 "error.html",

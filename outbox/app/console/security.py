@@ -167,9 +167,7 @@ def from_this_console(session: Any, form: Any) -> bool:
     return bool(expected) and same(form.get(CSRF), expected)
 
 
-def check_action(
-    session: Any, form: Any, *, read_only: bool, sessions: Sessions
-) -> Refusal | None:
+def check_action(session: Any, form: Any, *, read_only: bool, sessions: Sessions) -> Refusal | None:
     """Why a change must not run (None: it may): read-only mode, a form without this session's
     CSRF token, a browser whose cookie names no session this console holds unlocked (never
     unlocked, locked since, or from before a restart)."""
