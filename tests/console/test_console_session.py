@@ -78,7 +78,7 @@ def test_a_cookie_from_before_a_restart_unlocks_nothing(console_ws: ConsoleWorks
     assert "inv-0" in dead_left(console_ws)
 
 
-def test_lock_forgets_the_server_side_session(console_ws: ConsoleWorkspace) -> None:
+def test_lock_forgets_the_server_side_session() -> None:
     """The registry itself: unlocking opens a session on the server, locking closes it, and a
     session id the server never gave finds nothing."""
     sessions = sec.Sessions(SystemClock())
@@ -90,6 +90,12 @@ def test_lock_forgets_the_server_side_session(console_ws: ConsoleWorkspace) -> N
     assert sessions.find(two.id) == two
     assert sessions.find("made-up") is None
     assert sessions.find(None) is None
+    sessions.LIMIT = 2  # a bound on memory: one more forgets the oldest
+    three = sessions.open()
+    assert sessions.find(two.id) == two
+    assert sessions.find(three.id) == three
+    sessions.open()
+    assert sessions.find(two.id) is None
 
 
 def test_each_console_names_its_cookie_after_its_port(console_ws: ConsoleWorkspace) -> None:
