@@ -81,6 +81,7 @@ def create_app(config: ConsoleConfig) -> Flask:
         MAX_CONTENT_LENGTH=1024 * 1024,
     )
     sessions = sec.Sessions(config.clock)
+    loopback_only = sec.is_loopback(config.host)
     app.jinja_env.filters["at"] = _at
     app.jinja_env.filters["ago"] = lambda when: _ago(when, config.clock)
     app.jinja_env.filters["duration"] = lambda s: "-" if s is None else format_duration(s)
@@ -88,7 +89,7 @@ def create_app(config: ConsoleConfig) -> Flask:
 
     @app.before_request
     def only_trusted_hosts() -> Response | None:
-        if sec.host_allowed(request.host, config.host):
+        if sec.host_allowed(request.host, loopback_only=loopback_only):
             return None
         # plain text: a page would show the workspace to the page that asked
         return Response("This console answers only to loopback names.\n", 400,

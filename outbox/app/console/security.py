@@ -65,23 +65,34 @@ def is_loopback(host: str) -> bool:
 
 def host_name(host: str) -> str:
     """The name in a Host header without its port: ``[::1]:8765`` is ``[::1]`` (an IPv6 literal
-    keeps its brackets; cutting at the first colon would leave ``[``)."""
+    keeps its brackets; cutting at the first colon would leave ``[``). Empty when anything but a
+    port follows the brackets."""
     if host.startswith("["):
-        name, bracket, _port = host.partition("]")
+        name, bracket, rest = host.partition("]")
+        if not bracket or (rest and not (rest[0] == ":" and rest[1:].isdigit())):
+            return ""
         return (name + bracket).lower()
     return host.partition(":")[0].lower()
 
 
-def host_allowed(host: str, bound: str) -> bool:
-    """Whether to answer a request for ``host`` (the Host header, as Werkzeug validated it). On
-    a loopback address only ``localhost`` and loopback IP literals, so a web page elsewhere
-    cannot reach the console through a DNS name rebound to 127.0.0.1 (an IP literal cannot be
-    an attacker's name). Any host when bound to another address: the operator chose the network.
+#: The loopback names every request names (the rest go through ``is_loopback``).
+_USUAL_LOOPBACK = frozenset({"127.0.0.1", "localhost", "[::1]"})
+
+
+def host_allowed(host: str, *, loopback_only: bool) -> bool:
+    """Whether to answer a request for ``host`` (the Host header, as Werkzeug validated it).
+    ``loopback_only`` (the console listens on a loopback address): only ``localhost`` and
+    loopback IP literals, so a web page elsewhere cannot reach the console through a DNS name
+    rebound to 127.0.0.1 (an IP literal cannot be an attacker's name). Otherwise any host: the
+    operator chose the network.
 
     Why not Flask's ``TRUSTED_HOSTS``: Werkzeug cuts each trusted name at its first colon, so no
     IPv6 literal can be trusted there (``[::1]`` becomes ``[``), and ``--host ::1`` answered 400
     at the address it printed."""
-    return not is_loopback(bound) or is_loopback(host_name(host))
+    if not loopback_only:
+        return True
+    name = host_name(host)
+    return name in _USUAL_LOOPBACK or is_loopback(name)
 
 
 def cookie_name(port: int) -> str:
