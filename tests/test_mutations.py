@@ -33,6 +33,8 @@ from outbox.testing.tables import Table
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
+from tests.console import test_console_session
+from tests.console.conftest import ConsoleWorkspace, console_workspace
 from tests.rescuer import test_contract
 from tests.write_path import test_save_guards, test_versions
 from tests.write_path.conftest import bare_outbox
@@ -80,6 +82,16 @@ def _with_rescuer(name: str) -> Callable[[Path], None]:
             delay=DELAY,
         )
         getattr(contract, name)(table=table, rescuer=rescuer, sink=sink, clock=clock)
+
+    return run
+
+
+def _with_console(test: Callable[[ConsoleWorkspace], None]) -> Callable[[Path], None]:
+    """Run a console test (``console_ws`` fixture) on a fresh console workspace on SQLite."""
+
+    def run(tmp_path: Path) -> None:
+        tmp_path.mkdir(parents=True)
+        test(console_workspace(tmp_path, f"sqlite:///{tmp_path / 'outbox.db'}"))
 
     return run
 
@@ -182,6 +194,22 @@ MUTATIONS = [
         "test_a_later_mark_row_hides_no_newer_message",
         _with_rescuer("test_a_later_mark_row_hides_no_newer_message"),
         'assert _ids(sink) == [("a", 2)]',
+    ),
+    SourceMutation(
+        "the console's actions trust a cookie that names a session, not its server-side registry",
+        "outbox.app.console.security:check_action",
+        (
+            (
+                "if sessions.find(session.get(SESSION_ID)) is None:",
+                "if not session.get(SESSION_ID):",
+            ),
+        ),
+        "tests/console/test_console_session.py::"
+        "test_a_copy_of_the_cookie_taken_before_lock_is_refused_after_it",
+        _with_console(
+            test_console_session.test_a_copy_of_the_cookie_taken_before_lock_is_refused_after_it
+        ),
+        "assert refused.status_code == 403, path",
     ),
 ]
 

@@ -87,6 +87,7 @@ def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path
     templates = {p.name for p in (console / "templates").glob("*.html")}
     assert {"base.html", "overview.html", "dead_letters.html", "devices.html"} <= templates
     assert (console / "static" / "console.css").is_file()
+    assert (console / "static" / "favicon.svg").is_file()  # base.html links it
 
     [info] = dist_info
     entry_points = (site / info / "entry_points.txt").read_text()

@@ -37,8 +37,9 @@ def chromium_available() -> bool:
     return Path(CHROMIUM).exists() and Path(CHROMEDRIVER).exists()
 
 
-def chromium(user_data_dir: Path) -> Any:
-    """A headless Chromium (a Selenium ``WebDriver``); ``quit()`` it when done."""
+def chromium(user_data_dir: Path, *, network_log: bool = False) -> Any:
+    """A headless Chromium (a Selenium ``WebDriver``); ``quit()`` it when done. With
+    ``network_log``, ``get_log("performance")`` holds its network events."""
     os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must not look for a driver
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
@@ -47,6 +48,8 @@ def chromium(user_data_dir: Path) -> Any:
     options.binary_location = CHROMIUM
     for flag in (*FLAGS, f"--user-data-dir={user_data_dir}"):
         options.add_argument(flag)
+    if network_log:
+        options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(NAVIGATION_TIMEOUT)
     return driver

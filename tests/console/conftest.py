@@ -3,19 +3,25 @@ tests (the test client's and the browser's)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from flask.testing import FlaskClient
 
 from dispatcher.queue import QueueMessage, SqlQueue
 from dispatcher.queue.sessions import StateChange
 from outbox.app import history as H
 from outbox.app.cli import main
+from outbox.app.console import ConsoleConfig, create_app
 from outbox.app.history import History, Sample
+from outbox.core.clock import SystemClock
+from outbox.core.sql import read_only_url
 
 #: The token the tests give the console (``--token`` / ``ConsoleConfig.token``).
 TOKEN = "console-test-token-0123456789"
@@ -39,8 +45,13 @@ def dead_letter(queue: SqlQueue, name: str, message_id: str, reason: str, **kw: 
 
 
 @pytest.fixture
-def console_ws(tmp_path: Path, sql_url: str) -> Iterator[ConsoleWorkspace]:
+def console_ws(tmp_path: Path, sql_url: str) -> ConsoleWorkspace:
     """On SQLite and on a real PostgreSQL server (the ``sql_url`` fixture)."""
+    return console_workspace(tmp_path, sql_url)
+
+
+def console_workspace(tmp_path: Path, sql_url: str) -> ConsoleWorkspace:
+    """The fixture's workspace, for a caller without fixtures (tests/test_mutations.py)."""
     ws = tmp_path / "ws"
     ws.mkdir()
     (ws / "outbox.toml").write_text(f'sql_url = "{sql_url}"\n')
@@ -76,3 +87,57 @@ def console_ws(tmp_path: Path, sql_url: str) -> Iterator[ConsoleWorkspace]:
                 at=at, interval=60, source="test",
             )  # fmt: skip
     return ConsoleWorkspace(ws, url, dead)
+
+
+# --- the console through Flask's test client ----------------------------------------------------
+
+HOST = {"Host": "127.0.0.1:8765"}
+
+
+def console_client(
+    ws: ConsoleWorkspace, *, read_only: bool = False, **kw: Any
+) -> Iterator[FlaskClient]:
+    """The console's app on ``ws``'s database (``kw``: more of its ``ConsoleConfig``), through
+    a test client that sends a loopback Host."""
+    url = read_only_url(ws.url) if read_only else ws.url
+    with SqlQueue(url) as queue:
+        config = ConsoleConfig(
+            queue=queue,
+            history=History(queue.database),
+            clock=kw.pop("clock", SystemClock()),
+            token=TOKEN,
+            read_only=read_only,
+            **kw,
+        )
+        client = create_app(config).test_client()
+        client.environ_base.update({"HTTP_HOST": HOST["Host"]})
+        yield client
+
+
+@pytest.fixture
+def client(console_ws: ConsoleWorkspace) -> Iterator[FlaskClient]:
+    yield from console_client(console_ws)
+
+
+def csrf_of(client: FlaskClient, path: str = "/dead-letters") -> str:
+    page = client.get(path).get_data(as_text=True)
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, page
+    return found.group(1)
+
+
+def unlock(client: FlaskClient) -> str:
+    csrf = csrf_of(client, "/unlock")
+    r = client.post("/unlock", data={"csrf": csrf, "token": TOKEN})
+    assert r.status_code == 302
+    return csrf_of(client)  # unlocking starts a new session with a new CSRF token
+
+
+def dead_left(ws: ConsoleWorkspace) -> set[str]:
+    with SqlQueue(ws.url) as queue:
+        return {d.message_id for d in queue.list_dead_letters(None, 100)}
+
+
+def queued(ws: ConsoleWorkspace, name: str) -> list[str]:
+    with SqlQueue(ws.url) as queue:
+        return [m.message_id for m in queue.peek(name, 100)]

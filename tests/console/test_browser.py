@@ -10,6 +10,10 @@ through ``scripts/ensure-chromium.sh``). The screenshots in docs/ come from
 from __future__ import annotations
 
 import os
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +22,7 @@ import pytest
 
 from dispatcher.queue import SqlQueue
 from outbox.testing.browser import (
+    NAVIGATION_TIMEOUT,
     RunningConsole,
     by,
     chromium,
@@ -139,3 +144,113 @@ def test_a_read_only_console_offers_no_action(console_ws: ConsoleWorkspace, brow
         assert every(browser, "input[type=checkbox]") == []
     finally:
         assert read_only.stop() == 0
+
+
+# --- Lock, cookies and the icon ----------------------------------------------------------------
+
+
+def _as(cookie: dict[str, Any], url: str, form: dict[str, str] | None = None) -> tuple[int, str]:
+    """A request with a copy of the browser's cookie, from outside the browser (what a copied
+    or stolen cookie is): the status and the page."""
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    request = urllib.request.Request(url, data=data)
+    request.add_header("Cookie", f"{cookie['name']}={cookie['value']}")
+    try:
+        with urllib.request.urlopen(request, timeout=60) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def _unlock_in(browser: Any, console: RunningConsole) -> None:
+    assert console.token is not None
+    browser.get(console.url + "unlock")
+    by(browser, "#token").send_keys(console.token)
+    go(browser, "#unlock")
+    assert by(browser, "#mode").text == "unlocked"
+
+
+def test_lock_in_the_browser_locks_every_copy_of_its_cookie(
+    console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
+) -> None:
+    _unlock_in(browser, console)
+    [cookie] = browser.get_cookies()
+    status, page = _as(cookie, console.url + "dead-letters")
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert status == 200
+    assert found
+    [inv] = [i for i, (_q, m) in console_ws.dead.items() if m == "inv-0"]
+    form = {"csrf": found.group(1), "action": "purge", "scope": "selected", "id": str(inv)}
+    confirm = console.url + "dead-letters/confirm"
+    assert _as(cookie, confirm, form)[0] == 200  # the copy works while the browser is unlocked
+
+    go(browser, ".lock button")  # Lock
+    assert by(browser, "#mode").text.startswith("locked")
+    for path in ("dead-letters/confirm", "dead-letters/apply"):
+        status, page = _as(cookie, console.url + path, form)
+        assert status == 403, path
+        assert "This action needs the console token" in page
+    with SqlQueue(console_ws.url) as q:
+        assert q.count_dead_letters(all=True) == 4
+
+
+def test_two_consoles_on_one_host_do_not_log_each_other_out(
+    console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
+) -> None:
+    other = start_console(console_ws.path)
+    try:
+        _unlock_in(browser, console)
+        _unlock_in(browser, other)
+        browser.get(console.url)
+        assert by(browser, "#mode").text == "unlocked"
+        browser.get(other.url)
+        assert by(browser, "#mode").text == "unlocked"
+        assert len(browser.get_cookies()) == 2  # one per console, on the one host
+    finally:
+        assert other.stop() == 0
+
+
+def test_the_first_page_load_logs_no_error_in_the_browser(
+    console: RunningConsole, tmp_path: Path
+) -> None:
+    """The icon: without one, Chromium asked for /favicon.ico and logged its 404 as an error.
+    The wait is for the icon's response itself (a bound, not a sleep)."""
+    from selenium.webdriver.support.wait import WebDriverWait
+
+    _need_chromium()
+    driver = chromium(tmp_path / "chromium", network_log=True)
+    try:
+        driver.get(console.url)
+        urls: dict[str, str] = {}
+        statuses: dict[str, int] = {}
+
+        def icons() -> dict[str, int]:  # the console's (Chromium fetches icons of its own)
+            ours = [u for u in statuses if u.startswith(console.url) and "favicon" in u]
+            return {u: statuses[u] for u in ours}
+
+        def icon_answered(d: Any) -> bool:
+            statuses.update(_responses(d, urls))
+            return bool(icons())
+
+        WebDriverWait(driver, NAVIGATION_TIMEOUT).until(icon_answered)
+        assert set(icons().values()) == {200}, icons()
+        errors = [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+        assert errors == []
+    finally:
+        driver.quit()
+
+
+def _responses(driver: Any, urls: dict[str, str]) -> dict[str, int]:
+    """The status of each response the browser received since the last call, by URL (``urls``
+    keeps the requests' URLs by their id across calls)."""
+    import json
+
+    out: dict[str, int] = {}
+    for entry in driver.get_log("performance"):
+        event = json.loads(entry["message"])["message"]
+        params = event.get("params", {})
+        if event["method"] == "Network.requestWillBeSent":
+            urls[params["requestId"]] = params["request"]["url"]
+        elif event["method"] == "Network.responseReceived" and params["requestId"] in urls:
+            out[urls[params["requestId"]]] = int(params["response"]["status"])
+    return out

@@ -4,7 +4,6 @@ same app in Chromium: tests/console/test_browser.py)."""
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -12,59 +11,17 @@ import pytest
 from flask.testing import FlaskClient
 
 from dispatcher.queue import QueueMessage, SqlQueue
-from outbox.app.console import ConsoleConfig, create_app
-from outbox.app.history import History
-from outbox.core.clock import ManualClock, SystemClock
-from outbox.core.sql import read_only_url
-from tests.console.conftest import TOKEN, ConsoleWorkspace, dead_letter
-
-HOST = {"Host": "127.0.0.1:8765"}
-
-
-def _client(ws: ConsoleWorkspace, *, read_only: bool = False, **kw: Any) -> Iterator[FlaskClient]:
-    url = read_only_url(ws.url) if read_only else ws.url
-    with SqlQueue(url) as queue:
-        config = ConsoleConfig(
-            queue=queue,
-            history=History(queue.database),
-            clock=kw.pop("clock", SystemClock()),
-            token=TOKEN,
-            read_only=read_only,
-            **kw,
-        )
-        client = create_app(config).test_client()
-        client.environ_base.update({"HTTP_HOST": HOST["Host"]})
-        yield client
-
-
-@pytest.fixture
-def client(console_ws: ConsoleWorkspace) -> Iterator[FlaskClient]:
-    yield from _client(console_ws)
-
-
-def _csrf(client: FlaskClient, path: str = "/dead-letters") -> str:
-    page = client.get(path).get_data(as_text=True)
-    found = re.search(r'name="csrf" value="([^"]+)"', page)
-    assert found, page
-    return found.group(1)
-
-
-def _unlock(client: FlaskClient) -> str:
-    csrf = _csrf(client, "/unlock")
-    r = client.post("/unlock", data={"csrf": csrf, "token": TOKEN})
-    assert r.status_code == 302
-    return _csrf(client)  # unlocking starts a new session with a new CSRF token
-
-
-def _dead_left(ws: ConsoleWorkspace) -> set[str]:
-    with SqlQueue(ws.url) as queue:
-        return {d.message_id for d in queue.list_dead_letters(None, 100)}
-
-
-def _queued(ws: ConsoleWorkspace, name: str) -> list[str]:
-    with SqlQueue(ws.url) as queue:
-        return [m.message_id for m in queue.peek(name, 100)]
-
+from outbox.core.clock import ManualClock
+from tests.console.conftest import (
+    TOKEN,
+    ConsoleWorkspace,
+    console_client,
+    csrf_of,
+    dead_left,
+    dead_letter,
+    queued,
+    unlock,
+)
 
 # --- pages -----------------------------------------------------------------------------------
 
@@ -106,7 +63,7 @@ def test_the_dead_letters_page_below_the_last_one_shown(
     with SqlQueue(console_ws.url) as queue:
         for i in range(60):
             dead_letter(queue, "bulk", f"b-{i:02d}", "Poison")
-    for client in _client(console_ws):
+    for client in console_client(console_ws):
         first = client.get(f"/dead-letters?queue=bulk{window}").get_data(as_text=True)
         shown = re.findall(r'<td class="mono">([^<]+)</td>', first)
         assert len(shown) == 50
@@ -133,7 +90,7 @@ def test_one_dead_letter_shows_its_body_headers_reason_and_tries(
             body=b'{"note": "<script>alert(1)</script>"}',
             headers={"traceparent": "00-abc-def-01"},
         )
-    for client in _client(console_ws):
+    for client in console_client(console_ws):
         page = client.get(f"/dead-letters/{i}").get_data(as_text=True)
         assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page
         assert "<script>" not in page
@@ -159,7 +116,7 @@ def test_devices_page_by_name(console_ws: ConsoleWorkspace) -> None:
     with SqlQueue(console_ws.url) as queue:
         for i in range(55):
             queue.send("fleet", QueueMessage(body=b"{}", session_id=f"d-{i:03d}"))
-    for client in _client(console_ws):
+    for client in console_client(console_ws):
         first = client.get("/devices?queue=fleet").get_data(as_text=True)
         names = re.findall(r"<tr>\s*<td>(d-\d+)</td>", first)
         assert names == [f"d-{i:03d}" for i in range(50)]
@@ -175,16 +132,16 @@ def test_devices_page_by_name(console_ws: ConsoleWorkspace) -> None:
 def test_requeue_of_a_selection_after_a_confirmation(
     console_ws: ConsoleWorkspace, client: FlaskClient
 ) -> None:
-    csrf = _unlock(client)
+    csrf = unlock(client)
     ids = [i for i, (_q, m) in console_ws.dead.items() if m in ("ship-0", "ship-1")]
     form = {"csrf": csrf, "action": "requeue", "scope": "selected", "id": [str(i) for i in ids]}
     confirm = client.post("/dead-letters/confirm", data=form).get_data(as_text=True)
     assert "Requeue 2 dead letters?" in confirm
-    assert _dead_left(console_ws) == {"ship-0", "ship-1", "ship-2", "inv-0"}  # not yet
+    assert dead_left(console_ws) == {"ship-0", "ship-1", "ship-2", "inv-0"}  # not yet
     done = client.post("/dead-letters/apply", data=form, follow_redirects=True)
     assert "2 dead letters requeued." in done.get_data(as_text=True)
-    assert _dead_left(console_ws) == {"ship-2", "inv-0"}
-    assert _queued(console_ws, "shipments") == ["ship-0", "ship-1"]
+    assert dead_left(console_ws) == {"ship-2", "inv-0"}
+    assert queued(console_ws, "shipments") == ["ship-0", "ship-1"]
 
 
 def test_all_matching_is_frozen_at_the_confirmation(
@@ -192,7 +149,7 @@ def test_all_matching_is_frozen_at_the_confirmation(
 ) -> None:
     """A dead letter that arrives between the confirmation and the action is left alone: the
     operator confirmed what they saw."""
-    csrf = _unlock(client)
+    csrf = unlock(client)
     form = {"csrf": csrf, "action": "purge", "scope": "matching", "reason": "Poison"}
     confirm = client.post("/dead-letters/confirm", data=form).get_data(as_text=True)
     assert "Purge 3 dead letters?" in confirm
@@ -203,24 +160,24 @@ def test_all_matching_is_frozen_at_the_confirmation(
     done = client.post("/dead-letters/apply", data={**form, "up_to": up_to.group(1)},
                        follow_redirects=True)  # fmt: skip
     assert "3 dead letters purged." in done.get_data(as_text=True)
-    assert _dead_left(console_ws) == {"late", "inv-0"}
+    assert dead_left(console_ws) == {"late", "inv-0"}
 
 
 def test_an_action_without_the_token_is_refused(
     console_ws: ConsoleWorkspace, client: FlaskClient
 ) -> None:
-    csrf = _csrf(client)
+    csrf = csrf_of(client)
     [i] = [i for i, (_q, m) in console_ws.dead.items() if m == "inv-0"]
     form = {"csrf": csrf, "action": "purge", "scope": "selected", "id": str(i)}
     for path in ("/dead-letters/confirm", "/dead-letters/apply"):
         r = client.post(path, data=form)
         assert r.status_code == 403
         assert "This action needs the console token" in r.get_data(as_text=True)
-    assert "inv-0" in _dead_left(console_ws)
+    assert "inv-0" in dead_left(console_ws)
 
 
-def test_a_wrong_token_does_not_unlock(client: FlaskClient) -> None:
-    csrf = _csrf(client, "/unlock")
+def test_a_wrong_token_does_notunlock(client: FlaskClient) -> None:
+    csrf = csrf_of(client, "/unlock")
     r = client.post("/unlock", data={"csrf": csrf, "token": TOKEN + "x"})
     assert r.status_code == 403
     assert 'id="wrong-token"' in r.get_data(as_text=True)
@@ -231,29 +188,29 @@ def test_a_wrong_token_does_not_unlock(client: FlaskClient) -> None:
 def test_a_form_without_this_sessions_csrf_token_is_refused_even_unlocked(
     console_ws: ConsoleWorkspace, client: FlaskClient
 ) -> None:
-    _unlock(client)
+    unlock(client)
     [i] = [i for i, (_q, m) in console_ws.dead.items() if m == "inv-0"]
     for csrf in ("", "forged"):
         form = {"csrf": csrf, "action": "purge", "scope": "selected", "id": str(i)}
         r = client.post("/dead-letters/apply", data=form)
         assert r.status_code == 400, csrf
-    assert "inv-0" in _dead_left(console_ws)
+    assert "inv-0" in dead_left(console_ws)
 
 
 def test_the_read_only_console_shows_no_action_and_refuses_them(
     console_ws: ConsoleWorkspace,
 ) -> None:
-    for client in _client(console_ws, read_only=True):
+    for client in console_client(console_ws, read_only=True):
         page = client.get("/dead-letters").get_data(as_text=True)
         assert "read-only" in page
         assert "Requeue" not in page
         assert 'type="checkbox"' not in page
         assert client.get(f"/unlock?token={TOKEN}").status_code == 403
-        csrf = _csrf(client)
+        csrf = csrf_of(client)
         [i] = list(console_ws.dead)[:1]
         form = {"csrf": csrf, "action": "requeue", "scope": "selected", "id": str(i)}
         assert client.post("/dead-letters/apply", data=form).status_code == 403
-    assert len(_dead_left(console_ws)) == 4
+    assert len(dead_left(console_ws)) == 4
 
 
 def test_a_page_for_another_host_is_refused(client: FlaskClient) -> None:
@@ -276,8 +233,8 @@ def test_no_page_shows_a_secret(console_ws: ConsoleWorkspace) -> None:
     from outbox.core.sql import redact_url
 
     secret_url = "postgresql://outbox:s3cret-pw@db.example:5432/outbox"
-    for client in _client(console_ws, sql_url=redact_url(secret_url), table_uri="s3://b/t"):
-        csrf = _unlock(client)
+    for client in console_client(console_ws, sql_url=redact_url(secret_url), table_uri="s3://b/t"):
+        csrf = unlock(client)
         paths = (
             "/",
             "/dead-letters",
@@ -306,7 +263,7 @@ def test_the_overview_says_when_nothing_was_sampled(tmp_path: Any) -> None:
     ws = tmp_path / "empty"
     assert CliRunner().invoke(main, ["-w", str(ws), "migrate"]).exit_code == 0
     empty = ConsoleWorkspace(ws, f"sqlite:///{ws / 'outbox.db'}", {})
-    for client in _client(empty, clock=ManualClock(datetime(2026, 11, 26, tzinfo=UTC))):
+    for client in console_client(empty, clock=ManualClock(datetime(2026, 11, 26, tzinfo=UTC))):
         page = client.get("/").get_data(as_text=True)
         assert "No sample yet" in page
         assert "No lag sampled in this range." in page

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -13,6 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox.app.cli import main
+from outbox.testing.browser import start_console
 
 
 def _migrated(tmp_path: Path) -> Path:
@@ -74,6 +76,10 @@ def test_the_console_prints_its_address_and_token_once_and_stops_on_sigterm(
     unlock = unlock_line.split(" ", 2)[2].strip()
     with urllib.request.urlopen(unlock, timeout=60) as page:  # follows the redirect
         assert page.status == 200
+    # /unlock reads %74oken as token (Werkzeug decodes the names): the log must mask it too
+    spelled = unlock.replace("?token=", "?%74oken=")
+    with urllib.request.urlopen(spelled, timeout=60) as page:
+        assert page.status == 200
     process.send_signal(signal.SIGTERM)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 0, err
@@ -84,8 +90,41 @@ def test_the_console_prints_its_address_and_token_once_and_stops_on_sigterm(
     assert unlock_line.startswith("or open http://127.0.0.1:")
     assert token not in out  # once: nothing after the start repeats it
     assert token not in err  # the access log masks it
-    assert "GET /unlock?token=*** HTTP/1.1" in err
+    # both spellings (the log shows the name decoded)
+    assert err.count("GET /unlock?token=*** HTTP/1.1") == 2
     assert err.strip().splitlines()[-1] == "console stopped"
+
+
+def _ipv6_loopback() -> bool:
+    try:
+        with socket.socket(socket.AF_INET6) as s:
+            s.bind(("::1", 0))
+    except OSError:
+        return False
+    return True
+
+
+def test_a_console_on_ipv6_loopback_answers_at_the_address_it_prints(tmp_path: Path) -> None:
+    """Werkzeug's trusted hosts cut ``[::1]`` at its first colon: the console answered 400 at
+    the address it printed."""
+    if not _ipv6_loopback():
+        if os.environ.get("CI"):
+            pytest.fail("this machine has no IPv6 loopback (::1)")
+        pytest.skip("this machine has no IPv6 loopback (::1)")
+    ws = _migrated(tmp_path)
+    (ws / "outbox.toml").write_text("sample_interval = 0\n")
+    console = start_console(ws, "--host", "::1")
+    try:
+        assert console.url.startswith("http://[::1]:")
+        with urllib.request.urlopen(console.url, timeout=60) as page:
+            assert page.status == 200
+            assert "<title>Overview · outbox console</title>" in page.read().decode()
+        assert console.token is not None
+        with urllib.request.urlopen(f"{console.url}unlock?token={console.token}", timeout=60) as p:
+            assert p.status == 200  # the redirect to the overview, at the same address
+            assert p.url == console.url
+    finally:
+        assert console.stop() == 0
 
 
 def test_without_flask_the_console_names_the_extra(

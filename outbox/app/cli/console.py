@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import logging
-import re
 import signal
 import socket
 import sys
 import threading
 from typing import Any
+from urllib.parse import parse_qsl
 
 import click
 
@@ -90,21 +90,23 @@ def console_cmd(
     queue = SqlQueue.from_settings(settings.replace(sql_url=url), clock=clock)
     sampler = None if read_only else Sampler(settings, clock, source="console")
     try:
-        config = ConsoleConfig(
-            queue=queue,
-            history=History(queue.database),
-            clock=clock,
-            token=token or sec.new_token(),
-            read_only=read_only,
-            host=host,
-            table_uri=settings.table_uri,
-            sql_url=redact_url(settings.sql_url),
-            devices_queue=devices_queue,
-        )
-        app = create_app(config)
         # Bound here, not by Werkzeug: its own bind prints two lines and exits on a port in use.
+        # Bound before the app is made: the session cookie is named after the port it got.
         listening = _listen(host, port)
         try:
+            config = ConsoleConfig(
+                queue=queue,
+                history=History(queue.database),
+                clock=clock,
+                token=token or sec.new_token(),
+                read_only=read_only,
+                host=host,
+                port=listening.getsockname()[1],
+                table_uri=settings.table_uri,
+                sql_url=redact_url(settings.sql_url),
+                devices_queue=devices_queue,
+            )
+            app = create_app(config)
             server = make_server(
                 host,
                 port,
@@ -181,8 +183,8 @@ def _handler() -> type[Any]:
     class Handler(WSGIRequestHandler):
         def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
             path = self.path  # the request was read long before: only the log line changes
-            self.path = _TOKEN_IN_QUERY.sub(r"\1***", path)
-            self.requestline = _TOKEN_IN_QUERY.sub(r"\1***", self.requestline)
+            self.path = _mask_token(path)
+            self.requestline = self.requestline.replace(path, self.path)
             try:
                 super().log_request(code, size)
             finally:
@@ -191,7 +193,18 @@ def _handler() -> type[Any]:
     return Handler
 
 
-_TOKEN_IN_QUERY = re.compile(r"([?&]token=)[^&\s]*")
+def _mask_token(target: str) -> str:
+    """A request target with the value of every query parameter masked whose name the console
+    reads as ``token``: names are decoded as Werkzeug decodes them, so ``?%74oken=`` (which
+    ``/unlock`` accepts) is masked as ``?token=`` is."""
+    path, question, query = target.partition("?")
+    if not question:
+        return target
+    parts = []
+    for part in query.split("&"):
+        read = parse_qsl(part, keep_blank_values=True, errors="replace")
+        parts.append(part.partition("=")[0] + "=***" if read and read[0][0] == "token" else part)
+    return f"{path}?{'&'.join(parts)}"
 
 
 def _listen(host: str, port: int) -> socket.socket:

@@ -8,12 +8,25 @@ rendered on the server with one style sheet from the package: no CDN, no build s
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
-from typing import Any
+from pathlib import Path
+from typing import Any, NoReturn
 
-from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
+from flask import (
+    Flask,
+    abort,
+    flash,
+    redirect,
+    render_template,
+    request,
+    send_from_directory,
+    session,
+    url_for,
+)
+from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
@@ -32,6 +45,10 @@ PAGE_SIZE = 50
 #: Ticked ids per call when acting on them (a bounded IN list; the queue moves them in chunks).
 ACTION_CHUNK = 500
 ACTIONS = {"requeue": "Requeue", "purge": "Purge"}
+#: The largest id a dead letter can have (a 64-bit key): a larger one names none, and reaching
+#: the database with it would overflow the driver.
+MAX_ID = 2**63 - 1
+STATIC = Path(__file__).parent / "static"
 
 
 @dataclass(frozen=True)
@@ -44,8 +61,9 @@ class ConsoleConfig:
     clock: Clock
     token: str
     read_only: bool = False
-    #: where it listens (for the trusted Host headers)
+    #: where it listens (for the trusted Host headers and the cookie's name)
     host: str = "127.0.0.1"
+    port: int = 8765
     #: what the overview names as the workspace (redacted: no secret)
     table_uri: str = ""
     sql_url: str = ""
@@ -57,15 +75,25 @@ def create_app(config: ConsoleConfig) -> Flask:
     app = Flask("outbox.app.console")
     app.config.update(
         SECRET_KEY=config.secret_key or sec.new_token().encode(),
+        SESSION_COOKIE_NAME=sec.cookie_name(config.port),
         SESSION_COOKIE_HTTPONLY=True,
         SESSION_COOKIE_SAMESITE="Strict",
-        TRUSTED_HOSTS=sec.trusted_hosts(config.host),
         MAX_CONTENT_LENGTH=1024 * 1024,
     )
+    sessions = sec.Sessions(config.clock)
+    loopback_only = sec.is_loopback(config.host)
     app.jinja_env.filters["at"] = _at
     app.jinja_env.filters["ago"] = lambda when: _ago(when, config.clock)
     app.jinja_env.filters["duration"] = lambda s: "-" if s is None else format_duration(s)
     app.jinja_env.filters["count"] = lambda n: f"{int(n):,}"
+
+    @app.before_request
+    def only_trusted_hosts() -> Response | None:
+        if sec.host_allowed(request.host, loopback_only=loopback_only):
+            return None
+        # plain text: a page would show the workspace to the page that asked
+        return Response("This console answers only to loopback names.\n", 400,
+                        mimetype="text/plain")  # fmt: skip
 
     @app.context_processor
     def common() -> dict[str, Any]:
@@ -73,7 +101,7 @@ def create_app(config: ConsoleConfig) -> Flask:
             session[sec.CSRF] = sec.new_token()
         return {
             "read_only": config.read_only,
-            "unlocked": bool(session.get(sec.UNLOCKED)),
+            "unlocked": sessions.find(session.get(sec.SESSION_ID)) is not None,
             "csrf": session[sec.CSRF],
             "table_uri": config.table_uri,
             "sql_url": config.sql_url,
@@ -91,9 +119,21 @@ def create_app(config: ConsoleConfig) -> Flask:
         return render_template("error.html", title="The queue database failed",
                                detail=str(e), hint=hint), 503  # fmt: skip
 
+    @app.errorhandler(HTTPException)
+    def http_error(e: HTTPException) -> tuple[str, int]:
+        """A bad request or an unknown page as a page of the console (not Werkzeug's bare one)."""
+        return render_template("error.html", title=e.name, detail=e.description,
+                               hint=None), e.code or 500  # fmt: skip
+
+    @app.get("/favicon.ico")
+    def favicon() -> Response:
+        """Where a browser looks for an icon when a page names none (Werkzeug's own error
+        pages): the same icon as the pages link."""
+        return send_from_directory(STATIC, "favicon.svg", mimetype="image/svg+xml")
+
     _pages(app, config)
-    _actions(app, config)
-    _token(app, config)
+    _actions(app, config, sessions)
+    _token(app, config, sessions)
     return app
 
 
@@ -117,7 +157,7 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
     @app.get("/dead-letters")
     def dead_letters() -> str:
         selection, problems = _selection(request.args)
-        before = _int(request.args.get("before"))
+        before = _id(request.args.get("before"), "before")
         rows = [] if problems else queue.browse.page(selection, before_id=before, limit=PAGE_SIZE)
         total = 0 if problems else queue.browse.count(selection)
         more = len(rows) == PAGE_SIZE and not problems
@@ -137,9 +177,11 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
 
     @app.get("/dead-letters/<int:dead_letter_id>")
     def dead_letter(dead_letter_id: int) -> str | tuple[str, int]:
-        try:
-            d = queue.admin.get_dead_letter(dead_letter_id)
-        except MessageNotFoundError:
+        d = None
+        if 1 <= dead_letter_id <= MAX_ID:  # any other id is not there (nor asked of the database)
+            with contextlib.suppress(MessageNotFoundError):
+                d = queue.admin.get_dead_letter(dead_letter_id)
+        if d is None:
             return render_template(
                 "error.html",
                 title=f"No dead letter has id {dead_letter_id}",
@@ -178,7 +220,7 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
         )
 
 
-def _actions(app: Flask, config: ConsoleConfig) -> None:
+def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
     """Requeue and purge, each behind a confirmation page; both pages refuse without the token
     (``security.check_action``)."""
     queue = config.queue
@@ -186,7 +228,9 @@ def _actions(app: Flask, config: ConsoleConfig) -> None:
 
     @app.post("/dead-letters/confirm")
     def confirm() -> str | tuple[str, int]:
-        refused = sec.check_action(session, request.form, read_only=config.read_only)
+        refused = sec.check_action(
+            session, request.form, read_only=config.read_only, sessions=sessions
+        )
         if refused:
             return refuse(refused)
         action = _action(request.form)
@@ -215,7 +259,9 @@ def _actions(app: Flask, config: ConsoleConfig) -> None:
 
     @app.post("/dead-letters/apply")
     def apply() -> Response | tuple[str, int]:
-        refused = sec.check_action(session, request.form, read_only=config.read_only)
+        refused = sec.check_action(
+            session, request.form, read_only=config.read_only, sessions=sessions
+        )
         if refused:
             return refuse(refused)
         action = _action(request.form)
@@ -223,7 +269,7 @@ def _actions(app: Flask, config: ConsoleConfig) -> None:
         done = 0
         if request.form.get("scope") == "matching":
             selection, problems = _selection(request.form)
-            up_to = _int(request.form.get("up_to"))
+            up_to = _id(request.form.get("up_to"), "up_to")
             if problems or up_to is None:
                 abort(400, "; ".join(problems) or "the selection has no upper id")
             frozen = replace(selection, up_to_id=up_to)
@@ -241,8 +287,9 @@ def _actions(app: Flask, config: ConsoleConfig) -> None:
         return redirect(url_for("dead_letters", **filters))
 
 
-def _token(app: Flask, config: ConsoleConfig) -> None:
-    """Unlocking a browser with the token, and locking it again."""
+def _token(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
+    """Unlocking a browser with the token (a new server-side session, its id in the cookie), and
+    locking it again (the server forgets that session, so every copy of the cookie is locked)."""
     refuse = _refuse
 
     @app.route("/unlock", methods=["GET", "POST"])
@@ -257,36 +304,45 @@ def _token(app: Flask, config: ConsoleConfig) -> None:
         if not sec.same(given, config.token):
             log.warning("console: a wrong token was given")
             return render_template("unlock.html", page="unlock", wrong=True), 403
+        sessions.close(session.get(sec.SESSION_ID))  # unlocking again replaces it
         session.clear()  # a new session: nothing set before the token carries over
-        session[sec.UNLOCKED] = True
+        session[sec.SESSION_ID] = sessions.open().id
         session[sec.CSRF] = sec.new_token()
-        flash("Unlocked: this browser may requeue and purge until the console stops.")
+        flash("Unlocked: this browser may requeue and purge until you lock it or the console "
+              "stops.")  # fmt: skip
         return redirect(url_for("overview"))  # also drops the token from the address bar
 
     @app.post("/lock")
     def lock() -> Response:
         if sec.from_this_console(session, request.form):
-            session.pop(sec.UNLOCKED, None)
+            sessions.close(session.pop(sec.SESSION_ID, None))
         return redirect(url_for("overview"))
 
 
 # --- request parsing ---------------------------------------------------------------------------
 
 
-def _int(value: str | None) -> int | None:
-    try:
-        return int(value) if value else None
-    except ValueError:
+def _id(value: str | None, name: str) -> int | None:
+    """A dead letter id from a query or a form (None: not given). Anything but a whole number
+    from 1 to ``MAX_ID`` is the request's mistake (400), never a database error."""
+    if not value:
         return None
+    try:
+        number = int(value)
+    except ValueError:  # also a number of more than 4,300 digits
+        _bad_id(name, value)
+    if not 1 <= number <= MAX_ID:
+        _bad_id(name, value)
+    return number
+
+
+def _bad_id(name: str, value: str) -> NoReturn:
+    shown = value if len(value) <= 40 else value[:40] + "…"
+    abort(400, f"{name}: {shown!r} is not a dead letter id (a whole number from 1 to {MAX_ID})")
 
 
 def _ids(form: Any) -> list[int]:
-    out = []
-    for raw in form.getlist("id"):
-        value = _int(raw)
-        if value is not None and value > 0:
-            out.append(value)
-    return sorted(set(out))
+    return sorted({i for raw in form.getlist("id") if (i := _id(raw, "id")) is not None})
 
 
 def _action(form: Any) -> str:
@@ -297,14 +353,26 @@ def _action(form: Any) -> str:
 
 
 def _time(value: str | None, name: str, problems: list[str]) -> datetime | None:
-    """A time from a datetime-local field (``YYYY-MM-DDTHH:MM``), read as UTC."""
+    """A time from a datetime-local field (``YYYY-MM-DDTHH:MM``), read as UTC; one with an
+    offset (typed into the address) is converted to UTC, not read as if it were UTC."""
     if not value:
         return None
     try:
-        return datetime.fromisoformat(value).replace(tzinfo=UTC)
+        parsed = datetime.fromisoformat(value)
     except ValueError:
         problems.append(f"{name}: {value!r} is not a time (use YYYY-MM-DD HH:MM, UTC)")
         return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
+
+
+def _utc_field(value: str) -> str:
+    """A time as the form's UTC field shows it (a time with an offset, converted), so the field
+    and the next page's link say what the list shows. Anything unreadable is left as given."""
+    when = _time(value, "", [])
+    if when is None:
+        return value
+    spec = "minutes" if when.second == when.microsecond == 0 else "seconds"
+    return when.replace(tzinfo=None).isoformat(timespec=spec)
 
 
 def _selection(args: Any) -> tuple[DeadLetterFilter, list[str]]:
@@ -320,7 +388,11 @@ def _selection(args: Any) -> tuple[DeadLetterFilter, list[str]]:
 
 
 def _filter_args(args: Any) -> dict[str, str]:
-    return {k: args[k] for k in ("queue", "reason", "session", "since", "until") if args.get(k)}
+    out = {k: args[k] for k in ("queue", "reason", "session", "since", "until") if args.get(k)}
+    for k in ("since", "until"):
+        if k in out:
+            out[k] = _utc_field(out[k])
+    return out
 
 
 # --- formatting --------------------------------------------------------------------------------

@@ -9,6 +9,7 @@ What lives in the queue's database (queue depths, devices online) is read live.
 
 from __future__ import annotations
 
+import codecs
 import json
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -103,16 +104,29 @@ def show_body(body: bytes) -> ShownBody:
     head = body[:BODY_SHOWN]
     cut = len(body) > BODY_SHOWN
     try:
-        text = head.decode("utf-8")
+        # A cut may fall inside a character: not final, the decoder leaves its first bytes out
+        # instead of calling the whole body binary. A bad byte anywhere else still raises.
+        text = codecs.getincrementaldecoder("utf-8")().decode(head, final=not cut)
     except UnicodeDecodeError:
         return ShownBody(head[:4096].hex(" ", 2), "binary (hex)", len(body), len(body) > 4096)
     if not cut:
         try:
-            return ShownBody(json.dumps(json.loads(text), indent=2), "json", len(body), False)
+            return ShownBody(_json(json.loads(text)), "json", len(body), False)
         except ValueError:
             pass
     return ShownBody(text, "text", len(body), cut)
 
 
 def pretty(value: Any) -> str:
-    return json.dumps(value, indent=2, sort_keys=True, default=str)
+    return _json(value, sort_keys=True, default=str)
+
+
+def _json(value: Any, **options: Any) -> str:
+    """Indented JSON with its characters as they are (``ë``, not ``\\u00eb``). A lone surrogate
+    (``"\\ud800"`` is valid JSON) cannot be sent as UTF-8: then the escaped form."""
+    text = json.dumps(value, indent=2, ensure_ascii=False, **options)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return json.dumps(value, indent=2, **options)
+    return text
