@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from dispatcher.kafka import errors, mapping
 from dispatcher.kafka.config import KafkaConfig, load_client
-from dispatcher.kafka.topics import DEAD_LETTER_SUFFIX, dead_letter_topic
+from dispatcher.kafka.topics import DEAD_LETTER_SUFFIX, dead_letter_topic, wait_until_listed
 from migrations.runner import Provisioned
 from outbox.core.errors import ConfigurationError
 
@@ -112,4 +112,10 @@ def provision_topics(settings: Settings) -> Provisioned:
                 err, message_id=None, where=config.describe(), what=f"creating topic {name!r}"
             ) from None
         done.actions.append(f"created Kafka topic {name}")
+    try:  # a consumer started right after migrate finds its dead-letter topic
+        wait_until_listed(admin, [name for name, _, _ in wanted], _TIMEOUT)
+    except ck.KafkaException as e:
+        raise errors.translate(
+            e.args[0], message_id=None, where=config.describe(), what="outbox migrate"
+        ) from None
     return done

@@ -161,32 +161,14 @@ class KafkaConsumer:
 
     def _check_dead_letter_topics(self) -> None:
         """Refuse to start without a dead-letter topic: the first record that fails its handler
-        would otherwise stop its partition. A cluster that does not answer is only a warning
-        (a failing dead-letter produce later waits and says the same fix)."""
-        wanted = sorted(
-            {self.dead_letter_topic(t) for t in self.topics if not t.startswith("^")}
-        )  # a "^regex" subscription's topics are known only from its records
-        try:
-            missing = kafka_topics.missing_topics(
-                self.consumer, wanted, min(LOOKUP_TIMEOUT, self.config.send_timeout)
-            )
-        except self._ck.KafkaException as e:
-            log.warning(
-                "could not look up the dead-letter topics %s at %s (%s); a missing one makes a "
-                "failing record wait in its partition",
-                ", ".join(wanted),
-                self._where,
-                e.args[0].str() if e.args else e,
-            )
-            return
-        if missing:
-            names = ", ".join(repr(m) for m in missing)
-            raise ConfigurationError(
-                f"Kafka at {self._where} has no dead-letter topic {names}: the consumer of "
-                f"{', '.join(self.topics)} cannot start without it (a record failing its "
-                "handler would stop its partition)",
-                hint=kafka_topics.create_hint(missing, self.config, self.options.dead_letter_topic),
-            )
+        would otherwise stop its partition."""
+        kafka_topics.require_dead_letter_topics(
+            self.consumer,
+            self.config,
+            self.topics,
+            self.options.dead_letter_topic,
+            timeout=min(LOOKUP_TIMEOUT, self.config.send_timeout),
+        )
 
     @property
     def dead_letters(self) -> KafkaTransport:
@@ -379,17 +361,14 @@ class KafkaConsumer:
         text = str(error)
         if error.hint and text.endswith(f" (fix: {error.hint})"):
             text = text[: -len(f" (fix: {error.hint})")]
-        missing = False
-        if not error.retryable:  # a refusal: is it the topic that is missing?
-            with contextlib.suppress(self._ck.KafkaException):
-                missing = bool(kafka_topics.missing_topics(self.consumer, [topic], LOOKUP_TIMEOUT))
-        if missing:
-            fix = kafka_topics.create_hint([topic], self.config, self.options.dead_letter_topic)
-        else:
-            fix = (
-                f"fix what the error names for {topic} (the brokers, the login, the topic's "
-                "max.message.bytes); the record is dead-lettered once a produce succeeds"
-            )
+        fix = kafka_topics.produce_fix(
+            self.consumer,
+            self.config,
+            topic,
+            self.options.dead_letter_topic,
+            error,
+            timeout=LOOKUP_TIMEOUT,
+        )
         log.error(
             "could not dead-letter %s (%s partition %d offset %d) to %s: %s; the partition "
             "waits at this record, nothing committed past it, and tries again in %.3gs, "

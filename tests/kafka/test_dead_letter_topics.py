@@ -198,7 +198,7 @@ def test_a_failing_dead_letter_produce_backs_off_keeps_the_record_and_names_the_
     assert len(tries) == 3
     for _ in range(4):  # the clock has not moved: the partition is paused, nothing is tried
         report = c.run_once(timeout=0.2)
-        assert (report.dead_letter_failed, report.handled, report.dead_lettered) == (0, 0, 0)
+        assert (report.dead_letter_failed, report.rewound, report.handled) == (0, 0, 0)
     assert len(tries) == 3, "nothing tried again"
     assert order == [], "nothing overtook the record"
     [line] = [r.getMessage() for r in caplog.records if r.name == "outbox.kafka.consumer"]
