@@ -10,8 +10,13 @@ The field's usual pattern (Spring Kafka's error handler with a dead-letter topic
 * A failing handler is retried in place, ``max_tries`` times with exponential backoff (the
   partition waits: a key's later messages never overtake it); then the record goes to the
   dead-letter topic (``{topic}.dlt`` by default) with headers saying why, and the partition
-  moves on. ``UnprocessableMessageError`` dead-letters at once. If the dead-letter topic cannot
-  take it, nothing is committed past the record and it is handled again later.
+  moves on. ``UnprocessableMessageError`` dead-letters at once.
+* The dead-letter topics must exist: the consumer looks them up at start-up and refuses to start
+  without them (``outbox migrate`` creates ``{topic}.dlt`` for each declared destination). If a
+  dead-letter produce fails anyway (the topic deleted since, the brokers down), nothing is
+  committed past the record: its partition is paused and the produce tried again after a
+  backoff on the injected clock (``dead_letter_backoff``), with the verdict kept (the handler
+  does not run again), until it succeeds. Nothing is lost and nothing overtakes the record.
 
 Retrying in place bounds how long a handler may fail: the whole retry must fit in the
 consumer's ``max.poll.interval.ms`` (default 5 minutes), or the group moves the partition to
@@ -20,15 +25,17 @@ another member, which starts the record again (the inbox keeps that to one succe
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 from dispatcher.kafka import mapping
+from dispatcher.kafka import topics as kafka_topics
 from dispatcher.kafka.config import KafkaConfig, load_client
 from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.queue.inbox import Inbox
@@ -51,6 +58,10 @@ DLT_HEADERS = (DLT_REASON, DLT_ERROR, DLT_TOPIC, DLT_PARTITION, DLT_OFFSET, DLT_
 
 Handler = Callable[[TransportMessage], object]
 
+#: How long the start-up lookup of the dead-letter topics may take before it gives up (and
+#: only warns: a cluster that is down does not stop a consumer from starting).
+LOOKUP_TIMEOUT = 10.0
+
 
 @dataclass
 class BatchReport:
@@ -60,6 +71,19 @@ class BatchReport:
     retried: int = 0
     #: partitions whose rest of the batch waits for the next poll (a held claim, a failed DLT)
     rewound: int = 0
+    #: dead-letter produces that failed (each pauses its partition for a backoff)
+    dead_letter_failed: int = 0
+
+
+@dataclass
+class _Waiting:
+    """A record whose dead-letter produce failed: its verdict, and when to try again."""
+
+    offset: int
+    why: tuple[str, BaseException, int]
+    failures: int
+    until: datetime
+    paused: bool = False
 
 
 @dataclass(frozen=True)
@@ -74,7 +98,11 @@ class KafkaConsumerOptions:
         default_factory=lambda: ExponentialBackoff(base=0.5, cap=30.0, jitter=0.1)
     )
     #: where a record goes after its last try; ``{topic}`` is the record's topic
-    dead_letter_topic: str = "{topic}.dlt"
+    dead_letter_topic: str = kafka_topics.DEAD_LETTER_TEMPLATE
+    #: waits between failed dead-letter produces of one record (its partition is paused)
+    dead_letter_backoff: ExponentialBackoff = field(
+        default_factory=lambda: ExponentialBackoff(base=1.0, cap=60.0, jitter=0.1)
+    )
     #: records per poll
     batch_size: int = 500
     #: the inbox claim's lease, seconds
@@ -120,7 +148,27 @@ class KafkaConsumer:
         self._stop = threading.Event()
         self.consumer = consumer or self._ck.Consumer(self.config.consumer(group))
         self._dead_letters: KafkaTransport | None = None
+        self._waiting: dict[tuple[str, int], _Waiting] = {}
+        try:
+            self._check_dead_letter_topics()
+        except BaseException:
+            self.consumer.close()
+            raise
         self.consumer.subscribe(self.topics)
+
+    def dead_letter_topic(self, topic: str) -> str:
+        return kafka_topics.dead_letter_topic(topic, self.options.dead_letter_topic)
+
+    def _check_dead_letter_topics(self) -> None:
+        """Refuse to start without a dead-letter topic: the first record that fails its handler
+        would otherwise stop its partition."""
+        kafka_topics.require_dead_letter_topics(
+            self.consumer,
+            self.config,
+            self.topics,
+            self.options.dead_letter_topic,
+            timeout=min(LOOKUP_TIMEOUT, self.config.send_timeout),
+        )
 
     @property
     def dead_letters(self) -> KafkaTransport:
@@ -135,6 +183,7 @@ class KafkaConsumer:
     def run_once(self, timeout: float = 1.0) -> BatchReport:
         """Poll one batch, handle it partition by partition, commit what was handled."""
         report = BatchReport()
+        self._resume_due()
         records = self.consumer.consume(self.options.batch_size, timeout)
         stopped: set[tuple[str, int]] = set()
         done: dict[tuple[str, int], int] = {}
@@ -155,6 +204,7 @@ class KafkaConsumer:
                 self.consumer.seek(
                     self._ck.TopicPartition(record.topic(), record.partition(), record.offset())
                 )
+                self._pause_if_waiting(tp)
         if done:
             try:
                 self.consumer.commit(
@@ -181,19 +231,59 @@ class KafkaConsumer:
         if self._dead_letters is not None:
             self._dead_letters.close()
 
+    # --- a partition waiting for its dead-letter produce -------------------------------------
+
+    def _pause_if_waiting(self, tp: tuple[str, int]) -> None:
+        """Pause a partition whose record waits for its dead-letter produce: paused, the polls
+        do not fetch it again at once (the produce would fail in a tight loop)."""
+        waiting = self._waiting.get(tp)
+        if waiting is None or waiting.paused:
+            return
+        with contextlib.suppress(self._ck.KafkaException):  # not ours any more (a rebalance)
+            self.consumer.pause([self._ck.TopicPartition(*tp)])
+            waiting.paused = True
+
+    def _resume_due(self) -> None:
+        now = self.clock.now()
+        due = [tp for tp, w in self._waiting.items() if w.paused and w.until <= now]
+        if not due:
+            return
+        for tp in due:
+            self._waiting[tp].paused = False
+        # revoked meanwhile: its next assignment is not paused anyway
+        with contextlib.suppress(self._ck.KafkaException):
+            self.consumer.resume([self._ck.TopicPartition(*tp) for tp in due])
+
     # --- one record --------------------------------------------------------------------------
 
     def _handle(self, record: Any, report: BatchReport) -> bool:
         """True when the record is done with (handled, a repeat, dead-lettered)."""
+        tp = (record.topic(), record.partition())
+        waiting = self._waiting.get(tp)
+        if waiting is not None and waiting.offset != record.offset():
+            del self._waiting[tp]  # settled by another member while the partition was away
+            waiting = None
+        if waiting is not None and self.clock.now() < waiting.until:
+            waiting.paused = False  # it came back unpaused (a rebalance): pause it again
+            return False
         msg = mapping.record_of(record)
         key = msg.message_id or f"{record.topic()}/{record.partition()}/{record.offset()}"
         if self.inbox is not None:
             claim = self.inbox.claim(key, self.owner, lease=self.lease, at=self.clock.now())
             if claim.handled:
+                self._waiting.pop(tp, None)
                 report.duplicates += 1
                 return True
             if claim.held:  # another member handles it now (a rebalance): look again later
                 return False
+        if waiting is not None:  # the handler gave its verdict already: only the produce again
+            return self._dead_letter(record, key, report, why=waiting.why)
+        return self._run_handler(record, msg, key, report)
+
+    def _run_handler(
+        self, record: Any, msg: TransportMessage, key: str, report: BatchReport
+    ) -> bool:
+        """The handler, retried in place; dead-letters the record after its last try."""
         tries = 0
         while True:
             tries += 1
@@ -221,7 +311,7 @@ class KafkaConsumer:
         self, record: Any, key: str, report: BatchReport, *, why: tuple[str, BaseException, int]
     ) -> bool:
         reason, error, tries = why
-        topic = self.options.dead_letter_topic.replace("{topic}", record.topic())
+        topic = self.dead_letter_topic(record.topic())
         dead = mapping.record_of(record)
         dead.destination = topic
         dead.message_id = dead.message_id or key
@@ -239,14 +329,57 @@ class KafkaConsumer:
         try:
             self.dead_letters.send([dead])
         except TransportError as e:
-            log.error(
-                "could not dead-letter %s to %s (it is handled again later): %s", key, topic, e
-            )
             if self.inbox is not None:
                 self.inbox.release(key, self.owner)
+            self._wait_after_failure(record, key, topic, why, e)
+            report.dead_letter_failed += 1
             return False
+        self._waiting.pop((record.topic(), record.partition()), None)
         if self.inbox is not None:  # not recorded: a requeued copy must run the handler
             self.inbox.release(key, self.owner)
         log.warning("dead-lettered %s to %s after %d tries: %s", key, topic, tries, error)
         report.dead_lettered += 1
         return True
+
+    def _wait_after_failure(
+        self,
+        record: Any,
+        key: str,
+        topic: str,
+        why: tuple[str, BaseException, int],
+        error: TransportError,
+    ) -> None:
+        """Remember the verdict and back off; one line with the consumer's own fix (the
+        transport's hint is about the outbox's commands, not about this record)."""
+        tp = (record.topic(), record.partition())
+        before = self._waiting.get(tp)
+        failures = before.failures + 1 if before is not None else 1
+        delay = self.options.dead_letter_backoff(failures)
+        self._waiting[tp] = _Waiting(
+            record.offset(), why, failures, self.clock.now() + timedelta(seconds=delay)
+        )
+        text = str(error)
+        if error.hint and text.endswith(f" (fix: {error.hint})"):
+            text = text[: -len(f" (fix: {error.hint})")]
+        fix = kafka_topics.produce_fix(
+            self.consumer,
+            self.config,
+            topic,
+            self.options.dead_letter_topic,
+            error,
+            timeout=LOOKUP_TIMEOUT,
+        )
+        log.error(
+            "could not dead-letter %s (%s partition %d offset %d) to %s: %s; the partition "
+            "waits at this record, nothing committed past it, and tries again in %.3gs, "
+            "failure %d (fix: %s)",
+            key,
+            tp[0],
+            tp[1],
+            record.offset(),
+            topic,
+            text,
+            delay,
+            failures,
+            fix,
+        )

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from dispatcher.kafka.reading import end_offsets, read_records
+from dispatcher.kafka.topics import wait_until_listed
 from outbox.testing.servers import free_port, stop_process
 
 __all__ = ["PASSWORD", "USER", "KafkaBroker", "end_offsets", "kafka_libs", "read_records"]
@@ -212,6 +213,7 @@ class KafkaBroker:
             [NewTopic(name, partitions, 1, config=config or {})], operation_timeout=30
         )
         futures[name].result(timeout=60)
+        wait_until_listed(admin, [name], 60)  # listed by the broker too, not only created
         return name
 
     def kill(self) -> None:

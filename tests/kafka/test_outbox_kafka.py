@@ -54,6 +54,7 @@ def test_the_outbox_sends_to_kafka_after_the_commit_and_a_consumer_gets_each_onc
             assert [r.subject for r in mine] == ["OrderPlaced", "OrderPaid"]
             assert mine[0].headers["tenant"] == "t1"
         seen: list[str] = []
+        kafka.create_topic(f"{topic}.dlt")  # the consumer needs it to start
         group = f"g-{uuid.uuid4().hex[:6]}"
         inbox = SqlInbox(ob.runtime.queue.database, group)  # type: ignore[attr-defined]
         c = KafkaConsumer(
@@ -85,20 +86,28 @@ def _run(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_outbox_migrate_creates_the_declared_topics(tmp_path: Path, kafka: KafkaBroker) -> None:
+def test_outbox_migrate_creates_the_declared_topics_and_their_dead_letter_topics(
+    tmp_path: Path, kafka: KafkaBroker
+) -> None:
     names = [f"m-{uuid.uuid4().hex[:8]}", f"m-{uuid.uuid4().hex[:8]}"]
+    older = kafka.create_topic(f"m-{uuid.uuid4().hex[:8]}", 2)  # declared before, without a DLT
     env = _env(
         tmp_path / "ws",
         kafka_bootstrap_servers=kafka.bootstrap,
-        destinations=",".join(names),
+        destinations=",".join([*names, older]),
         kafka_partitions="3",
     )
     first = _run(env, "migrate")
     assert first.returncode == 0, first.stderr
-    for name in names:
-        assert f"created Kafka topic {name}" in first.stdout
+    lines = [ln.strip().removeprefix("- ") for ln in first.stdout.splitlines()]
+    created = [ln for ln in lines if ln.startswith("created Kafka topic")]
+    assert created == [
+        *(f"created Kafka topic {t}" for n in names for t in (n, f"{n}.dlt")),
+        f"created Kafka topic {older}.dlt",
+    ], first.stdout
     topics = kafka.admin().list_topics(timeout=30).topics
-    assert all(len(topics[n].partitions) == 3 for n in names)
+    assert all(len(topics[t].partitions) == 3 for n in names for t in (n, f"{n}.dlt"))
+    assert len(topics[f"{older}.dlt"].partitions) == 2, "a dead-letter topic is as its topic"
     again = _run(env, "migrate")
     assert again.returncode == 0, again.stderr
     assert "created Kafka topic" not in again.stdout
