@@ -11,7 +11,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from outbox.core.errors import PermanentTransportError, RetryableTransportError, TransportError
+from outbox.core.errors import (
+    PermanentTransportError,
+    RetryableTransportError,
+    TransportError,
+    TransportUnavailableError,
+)
 
 # Error codes by name, resolved lazily so this module imports without confluent-kafka.
 _PERMANENT = (
@@ -101,4 +106,6 @@ def translate(
     hint = hint_for(err, where)
     if err.code() in _codes(KafkaError, _PERMANENT):
         return PermanentTransportError(line, message_id=message_id, hint=hint)
+    if is_unreachable(err):  # the brokers, not the message: the rest of a dispatch fails fast
+        return TransportUnavailableError(line, message_id=message_id, hint=hint)
     return RetryableTransportError(line, message_id=message_id, hint=hint)

@@ -28,6 +28,7 @@ from outbox.core.errors import (
     MissingDependencyError,
     PermanentTransportError,
     RetryableTransportError,
+    TransportUnavailableError,
 )
 
 if TYPE_CHECKING:
@@ -225,7 +226,7 @@ class MqttConnection:
         if wait and not self.connected:
             why = self._refused or "no answer"
             self.close()
-            raise RetryableTransportError(
+            raise TransportUnavailableError(
                 f"MQTT broker {broker.url} did not accept a connection within "
                 f"{connect_timeout:g}s ({why})",
                 hint="check that the broker runs and the address, TLS and credentials are right",
@@ -300,11 +301,11 @@ class MqttConnection:
 
     def _check_can_publish(self, first: Publish) -> None:
         if self._closed:
-            raise RetryableTransportError(
+            raise TransportUnavailableError(
                 f"message {first.label}: the MQTT connection is closed", message_id=first.label
             )
         if not self.connected:  # paho would queue it and send it whenever it reconnects
-            raise RetryableTransportError(
+            raise TransportUnavailableError(
                 f"message {first.label}: not connected to MQTT broker {self.broker.url}",
                 message_id=first.label,
                 hint="the broker is down or unreachable; the message is sent again later",
@@ -333,7 +334,7 @@ class MqttConnection:
                     f"message {item.label}: MQTT publish failed: {e}", message_id=item.label
                 ) from e
             if not info.is_published():
-                raise RetryableTransportError(
+                raise TransportUnavailableError(
                     f"message {item.label}: no PUBACK from {self.broker.url} within {timeout:g}s",
                     message_id=item.label,
                     hint="the broker is slow or the connection dropped; send again later",

@@ -18,6 +18,7 @@ from outbox.core.errors import (
     QueueUnavailableError,
     RetryableTransportError,
     TransportError,
+    TransportUnavailableError,
     UnknownDestinationError,
     ValidationError,
 )
@@ -79,6 +80,12 @@ def translate(
     )
     if isinstance(e, permanent):  # receive-side errors; listed for completeness
         return PermanentTransportError(f"{what}: {where} refused it ({detail})", message_id=first)
+    return _retryable(errors, e, what=what, where=where, detail=detail, first=first)
+
+
+def _retryable(
+    errors: ModuleType, e: Exception, *, what: str, where: str, detail: str, first: str
+) -> TransportError:
     if isinstance(e, errors.ServiceBusAuthorizationError | errors.ServiceBusAuthenticationError):
         return RetryableTransportError(
             f"{what}: {where} refused our credentials ({detail})",
@@ -87,7 +94,17 @@ def translate(
             "stay pending until it works",
         )
     # Retryable (docs/servicebus.md): connection, timeout, busy, communication, entity disabled,
-    # session cannot be locked. Any other SDK (or azure-core) error is treated as retryable too.
+    # session cannot be locked. Any other SDK (or azure-core) error is treated as retryable too;
+    # no answer at all is the namespace, not the message (the rest of a dispatch fails fast).
+    unanswered = (
+        errors.ServiceBusConnectionError,
+        errors.ServiceBusCommunicationError,
+        errors.OperationTimeoutError,
+    )
+    if isinstance(e, unanswered):
+        return TransportUnavailableError(
+            f"{what}: {where} did not answer ({detail})", message_id=first
+        )
     return RetryableTransportError(
         f"{what}: {where} did not accept it ({detail})", message_id=first
     )

@@ -57,6 +57,7 @@ from outbox.core.errors import (
     PermanentTransportError,
     RetryableTransportError,
     TransportError,
+    TransportUnavailableError,
 )
 
 if TYPE_CHECKING:
@@ -223,7 +224,9 @@ class GeoReplicatedTransport:
             raise PermanentTransportError(
                 f"both regions refused message {message_id}: {detail}", message_id=message_id
             ) from first
-        raise RetryableTransportError(
+        unanswered = all(isinstance(e, TransportUnavailableError) for e in errors.values())
+        cls = TransportUnavailableError if unanswered else RetryableTransportError
+        raise cls(
             f"no region took the batch with message {message_id}: {detail}",
             message_id=message_id,
         ) from first
@@ -259,7 +262,7 @@ class GeoReplicatedTransport:
                 if claims is not self.claims
                 else ""
             )
-            raise RetryableTransportError(
+            raise TransportUnavailableError(  # no send can go until it answers
                 f"the claim log did not register message {batch[0].message_id}{bound}, so "
                 f"nothing was sent and the send is retried later: {e}",
                 message_id=batch[0].message_id,

@@ -18,6 +18,7 @@ from outbox.core.errors import (
     OutboxError,
     PermanentTransportError,
     RetryableTransportError,
+    TransportUnavailableError,
     ValidationError,
 )
 
@@ -50,7 +51,7 @@ class SqlQueueTransport:
             ) from e
         except OutboxError as e:
             ids = ", ".join(m.message_id for m in batch[:3]) + ("..." if len(batch) > 3 else "")
-            raise RetryableTransportError(
+            raise TransportUnavailableError(
                 f"the SQL queue did not take the batch ({ids}): {e}",
                 message_id=batch[0].message_id,
             ) from e
@@ -114,7 +115,7 @@ class ReachableSqlTransport:
         except OutboxError as e:
             if not batch:
                 return
-            raise RetryableTransportError(
+            raise TransportUnavailableError(
                 f"the SQL queue is not reachable: {e}", message_id=batch[0].message_id
             ) from e
         inner.send(batch)
