@@ -158,10 +158,21 @@ class Document:
         return msg
 
     def _changed(self) -> bool:
+        self._check_state()
         if self._is_new or self.new_messages:
             return True
         self._encoded = encode_json(self.state, f"state of document {self.id!r}")
         return self._original_state != self._encoded
+
+    def _check_state(self) -> None:
+        """``state`` is a plain attribute, so a whole new value (a list, None, a number) would
+        otherwise reach the table; ``create`` and the Spark path accept only a JSON object."""
+        if not isinstance(self.state, dict):
+            raise ValidationError(
+                f"state of document {self.id!r} must be a JSON object (a dict), got "
+                f"{type(self.state).__name__}; nothing was written",
+                hint="assign a dict to doc.state, or change its keys in place",
+            )
 
     def _write(self, now: datetime) -> DocumentWrite:
         encoded = self._encoded or encode_json(self.state, f"state of document {self.id!r}")
@@ -247,7 +258,10 @@ class UnitOfWork:
                 f"document {doc_id!r} already exists", hint="use uow.get() to change it"
             )
         if state is not None and not isinstance(state, dict):
-            raise ValidationError(f"state of document {doc_id!r} must be a dict")
+            raise ValidationError(
+                f"state of document {doc_id!r} must be a JSON object (a dict), got "
+                f"{state.__class__.__name__}"
+            )
         encoded = encode_json(state or {}, f"state of document {doc_id!r}")
         read_at = self._absent.get(doc_id, -1)  # -1: never checked, so the store re-checks
         row = DocumentRow(

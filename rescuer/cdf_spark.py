@@ -192,6 +192,63 @@ def _has_delta(session: Any) -> bool:
     return DELTA_EXTENSION in extensions
 
 
+def delta_jars(
+    env: Mapping[str, str] | None = None,
+    roots: list[Path] | None = None,
+    *,
+    jars: list[str] | None = None,
+) -> list[str]:
+    """The Delta JARs a local session loads (``jars``, else ``find_jars``), checked with Java
+    before any JVM starts (``check_local_spark``); ``EngineError`` saying where to get them when
+    there are none. ``outbox rescue --engine spark`` and the scheduled job
+    (``outbox-rescue-spark``) both find them here."""
+    jars = find_jars(env, roots) if jars is None else jars
+    if not jars:
+        raise EngineError(
+            "the Spark engine cannot find the Delta Lake JARs "
+            "(delta-spark_4.2_2.13-4.4.0.jar and delta-storage-4.4.0.jar)",
+            hint=_HOW_TO_GET_JARS,
+        )
+    check_local_spark(jars, env)
+    return jars
+
+
+def local_session_config(jars: list[str], master: str = "local[2]") -> dict[str, str]:
+    """The configuration of a local SparkSession with Delta: the JARs, Delta's extension and
+    catalog, and small-machine settings (no UI, two partitions, UTC)."""
+    return {
+        "spark.master": master,
+        "spark.app.name": "outbox-rescuer",
+        "spark.jars": ",".join(jars),
+        "spark.sql.extensions": DELTA_EXTENSION,
+        "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.default.parallelism": "2",
+        # Delta rebuilds a snapshot with 50 partitions by default: pure overhead locally.
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.driver.extraJavaOptions": "-Dlog4j.rootLogger=ERROR",
+    }
+
+
+def start_session(config: Mapping[str, str]) -> Any:
+    """A SparkSession built with ``config`` (one per process: ``getOrCreate``); a failure to
+    start is an ``EngineError``."""
+    from pyspark.sql import SparkSession
+
+    # The executors' Python workers (a Spark pipeline sending from its executors) run this
+    # interpreter, with the outbox's packages, unless PYSPARK_PYTHON says otherwise.
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    try:
+        session = SparkSession.builder.config(map=dict(config)).getOrCreate()
+    except Exception as e:
+        raise EngineError(f"starting a local SparkSession failed: {e}") from e
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
 def get_spark(
     *,
     jars: list[str] | None = None,
@@ -221,38 +278,7 @@ def get_spark(
                 hint="build it with the Delta extension and catalog and the Delta JARs: "
                 + _HOW_TO_GET_JARS,
             )
-        jars = jars if jars is not None else find_jars(env, roots)
-        if not jars:
-            raise EngineError(
-                "the Spark engine cannot find the Delta Lake JARs "
-                "(delta-spark_4.2_2.13-4.4.0.jar and delta-storage-4.4.0.jar)",
-                hint=_HOW_TO_GET_JARS,
-            )
-        check_local_spark(jars, env)
-        # The executors' Python workers (a Spark pipeline sending from its executors) run this
-        # interpreter, with the outbox's packages, unless PYSPARK_PYTHON says otherwise.
-        os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-        builder = (
-            SparkSession.builder.master(master)
-            .appName("outbox-rescuer")
-            .config("spark.jars", ",".join(jars))
-            .config("spark.sql.extensions", DELTA_EXTENSION)
-            .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-            .config("spark.ui.enabled", "false")
-            .config("spark.ui.showConsoleProgress", "false")
-            .config("spark.sql.shuffle.partitions", "2")
-            .config("spark.default.parallelism", "2")
-            # Delta rebuilds a snapshot with 50 partitions by default: pure overhead locally.
-            .config("spark.databricks.delta.snapshotPartitions", "2")
-            .config("spark.sql.session.timeZone", "UTC")
-            .config("spark.driver.extraJavaOptions", "-Dlog4j.rootLogger=ERROR")
-        )
-        try:
-            session = builder.getOrCreate()
-        except Exception as e:
-            raise EngineError(f"starting a local SparkSession failed: {e}") from e
-        session.sparkContext.setLogLevel("ERROR")
-        return session
+        return start_session(local_session_config(delta_jars(env, roots, jars=jars), master))
 
 
 def _translate(uri: str, what: str, e: Exception, window: FeedWindow | None) -> Exception:

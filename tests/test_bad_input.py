@@ -259,9 +259,53 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         {},
         None,
         1,
-        "error: setting 'rescuer_engine' is invalid: 'flink' is not a rescuer engine (fix: use "
-        "one of local, spark, or install the package that provides it (entry point group "
+        "error: --engine: 'flink' is not a rescuer engine (fix: use one of local, spark, or "
+        "install the package that provides it (entry point group delta_outbox.rescuer_engines))",
+    ),
+    (
+        "rescue with a misspelt engine",
+        ["-w", "{ws}", "rescue", "--engine", "spork"],
+        {},
+        None,
+        1,
+        "error: --engine: 'spork' is not a rescuer engine (did you mean 'spark'?) (fix: use one "
+        "of local, spark, or install the package that provides it (entry point group "
         "delta_outbox.rescuer_engines))",
+    ),
+    (
+        "misspelt engine setting",
+        ["-w", "{ws}", "rescue"],
+        {"OUTBOX_RESCUER_ENGINE": "spork"},
+        None,
+        1,
+        "error: setting 'rescuer_engine' is invalid: 'spork' is not a rescuer engine (did you "
+        "mean 'spark'?) (fix: use one of local, spark, or install the package that provides it "
+        "(entry point group delta_outbox.rescuer_engines))",
+    ),
+    # A duration without a unit: the same one line from every option that takes a duration.
+    (
+        "rescue --delay without a unit",
+        ["-w", "{ws}", "rescue", "--delay", "5"],
+        {},
+        None,
+        1,
+        "error: --delay: '5' has no unit (fix: say which: 5ms, 5s, 5m or 5h)",
+    ),
+    (
+        "status --fail-if-pending-older-than without a unit",
+        ["-w", "{ws}", "status", "--fail-if-pending-older-than", "5"],
+        {},
+        None,
+        1,
+        "error: --fail-if-pending-older-than: '5' has no unit (fix: say which: 5ms, 5s, 5m or 5h)",
+    ),
+    (
+        "maintain --vacuum without a unit",
+        ["-w", "{ws}", "maintain", "--vacuum", "168"],
+        {},
+        None,
+        1,
+        "error: --vacuum: '168' has no unit (fix: say which: 168ms, 168s, 168m or 168h)",
     ),
     (
         "rescue --delay too short",
@@ -319,6 +363,15 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "sample_retention, servicebus_destinations, "
         "sql_url, "
         "storage_options, table_uri, transport, watermark_window, workspace)",
+    ),
+    (
+        "misspelt section in outbox.toml",
+        ["-w", "{ws}", "status"],
+        {},
+        _write("outbox.toml", '[outbx]\nrescue_delay = "30s"\n'),
+        1,
+        "error: settings file {ws}/outbox.toml: unknown section [outbx] (did you mean "
+        "'outbox'?) (fix: put the settings under [outbox], or at the top of the file)",
     ),
     (
         "broken outbox.toml",

@@ -12,6 +12,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox.app.cli import exit_codes, main, output
+from tests.workspaces import dispatched_workspace
 
 CLI = Path(output.__file__).parent
 
@@ -113,3 +114,31 @@ def test_readme_exit_code_table_matches_the_module() -> None:
     assert sorted(int(r.split("|")[1]) for r in rows) == sorted(exit_codes.ALL.values())
     assert exit_codes.ERROR == 1
     assert "run-dispatcher --once" in rows[1]
+
+
+def test_text_names_a_duration_as_json_does(tmp_path: Path) -> None:
+    """``maintain`` piped showed ``vacuum_retention_hours`` where ``--json`` says
+    ``vacuum_retention_s``: a field of a record reads the same in text and JSON."""
+    ws = dispatched_workspace(tmp_path / "ws")
+    result = CliRunner().invoke(main, ["-w", str(ws), "maintain", "--vacuum", "2h"])
+    assert result.exit_code == 0, result.output
+    fields = dict(line.split(None, 1) for line in result.stdout.splitlines()[2:] if " " in line)
+    assert fields["vacuum_retention_s"] == "7200"
+    assert "duration_s" in fields
+    assert [f for f in fields if f == "seconds" or f.endswith(("_seconds", "_hours"))] == []
+
+
+def test_readme_json_shapes_name_the_keys_the_commands_print(tmp_path: Path) -> None:
+    """The README's ``--json`` table named ``oldest_pending_age_seconds``; the key is
+    ``oldest_pending_age_s``. Every key it names for ``status`` is one ``status --json`` has."""
+    import re
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    [row] = [ln for ln in readme.splitlines() if ln.startswith("| `status` | an object:")]
+    named = re.findall(r"`([a-z_]+)`", row.split("|")[2])
+    ws = dispatched_workspace(tmp_path / "ws")
+    result = CliRunner().invoke(main, ["-w", str(ws), "status", "--json"])
+    assert result.exit_code == 0, result.output
+    printed = json.loads(result.stdout)
+    assert len(named) >= 6
+    assert [k for k in named if k not in printed] == []

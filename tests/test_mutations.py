@@ -35,6 +35,7 @@ from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
+from tests.mqtt import test_places
 from tests.rescuer import test_contract
 from tests.write_path import test_save_guards, test_versions
 from tests.write_path.conftest import bare_outbox
@@ -104,6 +105,11 @@ class SourceMutation:
     owner: str  # the owning test's node id
     run_owner: Callable[[Path], None]
     failing_line: str  # a fragment of the owner's source line that must fail
+
+
+def _plain(test: Callable[[], None]) -> Callable[[Path], None]:
+    """Run a test that takes no fixture."""
+    return lambda _tmp_path: test()
 
 
 MUTATIONS = [
@@ -210,6 +216,21 @@ MUTATIONS = [
             test_console_session.test_a_copy_of_the_cookie_taken_before_lock_is_refused_after_it
         ),
         "assert refused.status_code == 403, path",
+    ),
+    SourceMutation(
+        "the gateway's free places go to the oldest tasks in the line, not the first ready",
+        "dispatcher.mqtt.places:Places.choose",
+        (
+            (
+                "order = sorted(ready, key=lambda r: (self.ready_since(r[0], now), "
+                "r[0].sequence_number))",
+                "order = list(ready)",
+            ),
+        ),
+        "tests/mqtt/test_places.py::"
+        "test_a_place_goes_to_the_task_ready_first_not_to_the_oldest_in_the_line",
+        _plain(test_places.test_a_place_goes_to_the_task_ready_first_not_to_the_oldest_in_the_line),
+        'assert [m.session_id for m, _ in chosen] == ["silent0", "acking"]',
     ),
 ]
 

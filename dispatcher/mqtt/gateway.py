@@ -14,7 +14,9 @@ table's parts, so the gateway is glue around one loop:
 * **a retry** is the lock running out: the task is in the line again and the next receive (by any
   gateway process) publishes the same id again; after ``max_tries`` publishes without an ack it
   is dead-lettered ``DeviceDidNotAck``. A silent device costs one row lock, not a slot, so it
-  holds up no other device;
+  holds up no other device; and where ``max_in_flight`` places are fewer than the ready tasks,
+  a place goes to the task that became ready first (a retry: when its last try ran out), not to
+  the oldest in the line (dispatcher/mqtt/places.py);
 * **an ack** names the message id; it completes the device's delivered task in the database
   (``SqlSessions.complete_delivered``), whichever gateway process published it, before or after
   a restart. Acks are read through a shared subscription (``$share/<group>/...``), so each goes
@@ -34,8 +36,10 @@ SIGTERM/SIGINT stops the loop after its step; tasks out stay locked until their 
 their acks still complete them (here after a restart, or in another gateway process).
 
 Why one module: the loop's step (statuses, acks, PUBACKs, receive, publish) and the network
-thread's intake share one set of in-memory tables (the tasks out, the publishes waiting for a
-PUBACK, the news from devices); apart, each part would reach into the others' state.
+thread's intake share one set of in-memory tables (the publishes waiting for a PUBACK, the news
+from devices); apart, each part would reach into the others' state. What holds none of it lives
+apart: the options and counters (``gateway_options``), the places and who gets them
+(``places``), and a task's own rules (``tasks``).
 """
 
 from __future__ import annotations
@@ -47,21 +51,29 @@ import time
 import uuid
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dispatcher.mqtt import gateway_metrics as metrics
 from dispatcher.mqtt.acks import ack_id, ack_problem, session_matcher
 from dispatcher.mqtt.client import MqttBroker, MqttConnection, Publish
+from dispatcher.mqtt.gateway_options import (
+    DEVICE_DID_NOT_ACK,
+    EXPIRED,
+    INVALID_DEVICE_ID,
+    NO_DEVICE,
+    PUBLISH_REFUSED,
+    GatewayOptions,
+    GatewayStats,
+)
+from dispatcher.mqtt.places import Places
 from dispatcher.mqtt.presence import OFFLINE, status_of
-from dispatcher.mqtt.transport import MqttTransport, check_template, topic_for
+from dispatcher.mqtt.tasks import expired, transport_message
+from dispatcher.mqtt.transport import MqttTransport, topic_for
 from dispatcher.queue.messages import ReceivedMessage
 from dispatcher.queue.sessions import StateChange
-from dispatcher.transports.base import TransportMessage
-from outbox.core.clock import Clock, SystemClock, utc
+from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import (
-    ConfigurationError,
     LockLostError,
     PermanentTransportError,
     RetryableTransportError,
@@ -76,116 +88,13 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("outbox.gateway")
 
-DEVICE_DID_NOT_ACK = "DeviceDidNotAck"
-EXPIRED = "Expired"
-NO_DEVICE = "NoDevice"
-INVALID_DEVICE_ID = "InvalidDeviceId"
-PUBLISH_REFUSED = "PublishRefused"
-#: The header that gives a message's expiry (ISO 8601, UTC when naive).
-EXPIRES_AT = "expires_at"
-#: The longest lock the queue grants (``QueueOptions``): a retry interval is one lock.
-MAX_RETRY_INTERVAL = 300.0
+#: The options and counters are the gateway's API, wherever they are defined.
+__all__ = ["GatewayOptions", "GatewayStats", "MqttGateway"]
+
 #: Acks completed lately, so a device's repeated ack is told apart from one for an unknown task.
 _RECENT = 10_000
 #: How much of a device's bad payload a log line shows.
 _SHOWN = 64
-
-
-@dataclass(frozen=True)
-class GatewayOptions:
-    """What ``outbox run-gateway mqtt`` takes (durations in seconds).
-
-    ``status_topic`` None: no presence (every device counts as online). ``ack_group`` None: a
-    plain subscription to the acks (every gateway process gets every ack). ``max_in_flight``
-    bounds the tasks this process has published and not yet seen settled; ``batch`` the tasks
-    one receive takes.
-    """
-
-    destination: str
-    topic: str = "devices/{session}/tasks"
-    ack_topic: str = "devices/{session}/tasks/ack"
-    status_topic: str | None = "devices/{session}/status"
-    ack_group: str | None = "outbox-gateway"
-    retry_interval: float = 10.0
-    max_tries: int = 5
-    max_in_flight: int = 100_000
-    batch: int = 500
-    poll_interval: float = 0.5
-    time_to_live: float | None = None
-    publish_timeout: float = 10.0
-
-    def checked(self) -> GatewayOptions:
-        templates = [("--topic", self.topic), ("--ack-topic", self.ack_topic)]
-        if self.status_topic is not None:
-            templates.append(("--status-topic", self.status_topic))
-        for name, template in templates:
-            check_template(template, name=name)
-            if template.count("{session}") != 1:
-                raise ConfigurationError(
-                    f"{name} {template!r} must contain {{session}} exactly once",
-                    hint="e.g. devices/{session}/tasks: each device has its own topic",
-                )
-        if len({t for _, t in templates}) != len(templates):
-            raise ConfigurationError(
-                "--topic, --ack-topic and --status-topic must differ",
-                hint="e.g. devices/{session}/tasks, devices/{session}/tasks/ack and "
-                "devices/{session}/status",
-            )
-        if not 0 < self.retry_interval <= MAX_RETRY_INTERVAL:
-            raise ConfigurationError(
-                f"--retry-interval {self.retry_interval:g}s must be above 0 and at most "
-                f"{MAX_RETRY_INTERVAL:g}s",
-                hint="a retry interval is one queue lock, and a lock lasts at most 5 minutes",
-            )
-        if self.max_tries < 1 or self.max_in_flight < 1 or self.batch < 1:
-            raise ConfigurationError(
-                "max tries, max in flight and batch must be positive",
-                hint="e.g. --max-tries 5 --max-in-flight 100000 --batch 500",
-            )
-        if self.ack_group is not None and not _topic_level(self.ack_group):
-            raise ConfigurationError(
-                f"--ack-group {self.ack_group!r} is not one topic level",
-                hint="letters, digits, '-', '_' and '.', without '/', '+' or '#'",
-            )
-        return self
-
-    @property
-    def ack_subscription(self) -> str:
-        filt = self.ack_topic.replace("{session}", "+")
-        return filt if self.ack_group is None else f"$share/{self.ack_group}/{filt}"
-
-
-def _topic_level(name: str) -> bool:
-    return bool(name) and not any(c in name for c in "/+#\0")
-
-
-@dataclass
-class GatewayStats:
-    """What a run did."""
-
-    completed: int = 0
-    publishes: int = 0
-    republishes: int = 0
-    returned: int = 0
-    unknown_acks: int = 0
-    repeated_acks: int = 0
-    malformed: int = 0
-    publish_failures: int = 0
-    lock_lost: int = 0
-    went_online: int = 0
-    went_offline: int = 0
-    dead_lettered: dict[str, int] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True, slots=True)
-class _Out:
-    """A task this process published: when, and when its lock (the next try) ends."""
-
-    at: datetime
-    due: datetime
 
 
 class MqttGateway:
@@ -213,8 +122,7 @@ class MqttGateway:
         self.stats = GatewayStats()
         queue.lock_duration = timedelta(seconds=self.options.retry_interval)
         queue.max_delivery_count = max(queue.max_delivery_count, self.options.max_tries + 1)
-        # in publish order, so lapsed ones are at the front (every lock lasts one interval)
-        self._out: OrderedDict[tuple[str, str], _Out] = OrderedDict()
+        self.places = Places()
         self._recent: OrderedDict[tuple[str, str], None] = OrderedDict()
         self._events: deque[tuple[str, str, str, datetime]] = deque()
         # publishes waiting for their PUBACK, in publish order
@@ -264,7 +172,7 @@ class MqttGateway:
         )
 
         def settled() -> bool:
-            return not self._live_out() and not self._pending
+            return not self.places.held(self.clock.now()) and not self._pending
 
         loop.run(until_idle=settled if once else None, handle_signals=False)
 
@@ -314,17 +222,7 @@ class MqttGateway:
 
     def devices_in_flight(self) -> int:
         """Devices with a task this process published and no ack yet (``devices_in_flight``)."""
-        return len(self._out)
-
-    def _live_out(self) -> OrderedDict[tuple[str, str], _Out]:
-        """The tasks out whose next try has not come: a lapsed one is the line's again."""
-        now = self.clock.now()
-        while self._out:
-            key, out = next(iter(self._out.items()))
-            if out.due > now:
-                break
-            del self._out[key]
-        return self._out
+        return len(self.places)
 
     # --- one step -----------------------------------------------------------------------------
 
@@ -370,9 +268,7 @@ class MqttGateway:
             back = self.queue.sessions.return_to_line(dest, offline)
             self.stats.returned += back
             metrics.count("tasks_returned", back)
-            gone = set(offline)
-            for key in [k for k in self._out if k[0] in gone]:
-                del self._out[key]
+            self.places.release_devices(set(offline))
         self.stats.went_offline += len(offline)
         self.stats.went_online += online
         if changed:
@@ -397,7 +293,7 @@ class MqttGateway:
                     )
                 continue
             done += 1
-            out = self._out.pop(key, None)
+            out = self.places.release(key)
             if out is not None:
                 seconds = max(0.0, (at - out.at).total_seconds())
                 metrics.observe_ack(seconds)
@@ -410,18 +306,33 @@ class MqttGateway:
         metrics.count("tasks_acked", done)
 
     def _publish_ready(self) -> int:
-        room = self.options.max_in_flight - len(self._live_out())
+        """Receive what is ready and publish it, as many tasks as there are free places; when
+        there are fewer places than ready tasks, the tasks that became ready first win them
+        (dispatcher/mqtt/places.py) and the others go back to the line, their try not counted."""
+        now = self.clock.now()
+        room = self.options.max_in_flight - self.places.held(now)
         if room <= 0:
             return 0
-        got = self.queue.receive(self.options.destination, min(self.options.batch, room))
+        dest, batch = self.options.destination, self.options.batch
+        ask, seen = min(batch, room), 0
         ready: list[tuple[ReceivedMessage, Publish]] = []
-        for msg in got:
-            item = self._checked(msg)
-            if item is not None:
-                ready.append((msg, item))
-        if ready:
-            self._publish(ready)
-        return len(got)
+        while ask > 0:
+            got = self.queue.receive(dest, ask)
+            seen += len(got)
+            for msg in got:
+                item = self._checked(msg)
+                if item is not None:
+                    ready.append((msg, item))
+            if len(got) < ask or self.places.enough(ready, room, now, got[-1].enqueued_at):
+                break
+            ask = min(batch - seen, seen)  # look twice as far, within one batch a step
+        chosen, passed = self.places.choose(ready, room, now)
+        if passed:
+            log.debug("gateway: %d task(s) wait for a place, ready later", len(passed))
+            self.queue.sessions.return_to_line(dest, [m.session_id for m in passed if m.session_id])
+        if chosen:
+            self._publish(chosen)
+        return seen
 
     def _checked(self, msg: ReceivedMessage) -> Publish | None:
         """The publish of ``msg``, or None when it was dead-lettered instead."""
@@ -434,7 +345,7 @@ class MqttGateway:
         except ValueError as e:
             self._dead_letter(msg, INVALID_DEVICE_ID, str(e))
             return None
-        if self._expired(msg):
+        if expired(msg, self.clock.now(), opts.time_to_live):
             self._dead_letter(msg, EXPIRED, "past its expiry before the device acked it")
             return None
         tries = msg.delivery_count - 1  # this receive is the next try
@@ -447,7 +358,7 @@ class MqttGateway:
             )
             return None
         try:
-            return self.transport.publication(self._transport_message(msg))
+            return self.transport.publication(transport_message(msg, opts.destination))
         except PermanentTransportError as e:
             self._dead_letter(msg, PUBLISH_REFUSED, str(e))
             return None
@@ -466,9 +377,7 @@ class MqttGateway:
         for (msg, item), info in zip(ready, infos, strict=True):
             assert msg.session_id is not None
             assert msg.locked_until is not None
-            key = (msg.session_id, msg.message_id)
-            self._out[key] = _Out(at, msg.locked_until)
-            self._out.move_to_end(key)
+            self.places.take((msg.session_id, msg.message_id), at, msg.locked_until)
             self._pending.append((msg, item, info, sent))
         again = sum(1 for m, _ in ready if m.delivery_count > 1)
         self.stats.publishes += len(ready)
@@ -498,7 +407,7 @@ class MqttGateway:
             if error is None:
                 continue
             assert msg.session_id is not None
-            self._out.pop((msg.session_id, msg.message_id), None)
+            self.places.release((msg.session_id, msg.message_id))
             if isinstance(error, PermanentTransportError):
                 self._dead_letter(msg, PUBLISH_REFUSED, str(error))
             else:
@@ -514,33 +423,6 @@ class MqttGateway:
         back = self.queue.sessions.return_to_line(self.options.destination, sessions)
         self.stats.returned += back
         metrics.count("tasks_returned", back)
-
-    def _transport_message(self, msg: ReceivedMessage) -> TransportMessage:
-        return TransportMessage(
-            message_id=msg.message_id,
-            destination=self.options.destination,
-            body=msg.body,
-            subject=msg.subject,
-            content_type=msg.content_type,
-            session_id=msg.session_id,
-            correlation_id=msg.correlation_id,
-            headers={str(k): str(v) for k, v in msg.headers.items()},
-        )
-
-    def _expired(self, msg: ReceivedMessage) -> bool:
-        now = self.clock.now()
-        if self.options.time_to_live is not None and now >= msg.enqueued_at + timedelta(
-            seconds=self.options.time_to_live
-        ):
-            return True
-        raw = msg.headers.get(EXPIRES_AT)
-        if raw is None:
-            return False
-        try:
-            return now >= utc(datetime.fromisoformat(str(raw)))
-        except ValueError:
-            log.warning("message %s: unreadable %s %r; ignored", msg.message_id, EXPIRES_AT, raw)
-            return False
 
     # --- what devices send (paho's network thread: quick, no database work) --------------------
 

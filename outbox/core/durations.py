@@ -1,15 +1,25 @@
-"""Human durations (``15s``, ``5m``, ``1h30m``, ``250ms``) used by settings and the CLI."""
+"""Human durations (``15s``, ``5m``, ``1h30m``, ``250ms``) used by settings and the CLI, and the
+one way a duration is keyed in JSON output (seconds, under a key ending ``_s``)."""
 
 from __future__ import annotations
 
 import math
 import re
+from typing import Any
 
 from outbox.core.errors import ValidationError
 
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _HOW = "write it like 15s, 90s, 5m, 1h or 1h30m"
+#: A duration's key names its unit, and the one unit is the second (``_s``); the library's own
+#: names for the same values (``lag_seconds``, a report's ``seconds``, a retention in
+#: ``_hours``) are renamed on their way out, so every command (the ``outbox`` CLI and the Spark
+#: rescue job alike) follows the one convention.
+_SECONDS_SUFFIXES = {"_seconds": 1, "_hours": 3600}
+_BARE_NAMES = {"seconds": "duration_s"}
+#: Mappings whose keys are the user's (a message's application properties), never renamed.
+_USER_KEYS = frozenset({"headers"})
 
 
 def parse_duration(
@@ -66,3 +76,26 @@ def format_duration(seconds: float) -> str:
         return f"{s // 60}m{s % 60:02d}s"
     h, m, sec = s // 3600, (s % 3600) // 60, s % 60
     return f"{h}h{m:02d}m{sec:02d}s" if sec else f"{h}h{m:02d}m"
+
+
+def unit_keys(data: Any) -> Any:
+    """``data`` with every duration keyed in seconds, ``_s``: ``lag_seconds`` -> ``lag_s``,
+    ``seconds`` -> ``duration_s``, ``vacuum_retention_hours`` (2) -> ``vacuum_retention_s``
+    (7200). Scripts then read one unit from every command, whatever the report's field is
+    called in Python. A message's headers keep their keys: those names are the user's."""
+    if isinstance(data, list | tuple):
+        return [unit_keys(v) for v in data]
+    if not isinstance(data, dict):
+        return data
+    out: dict[Any, Any] = {}
+    for key, value in data.items():
+        if not isinstance(key, str) or key in _USER_KEYS:
+            out[key] = value
+            continue
+        name, factor = _BARE_NAMES.get(key, key), 1
+        for suffix, seconds in _SECONDS_SUFFIXES.items():
+            if name.endswith(suffix):
+                name, factor = name.removesuffix(suffix) + "_s", seconds
+        scaled = factor != 1 and isinstance(value, int | float) and not isinstance(value, bool)
+        out[name] = value * factor if scaled else unit_keys(value)
+    return out

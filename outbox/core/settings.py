@@ -490,6 +490,14 @@ def _read_toml(path: Path) -> dict[str, Any]:
     section = data.get("outbox", data)
     if not isinstance(section, dict):
         raise ConfigurationError(f"settings file {path}: [outbox] must be a table")
+    if section is data:  # settings at the top: a table there is one of the dict settings
+        tables = {"outbox"} | {n for n, kind in _KINDS.items() if kind == "dict"}
+        for key, value in data.items():
+            if isinstance(value, dict) and key not in tables:
+                raise ConfigurationError(
+                    f"settings file {path}: unknown section [{key}]{did_you_mean(key, tables)}",
+                    hint="put the settings under [outbox], or at the top of the file",
+                )
     return dict(section)
 
 

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 from migrations.runner import Provisioned
 from outbox.core.errors import ConfigurationError, MissingDependencyError
-from outbox.core.settings import Settings
+from outbox.core.settings import Settings, did_you_mean
 
 if TYPE_CHECKING:
     from dispatcher.queue.command_queue import CommandQueue
@@ -99,9 +99,10 @@ class Registry(Generic[B]):
         with self._lock:
             return sorted(self._backends)
 
-    def get(self, name: str) -> Backend[B]:
-        """The backend called ``name``; ``ConfigurationError`` naming the setting and the known
-        names when there is none."""
+    def get(self, name: str, *, named_by: str | None = None) -> Backend[B]:
+        """The backend called ``name``; ``ConfigurationError`` naming the setting (or
+        ``named_by``, the command-line option the name came from) and the known names when there
+        is none."""
         with self._lock:
             found = self._backends.get(name)
         if found is None:
@@ -109,8 +110,9 @@ class Registry(Generic[B]):
             with self._lock:
                 found = self._backends.get(name)
         if found is None:
+            where = named_by or f"setting {self.setting!r} is invalid"
             raise ConfigurationError(
-                f"setting {self.setting!r} is invalid: {name!r} is not a {self.kind}",
+                f"{where}: {name!r} is not a {self.kind}{did_you_mean(name, self.names())}",
                 hint=f"use one of {', '.join(self.names())}, or install the package that "
                 f"provides it (entry point group {self.group})",
             )

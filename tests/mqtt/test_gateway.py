@@ -20,6 +20,7 @@ from dispatcher.mqtt.gateway import GatewayOptions, GatewayStats, MqttGateway
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql import upgrade
+from outbox.core.clock import ManualClock
 from outbox.testing.devices import DeviceSimulator
 from tests.mqtt.broker import MosquittoServer
 
@@ -237,6 +238,49 @@ def test_silent_devices_hold_up_no_other_device(
         assert sim.record(dev).tasks == plan[dev]
 
 
+def test_a_silent_device_holds_up_no_acking_one_when_the_places_are_few(
+    tmp_path: Path, mqtt_url: str, prefix: str
+) -> None:
+    """``--max-in-flight 2``: two silent devices queued before an acking one took both places
+    try after try (a lapse freed a place and the receive took the oldest task, the silent
+    device's again), and the acking device got its first task after 3.5 s instead of 0.5 s. Now
+    a place goes to the task ready first: the acking device's, ready since it was enqueued, is
+    published when the silent devices' first tries run out, one retry interval on the gateway's
+    clock. The silent devices still get every try and are dead-lettered as before."""
+    clock = ManualClock()
+    url = f"sqlite:///{tmp_path / 'q.db'}"
+    upgrade(url)
+    silent = ["silent0", "silent1"]
+    with SqlQueue(url, clock=clock, max_delivery_count=10) as queue:
+        for dev in [*silent, "acking"]:
+            queue.send(DEST, [QueueMessage(b"{}", message_id=f"{dev}-t0", session_id=dev)])
+        opts = options(prefix, max_in_flight=2, retry_interval=0.5, max_tries=6)
+        with devices(mqtt_url, prefix, offline=silent) as sim:  # no status: online, just silent
+            gw = MqttGateway(queue, opts, broker=MqttBroker.parse(mqtt_url), clock=clock)
+            try:
+                gw.step()
+                assert gw.stats.publishes == 2, "the two places: the silent devices' first tries"
+                clock.advance(0.5)  # their tries run out: one retry interval
+                gw.step()
+                assert ("acking", "acking-t0") in gw.places, "published in this step"
+                assert sim.wait_for(lambda s: s.record("acking").tasks == ["acking-t0"], 10)
+                assert pump(gw, lambda: gw.stats.completed == 1)
+                for _ in range(30):  # the silent devices' tries, one interval apart
+                    if len(queue.list_dead_letters(DEST)) == 2:
+                        break
+                    clock.advance(0.5)
+                    gw.step()
+            finally:
+                gw.close()
+            assert sim.wait_for(lambda s: all(s.record(d).missed == 6 for d in silent), 10)
+        dead = queue.list_dead_letters(DEST)
+    assert sorted((d.message_id, d.reason) for d in dead) == [
+        ("silent0-t0", "DeviceDidNotAck"),
+        ("silent1-t0", "DeviceDidNotAck"),
+    ]
+    assert sim.record("acking").max_in_flight == 1
+
+
 def test_a_stopped_gateway_leaves_its_task_out_and_a_new_one_completes_it_on_the_ack(
     queue: SqlQueue, mqtt_url: str, prefix: str
 ) -> None:
@@ -256,6 +300,9 @@ def test_a_stopped_gateway_leaves_its_task_out_and_a_new_one_completes_it_on_the
             second.handle(f"{prefix}/dev0/ack", b'{"message_id": "dev0-t0"}')
             assert pump(second, lambda: second.stats.publishes == 1)
             assert second.stats.completed == 1
+            # the device gets the publish a moment after the step: wait for it, not for the
+            # gateway's close (the record was read after the close, and lost that race under load)
+            assert sim.wait_for(lambda s: len(s.record("dev0").tasks) == 2, 10)
         finally:
             second.close()
     assert sim.record("dev0").tasks == ["dev0-t0", "dev0-t1"]

@@ -37,6 +37,18 @@ def test_layering_file_then_env_then_arguments(tmp_path: Path) -> None:
     assert s.rescue_delay == 3600.0  # an explicit value beats both
 
 
+def test_a_file_without_a_section_may_hold_the_dict_settings_as_tables(tmp_path: Path) -> None:
+    """Settings at the top of the file: a table there is a dict setting (``[storage_options]``),
+    and any other table is a misspelt section, never an unknown setting."""
+    cfg = tmp_path / "flat.toml"
+    cfg.write_text('transport = "memory"\n[storage_options]\nAWS_REGION = "eu-west-1"\n')
+    s = Settings.load(tmp_path / "ws", config_file=cfg, env={})
+    assert (s.transport, s.storage_options) == ("memory", {"AWS_REGION": "eu-west-1"})
+    cfg.write_text('transport = "memory"\n[outbox_settings]\nbuckets = 8\n')
+    with pytest.raises(ConfigurationError, match=r"unknown section \[outbox_settings\]"):
+        Settings.load(tmp_path / "ws", config_file=cfg, env={})
+
+
 def test_workspace_from_environment(tmp_path: Path) -> None:
     s = Settings.load(None, env={"OUTBOX_WORKSPACE": str(tmp_path / "elsewhere")})
     assert s.workspace == tmp_path / "elsewhere"

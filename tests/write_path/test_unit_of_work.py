@@ -246,6 +246,34 @@ def test_bad_input_is_refused_with_a_clear_error(
     assert _rows(ob) == {}
 
 
+@pytest.mark.parametrize(
+    ("bad", "found"), [([1, 2], "list"), (None, "NoneType"), (42, "int"), ("text", "str")]
+)
+def test_a_loaded_document_whose_state_is_not_an_object_is_refused_at_commit(
+    ob: Outbox, bad: object, found: str
+) -> None:
+    """``create`` refuses such a state; a whole new ``doc.state`` on a loaded document must be
+    refused too, at commit, with nothing written (not even the other document of the commit)."""
+    with ob.unit_of_work() as uow:
+        uow.create("a", type="T", state={"n": 1})
+    before = _rows(ob)
+    uow = ob.unit_of_work()
+    uow.create("b", type="T")
+    doc = uow.get("a")
+    assert doc is not None
+    doc.state = bad  # type: ignore[assignment]
+    with pytest.raises(
+        ValidationError, match=f"state of document 'a' must be a JSON object .*got {found}"
+    ):
+        uow.commit()
+    assert _rows(ob) == before
+    with ob.unit_of_work() as uow:  # a new document whose state is replaced is refused as well
+        uow.create("c", type="T").state = bad  # type: ignore[assignment]
+        with pytest.raises(ValidationError, match=f"document 'c' .*got {found}"):
+            uow.commit()
+    assert _rows(ob) == before
+
+
 def test_oversized_message_is_refused(workspace: object, clock: object) -> None:
     ob = bare_outbox(workspace, clock, max_message_bytes=1024)  # type: ignore[arg-type]
     with pytest.raises(MessageTooLargeError, match="the limit is 1024"), ob.unit_of_work() as uow:

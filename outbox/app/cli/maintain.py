@@ -6,10 +6,8 @@ from __future__ import annotations
 import click
 
 from outbox.app.cli.output import emit_json, print_kv, snake_keys
-from outbox.app.cli.support import CliContext, json_option, pass_cli
+from outbox.app.cli.support import DURATION, CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
-from outbox.core.durations import parse_duration
-from outbox.core.errors import ValidationError
 from outbox.core.settings import Settings
 
 
@@ -19,8 +17,8 @@ from outbox.core.settings import Settings
 @click.option(
     "--vacuum",
     "vacuum",
-    metavar="RETENTION",
-    help="Also vacuum files older than RETENTION (e.g. 168h). Refused when the rescuer still "
+    type=DURATION,
+    help="Also vacuum files older than DURATION (e.g. 168h). Refused when the rescuer still "
     "needs that history.",
 )
 @click.option(
@@ -48,7 +46,7 @@ def maintain(
     *,
     no_compact: bool,
     no_checkpoint: bool,
-    vacuum: str | None,
+    vacuum: float | None,
     no_trim_log: bool,
     dry_run: bool,
     repair: bool,
@@ -62,9 +60,6 @@ def maintain(
     from outbox.delta.store import DeltaDocumentStore
 
     settings = cli.settings()
-    retention = parse_duration(vacuum, name="--vacuum") if vacuum else None
-    if retention is not None and retention <= 0:
-        raise ValidationError("--vacuum: retention must be positive, e.g. 168h")
     store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
     report = run(
         store,
@@ -76,7 +71,7 @@ def maintain(
         options=MaintenanceOptions(
             do_compact=not (no_compact or dry_run),  # a dry run writes nothing
             do_checkpoint=not (no_checkpoint or dry_run),
-            vacuum_retention_seconds=retention,
+            vacuum_retention_seconds=vacuum,
             dry_run=dry_run,
             log_retention_seconds=None if no_trim_log else settings.log_retention,
             repair=repair,

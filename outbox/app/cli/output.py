@@ -37,6 +37,8 @@ from typing import Any
 
 import click
 
+from outbox.core.durations import unit_keys
+
 #: Loggers whose per-pass and per-batch INFO lines drown a story; ``--verbose`` keeps them.
 CHATTY_LOGGERS = ("outbox.rescuer", "outbox.worker", "outbox.dispatcher", "outbox.app.checker")
 _NOISY_LIBRARIES = ("py4j", "alembic", "urllib3")
@@ -45,13 +47,6 @@ _NOISY_LIBRARIES = ("py4j", "alembic", "urllib3")
 #: error, which our own error line replaces with the settings to set.
 QUIET_RUST_LOGGERS = "aws_config=error"
 _GAP = "  "
-#: A duration's key names its unit, and the one unit is the second (``_s``); the library's own
-#: names for the same values (``lag_seconds``, a report's ``seconds``, a retention in
-#: ``_hours``) are renamed on their way out, so every command follows the one convention.
-_SECONDS_SUFFIXES = {"_seconds": 1, "_hours": 3600}
-_BARE_NAMES = {"seconds": "duration_s"}
-#: Mappings whose keys are the user's (a message's application properties), never renamed.
-_USER_KEYS = frozenset({"headers"})
 
 
 def setup_logging(verbose: bool, *, quiet: bool = False) -> None:
@@ -129,29 +124,6 @@ def snake_keys(data: dict[str, Any], *fields: str) -> dict[str, Any]:
     for f in fields:
         if isinstance(out.get(f), dict):
             out[f] = {snake_case(str(k)): v for k, v in out[f].items()}
-    return out
-
-
-def unit_keys(data: Any) -> Any:
-    """``data`` with every duration keyed in seconds, ``_s``: ``lag_seconds`` -> ``lag_s``,
-    ``seconds`` -> ``duration_s``, ``vacuum_retention_hours`` (2) -> ``vacuum_retention_s``
-    (7200). Scripts then read one unit from every command, whatever the report's field is
-    called in Python. A message's headers keep their keys: those names are the user's."""
-    if isinstance(data, list | tuple):
-        return [unit_keys(v) for v in data]
-    if not isinstance(data, dict):
-        return data
-    out: dict[Any, Any] = {}
-    for key, value in data.items():
-        if not isinstance(key, str) or key in _USER_KEYS:
-            out[key] = value
-            continue
-        name, factor = _BARE_NAMES.get(key, key), 1
-        for suffix, seconds in _SECONDS_SUFFIXES.items():
-            if name.endswith(suffix):
-                name, factor = name.removesuffix(suffix) + "_s", seconds
-        scaled = factor != 1 and isinstance(value, int | float) and not isinstance(value, bool)
-        out[name] = value * factor if scaled else unit_keys(value)
     return out
 
 
@@ -264,8 +236,11 @@ def print_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[Any]
 
 
 def print_kv(title: str, pairs: Iterable[tuple[str, Any]]) -> None:
-    """A record as a two-column table (field, value)."""
-    print_table(title, ["field", "value"], [(k, v) for k, v in pairs])
+    """A record as a two-column table (field, value). A field named like a ``--json`` key reads
+    as it does there (``vacuum_retention_hours`` 2 is ``vacuum_retention_s`` 7200): text and
+    JSON name a value alike."""
+    rows = [row for k, v in pairs for row in unit_keys({k: v}).items()]
+    print_table(title, ["field", "value"], rows)
 
 
 def stepper(as_json: bool, logger: str) -> Callable[[str], None]:

@@ -219,6 +219,10 @@ def rescue(
     from rescuer.checkpoint import check_rescuer_name
 
     settings = cli.settings()
+    if engine is not None:  # named by the option, not by the rescuer_engine setting
+        from outbox.wiring.builtin import RESCUER_ENGINES
+
+        RESCUER_ENGINES.get(engine, named_by="--engine")
     if name is not None:
         check_rescuer_name(name)
     else:

@@ -8,8 +8,8 @@ import click
 
 from outbox.app.cli import exit_codes
 from outbox.app.cli.output import echo_err, emit_json, print_kv, print_table
-from outbox.app.cli.support import CliContext, json_option, pass_cli
-from outbox.core.durations import format_duration, parse_duration
+from outbox.app.cli.support import DURATION_OR_ZERO, CliContext, json_option, pass_cli
+from outbox.core.durations import format_duration
 
 if TYPE_CHECKING:  # the report's module reads Delta and SQL: import it when the command runs
     from outbox.app.keys import PausedKey
@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # the report's module reads Delta and SQL: import it when the
 @click.option(
     "--fail-if-pending-older-than",
     "max_pending_age",
-    metavar="DURATION",
+    type=DURATION_OR_ZERO,
     help=f"Exit {exit_codes.PENDING_TOO_OLD} when the oldest pending message is older (e.g. 5m).",
 )
 @click.option(
@@ -31,7 +31,7 @@ if TYPE_CHECKING:  # the report's module reads Delta and SQL: import it when the
 @json_option
 @pass_cli
 def status(
-    cli: CliContext, max_pending_age: str | None, fail_if_dead_letters: bool, as_json: bool
+    cli: CliContext, max_pending_age: float | None, fail_if_dead_letters: bool, as_json: bool
 ) -> None:
     """Pending documents and messages, the oldest pending age, each rescuer's checkpoint and lag,
     queue depths and the oldest dead letter. Read-only.
@@ -42,11 +42,6 @@ def status(
     from outbox.app.status import collect_status
     from outbox.core.clock import SystemClock
 
-    limit = (
-        parse_duration(max_pending_age, name="--fail-if-pending-older-than")
-        if max_pending_age
-        else None
-    )
     report = collect_status(cli.settings(), SystemClock())
     if as_json:
         emit_json(report.to_dict())
@@ -60,10 +55,10 @@ def status(
             f"{stale.rescuer_name} --forget --yes`; else start its scheduled job again)"
         )
     age = report.oldest_pending_age_seconds
-    if limit is not None and age is not None and age > limit:
+    if max_pending_age is not None and age is not None and age > max_pending_age:
         echo_err(
             f"unhealthy: the oldest pending message ({report.oldest_pending_document}) is "
-            f"{format_duration(age)} old, over {format_duration(limit)}"
+            f"{format_duration(age)} old, over {format_duration(max_pending_age)}"
         )
         raise SystemExit(exit_codes.PENDING_TOO_OLD)
     if fail_if_dead_letters and any(q.dead_lettered for q in report.queues):

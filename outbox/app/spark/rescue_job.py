@@ -7,8 +7,10 @@
 (or ``python -m outbox.app.spark.rescue_job``, or the console script ``outbox-rescue-spark``; on
 Databricks a Python wheel task calling ``outbox.app.spark.rescue_job:main``; docs/spark.md has
 them all). It runs ONE rescue pass with the
-Spark engine on the job's own SparkSession (``getOrCreate``: the master, JARs and credentials
-come from spark-submit or the cluster), then exits: the scheduler (cron, a Databricks job
+Spark engine on the job's own SparkSession (``getOrCreate``: under spark-submit or on a cluster
+the master, JARs and credentials come from there; run as a plain Python program, it starts the
+local session of ``outbox rescue --engine spark``, with the Delta JARs found the same way), then
+exits: the scheduler (cron, a Databricks job
 schedule) decides how often. The checkpoint store and the command queue are the ones the
 settings name, exactly as for ``outbox rescue --engine spark``; exit status 0 on success, 1 on an
 ``OutboxError`` (its message on stderr), so a job run shows as failed.
@@ -18,31 +20,66 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from outbox.core.durations import parse_duration
+from outbox.core.durations import parse_duration, unit_keys
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
-from rescuer.cdf_spark import DELTA_CATALOG, DELTA_EXTENSION
+from rescuer.cdf_spark import (
+    DELTA_CATALOG,
+    DELTA_EXTENSION,
+    delta_jars,
+    local_session_config,
+    start_session,
+)
 
 if TYPE_CHECKING:
     from rescuer.runner import PassReport
 
 
+#: Set in the Python driver that ``spark-submit`` starts (its JVM runs already, configured by
+#: the launcher: ``--jars``, ``--master``, ``--conf``), and on Databricks (Delta built in).
+_LAUNCHED_BY_SPARK = ("PYSPARK_GATEWAY_PORT", "DATABRICKS_RUNTIME_VERSION")
+
+
+def launched_by_spark(env: Mapping[str, str]) -> bool:
+    return any(env.get(name) for name in _LAUNCHED_BY_SPARK)
+
+
+def job_session_config(
+    env: Mapping[str, str] | None = None, roots: list[Path] | None = None
+) -> dict[str, str]:
+    """What the job's SparkSession is built with. Under ``spark-submit`` or on Databricks the
+    launcher configured the JVM, so only Delta's extension and catalog are added. Started as a
+    plain Python program (the console script, ``python -m``), nothing configured it: the job
+    builds the local session ``outbox rescue --engine spark`` builds, with the JARs from
+    ``OUTBOX_DELTA_JARS`` or ``.cache/jars`` (``delta_jars``). Why: without them it started a
+    Spark without Delta and failed 40-50 s later with a ``ClassNotFoundException``."""
+    env = os.environ if env is None else env
+    if launched_by_spark(env):
+        return {
+            "spark.app.name": "outbox-rescuer",
+            "spark.sql.extensions": DELTA_EXTENSION,
+            "spark.sql.catalog.spark_catalog": DELTA_CATALOG,
+        }
+    return local_session_config(delta_jars(env, roots))
+
+
 def job_session() -> Any:
-    """The job's SparkSession, with Delta's extension and catalog when it is built here."""
+    """The job's SparkSession: the active one, else one built with ``job_session_config``."""
     from pyspark.sql import SparkSession
 
     active = SparkSession.getActiveSession()
     if active is not None:
         return active
-    return (
-        SparkSession.builder.appName("outbox-rescuer")
-        .config("spark.sql.extensions", DELTA_EXTENSION)
-        .config("spark.sql.catalog.spark_catalog", DELTA_CATALOG)
-        .getOrCreate()
-    )
+    config = job_session_config()
+    if launched_by_spark(os.environ):  # the launcher's session, log level included
+        return SparkSession.builder.config(map=dict(config)).getOrCreate()
+    return start_session(config)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -65,7 +102,7 @@ def run(args: argparse.Namespace, spark: Any | None = None) -> PassReport:
 
     overrides = {k: v for k, v in (("table_uri", args.table_uri), ("sql_url", args.sql_url)) if v}
     settings = Settings.load(args.workspace, **overrides)
-    delay = parse_duration(args.delay, name="--delay") if args.delay else None
+    delay = parse_duration(args.delay, name="--delay", need_unit=True) if args.delay else None
     with open_rescuer(
         settings,
         engine="spark",
@@ -89,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 1
     if args.json:
-        print(json.dumps(report.to_dict(), default=str, sort_keys=True))
+        print(json.dumps(unit_keys(report.to_dict()), default=str, sort_keys=True))
     else:
         print(report.summary())
     return 0
