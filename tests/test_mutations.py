@@ -27,6 +27,7 @@ from typing import Any
 
 import pytest
 
+from dispatcher.queue.key_lines import MemoryKeyLines
 from outbox.core.clock import ManualClock
 from outbox.testing.contracts.rescuer_engine import DELAY
 from outbox.testing.tables import Table
@@ -35,6 +36,7 @@ from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
+from tests.dispatcher import test_key_order
 from tests.mqtt import test_places
 from tests.rescuer import test_contract
 from tests.write_path import test_save_guards, test_versions
@@ -110,6 +112,17 @@ class SourceMutation:
 def _plain(test: Callable[[], None]) -> Callable[[Path], None]:
     """Run a test that takes no fixture."""
     return lambda _tmp_path: test()
+
+
+def _sharing_lines(test: Callable[[Callable[[], Any]], None]) -> Callable[[Path], None]:
+    """Run a key-order test that takes ``shared_lines`` on one store in memory (two dispatchers
+    standing for two processes)."""
+
+    def run(_tmp_path: Path) -> None:
+        one = MemoryKeyLines()
+        test(lambda: one)
+
+    return run
 
 
 MUTATIONS = [
@@ -231,6 +244,43 @@ MUTATIONS = [
         "test_a_place_goes_to_the_task_ready_first_not_to_the_oldest_in_the_line",
         _plain(test_places.test_a_place_goes_to_the_task_ready_first_not_to_the_oldest_in_the_line),
         'assert [m.session_id for m, _ in chosen] == ["silent0", "acking"]',
+    ),
+    SourceMutation(
+        "the gate lets its document's later messages through, ahead of documents held behind it",
+        "dispatcher.keys:KeyOrder.blocking",
+        (("and (seq <= gate.last_seq or len(line) == 1):", ":"),),
+        "tests/dispatcher/test_key_order.py::"
+        "test_the_gates_own_later_message_waits_behind_documents_held_before_it",
+        _plain(
+            test_key_order.test_the_gates_own_later_message_waits_behind_documents_held_before_it
+        ),
+        'assert sent(t) == ["A-1"]',
+    ),
+    SourceMutation(
+        "a dispatch reads none of the paused keys other processes recorded",
+        "dispatcher.keys:KeyOrder.refresh",
+        (("fresh = self.lines.paused_among(keys)", "fresh = {}"),),
+        "tests/dispatcher/test_key_order.py::"
+        "test_a_pause_holds_every_dispatcher_that_shares_the_lines",
+        _sharing_lines(test_key_order.test_a_pause_holds_every_dispatcher_that_shares_the_lines),
+        'assert report.failed == ["B"]',
+    ),
+    SourceMutation(
+        "resume gives up on whatever gate the key has now, not the one it names",
+        "dispatcher.keys:KeyOrder.resume",
+        (("if not line or line[0].message_id != message_id:", "if not line:"),),
+        "tests/dispatcher/test_key_order.py::test_resume_is_idempotent_for_one_pause",
+        _plain(test_key_order.test_resume_is_idempotent_for_one_pause),
+        'assert d.resume("q", "k", "A-1") is False',
+    ),
+    SourceMutation(
+        "a dispatch sends again to a destination that did not answer, once per document",
+        "dispatcher.dispatch:Dispatcher._send",
+        (("outage.check(batch)", "pass"),),
+        "tests/dispatcher/test_key_order.py::"
+        "test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size",
+        _plain(test_key_order.test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size),
+        "assert t.calls == 1, coalesce",
     ),
 ]
 
