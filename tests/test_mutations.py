@@ -33,6 +33,7 @@ from outbox.testing.tables import Table
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
+from tests.queue import test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import test_save_guards, test_versions
 from tests.write_path.conftest import bare_outbox
@@ -80,6 +81,36 @@ def _with_rescuer(name: str) -> Callable[[Path], None]:
             delay=DELAY,
         )
         getattr(contract, name)(table=table, rescuer=rescuer, sink=sink, clock=clock)
+
+    return run
+
+
+def _on_sqlite(test: Callable[[str], None]) -> Callable[[Path], None]:
+    """Run a test that takes the ``sql_url`` fixture on a SQLite file (its mechanism is
+    SQLite's)."""
+
+    def run(tmp_path: Path) -> None:
+        tmp_path.mkdir(parents=True)
+        test(f"sqlite:///{tmp_path / 'outbox.db'}")
+
+    return run
+
+
+def _with_queue(test: Callable[[Any], None]) -> Callable[[Path], None]:
+    """Run a queue test (``queue`` fixture) on a SQLite queue migrated as the fixture does."""
+
+    def run(tmp_path: Path) -> None:
+        from dispatcher.queue.sql_queue import SqlQueue
+        from migrations.sql import upgrade
+
+        tmp_path.mkdir(parents=True)
+        url = f"sqlite:///{tmp_path / 'outbox.db'}"
+        upgrade(url)
+        queue = SqlQueue(url, clock=ManualClock(), max_delivery_count=3, max_body_bytes=1024)
+        try:
+            test(queue)
+        finally:
+            queue.close()
 
     return run
 
@@ -182,6 +213,26 @@ MUTATIONS = [
         "test_a_later_mark_row_hides_no_newer_message",
         _with_rescuer("test_a_later_mark_row_hides_no_newer_message"),
         'assert _ids(sink) == [("a", 2)]',
+    ),
+    SourceMutation(
+        "the SQLite queue tables are recreated without AUTOINCREMENT (a deleted newest id returns)",
+        "migrations.sql.ids:never_reuse",
+        (('{"sqlite_autoincrement": True}', '{"sqlite_autoincrement": False}'),),
+        "tests/queue/test_unique_ids.py::"
+        "test_a_completed_newest_messages_sequence_number_is_not_reused",
+        _with_queue(test_unique_ids.test_a_completed_newest_messages_sequence_number_is_not_reused),
+        "assert new.sequence_number > 3",
+    ),
+    SourceMutation(
+        "the upgrade numbers on from the highest id left, not above every id handed out",
+        "migrations.sql.ids:unused_before_now",
+        (("return time.time_ns() // 1000", "return 0"),),
+        "tests/queue/test_unique_ids.py::"
+        "test_the_upgrade_keeps_every_row_and_id_and_reuses_none_deleted_before_it",
+        _on_sqlite(
+            test_unique_ids.test_the_upgrade_keeps_every_row_and_id_and_reuses_none_deleted_before_it
+        ),
+        "assert new.sequence_number > 6",
     ),
 ]
 
