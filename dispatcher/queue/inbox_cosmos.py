@@ -41,12 +41,18 @@ from typing import Any
 
 from dispatcher.queue.inbox import ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter
+from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
 from outbox.core.errors import QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 
 #: Reads of an item that keeps changing under one step before giving up (retryable).
 _ATTEMPTS = 20
+#: What ``prune`` deletes: handled before @before, or a claim released or ended before it.
+#: ISO 8601 UTC texts of one format order as their times do.
+_DONE = (
+    "(IS_STRING(c.handled_at) AND c.handled_at < @before) OR (NOT IS_STRING(c.handled_at) AND "
+    "(NOT IS_STRING(c.lease_until) OR c.lease_until < @before))"
+)
 
 
 def item_id(consumer: str, message_id: str) -> str:
@@ -63,8 +69,12 @@ class CosmosInbox(CosmosAdapter):
     (partition key ``/pk``, created by ``outbox migrate``). ``container`` is an azure-cosmos
     ``ContainerProxy``.
 
-    Records are never deleted by the framework; give the container a default time-to-live
-    (``defaultTtl``) longer than any redelivery or resend window if it should not grow forever.
+    ``prune`` (``outbox maintain``, and a running ``Consumer`` hourly) deletes what nothing
+    needs any more, by a query and a delete per item with ``If-Match: <etag>``: a claim taken
+    between the two keeps its item (HTTP 412). Not a time-to-live: an item's ``ttl`` needs the
+    container's ``defaultTtl`` set, which ``outbox migrate`` does not set on an existing
+    container, and the local Cosmos-protocol server the tests run on has no time-to-live, so
+    it could not be proven here.
     """
 
     unavailable = QueueUnavailableError
@@ -160,3 +170,37 @@ class CosmosInbox(CosmosAdapter):
             if self._amend(item, handled_at=handled_at, lease_until=None) is not None:
                 return True
         raise self._kept_moving("recording", message_id)
+
+    def prune(
+        self, before: datetime, *, limit: int | None = None, every_consumer: bool = False
+    ) -> int:
+        """See ``PrunableInbox.prune``: one cross-partition query, then a conditional delete
+        per item (an item changed since the query is left for the next prune)."""
+        top = "" if limit is None else f"TOP {int(limit)} "
+        sql = f"SELECT {top}c.id, c._etag FROM c WHERE ({_DONE})"
+        params: dict[str, Any] = {"@before": utc(before).isoformat()}
+        if not every_consumer:
+            sql += " AND c.consumer = @consumer"
+            params["@consumer"] = self.consumer
+        return sum(self._delete(item) for item in self._query(sql, params))
+
+    def _delete(self, item: dict[str, Any]) -> bool:
+        """Delete ``item`` if it is as read; False when it changed or is gone."""
+        from azure.core import MatchConditions
+
+        try:
+            self._call(
+                "pruning the inbox",
+                lambda: self._container.delete_item(
+                    item["id"],
+                    partition_key=item["id"],
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                    **self._request,
+                ),
+            )
+        except self.failed as e:
+            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
+                return False
+            raise
+        return True
