@@ -39,7 +39,7 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatcher.queue.inbox import ClaimOutcome, InboxClaim
+from dispatcher.queue.inbox import PRUNE_CHUNK, ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
 from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
 from outbox.core.errors import QueueError, QueueUnavailableError
@@ -174,15 +174,22 @@ class CosmosInbox(CosmosAdapter):
     def prune(
         self, before: datetime, *, limit: int | None = None, every_consumer: bool = False
     ) -> int:
-        """See ``PrunableInbox.prune``: one cross-partition query, then a conditional delete
-        per item (an item changed since the query is left for the next prune)."""
-        top = "" if limit is None else f"TOP {int(limit)} "
-        sql = f"SELECT {top}c.id, c._etag FROM c WHERE ({_DONE})"
-        params: dict[str, Any] = {"@before": utc(before).isoformat()}
+        """See ``PrunableInbox.prune``: cross-partition queries of ``PRUNE_CHUNK`` items, then a
+        conditional delete per item (an item changed since the query is left for the next
+        prune)."""
+        where, params = f"({_DONE})", {"@before": utc(before).isoformat()}
         if not every_consumer:
-            sql += " AND c.consumer = @consumer"
+            where += " AND c.consumer = @consumer"
             params["@consumer"] = self.consumer
-        return sum(self._delete(item) for item in self._query(sql, params))
+        deleted = 0
+        while limit is None or deleted < limit:
+            chunk = PRUNE_CHUNK if limit is None else min(PRUNE_CHUNK, limit - deleted)
+            found = self._query(f"SELECT TOP {chunk} c.id, c._etag FROM c WHERE {where}", params)
+            gone = sum(self._delete(item) for item in found)
+            deleted += gone
+            if len(found) < chunk or gone == 0:
+                break
+        return deleted
 
     def _delete(self, item: dict[str, Any]) -> bool:
         """Delete ``item`` if it is as read; False when it changed or is gone."""
