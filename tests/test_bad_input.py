@@ -333,6 +333,16 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "error: setting 'rescue_delay' is invalid: 5s is outside 15s..1h",
     ),
     (
+        "inbox retention shorter than duplicate detection",
+        ["-w", "{ws}", "maintain"],
+        {"OUTBOX_INBOX_RETENTION": "5m"},
+        None,
+        1,
+        "error: setting 'inbox_retention' is invalid: 300s is shorter than "
+        "duplicate_detection_window (600s): the inbox drops the repeats the queue's duplicate "
+        "detection lets through, so it must remember an id at least as long; e.g. 7d",
+    ),
+    (
         "unknown transport",
         ["-w", "{ws}", "status"],
         {"OUTBOX_TRANSPORT": "carrier-pigeon"},
@@ -354,7 +364,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "cosmos_claims_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
         "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
-        "inbox_store, kafka_bootstrap_servers, kafka_connection_string, kafka_options, "
+        "inbox_retention, inbox_store, kafka_bootstrap_servers, kafka_connection_string, "
+        "kafka_options, "
         "kafka_partitions, kafka_sasl_mechanism, kafka_sasl_password, kafka_sasl_username, "
         "kafka_security_protocol, kafka_send_timeout, lock_duration, log_retention, "
         "max_commit_retries, max_delivery_count, "

@@ -18,6 +18,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import linecache
+import logging
 import textwrap
 import traceback
 from collections.abc import Callable
@@ -38,8 +39,9 @@ from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
 from tests.dispatcher import test_key_order
 from tests.mqtt import test_places
+from tests.queue import test_inbox_pruning, test_unique_ids
 from tests.rescuer import test_contract
-from tests.write_path import test_save_guards, test_versions
+from tests.write_path import test_one_maintainer, test_save_guards, test_versions
 from tests.write_path.conftest import bare_outbox
 
 #: Compile the recompiled function as its module was compiled (postponed annotations).
@@ -97,6 +99,83 @@ def _with_console(test: Callable[[ConsoleWorkspace], None]) -> Callable[[Path], 
         test(console_workspace(tmp_path, f"sqlite:///{tmp_path / 'outbox.db'}"))
 
     return run
+
+
+def _on_sqlite(test: Callable[[str], None]) -> Callable[[Path], None]:
+    """Run a test that takes the ``sql_url`` fixture on a SQLite file (its mechanism is
+    SQLite's)."""
+
+    def run(tmp_path: Path) -> None:
+        tmp_path.mkdir(parents=True)
+        test(f"sqlite:///{tmp_path / 'outbox.db'}")
+
+    return run
+
+
+def _with_queue(test: Callable[..., None], *, clock: bool = False) -> Callable[[Path], None]:
+    """Run a queue test (``queue`` fixture, and ``clock`` when asked: the queue's) on a SQLite
+    queue migrated as the fixture does."""
+
+    def run(tmp_path: Path) -> None:
+        from dispatcher.queue.sql_queue import SqlQueue
+        from migrations.sql import upgrade
+
+        tmp_path.mkdir(parents=True)
+        url = f"sqlite:///{tmp_path / 'outbox.db'}"
+        upgrade(url)
+        queue = SqlQueue(url, clock=ManualClock(), max_delivery_count=3, max_body_bytes=1024)
+        try:
+            test(queue, queue.clock) if clock else test(queue)
+        finally:
+            queue.close()
+
+    return run
+
+
+def _pruning(name: str) -> Callable[[Path], None]:
+    """Run an inbox pruning contract test on the SQL inbox of a SQLite queue."""
+
+    def run(queue: Any) -> None:
+        contract = test_inbox_pruning.TestSqlInboxPruning()
+        contract.queue = queue
+        getattr(contract, name)()
+
+    return _with_queue(run)
+
+
+def _with_monkeypatch(test: Callable[..., None]) -> Callable[[Path], None]:
+    """Run a test that takes ``tmp_path``, ``monkeypatch`` and ``caplog``."""
+
+    def run(tmp_path: Path) -> None:
+        import logging
+
+        tmp_path.mkdir(parents=True)
+        handler = _Records()
+        logging.getLogger().addHandler(handler)
+        try:
+            with pytest.MonkeyPatch.context() as patch:
+                handler.patch = patch
+                test(tmp_path, patch, handler)
+        finally:
+            logging.getLogger().removeHandler(handler)
+
+    return run
+
+
+class _Records(logging.Handler):
+    """What ``caplog`` gives a test: the records, and ``set_level``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+        self.patch: pytest.MonkeyPatch | None = None
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def set_level(self, level: int, logger: str) -> None:
+        assert self.patch is not None  # put back with the test's other patches
+        self.patch.setattr(logging.getLogger(logger), "level", level)
 
 
 @dataclass(frozen=True)
@@ -281,6 +360,61 @@ MUTATIONS = [
         "test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size",
         _plain(test_key_order.test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size),
         "assert t.calls == 1, coalesce",
+        "the SQLite queue tables are recreated without AUTOINCREMENT (a deleted newest id returns)",
+        "migrations.sql.ids:never_reuse",
+        (('{"sqlite_autoincrement": True}', '{"sqlite_autoincrement": False}'),),
+        "tests/queue/test_unique_ids.py::"
+        "test_a_completed_newest_messages_sequence_number_is_not_reused",
+        _with_queue(test_unique_ids.test_a_completed_newest_messages_sequence_number_is_not_reused),
+        "assert new.sequence_number > 3",
+    ),
+    SourceMutation(
+        "the upgrade numbers on from the highest id left, not above every id handed out",
+        "migrations.sql.ids:unused_before_now",
+        (("return time.time_ns() // 1000", "return 0"),),
+        "tests/queue/test_unique_ids.py::"
+        "test_the_upgrade_keeps_every_row_and_id_and_reuses_none_deleted_before_it",
+        _on_sqlite(
+            test_unique_ids.test_the_upgrade_keeps_every_row_and_id_and_reuses_none_deleted_before_it
+        ),
+        "assert new.sequence_number > 6",
+    ),
+    SourceMutation(
+        "an inbox prune deletes live claims too",
+        "dispatcher.queue.inbox:SqlInbox.prune",
+        (
+            (
+                "or_(c.lease_until.is_(None), c.lease_until < before)",
+                "or_(c.lease_until.is_(None), c.lease_until.is_not(None))",
+            ),
+        ),
+        "tests/queue/test_inbox_pruning.py::TestSqlInboxPruning::"
+        "test_a_live_claim_is_never_pruned_however_long_ago_it_was_taken",
+        _pruning("test_a_live_claim_is_never_pruned_however_long_ago_it_was_taken"),
+        "assert inbox.prune(now - DAY) == 0",
+    ),
+    SourceMutation(
+        "a running consumer prunes its inbox on every run, not at most once an interval",
+        "dispatcher.queue.inbox_pruning:InboxPruner.maybe_prune",
+        (("if self._last is not None and now - self._last < self.every:", "if False:"),),
+        "tests/queue/test_inbox_pruning.py::"
+        "test_a_running_consumer_prunes_its_inbox_at_most_once_an_hour",
+        _with_queue(
+            test_inbox_pruning.test_a_running_consumer_prunes_its_inbox_at_most_once_an_hour,
+            clock=True,
+        ),
+        'assert billing.handled("ancient")  # not due: it pruned less than an hour ago',
+    ),
+    SourceMutation(
+        "outbox maintain works on the table without the one-maintainer guard",
+        "outbox.app.maintenance:maintain",
+        (("one_maintainer(store, sql_url, clock) if _writes(opts) else ", ""),),
+        "tests/write_path/test_one_maintainer.py::"
+        "test_a_second_maintain_while_the_first_folds_skips_in_one_plain_line",
+        _with_monkeypatch(
+            test_one_maintainer.test_a_second_maintain_while_the_first_folds_skips_in_one_plain_line
+        ),
+        'assert not [m for m in said if "meanwhile" in m or "Snapshot Isolation" in m]',
     ),
 ]
 

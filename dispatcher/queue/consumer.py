@@ -12,7 +12,9 @@
   hung handler) is taken over. ``inbox=True`` (or a consumer name) is the SQL inbox
   (``inbox.SqlInbox``); any ``inbox.Inbox`` may be passed instead (``inbox_cosmos.CosmosInbox``).
   The lease (``inbox_lease``) defaults to the queue's lock duration, is renewed while the handler
-  runs, and is released when the handler fails. The guarantee per mode:
+  runs, and is released when the handler fails. Ids handled longer ago than ``inbox_retention``
+  are pruned by the consumer itself, at most hourly (``inbox_pruning``). The guarantee per
+  mode:
   - a handler that takes a ``Connection``, with the SQL inbox: claim, the handler's SQL work, the
     record and the completion commit in ONE transaction: either all happen or none do
     (exactly-once effect in this database; a concurrent duplicate waits for that transaction).
@@ -63,6 +65,7 @@ from dispatcher.queue import validation
 from dispatcher.queue.claimed import ClaimedReceive, default_owner
 from dispatcher.queue.consumer_options import DEFAULT_BACKOFF, ConsumerKeywords, ConsumerOptions
 from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
+from dispatcher.queue.inbox_pruning import InboxPruner
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
@@ -183,6 +186,16 @@ class Consumer:
             if self.inbox is not None
             else None
         )
+        self.pruner = (
+            InboxPruner(
+                self.inbox,
+                self.clock,
+                retention=opts.inbox_retention,
+                window=queue.duplicate_detection_window,
+            )
+            if self.inbox is not None
+            else None
+        )
         self.claimed = self._claimed(opts)
         self._stopping = threading.Event()
         self._unsettled = Unsettled()  # held (renewed) from their receive until each is settled
@@ -225,6 +238,8 @@ class Consumer:
         """
         if self._stopping.is_set():
             return 0
+        if self.pruner is not None:
+            self.pruner.maybe_prune()
         wanted = max_messages if max_messages is not None else self.max_messages
         batch = self.queue.receive(self.queue_name, validation.positive("max_messages", wanted))
         if not batch:

@@ -30,7 +30,9 @@ DEFAULT_BACKOFF = ExponentialBackoff()
 class ConsumerOptions:
     """``clock`` defaults to the queue's; ``inbox``: False, True (the SQL inbox named after the
     queue), a consumer name, or any ``Inbox``; ``inbox_lease`` defaults to the queue's lock
-    duration; ``max_messages`` (``run_once``'s batch) to at least ``concurrency``."""
+    duration; ``inbox_retention`` (seconds an id stays handled, at least the queue's
+    duplicate-detection window) to ``inbox_retention``'s default, a week; ``max_messages``
+    (``run_once``'s batch) to at least ``concurrency``."""
 
     clock: Clock | None = None
     inbox: bool | str | Inbox = False
@@ -46,6 +48,7 @@ class ConsumerOptions:
     look_again: float = 1.0
     max_messages: int | None = None
     inbox_lease: float | None = None
+    inbox_retention: float | None = None
 
 
 class ConsumerKeywords(TypedDict, total=False):
@@ -66,3 +69,4 @@ class ConsumerKeywords(TypedDict, total=False):
     look_again: float
     max_messages: int | None
     inbox_lease: float | None
+    inbox_retention: float | None

@@ -29,6 +29,10 @@ What each mode guarantees (``Consumer`` picks the mode):
   those cases.
 
 An inbox is keyed by a consumer name: two consumers of one queue keep separate records.
+
+Records do not pile up for ever (``inbox_pruning``): an id handled longer ago than the retention
+(``inbox_retention``) is deleted, with claims that were released or whose lease ended that long
+ago; a live claim never is.
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ log = logging.getLogger("outbox.queue.consumer")
 
 #: Looks at a row that keeps changing under a claim before giving up (retryable).
 _ATTEMPTS = 20
+#: Rows a prune deletes per transaction (SQLite holds its write lock for each).
+PRUNE_CHUNK = 1000
 
 
 class ClaimOutcome(StrEnum):
@@ -272,6 +278,35 @@ class SqlInbox:
             log.info("message %s was already handled; dropping the repeat", message_id)
             return False
         return True
+
+    def prune(
+        self, before: datetime, *, limit: int | None = None, every_consumer: bool = False
+    ) -> int:
+        """See ``inbox_pruning.PrunableInbox.prune``: ``PRUNE_CHUNK`` rows per write transaction.
+
+        The condition is on the ``DELETE`` itself, not only on the rows it picked: a released
+        claim taken again in between (PostgreSQL re-checks a changed row) stays."""
+        from sqlalchemy import and_, delete, or_, select, tuple_
+
+        from migrations.sql.tables import inbox
+
+        c = inbox.c
+        done = or_(
+            c.handled_at < before,
+            and_(c.handled_at.is_(None), or_(c.lease_until.is_(None), c.lease_until < before)),
+        )
+        where = [done] if every_consumer else [c.consumer == self.consumer, done]
+        deleted = 0
+        while limit is None or deleted < limit:
+            chunk = PRUNE_CHUNK if limit is None else min(PRUNE_CHUNK, limit - deleted)
+            picked = select(c.consumer, c.message_id).where(*where).limit(chunk)
+            with self.database.write("prune the inbox") as conn:
+                stmt = delete(inbox).where(tuple_(c.consumer, c.message_id).in_(picked), *where)
+                gone = int(conn.execute(stmt).rowcount)
+            deleted += gone
+            if gone < chunk:
+                break
+        return deleted
 
 
 class ClaimKeeper:

@@ -39,14 +39,20 @@ import json
 from datetime import datetime, timedelta
 from typing import Any
 
-from dispatcher.queue.inbox import ClaimOutcome, InboxClaim
+from dispatcher.queue.inbox import PRUNE_CHUNK, ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter
+from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
 from outbox.core.errors import QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 
 #: Reads of an item that keeps changing under one step before giving up (retryable).
 _ATTEMPTS = 20
+#: What ``prune`` deletes: handled before @before, or a claim released or ended before it.
+#: ISO 8601 UTC texts of one format order as their times do.
+_DONE = (
+    "(IS_STRING(c.handled_at) AND c.handled_at < @before) OR (NOT IS_STRING(c.handled_at) AND "
+    "(NOT IS_STRING(c.lease_until) OR c.lease_until < @before))"
+)
 
 
 def item_id(consumer: str, message_id: str) -> str:
@@ -63,8 +69,12 @@ class CosmosInbox(CosmosAdapter):
     (partition key ``/pk``, created by ``outbox migrate``). ``container`` is an azure-cosmos
     ``ContainerProxy``.
 
-    Records are never deleted by the framework; give the container a default time-to-live
-    (``defaultTtl``) longer than any redelivery or resend window if it should not grow forever.
+    ``prune`` (``outbox maintain``, and a running ``Consumer`` hourly) deletes what nothing
+    needs any more, by a query and a delete per item with ``If-Match: <etag>``: a claim taken
+    between the two keeps its item (HTTP 412). Not a time-to-live: an item's ``ttl`` needs the
+    container's ``defaultTtl`` set, which ``outbox migrate`` does not set on an existing
+    container, and the local Cosmos-protocol server the tests run on has no time-to-live, so
+    it could not be proven here.
     """
 
     unavailable = QueueUnavailableError
@@ -160,3 +170,44 @@ class CosmosInbox(CosmosAdapter):
             if self._amend(item, handled_at=handled_at, lease_until=None) is not None:
                 return True
         raise self._kept_moving("recording", message_id)
+
+    def prune(
+        self, before: datetime, *, limit: int | None = None, every_consumer: bool = False
+    ) -> int:
+        """See ``PrunableInbox.prune``: cross-partition queries of ``PRUNE_CHUNK`` items, then a
+        conditional delete per item (an item changed since the query is left for the next
+        prune)."""
+        where, params = f"({_DONE})", {"@before": utc(before).isoformat()}
+        if not every_consumer:
+            where += " AND c.consumer = @consumer"
+            params["@consumer"] = self.consumer
+        deleted = 0
+        while limit is None or deleted < limit:
+            chunk = PRUNE_CHUNK if limit is None else min(PRUNE_CHUNK, limit - deleted)
+            found = self._query(f"SELECT TOP {chunk} c.id, c._etag FROM c WHERE {where}", params)
+            gone = sum(self._delete(item) for item in found)
+            deleted += gone
+            if len(found) < chunk or gone == 0:
+                break
+        return deleted
+
+    def _delete(self, item: dict[str, Any]) -> bool:
+        """Delete ``item`` if it is as read; False when it changed or is gone."""
+        from azure.core import MatchConditions
+
+        try:
+            self._call(
+                "pruning the inbox",
+                lambda: self._container.delete_item(
+                    item["id"],
+                    partition_key=item["id"],
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                    **self._request,
+                ),
+            )
+        except self.failed as e:
+            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
+                return False
+            raise
+        return True

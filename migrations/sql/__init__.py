@@ -23,6 +23,9 @@ from outbox.core.sql import READ_ONLY, translate
 
 HERE = Path(__file__).resolve().parent
 VERSION_TABLE = "outbox_sql_version"
+#: ``Config.attributes`` key: the revision ``upgrade`` started from (None: a new database). A
+#: revision that must tell a database with a history from a new one reads it (0007).
+UPGRADING_FROM = "outbox_upgrading_from"
 
 
 @contextmanager
@@ -94,6 +97,7 @@ def upgrade(engine_or_url: Engine | str) -> list[str]:
         cfg = _config()
         with engine.connect() as conn, _quiet_alembic():
             cfg.attributes["connection"] = conn
+            cfg.attributes[UPGRADING_FROM] = before
             command.upgrade(cfg, "head")
             conn.commit()
         after = current_revision(engine)

@@ -26,6 +26,8 @@ from sqlalchemy import (
 )
 
 #: SQLite only auto-increments an ``INTEGER PRIMARY KEY``; PostgreSQL gets a 64-bit identity.
+#: Both never hand out a number twice: SQLite through ``AUTOINCREMENT`` (``sqlite_autoincrement``
+#: on the table, revision 0007), PostgreSQL's sequence by itself.
 SequenceNumber = BigInteger().with_variant(Integer(), "sqlite")
 
 NAME = 260  # Service Bus entity names are at most 260 characters
@@ -64,6 +66,8 @@ queue_messages = Table(
     Index("ix_outbox_queue_messages_session", "queue", "session_id", "sequence_number"),
     # Settling by a bare lock token.
     Index("ix_outbox_queue_messages_lock_token", "lock_token"),
+    # SQLite: a deleted newest row's number never comes back (0007, migrations.sql.ids)
+    sqlite_autoincrement=True,
 )
 
 dead_letters = Table(
@@ -91,6 +95,7 @@ dead_letters = Table(
     Index("ix_outbox_queue_dead_letters_at", "dead_lettered_at", "id"),
     Index("ix_outbox_queue_dead_letters_queue_at", "queue", "dead_lettered_at", "id"),
     Index("ix_outbox_queue_dead_letters_session", "queue", "session_id", "id"),
+    sqlite_autoincrement=True,  # as the messages' sequence numbers (0007)
 )
 
 duplicate_ids = Table(

@@ -13,11 +13,16 @@ margin) is refused with an error that says what to do instead.
 Log trimming (``outbox.delta.log``) keeps the ``_delta_log`` directory short, because deltalake
 lists all of it after every commit; it stops at the oldest version a rescuer still has to read.
 
+One ``outbox maintain`` works on a table at a time (``one_maintainer``): a second one started
+meanwhile says so in one line and skips the table's upkeep, instead of folding the same buckets
+and logging a commit conflict per bucket. ``forget_old_records`` is the SQL side of the upkeep:
+the queue's expired duplicate-detection ids and the consumer inboxes' old records.
+
 Why one module: ``outbox maintain`` and the writers' own upkeep (``AutoCompactor``,
 ``AutoLogTrimmer``) run the same steps under the same guards (the rescuer's needed version, the
-one-compactor rule, the maintenance lease on an object store); keeping the steps and both
-schedules together keeps those guards read in one place. The steps themselves live by role in
-``outbox.delta`` (fold, compaction, log, repair).
+one-compactor rule, the one-maintainer rule, the maintenance lease on an object store); keeping
+the steps and both schedules together keeps those guards read in one place. The steps themselves
+live by role in ``outbox.delta`` (fold, compaction, log, repair).
 """
 
 from __future__ import annotations
@@ -27,8 +32,8 @@ import math
 import os
 import threading
 import time
-from collections.abc import Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
@@ -36,12 +41,18 @@ from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 from outbox.app.lease import maintenance_lease
 from outbox.core.clock import Clock
 from outbox.core.durations import format_duration
-from outbox.core.errors import StoreError, VacuumRefusedError, WorkspaceError
+from outbox.core.errors import (
+    OutboxError,
+    QueueError,
+    StoreError,
+    VacuumRefusedError,
+    WorkspaceError,
+)
 from outbox.delta.compaction import compact, one_compactor, store_failure
 from outbox.delta.fold import FOLD_AT, fold_table
 from outbox.delta.log import trim_log
 from outbox.delta.log_check import CHECK_LIMIT, find_damaged_commit
-from outbox.delta.repair import find_duplicates, repair
+from outbox.delta.repair import DuplicateReport, find_duplicates, repair
 from outbox.delta.store import DeltaDocumentStore
 
 if TYPE_CHECKING:
@@ -54,6 +65,8 @@ VACUUM_MARGIN = timedelta(hours=1)
 #: How many commit files ``maintain`` checks before it works (the log trim reads old ones too,
 #: so all of a trimmed log; a rescuer's lag holds back the trim, so that is its whole feed).
 WHOLE_LOG_LIMIT = 10 * CHECK_LIMIT
+#: The lock file beside a local table's log that one ``outbox maintain`` holds while it works.
+MAINTAIN_LOCK = "_outbox_maintain.lock"
 
 
 def exclusive(
@@ -65,6 +78,34 @@ def exclusive(
     if store._log_dir is not None:
         return one_compactor(store)
     return maintenance_lease(sql_url, store.table_id, clock=clock)
+
+
+def one_maintainer(
+    store: DeltaDocumentStore, sql_url: str, clock: Clock
+) -> AbstractContextManager[str | None]:
+    """One ``outbox maintain`` of the table at a time, for all its steps: a file lock beside a
+    local table's log (not the compaction lock, which the compaction inside takes itself), the
+    maintenance lease for a table on an object store. Yields None when this process holds it,
+    else who does."""
+    if store._log_dir is None:
+        return maintenance_lease(sql_url, store.table_id, clock=clock)
+    return _lock_file(store._log_dir.parent / MAINTAIN_LOCK)
+
+
+@contextmanager
+def _lock_file(path: Any) -> Iterator[str | None]:
+    import fcntl
+
+    with open(path, "a+b") as f:  # the folder is writable: ``check_writable`` said so
+        try:
+            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield f"{path} is locked"
+            return
+        try:
+            yield None
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 @dataclass
@@ -245,25 +286,61 @@ def maintain(
     if damaged is not None:  # a checkpoint covers it, or the refresh above would have failed
         raise damaged.error(store.uri)
     duplicates = find_duplicates(store)
-    if duplicates.pairs and opts.repair and not opts.dry_run:
-        with exclusive(store, sql_url, clock) as held:
-            if held is None:
-                duplicates = repair(store, duplicates)
-            else:
-                log.warning("repair skipped: %s", held)
-    elif duplicates.pairs:
+    report.duplicates = duplicates.to_dict()
+    if duplicates.pairs and not (opts.repair and not opts.dry_run):
         log.warning(
             "%d document version(s) are held by two rows (e.g. %s): run `outbox maintain --repair`",
             duplicates.pairs,
             ", ".join(f"{i} v{v}" for i, v in duplicates.examples[:3]),
         )
-    report.duplicates = duplicates.to_dict()
+    with one_maintainer(store, sql_url, clock) if _writes(opts) else nullcontext() as held:
+        if held is None:
+            where = _Where(clock, sql_url, rescue_delay_seconds, storage_options, settings)
+            _upkeep(store, report, opts, duplicates, where)
+        else:
+            log.warning(
+                "another `outbox maintain` is working on %s right now (%s): this one skipped "
+                "the table's upkeep",
+                store.uri,
+                held,
+            )
+            report.folded = report.compacted = {"skipped": held}
+    report.version_after = store.refresh()
+    report.seconds = round(time.perf_counter() - start, 3)
+    return report
+
+
+@dataclass(frozen=True)
+class _Where:
+    """What ``maintain`` was told besides its options: where the rescuers' needs are read."""
+
+    clock: Clock
+    sql_url: str
+    rescue_delay_seconds: float
+    storage_options: Mapping[str, str] | None
+    settings: Settings | None
+
+
+def _upkeep(
+    store: DeltaDocumentStore,
+    report: MaintenanceReport,
+    opts: MaintenanceOptions,
+    duplicates: DuplicateReport,
+    where: _Where,
+) -> None:
+    """``maintain``'s steps that change the table, under ``one_maintainer``."""
+    clock, sql_url, settings = where.clock, where.sql_url, where.settings
+    # a remote table's guard is the maintenance lease itself, which this process now holds
+    remote = store._log_dir is None
+    if duplicates.pairs and opts.repair and not opts.dry_run:
+        with nullcontext() if remote else exclusive(store, sql_url, clock) as held:
+            if held is None:
+                report.duplicates = repair(store, duplicates).to_dict()
+            else:
+                log.warning("repair skipped: %s", held)
     if opts.do_compact:  # the fold first: it leaves fewer rows for the compaction to rewrite
         report.folded = fold_table(store, at=opts.fold_at).to_dict()
-        lease = None
-        if store._log_dir is None:  # an object store: one compactor at a time, by the lease
-            lease = exclusive(store, sql_url, clock)
-        report.compacted = compact(store, lease=lease)
+        report.compacted = compact(store, lease=nullcontext() if remote else None)
     if opts.do_checkpoint:
         checkpoint(store)
         report.checkpoint_written = True
@@ -274,7 +351,7 @@ def maintain(
         check_vacuum(
             store,
             retention=retention,
-            rescue_delay=timedelta(seconds=rescue_delay_seconds),
+            rescue_delay=timedelta(seconds=where.rescue_delay_seconds),
             needed_version=oldest_needed_version(
                 sql_url, store.uri, store.table_id, settings=settings
             ),
@@ -294,13 +371,44 @@ def maintain(
             clock=clock,
             sql_url=sql_url,
             retention_seconds=opts.log_retention_seconds,
-            storage_options=storage_options,
+            storage_options=where.storage_options,
             dry_run=opts.dry_run,
             settings=settings,
         )
-    report.version_after = store.refresh()
-    report.seconds = round(time.perf_counter() - start, 3)
-    return report
+
+
+def forget_old_records(settings: Settings, *, clock: Clock, dry_run: bool) -> dict[str, Any]:
+    """The SQL side of the upkeep: the queue's expired duplicate-detection ids, and every
+    consumer's inbox records older than ``inbox_retention`` (``PrunableInbox.prune``: a live
+    claim is never touched). A count is None when nothing was pruned: a dry run, no queue
+    database, or an inbox that cannot prune or be reached (logged)."""
+    from dispatcher.queue.inbox_pruning import PrunableInbox
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.wiring import Backends
+
+    out: dict[str, Any] = {
+        "expired_duplicate_ids_deleted": None,
+        "inbox_records_deleted": None,
+        "inbox_retention_seconds": settings.inbox_retention,
+    }
+    if dry_run:
+        return out
+    try:
+        with SqlQueue.from_settings(settings, clock=clock) as queue:
+            out["expired_duplicate_ids_deleted"] = queue.forget_expired_duplicates(limit=None)
+    except QueueError:  # no queue database (or not migrated): nothing to prune there
+        pass
+    try:
+        with Backends(settings, clock=clock) as backends:
+            inbox = backends.inbox("")
+            if isinstance(inbox, PrunableInbox):
+                before = clock.now() - timedelta(seconds=settings.inbox_retention)
+                out["inbox_records_deleted"] = inbox.prune(before, every_consumer=True)
+    except QueueError:  # the SQL inbox lives in the queue database: none, nothing to prune
+        pass
+    except OutboxError as e:
+        log.warning("pruning the inbox failed (the next `outbox maintain` tries again): %s", e)
+    return out
 
 
 def _writes(opts: MaintenanceOptions) -> bool:

@@ -49,6 +49,9 @@ BACKEND_SETTINGS = (
 
 MIN_RESCUE_DELAY = 15.0
 MAX_RESCUE_DELAY = 3600.0
+#: How long a consumer inbox keeps a handled id (``inbox_retention``): a week, as long as Service
+#: Bus's longest duplicate-detection window and far longer than the SQL queue's default.
+DEFAULT_INBOX_RETENTION = 7 * 24 * 3600.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +106,9 @@ class Settings:
     lock_duration: float = 30.0
     max_delivery_count: int = 10
     duplicate_detection_window: float = 600.0
+    # Consumer inboxes forget ids handled longer ago (outbox maintain, and each consumer):
+    # never shorter than duplicate_detection_window (docs/sql_queue.md, "Pruning the inbox").
+    inbox_retention: float = DEFAULT_INBOX_RETENTION
     compact_every: int = 100  # commits between automatic upkeep (compaction, log trim); 0: off
     log_retention: float = 900.0  # commit files younger than this are never trimmed
     group_commit: bool = True  # concurrent units of work in one process share a Delta commit
@@ -197,6 +203,14 @@ class Settings:
             raise bad("lock_duration", f"{self.lock_duration:g}s; must be in (0s, 5m]")
         if self.duplicate_detection_window < 20:
             raise bad("duplicate_detection_window", "must be at least 20s (as on Service Bus)")
+        if self.inbox_retention < self.duplicate_detection_window:
+            raise bad(
+                "inbox_retention",
+                f"{self.inbox_retention:g}s is shorter than duplicate_detection_window "
+                f"({self.duplicate_detection_window:g}s): the inbox drops the repeats the queue's "
+                "duplicate detection lets through, so it must remember an id at least as long; "
+                "e.g. 7d",
+            )
         if not 0 <= self.watermark_window <= 5:
             raise bad("watermark_window", f"{self.watermark_window:g}s is outside 0s..5s")
         if not 0 < self.claim_log_timeout <= 30:
@@ -373,6 +387,7 @@ _DURATIONS = {
     "rescue_interval",
     "lock_duration",
     "duplicate_detection_window",
+    "inbox_retention",
     "log_retention",
     "watermark_window",
     "claim_log_timeout",

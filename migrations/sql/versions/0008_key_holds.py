@@ -8,7 +8,7 @@ held in one process leave in commit order whichever process sends them (docs/dis
 "Order per ordering key").
 
 Revision ID: 0008_key_holds
-Revises: 0006_console
+Revises: 0007_unique_ids
 Create Date: 2026-11-28
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0008_key_holds"
-down_revision = "0006_console"
+down_revision = "0007_unique_ids"
 branch_labels = None
 depends_on = None
 

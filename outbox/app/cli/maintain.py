@@ -1,5 +1,5 @@
-"""``outbox maintain``: the table's upkeep (compaction, checkpoint, log trim, vacuum) and the
-queue's expired duplicate-detection ids."""
+"""``outbox maintain``: the table's upkeep (compaction, checkpoint, log trim, vacuum), the
+queue's expired duplicate-detection ids and the consumer inboxes' old records."""
 
 from __future__ import annotations
 
@@ -8,7 +8,6 @@ import click
 from outbox.app.cli.output import emit_json, print_kv, snake_keys
 from outbox.app.cli.support import DURATION, CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
-from outbox.core.settings import Settings
 
 
 @click.command()
@@ -54,16 +53,18 @@ def maintain(
 ) -> None:
     """Fold superseded versions, compact small files, write a checkpoint, trim the Delta log
     and (optionally) vacuum, never deleting history the rescuer still needs; report (and with
-    --repair, repair) document versions held by two rows."""
-    from outbox.app.maintenance import MaintenanceOptions
+    --repair, repair) document versions held by two rows; prune the queue's expired
+    duplicate-detection ids and inbox records older than inbox_retention."""
+    from outbox.app.maintenance import MaintenanceOptions, forget_old_records
     from outbox.app.maintenance import maintain as run
     from outbox.delta.store import DeltaDocumentStore
 
     settings = cli.settings()
     store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+    clock = SystemClock()
     report = run(
         store,
-        clock=SystemClock(),
+        clock=clock,
         sql_url=settings.sql_url,
         rescue_delay_seconds=settings.rescue_delay,
         storage_options=settings.storage_options,
@@ -78,23 +79,11 @@ def maintain(
         ),
     )
     result = snake_keys(report.to_dict(), "compacted")
-    result["expired_duplicate_ids_deleted"] = None if dry_run else _forget_duplicates(settings)
+    result.update(forget_old_records(settings, clock=clock, dry_run=dry_run))
     if as_json:
         emit_json(result)
     else:
         print_kv("maintenance", result.items())
-
-
-def _forget_duplicates(settings: Settings) -> int | None:
-    """Prune the queue's expired duplicate-detection ids (None: no queue database to prune)."""
-    from dispatcher.queue.sql_queue import SqlQueue
-    from outbox.core.errors import QueueError
-
-    try:
-        with SqlQueue.from_settings(settings) as queue:
-            return queue.forget_expired_duplicates(limit=None)
-    except QueueError:
-        return None
 
 
 def register(group: click.Group) -> None:
