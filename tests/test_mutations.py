@@ -360,6 +360,8 @@ MUTATIONS = [
         "test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size",
         _plain(test_key_order.test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size),
         "assert t.calls == 1, coalesce",
+    ),
+    SourceMutation(
         "the SQLite queue tables are recreated without AUTOINCREMENT (a deleted newest id returns)",
         "migrations.sql.ids:never_reuse",
         (('{"sqlite_autoincrement": True}', '{"sqlite_autoincrement": False}'),),
