@@ -3,8 +3,10 @@ of ``docs`` documents, with what runs beside it in production, sampled as it goe
 
 The writer is this process: ``Outbox.open`` with the SQL transport (SQLite, immediate dispatch),
 each unit of work creating 100 new documents with one message each, back to back for
-``minutes``. Beside it: a consumer process draining the queue (receive and complete, 100 at a
-time) and, on a local table, ``outbox rescue --every 30s`` as its own process. A local table's
+``minutes``. The ids are random, as a device's or an order's often are: no file's id range rules
+a new id out, so the save's re-check reads every file of the buckets it touches. Beside it: a
+consumer process draining the queue (receive and complete, 100 at a time) and, on a local table,
+``outbox rescue --every 30s`` as its own process. A local table's
 upkeep is the writers' own (``compact_every`` 100: fold, compaction, log trim); on an object
 store writers do not compact, so the loop runs ``outbox maintain`` every ``MAINTAIN_EVERY``
 versions, as docs/object-storage.md schedules it.
@@ -28,6 +30,7 @@ import subprocess
 import sys
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -303,7 +306,7 @@ def run_writer(
             t0 = time.monotonic()
             with ob.unit_of_work() as uow:
                 for i in range(DOCS_PER_UNIT):
-                    doc = uow.create(f"dev-{units:07d}-{i:03d}", type="Device", state={"n": i})
+                    doc = uow.create(f"dev-{uuid.uuid4().hex}", type="Device", state={"n": i})
                     doc.send("Created", {"n": i})
             commits[-1] = (*commits[-1][:2], time.monotonic() - t0)
             units += 1
