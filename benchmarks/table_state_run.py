@@ -6,10 +6,10 @@ each unit of work creating 100 new documents with one message each, back to back
 ``minutes``. The ids are random, as a device's or an order's often are: no file's id range rules
 a new id out, so the save's re-check reads every file of the buckets it touches. Beside it: a
 consumer process draining the queue (receive and complete, 100 at a time) and, on a local table,
-``outbox rescue --every 30s`` as its own process. A local table's
-upkeep is the writers' own (``compact_every`` 100: fold, compaction, log trim); on an object
-store writers do not compact, so the loop runs ``outbox maintain`` every ``MAINTAIN_EVERY``
-versions, as docs/object-storage.md schedules it.
+``outbox rescue --every 30s`` as its own process. A local table's upkeep is the writers' own
+(``compact_every`` 100: fold, compaction, log trim); on an object store writers do not compact,
+so the loop runs ``outbox maintain`` every ``MAINTAIN_EVERY`` versions, as
+docs/object-storage.md schedules it.
 
 Per commit: the store's ``save`` (refresh, re-check, append: the commit) and the whole unit of
 work (its ``with`` block, dispatch and upkeep included). Every ``sample_s``, from a thread: the
