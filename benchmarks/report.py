@@ -27,6 +27,7 @@ from benchmarks import (
     report_doc_table,
     report_kafka,
     report_object_store,
+    report_table_state,
 )
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
 
@@ -142,6 +143,7 @@ def readme_performance() -> str:
     )
     rows += report_doc_table.readme_rows()
     rows += report_object_store.readme_rows()
+    rows.append(report_table_state.readme_row())
     cases = [d["cases"][f"{k}_docs_coalesced"] for k in (1, 100, 1000)]
     rows.append(
         [
@@ -644,6 +646,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_kafka.RENDERERS,
     **report_devices.RENDERERS,
     **report_console.RENDERERS,
+    **report_table_state.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

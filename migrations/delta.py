@@ -64,12 +64,12 @@ def ensure_table(
         if (meta.configuration or {}).get(S.CDF_PROPERTY, "").lower() != "true":
             dt.alter.set_table_properties({S.CDF_PROPERTY: "true"})
             done.append(f"enabled the change data feed on {uri}")
-        if S.TXN_RETENTION_PROPERTY not in (meta.configuration or {}):
-            dt.alter.set_table_properties({S.TXN_RETENTION_PROPERTY: S.TXN_RETENTION})
-            done.append(
-                f"set {S.TXN_RETENTION_PROPERTY} = {S.TXN_RETENTION!r} on {uri} (saves record "
-                "an application transaction per document; this bounds how long they are kept)"
-            )
+        missing = {
+            k: v for k, v in S.STATE_PROPERTIES.items() if k not in (meta.configuration or {})
+        }
+        if missing:
+            dt.alter.set_table_properties(missing)
+            done += [f"set {k} = {v!r} on {uri} ({_WHY[k]})" for k, v in missing.items()]
         if S.is_legacy(pa.schema(dt.schema().to_arrow())):
             _add_incarnation(dt)
             done.append(
@@ -93,6 +93,17 @@ def ensure_table(
     except (DeltaError, OSError, ValueError) as e:
         raise StoreError(f"upgrading the Delta table at {uri} failed: {_first_line(e)}") from e
     return done
+
+
+#: What ``ensure_table`` says when it sets a state property (docs/delta.md, "What the table's
+#: state holds").
+_WHY = {
+    S.TXN_RETENTION_PROPERTY: "without it no checkpoint drops an application transaction; the "
+    "saves' own are written expired, so it bounds only other writers'",
+    S.TOMBSTONE_RETENTION_PROPERTY: "how long a removed file's tombstone stays in the "
+    "checkpoints; the log trim deletes removed files, so a vacuum of your own should be "
+    "`outbox maintain`",
+}
 
 
 def _first_line(e: BaseException) -> str:

@@ -41,7 +41,12 @@ from tests.dispatcher import test_key_order
 from tests.mqtt import test_places
 from tests.queue import test_inbox_pruning, test_unique_ids
 from tests.rescuer import test_contract
-from tests.write_path import test_one_maintainer, test_save_guards, test_versions
+from tests.write_path import (
+    test_one_maintainer,
+    test_save_guards,
+    test_table_state,
+    test_versions,
+)
 from tests.write_path.conftest import bare_outbox
 
 #: Compile the recompiled function as its module was compiled (postponed annotations).
@@ -224,6 +229,37 @@ MUTATIONS = [
         "test_two_saves_of_one_document_from_one_snapshot_one_wins",
         _in_workspace(test_versions.test_two_saves_of_one_document_from_one_snapshot_one_wins),
         'assert sorted(type(e).__name__ for e in errors) == ["ConcurrencyError", "NoneType"]',
+    ),
+    SourceMutation(
+        "a save's application transactions carry the time of the save (a day in every checkpoint)",
+        "outbox.delta.appends:append",
+        (("last_updated=EXPIRED_MS", "last_updated=int(datetime.now().timestamp() * 1000)"),),
+        "tests/write_path/test_table_state.py::"
+        "test_a_checkpoint_holds_no_transaction_of_a_save_however_many",
+        _with_outbox(
+            test_table_state.test_a_checkpoint_holds_no_transaction_of_a_save_however_many
+        ),
+        'assert [t["appId"] for t in txns if t["appId"].startswith(TXN_PREFIX)] == []',
+    ),
+    SourceMutation(
+        "a save racing another save of its document commits without the transactions",
+        "outbox.delta.store:DeltaDocumentStore._append_documents",
+        (("documents=[(w.row.id, w.row.version) for w in writes],", "documents=[],"),),
+        "tests/write_path/test_table_state.py::"
+        "test_a_save_racing_another_save_of_its_document_loses_across_a_checkpoint",
+        _in_workspace(
+            test_table_state.test_a_save_racing_another_save_of_its_document_loses_across_a_checkpoint
+        ),
+        'with pytest.raises(ConcurrencyError, match="was changed since it was read"):',
+    ),
+    SourceMutation(
+        "the table is created with Delta's week of tombstones",
+        "outbox.delta.table:create_table",
+        (("**S.STATE_PROPERTIES", "S.TXN_RETENTION_PROPERTY: S.TXN_RETENTION"),),
+        "tests/write_path/test_table_state.py::"
+        "test_a_tombstone_older_than_a_minute_leaves_the_checkpoint",
+        _in_workspace(test_table_state.test_a_tombstone_older_than_a_minute_leaves_the_checkpoint),
+        'assert kept == ["bucket=0/young.parquet"]',
     ),
     SourceMutation(
         "a save that claims the current snapshot skips the check of its expected version",

@@ -28,11 +28,16 @@ document's watermark as the highest over its life's rows, so a mark row needs no
 own, never conflicts with anything (it only raises), and rides in a save's append for free. The
 fold (``outbox.delta.fold``) folds mark rows into the document's row.
 
-The application transactions stay in the table's state for ``schema.TXN_RETENTION`` (the Delta
-table property ``delta.setTransactionRetentionDuration``, set at creation and by ``outbox
-migrate``);
-only commits after a snapshot are checked, so any retention is safe, and a shorter one keeps the
-checkpoints small (1,000,000 app ids made a 21 MB checkpoint).
+The application transactions never enter the table's state. The conflict above comes only from
+the commits after a save's snapshot, whose files delta-rs reads back to compare their app ids with
+the save's own (``check_for_updated_application_transaction_ids_that_current_txn_depends_on``); no
+reader here asks the snapshot for an app id's version. So each transaction carries ``lastUpdated``
+0 (``EXPIRED_MS``): every checkpoint leaves it out as older than
+``delta.setTransactionRetentionDuration`` (``schema.TXN_RETENTION``, which the table keeps at a
+day for other writers' idempotent streams), and a checkpoint's size and a table's open time no
+longer follow the documents saved within the retention (docs/delta.md, "What the table's state
+holds"). The log trim bounds how long the commits themselves stay, always longer than a save's
+race (its refresh, re-check and append).
 """
 
 from __future__ import annotations
@@ -49,6 +54,9 @@ from outbox.delta.versions import MARK_VERSION
 
 #: The app id prefix of a save's per-document application transactions.
 TXN_PREFIX = "outbox:doc:"
+#: Their ``lastUpdated``: the epoch, so no checkpoint keeps them (the module docstring says why
+#: that is safe). Any retention shorter than 56 years expires them.
+EXPIRED_MS = 0
 #: ``commitInfo`` metadata naming what an outbox commit did (``outbox.delta.log`` readers).
 OPERATION_KEY = "outbox.operation"
 
@@ -89,13 +97,13 @@ def append(
     *,
     operation: str,
     documents: Iterable[tuple[str, int]] = (),
-    now_ms: int,
 ) -> None:
     """Append ``rows`` in one commit, with an application transaction per saved document
-    (id, new version). Raises what deltalake raises (the store translates it)."""
+    (id, new version), born expired (``EXPIRED_MS``). Raises what deltalake raises (the store
+    translates it)."""
     from deltalake import CommitProperties, Transaction, write_deltalake
 
-    txns = [Transaction(TXN_PREFIX + d, v, last_updated=now_ms) for d, v in documents]
+    txns = [Transaction(TXN_PREFIX + d, v, last_updated=EXPIRED_MS) for d, v in documents]
     write_deltalake(
         dt,
         rows,

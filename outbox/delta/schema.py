@@ -33,10 +33,25 @@ from outbox.core.model import DocumentRow, OutboxMessage, encode_headers
 #: ``outbox migrate`` upgrades it by recording 2 (metadata only).
 SCHEMA_VERSION = 2
 CDF_PROPERTY = "delta.enableChangeDataFeed"
-#: How long a save's per-document application transactions stay in the table's state
-#: (``outbox.delta.appends``); a table that already sets it keeps its own value.
+#: How long an application transaction stays in the table's state. A save's own are written
+#: already expired (``outbox.delta.appends``), so this day is for other writers' idempotent
+#: streams (Spark's ``txnAppId``); what matters here is that it is set: without it no checkpoint
+#: drops any. A table that already sets it keeps its own value.
 TXN_RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
 TXN_RETENTION = "interval 1 days"
+#: How long a removed file's tombstone stays in the checkpoints (Delta's default is a week). Every
+#: file a save appends is removed again by the fold or compaction, so a week of tombstones grows
+#: with the commit rate (16 a commit); nothing here reads them (the log trim deletes removed
+#: files from the commits, ``outbox.delta.log``), and a vacuum run outside the framework takes
+#: this as its default retention (docs/delta.md, "What the table's state holds").
+TOMBSTONE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
+TOMBSTONE_RETENTION = "interval 1 minutes"
+#: The table properties that bound the table's state, set at creation and by ``outbox migrate``
+#: when absent.
+STATE_PROPERTIES = {
+    TXN_RETENTION_PROPERTY: TXN_RETENTION,
+    TOMBSTONE_RETENTION_PROPERTY: TOMBSTONE_RETENTION,
+}
 SCHEMA_VERSION_KEY = "schemaVersion"
 BUCKETS_KEY = "buckets"
 TABLE_ID_KEY = "tableId"

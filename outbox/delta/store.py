@@ -392,7 +392,6 @@ class DeltaDocumentStore:
             rows,
             operation="save",
             documents=[(w.row.id, w.row.version) for w in writes],
-            now_ms=int(self._clock.now().timestamp() * 1000),
         )
 
     def _recheck(self, tickets: list[Ticket]) -> list[Ticket]:
@@ -477,7 +476,6 @@ class DeltaDocumentStore:
                     self._dt,
                     appends.mark_rows(rows, self.bucket, self._clock.now()),
                     operation="watermark",
-                    now_ms=int(self._clock.now().timestamp() * 1000),
                 )
             except Exception as e:
                 if commit_failed(e):  # an append conflicts only with a metadata change

@@ -143,7 +143,7 @@ def create_table(
         mode="ignore",
         name="outbox_documents",
         description=S.describe_table(S.SCHEMA_VERSION, buckets, table_id or str(uuid.uuid4())),
-        configuration={S.CDF_PROPERTY: "true", S.TXN_RETENTION_PROPERTY: S.TXN_RETENTION},
+        configuration={S.CDF_PROPERTY: "true", **S.STATE_PROPERTIES},
         storage_options=dict(storage_options or {}) or None,
     )
     return True

@@ -74,6 +74,18 @@ def _console_report_renders(data: dict[str, Any]) -> None:
     assert "console sample" in block
 
 
+def _table_state_report_renders(data: dict[str, Any]) -> None:
+    """benchmarks/report_table_state.py renders docs/delta.md's blocks and the README's row from
+    what the benchmark writes (the committed table_state.json comes from a full run)."""
+    from benchmarks import report_table_state as r
+
+    assert "| **a transaction per document, born expired (chosen)** |" in r.candidates(data)
+    assert "transactions born expired" in r.day(data)
+    assert "| local, from 2,000 documents" in r.runs(data)
+    assert "| local |" in r.disk(data)
+    assert "checkpoint" in r.readme_row(data)[1]
+
+
 def _keys(*names: str) -> frozenset[str]:
     return frozenset(names)
 
@@ -147,6 +159,11 @@ SMOKES: dict[str, Smoke] = {
     "sql_queue": Smoke(
         _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
         needs="postgres",
+    ),
+    "table_state": Smoke(
+        _keys("kind", "log_retention_s", "candidates", "day", "local", "azure"),
+        needs="objectstore",
+        check=_table_state_report_renders,
     ),
     "telemetry": Smoke(
         _keys("cases", "slowdown_percent", "goal_slowdown_percent", "headline", "wall_s")

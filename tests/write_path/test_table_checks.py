@@ -44,8 +44,11 @@ def test_migrate_turns_the_feed_on_for_an_existing_document_table(tmp_path: Path
     assert done == [
         f"enabled the change data feed on {tmp_path / 't'}",
         "set delta.setTransactionRetentionDuration = 'interval 1 days' on "
-        f"{tmp_path / 't'} (saves record an application transaction per document; this bounds "
-        "how long they are kept)",
+        f"{tmp_path / 't'} (without it no checkpoint drops an application transaction; the "
+        "saves' own are written expired, so it bounds only other writers')",
+        "set delta.deletedFileRetentionDuration = 'interval 1 minutes' on "
+        f"{tmp_path / 't'} (how long a removed file's tombstone stays in the checkpoints; the "
+        "log trim deletes removed files, so a vacuum of your own should be `outbox maintain`)",
         f"recorded outbox schema version 2 on {tmp_path / 't'} (saves append a row per document "
         "version from now on; the rows already there read the same)",
     ]
