@@ -139,10 +139,10 @@ def test_the_upgrade_keeps_every_row_and_id_and_reuses_none_deleted_before_it(
         assert kept_m == [("m1", 1), ("m2", 2)]
         assert kept_d == [(1, 4), (2, 5)]
         applied = upgrade(engine)
-        assert applied == [
+        assert applied[0] == (
             "sql schema: applied 0007_unique_ids (Sequence numbers and dead letter ids are "
             "never reused.)"
-        ]
+        )
         with engine.connect() as conn:
             assert sorted(conn.execute(select(M.c.message_id, M.c.sequence_number)).all()) == (
                 kept_m
