@@ -18,6 +18,10 @@ CHILD: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         "dispatcher.keys:KeyOrder.blocking",
         (("and (seq <= gate.last_seq or len(line) == 1):", ":"),),
     ),
+    "nothing-closed-at-exit": (
+        "outbox.core.shutdown:close_at_exit",
+        (("_AT_EXIT.add(obj)", "pass"),),
+    ),
 }
 
 
