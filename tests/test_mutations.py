@@ -16,10 +16,8 @@ The end-to-end checker's broken builds are another set (``outbox.testing.mutatio
 from __future__ import annotations
 
 import importlib
-import inspect
 import linecache
 import logging
-import textwrap
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +37,7 @@ from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
 from tests.dispatcher import test_key_order
 from tests.mqtt import test_places
+from tests.mutate import CHILD, mutated
 from tests.queue import test_inbox_pruning, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
@@ -48,9 +47,6 @@ from tests.write_path import (
     test_versions,
 )
 from tests.write_path.conftest import bare_outbox
-
-#: Compile the recompiled function as its module was compiled (postponed annotations).
-_ANNOTATIONS_FLAG: int = importlib.import_module("__future__").annotations.compiler_flag
 
 
 def _with_outbox(test: Callable[[Any], None]) -> Callable[[Path], None]:
@@ -362,8 +358,7 @@ MUTATIONS = [
     ),
     SourceMutation(
         "the gate lets its document's later messages through, ahead of documents held behind it",
-        "dispatcher.keys:KeyOrder.blocking",
-        (("and (seq <= gate.last_seq or len(line) == 1):", ":"),),
+        *CHILD["gate-lets-its-document-through"],
         "tests/dispatcher/test_key_order.py::"
         "test_the_gates_own_later_message_waits_behind_documents_held_before_it",
         _plain(
@@ -457,34 +452,6 @@ MUTATIONS = [
 ]
 
 
-def _mutated(target: str, edits: tuple[tuple[str, str], ...]) -> tuple[Any, str, Any]:
-    """(class or module, attribute, the function recompiled from its source with ``edits``
-    applied)."""
-    module_name, _, qualname = target.partition(":")
-    *owner_path, attr = qualname.split(".")
-    module = importlib.import_module(module_name)
-    cls: Any = module
-    for name in owner_path:
-        cls = getattr(cls, name)
-    original = inspect.unwrap(getattr(cls, attr))
-    lines, first = inspect.getsourcelines(original)
-    source = textwrap.dedent("".join(lines))
-    for old, new in edits:
-        count = source.count(old)
-        assert count == 1, f"{target}: {old!r} is in its source {count} times, not once"
-        source = source.replace(old, new)
-    code = compile(
-        "\n" * (first - 1) + source,  # tracebacks keep the real line numbers
-        inspect.getsourcefile(original) or module_name,
-        "exec",
-        flags=_ANNOTATIONS_FLAG,
-        dont_inherit=True,
-    )
-    defined: dict[str, Any] = {}
-    exec(code, vars(module), defined)  # the module's globals, as the original sees them
-    return cls, attr, defined[original.__name__]
-
-
 def _failing_source_line(error: BaseException, owner: Callable[..., Any]) -> str:
     """The owner's source line the failure was raised from (its innermost frame there)."""
     code = getattr(owner, "__code__", None)
@@ -509,7 +476,7 @@ def test_the_owning_test_catches_the_source_mutation(
 ) -> None:
     owner = _owner_function(m)
     m.run_owner(tmp_path / "intact")  # the owner passes on the intact code
-    cls, attr, broken = _mutated(m.target, m.edits)
+    cls, attr, broken = mutated(m.target, m.edits)
     monkeypatch.setattr(cls, attr, broken)
     with pytest.raises((AssertionError, pytest.fail.Exception)) as caught:
         m.run_owner(tmp_path / "mutated")
@@ -524,7 +491,7 @@ def test_the_recompiled_function_is_the_original_when_nothing_is_edited(
 ) -> None:
     """The mechanism itself: recompiled without an edit, every owner still passes."""
     for m in MUTATIONS:
-        cls, attr, same = _mutated(m.target, ())
+        cls, attr, same = mutated(m.target, ())
         with monkeypatch.context() as patch:
             patch.setattr(cls, attr, same)
             m.run_owner(tmp_path / m.name.replace(" ", "-"))

@@ -39,6 +39,7 @@ from dispatcher.kafka import topics as kafka_topics
 from dispatcher.kafka.config import KafkaConfig, load_client
 from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.queue.inbox import Inbox
+from dispatcher.queue.inbox_pruning import InboxPruner
 from dispatcher.transports.base import TransportMessage
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import Clock, SystemClock
@@ -107,6 +108,9 @@ class KafkaConsumerOptions:
     batch_size: int = 500
     #: the inbox claim's lease, seconds
     lease: float = 300.0
+    #: how long a handled id stays in the inbox (``inbox_retention``; default a week); the
+    #: consumer deletes older ones itself, at most once an hour by its clock
+    inbox_retention: float | None = None
 
 
 class KafkaConsumer:
@@ -140,8 +144,13 @@ class KafkaConsumer:
         self.handler = handler
         self.options = opts
         self.inbox = opts.inbox
-        self.lease = timedelta(seconds=opts.lease)
         self.clock = clock or SystemClock()
+        self.pruner = (
+            None
+            if opts.inbox is None
+            else InboxPruner(opts.inbox, self.clock, retention=opts.inbox_retention)
+        )
+        self.lease = timedelta(seconds=opts.lease)
         self.owner = f"{group}/{uuid.uuid4().hex[:12]}"
         self._where = self.config.describe()
         self._ck = load_client()
@@ -205,6 +214,8 @@ class KafkaConsumer:
                     self._ck.TopicPartition(record.topic(), record.partition(), record.offset())
                 )
                 self._pause_if_waiting(tp)
+        if self.pruner is not None:
+            self.pruner.maybe_prune()
         if done:
             try:
                 self.consumer.commit(

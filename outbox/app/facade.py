@@ -2,7 +2,9 @@
 
 ``Outbox.open`` resolves settings (arguments > ``OUTBOX_*`` > settings file > defaults), turns
 them into backends (``outbox.wiring.Backends``), opens the Delta document store and wires the
-dispatcher (immediate or deferred) behind every commit.
+dispatcher (immediate or deferred) behind every commit. Use it as ``with Outbox.open(...) as
+ob:``; an outbox still open when the program ends is closed before the interpreter shuts down
+(``outbox.core.shutdown``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import ClosedError, ConfigurationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
+from outbox.core.shutdown import close_at_exit
 from outbox.delta.store import DeltaDocumentStore
 from outbox.unit_of_work import UnitOfWork
 from outbox.wiring import Backends
@@ -92,6 +95,7 @@ class Outbox:
             backends.close()
             raise
         ob = cls(settings, store, clock=clock)
+        close_at_exit(ob)  # its threads stop before the interpreter finalizes
         ob._backends = backends
         ob._closeables.append(backends)  # closed last: after the runtime that uses them
         ob._wire_dispatch(backends)

@@ -259,3 +259,27 @@ def test_outbox_dead_letters_lists_shows_and_requeues_a_dead_letter_topic_and_re
     assert unknown.returncode != 0
     assert "has no topic 'nope.dlt'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
+
+
+def test_the_consumer_prunes_its_inbox_of_ids_handled_longer_ago_than_the_retention(
+    kafka: KafkaBroker, topic: str, queue: SqlQueue
+) -> None:
+    """Issue 42: the Kafka consumer's inbox gained a row per handled message for ever. It now
+    deletes ids handled longer ago than ``inbox_retention`` itself, at most once an hour."""
+    from datetime import timedelta
+
+    group = f"g-{uuid.uuid4().hex[:6]}"
+    clock = ManualClock()
+    inbox = SqlInbox(queue.database, group)
+    send(kafka, topic, ["old1", "old2"])
+    c = consumer(kafka, topic, lambda m: None, group=group, inbox=inbox, clock=clock)
+    drain(c, 2)
+    assert inbox.handled("old1")
+    clock.advance(timedelta(days=8).total_seconds())
+    send(kafka, topic, ["new"])
+    drain(c, 1)
+    c.close()
+    assert not inbox.handled("old1")  # a week and a day ago: gone
+    assert inbox.handled("new")
+    assert c.pruner is not None
+    assert c.pruner.pruned == 2

@@ -14,7 +14,11 @@ from dispatcher.kafka.mapping import record_of
 from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.transports.base import Transport, TransportMessage
 from outbox.core.clock import ManualClock
-from outbox.core.errors import PermanentTransportError, RetryableTransportError
+from outbox.core.errors import (
+    PermanentTransportError,
+    RetryableTransportError,
+    TransportUnavailableError,
+)
 from outbox.testing.contracts.transport import DEST, TransportContract
 from outbox.testing.kafka import PASSWORD, USER, KafkaBroker, end_offsets, read_records
 
@@ -165,3 +169,6 @@ def test_an_unreachable_broker_fails_the_send_retryably_within_the_send_timeout(
         t.send([_msg(1, "anything")])
     assert err.value.message_id == "m1"
     assert "stay pending" in (err.value.hint or "")
+    # the brokers, not the message: a dispatch sends nothing more there (one timeout, not one
+    # per document; docs/dispatcher.md)
+    assert isinstance(err.value, TransportUnavailableError)

@@ -30,6 +30,7 @@ from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import ClosedError, CommitConflictError, StoreError, ValidationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
+from outbox.core.shutdown import close_at_exit
 from outbox.delta.store import DeltaDocumentStore
 from outbox.delta.versions import MARK_VERSION
 from outbox.wiring import Backends
@@ -98,6 +99,7 @@ class SparkOutbox:
         self.runtime = DispatcherRuntime(self.store, settings, self.backends, clock=self.clock)
         self._options = hadoop_options(settings.storage_options)
         self._closed = False
+        close_at_exit(self)  # its threads stop before the interpreter finalizes
         #: MERGE attempts lost to a concurrent writer's commit and retried (all applies).
         self.commit_retries = 0
         #: A crash-point spec armed in every executor's partition (the fault proofs; point
