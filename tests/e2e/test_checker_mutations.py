@@ -180,12 +180,16 @@ def test_ids_without_the_incarnation_lose_the_re_created_documents_messages(
     tmp_path: Path,
 ) -> None:
     """The delete-and-re-create step: with ids from (table, id, seq) alone, the re-created
-    document's messages carry the deleted one's ids (a dedup broker drops them)."""
+    document's messages carry the deleted one's ids (a dedup broker drops them).
+
+    The step runs whether or not the 8 s drain before it finished (issue 42: on a loaded
+    machine it did not, and the step used to be skipped), and both invariants are read from
+    the table's feed, so neither needs the second drain to deliver anything."""
     report = _run("ids-ignore-incarnation", tmp_path)
+    assert report.faults["external delete and re-create of a dispatched document"], report.summary()
     assert not report.ok
     assert "I6 idempotence" in _broken(report), report.summary()
     assert "I1 no loss" in _broken(report), report.summary()
-    assert "external delete and re-create of a dispatched document" in report.faults
 
 
 @pytest.mark.slow

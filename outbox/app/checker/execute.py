@@ -165,23 +165,29 @@ def drain(run: Run, timeout: float) -> None:
     deadline = time.monotonic() + timeout
     quiet = 0
     while time.monotonic() < deadline:
-        run.children.reap(restart_writers=False)
-        _kills(run, run.elapsed(), writers_done=True)
-        run_rescue_pass(run.rescuer, run.report)
-        pending = run.store.scan_pending(columns=["id"]).num_rows
-        stats = run.queue.stats().get(run.command_queue)
-        in_queue = stats.total if stats is not None else 0
-        dead = stats.dead_lettered if stats is not None else 0
-        idle = pending == 0 and in_queue == 0
-        _late_workers(run, idle=idle)
-        settled = not run.kills_due and all(w.started for w in run.children.workers)
-        quiet = quiet + 1 if idle and settled else 0
+        quiet = quiet + 1 if drain_step(run) else 0
         if quiet >= 2:
             run.report.drained = True
             return
-        if pending and not in_queue and dead:
-            run.report.dead_lettered += run.queue.requeue(all=True)  # as an operator would
         time.sleep(PASS_EVERY)
+
+
+def drain_step(run: Run) -> bool:
+    """One step of the drain: reap and restart, land the kills still due, one rescue pass, start
+    late workers, requeue dead letters as an operator would. True when the seed is idle (nothing
+    pending, the command queue empty) and settled (every kill landed, every worker started)."""
+    run.children.reap(restart_writers=False)
+    _kills(run, run.elapsed(), writers_done=True)
+    run_rescue_pass(run.rescuer, run.report)
+    pending = run.store.scan_pending(columns=["id"]).num_rows
+    stats = run.queue.stats().get(run.command_queue)
+    in_queue = stats.total if stats is not None else 0
+    dead = stats.dead_lettered if stats is not None else 0
+    idle = pending == 0 and in_queue == 0
+    _late_workers(run, idle=idle)
+    if pending and not in_queue and dead:
+        run.report.dead_lettered += run.queue.requeue(all=True)  # as an operator would
+    return idle and not run.kills_due and all(w.started for w in run.children.workers)
 
 
 def worker_child(index: int, base: dict[str, Any], seed: int, crash: str, root: Path) -> Child:

@@ -129,8 +129,9 @@ def run_check(
             run.children.start(child)
         write_phase(run)
         drain(run, opts.drain_timeout)
-        if run.report.drained:
-            delete_and_recreate(run, broken)
+        drained = run.report.drained
+        delete_and_recreate(run, broken)  # whether or not the drain finished: it must fire
+        if drained:  # a seed whose first drain timed out has failed; no second timeout to wait
             drain(run, opts.drain_timeout)
         run.children.stop()
         from outbox.app.checker.verify import verify
