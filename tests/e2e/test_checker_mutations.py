@@ -90,7 +90,7 @@ def test_the_checker_runs_the_production_rescuer(tmp_path: Path) -> None:
     records what it accepted, the sink may die mid-pass, the clock runs ahead."""
     from dispatcher.queue.sql_queue import SqlQueue
     from outbox.app.checker.backends import seed_database
-    from outbox.app.checker.rescue import FlakySink, OffsetClock, RecordingQueue
+    from outbox.app.checker.rescue import FlakySink, PassClock, RecordingQueue
     from outbox.app.checker.run import _prepare
     from outbox.app.checker.scenario import Scenario
     from rescuer.cdf_local import LocalEngine
@@ -116,7 +116,8 @@ def test_the_checker_runs_the_production_rescuer(tmp_path: Path) -> None:
         assert type(rescuer) is RescuePass
         assert type(rescuer.engine) is LocalEngine
         assert type(rescuer.checkpoints) is SqlCheckpointStore
-        assert type(rescuer.clock) is OffsetClock
+        assert type(rescuer.clock) is PassClock
+        assert rescuer.clock.store is rescuer.store  # the store the pass refreshes
         assert rescuer.name == run.settings.rescuer_name
         assert type(rescuer.sink) is FlakySink
         production = rescuer.sink.inner

@@ -30,7 +30,7 @@ from typing import Any
 
 from outbox.app.checker.reap import Child, Children
 from outbox.app.checker.report import CheckReport
-from outbox.app.checker.rescue import run_rescue_pass
+from outbox.app.checker.rescue import PassClock, run_rescue_pass
 from outbox.app.checker.scenario import Kill, Scenario
 
 log = logging.getLogger("outbox.app.checker")
@@ -62,13 +62,21 @@ class Run:
     next_pass: float = 0.0
     settings: Any = None  # outbox.core.settings.Settings of the seed's workspace
     recreated: str | None = None  # the document deleted outside the library and created again
+    clock: PassClock | None = None  # the rescuer's: told what each completed pass saw
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
+    def rescue(self) -> None:
+        """One rescue pass; the clock learns the newest version a completed pass saw."""
+        done = run_rescue_pass(self.rescuer, self.report)
+        latest = getattr(done, "latest_version", None)
+        if self.clock is not None and latest is not None:
+            self.clock.saw(int(latest))
+
     def rescue_if_due(self) -> None:
         if time.monotonic() >= self.next_pass:
-            run_rescue_pass(self.rescuer, self.report)
+            self.rescue()
             self.next_pass = time.monotonic() + PASS_EVERY
 
 
@@ -178,7 +186,7 @@ def drain_step(run: Run) -> bool:
     pending, the command queue empty) and settled (every kill landed, every worker started)."""
     run.children.reap(restart_writers=False)
     _kills(run, run.elapsed(), writers_done=True)
-    run_rescue_pass(run.rescuer, run.report)
+    run.rescue()
     pending = run.store.scan_pending(columns=["id"]).num_rows
     stats = run.queue.stats().get(run.command_queue)
     in_queue = stats.total if stats is not None else 0
