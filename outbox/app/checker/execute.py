@@ -138,6 +138,11 @@ def _kills(run: Run, t: float, *, writers_done: bool) -> None:
     for kill in list(run.kills_due):
         group = run.children.writers if kill.role == "writer" else run.children.workers
         victim = group[kill.index]
+        if kill.role == "writer" and writers_done and not victim.alive:
+            # no writer is restarted once they are done: this kill can never land (the report
+            # names it unfired), and the drain need not wait for it
+            run.kills_due.remove(kill)
+            continue
         if kill.role == "writer":
             due = victim.rounds_done() >= kill.after_round
         else:

@@ -19,23 +19,21 @@ from outbox.app.checker.execute import PASS_EVERY, Run, drain_step
 from outbox.app.checker.procs import DESTINATION
 
 RECREATED_MESSAGES = 3
-#: How long the step waits for a fully dispatched document when the drain before it timed out.
-RECREATE_WAIT_LIMIT = 120.0
 
 
-def delete_and_recreate(run: Run, broken: Any) -> None:
+def delete_and_recreate(run: Run, broken: Any, *, wait: float) -> None:
     """Delete one fully dispatched document, create it again with new messages, enqueue its
     command; sets ``run.recreated`` when it happened and clears ``drained`` for the next drain.
 
     The step needs a fully dispatched document, read from the table. After a drain that
     finished every document is one; after a drain that timed out (a loaded machine, or a broken
-    build's short drain in the mutation tests) the step waits for one while the drain's steps go
-    on, rather than being skipped: the CI run that found this (issue 42) lost the step to a
-    drain that needed more than the 8 s the test gave it. Only a seed that committed nothing,
-    or got nothing dispatched in ``RECREATE_WAIT_LIMIT``, goes without it, and the report names
-    the fault as unfired.
+    build's short drain in the mutation tests) the step waits for one, up to ``wait`` seconds
+    while the drain's steps go on, rather than being skipped: the CI run that found this (issue
+    42) lost the step to a drain that needed more than the 8 s the test gave it. Only a seed
+    that committed nothing, or got nothing dispatched by then (a broken build that lowers
+    every watermark), goes without it, and the report names the fault as unfired.
     """
-    deadline = time.monotonic() + RECREATE_WAIT_LIMIT
+    deadline = time.monotonic() + wait
     while True:
         doc_id, committed = _delete_a_dispatched_document(run)
         if doc_id is not None:

@@ -131,7 +131,8 @@ def run_check(
         write_phase(run)
         drain(run, opts.drain_timeout)
         drained = run.report.drained
-        delete_and_recreate(run, broken)  # whether or not the drain finished: it must fire
+        # whether or not the drain finished: the step must fire (it waits for its document)
+        delete_and_recreate(run, broken, wait=opts.drain_timeout)
         if drained:  # a seed whose first drain timed out has failed; no second timeout to wait
             drain(run, opts.drain_timeout)
         run.children.stop()
