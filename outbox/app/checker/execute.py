@@ -14,7 +14,8 @@ fires whatever the timing (a loaded machine, a slow fork server, a late tick):
   land on two processes (the second on the restarted one), never twice on one pid;
 - a second worker starts only once the first worker's crash point fired (otherwise it could take
   every command and leave that crash point without a hit), or when nothing is left to do;
-- the drain ends only when every planned kill has landed and every worker has started.
+- the drain ends only when every planned kill has landed (or never can: a writer gone once the
+  writers are done) and every worker has started.
 """
 
 from __future__ import annotations
@@ -174,7 +175,7 @@ def _late_workers(run: Run, *, idle: bool) -> None:
 def drain(run: Run, timeout: float) -> None:
     """The broker is back: rescue passes and workers finish the job, until nothing is pending,
     the command queue is empty twice in a row, every worker has started and every planned
-    kill has landed (or ``timeout``)."""
+    kill that still can has landed (or ``timeout``)."""
     deadline = time.monotonic() + timeout
     quiet = 0
     while time.monotonic() < deadline:
