@@ -2,6 +2,7 @@
 
     python -m benchmarks.checker_soak --first-seed 1001 --seeds 1000 --chunks 8 --scale 0.5 \\
         --workdir /tmp/soak [--deadline 14:55]
+    python -m benchmarks.checker_soak --quick [--seeds 16]   # a few seeds: is it sound, how fast
     python -m benchmarks.checker_soak --smoke   # one seed, one chunk, the smallest scale
 
 Each chunk is one ``outbox check --results FILE --workdir DIR`` process over consecutive seeds
@@ -9,9 +10,11 @@ Each chunk is one ``outbox check --results FILE --workdir DIR`` process over con
 after every seed, so when ``--deadline`` (UTC, HH:MM) comes first the chunks are stopped and what
 they finished is merged, with ``partial: true`` and the seeds that did not run. A failed seed keeps
 its folder under ``--workdir`` (default: a fresh temporary folder). The merge, with the code's
-commit and the wall time, goes to ``benchmarks/results/checker_soak.json``; ``--smoke`` writes
-``checker_soak.smoke.json`` into a fresh temporary folder, never into benchmarks/results/, and
-``--out DIR`` chooses the folder (benchmarks/common.py says the rule).
+commit and the wall time, goes to ``benchmarks/results/checker_soak.json``; ``--quick`` (8 seeds
+unless ``--seeds`` says otherwise) and ``--smoke`` write ``checker_soak.quick.json`` and
+``checker_soak.smoke.json`` into a fresh temporary folder, never into benchmarks/results/, so a
+trial run never replaces the committed soak; ``--out DIR`` chooses the folder
+(benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from typing import Any
 from benchmarks.common import add_output_options, results_dir, results_name
 
 ROOT = Path(__file__).resolve().parent.parent
+SOAK_SEEDS = 1000
+QUICK_SEEDS = 8
 
 
 def _commit() -> str:
@@ -203,14 +208,22 @@ def _wait_for(procs: list[subprocess.Popen[bytes]], deadline: float | None) -> N
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--first-seed", type=int, default=1001)
-    ap.add_argument("--seeds", type=int, default=1000)
+    ap.add_argument("--seeds", type=int, help="default: 1000 (--quick: 8)")
     ap.add_argument("--chunks", type=int, default=8)
     ap.add_argument("--scale", type=float, default=0.5)
     ap.add_argument("--workdir", type=Path, help="default: a fresh temporary folder")
     ap.add_argument("--deadline", help="UTC HH:MM: stop the chunks then and merge what finished")
     ap.add_argument("--merge-only", action="store_true", help="merge the chunk files already there")
+    ap.add_argument(
+        "--quick",
+        action="store_true",
+        help="a few seeds (8 unless --seeds), to see that the soak runs and how fast; written "
+        "like --smoke, never into benchmarks/results/",
+    )
     add_output_options(ap)
     args = ap.parse_args(argv)
+    if args.seeds is None:
+        args.seeds = QUICK_SEEDS if args.quick else SOAK_SEEDS
     if args.smoke:
         args.seeds, args.chunks, args.scale = 1, 1, 0.5
     if args.workdir is None:
@@ -230,10 +243,10 @@ def main(argv: list[str] | None = None) -> int:
     result = merge(
         docs, planned=planned, wall_s=wall, commit=commit, scale=args.scale, chunks=len(chunks)
     )
-    if args.smoke:
-        result["smoke"] = True
-    name = results_name("checker_soak", smoke=args.smoke)
-    out = results_dir(args.out, quick=args.smoke) / f"{name}.json"
+    if args.smoke or args.quick:
+        result["smoke" if args.smoke else "quick"] = True
+    name = results_name("checker_soak", quick=args.quick, smoke=args.smoke)
+    out = results_dir(args.out, quick=args.smoke or args.quick) / f"{name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1, sort_keys=True) + "\n")
     print(

@@ -222,10 +222,15 @@ class SendsBeforeCommit(Mutation):
         mock.patch.object(store, "save", save).start()
 
 
+FORCE_ATTEMPTS = 20  # a lowering MERGE that loses a commit race tries again this often
+
+
 class WatermarkLowers(Mutation):
     """A watermark that, once written, is followed by a MERGE writing every row of each document
     with ``dispatched_seq`` one lower (once per document and process, so the run still ends): a
-    writer that assigns a watermark instead of raising it."""
+    writer that assigns a watermark instead of raising it. A MERGE that loses a commit race is
+    retried (``FORCE_ATTEMPTS``): given up at once, a seed whose every lowering met a concurrent
+    commit would show no regression, and whether one does depends on timing."""
 
     def patch_outbox(self, ob: Any) -> None:
         store = ob.store
@@ -237,8 +242,12 @@ class WatermarkLowers(Mutation):
             lower = {d: s - 1 for d, s in marks.items() if s >= 1 and d not in lowered}
             if lower:
                 lowered.update(lower)
-                with contextlib.suppress(Exception):  # a commit conflict: it just gives up
-                    _force_watermarks(store, lower)
+                for _ in range(FORCE_ATTEMPTS):
+                    try:
+                        _force_watermarks(store, lower)
+                        break
+                    except Exception:  # a commit conflict: again, on a fresh snapshot
+                        continue
             return version
 
         mock.patch.object(store, "advance_watermarks", advance).start()

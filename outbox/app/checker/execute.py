@@ -14,7 +14,8 @@ fires whatever the timing (a loaded machine, a slow fork server, a late tick):
   land on two processes (the second on the restarted one), never twice on one pid;
 - a second worker starts only once the first worker's crash point fired (otherwise it could take
   every command and leave that crash point without a hit), or when nothing is left to do;
-- the drain ends only when every planned kill has landed and every worker has started.
+- the drain ends only when every planned kill has landed (or never can: a writer gone once the
+  writers are done) and every worker has started.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from typing import Any
 
 from outbox.app.checker.reap import Child, Children
 from outbox.app.checker.report import CheckReport
-from outbox.app.checker.rescue import run_rescue_pass
+from outbox.app.checker.rescue import PassClock, run_rescue_pass
 from outbox.app.checker.scenario import Kill, Scenario
 
 log = logging.getLogger("outbox.app.checker")
@@ -62,13 +63,21 @@ class Run:
     next_pass: float = 0.0
     settings: Any = None  # outbox.core.settings.Settings of the seed's workspace
     recreated: str | None = None  # the document deleted outside the library and created again
+    clock: PassClock | None = None  # the rescuer's: told what each completed pass saw
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
+    def rescue(self) -> None:
+        """One rescue pass; the clock learns the newest version a completed pass saw."""
+        done = run_rescue_pass(self.rescuer, self.report)
+        latest = getattr(done, "latest_version", None)
+        if self.clock is not None and latest is not None:
+            self.clock.saw(int(latest))
+
     def rescue_if_due(self) -> None:
         if time.monotonic() >= self.next_pass:
-            run_rescue_pass(self.rescuer, self.report)
+            self.rescue()
             self.next_pass = time.monotonic() + PASS_EVERY
 
 
@@ -130,6 +139,11 @@ def _kills(run: Run, t: float, *, writers_done: bool) -> None:
     for kill in list(run.kills_due):
         group = run.children.writers if kill.role == "writer" else run.children.workers
         victim = group[kill.index]
+        if kill.role == "writer" and writers_done and not victim.alive:
+            # no writer is restarted once they are done: this kill can never land (the report
+            # names it unfired), and the drain need not wait for it
+            run.kills_due.remove(kill)
+            continue
         if kill.role == "writer":
             due = victim.rounds_done() >= kill.after_round
         else:
@@ -161,27 +175,33 @@ def _late_workers(run: Run, *, idle: bool) -> None:
 def drain(run: Run, timeout: float) -> None:
     """The broker is back: rescue passes and workers finish the job, until nothing is pending,
     the command queue is empty twice in a row, every worker has started and every planned
-    kill has landed (or ``timeout``)."""
+    kill that still can has landed (or ``timeout``)."""
     deadline = time.monotonic() + timeout
     quiet = 0
     while time.monotonic() < deadline:
-        run.children.reap(restart_writers=False)
-        _kills(run, run.elapsed(), writers_done=True)
-        run_rescue_pass(run.rescuer, run.report)
-        pending = run.store.scan_pending(columns=["id"]).num_rows
-        stats = run.queue.stats().get(run.command_queue)
-        in_queue = stats.total if stats is not None else 0
-        dead = stats.dead_lettered if stats is not None else 0
-        idle = pending == 0 and in_queue == 0
-        _late_workers(run, idle=idle)
-        settled = not run.kills_due and all(w.started for w in run.children.workers)
-        quiet = quiet + 1 if idle and settled else 0
+        quiet = quiet + 1 if drain_step(run) else 0
         if quiet >= 2:
             run.report.drained = True
             return
-        if pending and not in_queue and dead:
-            run.report.dead_lettered += run.queue.requeue(all=True)  # as an operator would
         time.sleep(PASS_EVERY)
+
+
+def drain_step(run: Run) -> bool:
+    """One step of the drain: reap and restart, land the kills still due, one rescue pass, start
+    late workers, requeue dead letters as an operator would. True when the seed is idle (nothing
+    pending, the command queue empty) and settled (every kill landed, every worker started)."""
+    run.children.reap(restart_writers=False)
+    _kills(run, run.elapsed(), writers_done=True)
+    run.rescue()
+    pending = run.store.scan_pending(columns=["id"]).num_rows
+    stats = run.queue.stats().get(run.command_queue)
+    in_queue = stats.total if stats is not None else 0
+    dead = stats.dead_lettered if stats is not None else 0
+    idle = pending == 0 and in_queue == 0
+    _late_workers(run, idle=idle)
+    if pending and not in_queue and dead:
+        run.report.dead_lettered += run.queue.requeue(all=True)  # as an operator would
+    return idle and not run.kills_due and all(w.started for w in run.children.workers)
 
 
 def worker_child(index: int, base: dict[str, Any], seed: int, crash: str, root: Path) -> Child:

@@ -146,6 +146,25 @@ class _Round:
     conflicted: bool = False
 
 
+def plan_rounds(cfg: dict[str, Any], rng: random.Random) -> list[_Round]:
+    """A writer's planned rounds, drawn first from its generator (the tests pick seeds by them:
+    which documents a round touches, how many messages each gets)."""
+    shared = [f"pkg-{i:03d}" for i in range(cfg["pool"])]
+    private = [f"w{cfg['index']}-{i:03d}" for i in range(cfg["pool"])]
+    lo, hi = cfg["docs_per_round"]
+    mlo, mhi = cfg["msgs_per_doc"]
+    plan = []
+    for r in range(cfg["rounds"]):
+        pool = private if rng.random() < cfg.get("private_share", 0.0) else shared
+        ids = sorted(rng.sample(pool, rng.randint(lo, min(hi, len(pool)))))
+        stranded = r in cfg.get("stranded", ())
+        if stranded:  # fresh documents: no later save can carry their messages out
+            ids = [f"w{cfg['index']}-s{r}-{k}" for k in range(len(ids))]
+        conflicted = r in cfg.get("conflicted", ())
+        plan.append(_Round(r, ids, rng.randint(mlo, mhi), stranded, conflicted))
+    return plan
+
+
 class _Writer:
     """One application process: its rounds, its ``Outbox`` (reopened after a raised crash)."""
 
@@ -153,25 +172,8 @@ class _Writer:
         self.cfg, self.journal, self.crash = cfg, journal, crash
         self.rng = random.Random(cfg["seed"])
         self.mutation = mutations.get(cfg.get("mutation"))
-        self.rounds = self._plan()
+        self.rounds = plan_rounds(cfg, self.rng)
         self.ob, self.faulty, self.retries = self._open()
-
-    def _plan(self) -> list[_Round]:
-        cfg, rng = self.cfg, self.rng
-        shared = [f"pkg-{i:03d}" for i in range(cfg["pool"])]
-        private = [f"w{cfg['index']}-{i:03d}" for i in range(cfg["pool"])]
-        lo, hi = cfg["docs_per_round"]
-        mlo, mhi = cfg["msgs_per_doc"]
-        plan = []
-        for r in range(cfg["rounds"]):
-            pool = private if rng.random() < cfg.get("private_share", 0.0) else shared
-            ids = sorted(rng.sample(pool, rng.randint(lo, min(hi, len(pool)))))
-            stranded = r in cfg.get("stranded", ())
-            if stranded:  # fresh documents: no later save can carry their messages out
-                ids = [f"w{cfg['index']}-s{r}-{k}" for k in range(len(ids))]
-            conflicted = r in cfg.get("conflicted", ())
-            plan.append(_Round(r, ids, rng.randint(mlo, mhi), stranded, conflicted))
-        return plan
 
     def _open(self) -> tuple[Any, FaultyTransport, RetryCommands]:
         from outbox.app.facade import Outbox

@@ -30,6 +30,7 @@ from outbox.app.checker.rescue import (
     FlakySink,
     InterruptedPass,
     OffsetClock,
+    PassClock,
     RecordingQueue,
     run_rescue_pass,
 )
@@ -129,8 +130,10 @@ def run_check(
             run.children.start(child)
         write_phase(run)
         drain(run, opts.drain_timeout)
-        if run.report.drained:
-            delete_and_recreate(run, broken)
+        drained = run.report.drained
+        # whether or not the drain finished: the step must fire (it waits for its document)
+        delete_and_recreate(run, broken, wait=opts.drain_timeout)
+        if drained:  # a seed whose first drain timed out has failed; no second timeout to wait
             drain(run, opts.drain_timeout)
         run.children.stop()
         from outbox.app.checker.verify import verify
@@ -196,7 +199,8 @@ def _prepare(
     The rescuer is built as ``outbox rescue`` builds it (``outbox.app.rescue.open_rescuer``, from
     the backends the settings choose). The checker only wraps the sink's queue
     (``RecordingQueue``: what was accepted, and when), the sink in its injected mid-pass death
-    (``FlakySink``), and the clock (``OffsetClock``).
+    (``FlakySink``), and the clock (``PassClock``: ahead of the wall clock, and every commit young
+    to the first pass that sees it).
     """
     from outbox.app.facade import Outbox
     from outbox.app.rescue import open_rescuer
@@ -228,7 +232,7 @@ def _prepare(
     for w in children.writers:
         w.cfg["await_kill"] = w.kills_pending > 0
     offset = settings.rescue_delay - COMPRESSED_DELAY
-    clock = OffsetClock(offset)
+    clock = PassClock(offset)
     recordings: list[RecordingQueue] = []
     flaky: list[FlakySink] = []
 
@@ -245,6 +249,7 @@ def _prepare(
     recording, sink = recordings[0], flaky[0]
     queue = parts.backends.sql_queue  # the command queue: the drain and the re-create use it
     store = parts.store
+    clock.watch(store)  # the store the rescuer refreshes before it reads the time
     rescuer: Any = parts.rescue_pass
     report.rescue_delay_simulated_s = settings.rescue_delay
     report.rescue_delay_real_s = COMPRESSED_DELAY
@@ -259,6 +264,7 @@ def _prepare(
         outage_flag=Path(base["outage_flag"]),
         say=say,
         settings=settings,
+        clock=clock,
     )
 
     def close() -> None:

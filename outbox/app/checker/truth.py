@@ -152,11 +152,15 @@ def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
             for d in touched:
                 _check_watermark(truth, watermark, d, live[d], version)
             touched.clear()
-    for doc, msgs in truth.committed.items():
+    # Every life with a last_seq, not only those with a message of their own: a re-created
+    # document whose new messages all carry an earlier life's ids (ids without the incarnation)
+    # has none, and its seqs are missing all the same.
+    for doc, last_seq in last.items():
+        msgs = truth.committed.get(doc, [])
         msgs.sort(key=lambda m: m.seq)
         seqs = [m.seq for m in msgs]
-        if seqs != list(range(1, last[doc] + 1)):
-            truth.seq_gaps.append(f"{doc}: committed seqs {seqs[:8]}... vs last_seq {last[doc]}")
+        if seqs != list(range(1, last_seq + 1)):
+            truth.seq_gaps.append(f"{doc}: committed seqs {seqs[:8]}... vs last_seq {last_seq}")
     truth.versions = len(versions)
     return truth
 
