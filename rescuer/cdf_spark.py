@@ -56,6 +56,9 @@ _GONE = (
     "DELTA_VERSION_NOT_FOUND",
     "DELTA_FILE_NOT_FOUND",
     "DELTA_CANNOT_TIME_TRAVEL",
+    # a version older than the table's deletedFileRetentionDuration: delta-spark refuses to read
+    # its change feed even while its files are still there
+    "DELTA_UNSUPPORTED_TIME_TRAVEL_BEYOND_DELETED_FILE_RETENTION_DURATION",
     "VersionNotFoundException",
     "FileNotFoundException",
     "FILE_NOT_EXIST",

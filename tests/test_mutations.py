@@ -253,8 +253,10 @@ MUTATIONS = [
         "outbox.delta.table:create_table",
         (("**S.STATE_PROPERTIES", "S.TXN_RETENTION_PROPERTY: S.TXN_RETENTION"),),
         "tests/write_path/test_table_state.py::"
-        "test_a_tombstone_older_than_a_minute_leaves_the_checkpoint",
-        _in_workspace(test_table_state.test_a_tombstone_older_than_a_minute_leaves_the_checkpoint),
+        "test_a_tombstone_older_than_the_retention_leaves_the_checkpoint",
+        _in_workspace(
+            test_table_state.test_a_tombstone_older_than_the_retention_leaves_the_checkpoint
+        ),
         'assert kept == ["bucket=0/young.parquet"]',
     ),
     SourceMutation(

@@ -41,11 +41,13 @@ TXN_RETENTION_PROPERTY = "delta.setTransactionRetentionDuration"
 TXN_RETENTION = "interval 1 days"
 #: How long a removed file's tombstone stays in the checkpoints (Delta's default is a week). Every
 #: file a save appends is removed again by the fold or compaction, so a week of tombstones grows
-#: with the commit rate (16 a commit); nothing here reads them (the log trim deletes removed
-#: files from the commits, ``outbox.delta.log``), and a vacuum run outside the framework takes
-#: this as its default retention (docs/delta.md, "What the table's state holds").
+#: with the commit rate (16 a commit); the framework reads none (the log trim deletes removed
+#: files from the commits, ``outbox.delta.log``). Fifteen minutes, the default ``log_retention``,
+#: not less: delta-spark refuses to time travel (an as-of read, the Spark rescuer's change feed)
+#: to a version older than this, whatever files remain; a vacuum run outside the framework takes
+#: it as its default retention (docs/delta.md, "What the table's state holds").
 TOMBSTONE_RETENTION_PROPERTY = "delta.deletedFileRetentionDuration"
-TOMBSTONE_RETENTION = "interval 1 minutes"
+TOMBSTONE_RETENTION = "interval 15 minutes"
 #: The table properties that bound the table's state, set at creation and by ``outbox migrate``
 #: when absent.
 STATE_PROPERTIES = {

@@ -116,4 +116,4 @@ def test_outbox_maintain_prunes_every_consumers_old_records_but_no_live_claim(
     assert text.exit_code == 0, text.output
     lines = {ln.split()[0]: ln.split()[1:] for ln in text.stdout.splitlines() if ln.strip()}
     assert lines["inbox_records_deleted"] == ["0"]
-    assert lines["inbox_retention_seconds"] == ["604800.0"]
+    assert lines["inbox_retention_s"] == ["604800.0"]

@@ -46,7 +46,7 @@ def test_migrate_turns_the_feed_on_for_an_existing_document_table(tmp_path: Path
         "set delta.setTransactionRetentionDuration = 'interval 1 days' on "
         f"{tmp_path / 't'} (without it no checkpoint drops an application transaction; the "
         "saves' own are written expired, so it bounds only other writers')",
-        "set delta.deletedFileRetentionDuration = 'interval 1 minutes' on "
+        "set delta.deletedFileRetentionDuration = 'interval 15 minutes' on "
         f"{tmp_path / 't'} (how long a removed file's tombstone stays in the checkpoints; the "
         "log trim deletes removed files, so a vacuum of your own should be `outbox maintain`)",
         f"recorded outbox schema version 2 on {tmp_path / 't'} (saves append a row per document "

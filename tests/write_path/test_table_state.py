@@ -4,7 +4,7 @@ Each save carries an application transaction per document, and the fold and comp
 every file a save appended. Before, both stayed in the table's state (the checkpoints): a day of
 transactions (``delta.setTransactionRetentionDuration``) and a week of tombstones, so a writer of
 new documents grew every checkpoint with each one. Now a save's transactions are written already
-expired (``outbox.delta.appends.EXPIRED_MS``) and a tombstone is kept a minute
+expired (``outbox.delta.appends.EXPIRED_MS``) and a tombstone is kept fifteen minutes
 (``delta.deletedFileRetentionDuration``). What these tests pin:
 
 * the two-saves rule does not need the state: a save racing another save of its document still
@@ -122,16 +122,17 @@ def _remove(uri: str, path: str, age_s: float) -> None:
     entry.write_text(json.dumps(action) + "\n")
 
 
-def test_a_tombstone_older_than_a_minute_leaves_the_checkpoint(workspace: Path) -> None:
-    """The table is created with ``delta.deletedFileRetentionDuration`` a minute: a removal
-    committed two minutes ago is gone from the next checkpoint, a recent one is in it (dated an
-    hour ahead, so no pause of a busy machine can age it past the minute before the checkpoint).
+def test_a_tombstone_older_than_the_retention_leaves_the_checkpoint(workspace: Path) -> None:
+    """The table is created with ``delta.deletedFileRetentionDuration`` fifteen minutes: a removal
+    committed twenty minutes ago is gone from the next checkpoint, a recent one is in it (dated
+    an hour ahead, so no pause of a busy machine can age it past the retention before the
+    checkpoint).
     With Delta's default week, both would stay, and a writer of new documents would grow every
     checkpoint by 16 tombstones a commit for a week."""
     uri = str(workspace / "documents")
     workspace.mkdir(parents=True)
     table.create_table(uri, buckets=4, storage_options=None, table_id=None)
-    _remove(uri, "bucket=0/old.parquet", age_s=120)
+    _remove(uri, "bucket=0/old.parquet", age_s=20 * 60)
     _remove(uri, "bucket=0/young.parquet", age_s=-3600)
     kept = [r["path"] for r in _checkpoint(uri)["remove"]]
     assert kept == ["bucket=0/young.parquet"]

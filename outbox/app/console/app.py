@@ -11,9 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from flask import (
     Flask,
@@ -30,10 +29,10 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
-from dispatcher.queue.browse import DeadLetterFilter
 from dispatcher.queue.sql_queue import SqlQueue
-from outbox.app.console import reads
+from outbox.app.console import params, reads
 from outbox.app.console import security as sec
+from outbox.app.console.params import ACTIONS, MAX_ID
 from outbox.app.history import History
 from outbox.core.clock import Clock, utc
 from outbox.core.durations import format_duration
@@ -44,10 +43,6 @@ log = logging.getLogger("outbox.console")
 PAGE_SIZE = 50
 #: Ticked ids per call when acting on them (a bounded IN list; the queue moves them in chunks).
 ACTION_CHUNK = 500
-ACTIONS = {"requeue": "Requeue", "purge": "Purge"}
-#: The largest id a dead letter can have (a 64-bit key): a larger one names none, and reaching
-#: the database with it would overflow the driver.
-MAX_ID = 2**63 - 1
 STATIC = Path(__file__).parent / "static"
 
 
@@ -82,8 +77,8 @@ def create_app(config: ConsoleConfig) -> Flask:
     )
     sessions = sec.Sessions(config.clock)
     loopback_only = sec.is_loopback(config.host)
-    app.jinja_env.filters["at"] = _at
-    app.jinja_env.filters["ago"] = lambda when: _ago(when, config.clock)
+    app.jinja_env.filters["at"] = params.at
+    app.jinja_env.filters["ago"] = lambda when: params.ago(when, config.clock)
     app.jinja_env.filters["duration"] = lambda s: "-" if s is None else format_duration(s)
     app.jinja_env.filters["count"] = lambda n: f"{int(n):,}"
 
@@ -156,8 +151,8 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
 
     @app.get("/dead-letters")
     def dead_letters() -> str:
-        selection, problems = _selection(request.args)
-        before = _id(request.args.get("before"), "before")
+        selection, problems = params.selection(request.args)
+        before = params.dead_letter_id(request.args.get("before"), "before")
         rows = [] if problems else queue.browse.page(selection, before_id=before, limit=PAGE_SIZE)
         total = 0 if problems else queue.browse.count(selection)
         more = len(rows) == PAGE_SIZE and not problems
@@ -167,7 +162,7 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
             rows=rows,
             total=total,
             problems=problems,
-            filters=_filter_args(request.args),
+            filters=params.filter_args(request.args),
             queues=queue.browse.queues(),
             reasons=queue.browse.reasons(selection.queue),
             next_before=rows[-1].id if more else None,
@@ -233,17 +228,17 @@ def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
         )
         if refused:
             return refuse(refused)
-        action = _action(request.form)
+        action = params.action(request.form)
         ids: list[int] = []
         up_to = None
         if request.form.get("scope") == "matching":
-            selection, problems = _selection(request.form)
+            selection, problems = params.selection(request.form)
             if problems:
                 abort(400, "; ".join(problems))
             up_to = queue.browse.newest_id(selection)
             count = 0 if up_to is None else queue.browse.count(replace(selection, up_to_id=up_to))
         else:
-            ids = queue.browse.existing(_ids(request.form))
+            ids = queue.browse.existing(params.dead_letter_ids(request.form))
             count = len(ids)
         return render_template(
             "confirm.html",
@@ -253,7 +248,7 @@ def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
             count=count,
             ids=ids,
             shown=[queue.admin.get_dead_letter(i) for i in ids[:20]],
-            filters=_filter_args(request.form),
+            filters=params.filter_args(request.form),
             up_to=up_to,
         )
 
@@ -264,12 +259,12 @@ def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
         )
         if refused:
             return refuse(refused)
-        action = _action(request.form)
+        action = params.action(request.form)
         admin = queue.admin
         done = 0
         if request.form.get("scope") == "matching":
-            selection, problems = _selection(request.form)
-            up_to = _id(request.form.get("up_to"), "up_to")
+            selection, problems = params.selection(request.form)
+            up_to = params.dead_letter_id(request.form.get("up_to"), "up_to")
             if problems or up_to is None:
                 abort(400, "; ".join(problems) or "the selection has no upper id")
             frozen = replace(selection, up_to_id=up_to)
@@ -277,13 +272,13 @@ def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
             done = matching(frozen)
         else:
             run = admin.requeue if action == "requeue" else admin.purge
-            ids = _ids(request.form)
+            ids = params.dead_letter_ids(request.form)
             for i in range(0, len(ids), ACTION_CHUNK):  # a bounded IN list per statement
                 done += run(ids=ids[i : i + ACTION_CHUNK])
         verb = "requeued" if action == "requeue" else "purged"
         log.info("console: %s %d dead letters", verb, done)
         flash(f"{done:,} dead letter{'s' if done != 1 else ''} {verb}.")
-        filters: dict[str, Any] = _filter_args(request.form)
+        filters: dict[str, Any] = params.filter_args(request.form)
         return redirect(url_for("dead_letters", **filters))
 
 
@@ -317,95 +312,3 @@ def _token(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
         if sec.from_this_console(session, request.form):
             sessions.close(session.pop(sec.SESSION_ID, None))
         return redirect(url_for("overview"))
-
-
-# --- request parsing ---------------------------------------------------------------------------
-
-
-def _id(value: str | None, name: str) -> int | None:
-    """A dead letter id from a query or a form (None: not given). Anything but a whole number
-    from 1 to ``MAX_ID`` is the request's mistake (400), never a database error."""
-    if not value:
-        return None
-    try:
-        number = int(value)
-    except ValueError:  # also a number of more than 4,300 digits
-        _bad_id(name, value)
-    if not 1 <= number <= MAX_ID:
-        _bad_id(name, value)
-    return number
-
-
-def _bad_id(name: str, value: str) -> NoReturn:
-    shown = value if len(value) <= 40 else value[:40] + "…"
-    abort(400, f"{name}: {shown!r} is not a dead letter id (a whole number from 1 to {MAX_ID})")
-
-
-def _ids(form: Any) -> list[int]:
-    return sorted({i for raw in form.getlist("id") if (i := _id(raw, "id")) is not None})
-
-
-def _action(form: Any) -> str:
-    action = form.get("action", "")
-    if action not in ACTIONS:
-        abort(400, f"unknown action {action!r}")
-    return str(action)
-
-
-def _time(value: str | None, name: str, problems: list[str]) -> datetime | None:
-    """A time from a datetime-local field (``YYYY-MM-DDTHH:MM``), read as UTC; one with an
-    offset (typed into the address) is converted to UTC, not read as if it were UTC."""
-    if not value:
-        return None
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        problems.append(f"{name}: {value!r} is not a time (use YYYY-MM-DD HH:MM, UTC)")
-        return None
-    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)
-
-
-def _utc_field(value: str) -> str:
-    """A time as the form's UTC field shows it (a time with an offset, converted), so the field
-    and the next page's link say what the list shows. Anything unreadable is left as given."""
-    when = _time(value, "", [])
-    if when is None:
-        return value
-    spec = "minutes" if when.second == when.microsecond == 0 else "seconds"
-    return when.replace(tzinfo=None).isoformat(timespec=spec)
-
-
-def _selection(args: Any) -> tuple[DeadLetterFilter, list[str]]:
-    problems: list[str] = []
-    selection = DeadLetterFilter(
-        queue=args.get("queue") or None,
-        reason=args.get("reason") or None,
-        session_id=args.get("session") or None,
-        since=_time(args.get("since"), "since", problems),
-        until=_time(args.get("until"), "until", problems),
-    )
-    return selection, problems
-
-
-def _filter_args(args: Any) -> dict[str, str]:
-    out = {k: args[k] for k in ("queue", "reason", "session", "since", "until") if args.get(k)}
-    for k in ("since", "until"):
-        if k in out:
-            out[k] = _utc_field(out[k])
-    return out
-
-
-# --- formatting --------------------------------------------------------------------------------
-
-
-def _at(when: datetime | None) -> str:
-    return "-" if when is None else utc(when).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def _ago(when: datetime | None, clock: Clock) -> str:
-    if when is None:
-        return "-"
-    seconds = (utc(clock.now()) - utc(when)).total_seconds()
-    if seconds < 0:
-        return f"in {format_duration(-seconds)}"
-    return f"{format_duration(seconds)} ago"

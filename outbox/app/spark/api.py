@@ -2,8 +2,7 @@
 
 ``apply(changes)`` is one Delta commit through delta-spark (see ``outbox.app.spark.merge``),
 checked first (``outbox.app.spark.validate``) and dispatched after (``outbox.app.spark.dispatch``),
-with the same settings, ids, transport and dispatcher as ``Outbox.open``. docs/spark.md is the
-user's guide.
+with the same settings, ids, transport and dispatcher as ``Outbox.open`` (docs/spark.md).
 """
 
 from __future__ import annotations
