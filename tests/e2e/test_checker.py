@@ -48,8 +48,12 @@ def test_seed_holds_every_invariant(seed: int, ci_seed: RunSeed) -> None:
     # would make this seed prove less than its plan says
     assert report.faults, report.to_dict()
     assert report.unfired_faults == [], report.to_dict()
-    # some messages reached the broker only through the rescuer (a stranded round per seed)
-    assert report.rescued_first_deliveries > 0, report.to_dict()
+    # the rescuer found documents still pending (a stranded round per seed) and commanded them.
+    # Not always first to deliver them: since the worker sends every paused key's gate with each
+    # batch (issue 42), a stranded document that gates a key may go out with another command's
+    # batch before the rescuer's command arrives (seed 42 at this scale). The mutation
+    # rescuer-enqueues-nothing proves the rescuer is needed (I1).
+    assert report.rescue_commands > 0, report.to_dict()
     assert report.drained, report.to_dict()
     assert report.invariants, report.to_dict()
     assert all(report.invariants.values()), report.to_dict()
