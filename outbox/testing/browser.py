@@ -71,12 +71,24 @@ def go(driver: Any, css: str) -> None:
     """Click what navigates (a link, a submit button) and wait until the next page replaced this
     one: ``click`` returns before the browser has loaded it. A wait for a condition with a
     bound, not a sleep."""
-    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.common.exceptions import StaleElementReferenceException, WebDriverException
     from selenium.webdriver.support.wait import WebDriverWait
 
     element = by(driver, css)
     element.click()
-    WebDriverWait(driver, NAVIGATION_TIMEOUT).until(ec.staleness_of(element))
+
+    def replaced(_driver: Any) -> bool:
+        try:
+            element.is_enabled()
+        except StaleElementReferenceException:
+            return True
+        except WebDriverException as e:
+            # Chromium may answer for a node of the page being replaced with "Node with given id
+            # does not belong to the document" instead of a stale element: the same news
+            return "does not belong to the document" in str(e)
+        return False
+
+    WebDriverWait(driver, NAVIGATION_TIMEOUT).until(replaced)
 
 
 def screenshot(driver: Any, path: Path) -> None:
