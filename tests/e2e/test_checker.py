@@ -19,7 +19,10 @@ from click.testing import CliRunner
 from outbox.app.cli import main
 from tests.e2e.conftest import RunSeed, seed_runner
 
-SEEDS = list(range(1, 51))
+#: 24 seeds on every run (six rounds of the pool's four): the soak's 1,000 seeds
+#: (``benchmarks/results/checker_soak.json``) give the breadth; these keep each CI run honest. They
+#: were 50 until the suite passed 40 minutes (issue 42's close).
+SEEDS = list(range(1, 25))
 CI_SCALE = 0.5  # 3-4 rounds per writer: every fault still fires, a seed takes a few seconds
 
 

@@ -22,12 +22,14 @@ from outbox.app.checker.scenario import Scenario
 from tests.e2e.conftest import RunSeed, seed_runner
 from tests.pg import PostgresServer
 
-MODE_SEEDS = [1, 2, 3]
+MODE_SEEDS = [1, 2]  # the pool runs two at a time
 #: The Spark engine's seeds: each pass is a JVM job; the engine's own contract suite runs on
 #: Spark too, so two seeds stand for the end-to-end mode. Seed 1 (the heaviest plan, 33 s on the
 #: local engine) took 109-163 s on Spark after the coalesced watermarks and pushed the suite past
-#: its 15 minutes; seed 5 is a light plan. `outbox check --engine spark --seeds 1` still runs it.
-SPARK_ENGINE_SEEDS = [3, 5]
+#: its 15 minutes. One seed since the suite passed 40 minutes (issue 42's close): the engines'
+#: contract suite and the rescuer's cross-engine test carry the rest. `outbox check --engine spark
+#: --seeds 1` still runs the others.
+SPARK_ENGINE_SEEDS = [3]
 SCALE = 0.5
 JARS_DIR = Path("/tmp/dj")
 

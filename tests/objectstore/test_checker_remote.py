@@ -1,4 +1,5 @@
-"""The end-to-end checker with the table on an object store: five seeds on each (issue 32)."""
+"""The end-to-end checker with the table on an object store: two seeds on each (issue 32; five
+until the suite passed 40 minutes, when these two stores took 9 of its minutes)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from outbox.app.checker.run import run_check
 from tests.objectstore.conftest import Remote
 
-SEEDS = (1, 2, 3, 4, 5)
+SEEDS = (1, 2)
 
 
 @pytest.mark.slow
