@@ -40,6 +40,9 @@ log = logging.getLogger("outbox.worker")
 
 #: Rounds of held documents one batch sends after it delivered gates (``_drain``).
 DRAIN_ROUNDS = 50
+#: Gates a batch (and each drain round) reads and tries, the keys paused longest first: after a
+#: long outage every failed document may gate a key, and a batch must not read them all.
+GATES_PER_BATCH = 100
 
 
 @dataclass
@@ -182,7 +185,7 @@ class CommandHandler:
         # sent too: a gate delivered elsewhere shows in its watermark and passes on, and one
         # still pending is tried again now instead of when its own command's backoff ends, so a
         # key's line drains in order as soon as the broker answers.
-        gates = sorted(self.dispatcher.keys.gates().difference(ids))
+        gates = sorted(self.dispatcher.keys.gates(GATES_PER_BATCH).difference(ids))
         try:
             _, rows = self.store.read(ids + gates)
         except Exception as e:
@@ -245,7 +248,7 @@ class CommandHandler:
         each round lets the next held document of a key go. Returns the messages sent."""
         sent = 0
         for _ in range(DRAIN_ROUNDS):
-            nxt = sorted(self.dispatcher.keys.gates() - tried)
+            nxt = sorted(self.dispatcher.keys.gates(GATES_PER_BATCH) - tried)
             if not nxt:
                 break
             tried.update(nxt)

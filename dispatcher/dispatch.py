@@ -37,9 +37,10 @@ retried like a failed send), while other keys go on. When the gate's message is 
 this dispatcher: a retry command or the rescuer's command runs the document again, and the gate
 itself is let through; or by anyone else, seen as the document's watermark at or past it in a
 later dispatch; or given up on with ``resume(key)``), the gate passes to the first held document,
-so held documents leave in commit order whichever retry arrives first. Across processes nothing
-of this holds: each process has its own line and pauses (docs/dispatcher.md, "Order per ordering
-key").
+so held documents leave in commit order whichever retry arrives first. The paused keys and their
+lines live in a ``KeyLines`` store: in the queue's database they hold for every process that
+shares it (the writer, ``run-dispatcher``'s worker, the Spark executors); in memory, for this
+process only (docs/dispatcher.md, "Order per ordering key").
 
 Why one module: the key line wraps the same send loop it orders (a chunk waits its turn, sends,
 pauses or resumes keys from the outcome); apart, the two would share every piece of state.

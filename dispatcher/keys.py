@@ -32,7 +32,7 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -50,6 +50,10 @@ from outbox.core.model import DocumentRow, OutboxMessage
 log = logging.getLogger("outbox.dispatcher")
 
 __all__ = ["Hold", "Key", "KeyOrder", "Wait", "key_of"]
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def key_of(message: OutboxMessage, doc_id: str) -> Key:
@@ -102,7 +106,10 @@ class KeyOrder:
 
     def refresh(self, keys: Collection[Key]) -> None:
         """Read the lines of ``keys`` from the store (a dispatch's keys, before it sends). A
-        store that cannot be read leaves the view as it was (see ``_unavailable``)."""
+        store that cannot be read leaves the view as it was (see ``_unavailable``); holds this
+        process kept only in its view while the store failed are written to it first."""
+        if not self._flush_local():
+            return
         try:
             fresh = self.lines.paused_among(keys)
         except Exception as e:
@@ -144,7 +151,9 @@ class KeyOrder:
         with self._cond:
             opened = {w.key for w in waits if not self._view.get(w.key)}
         try:
-            lines = self.lines.hold(waits, reason, datetime.now(UTC))
+            if not self._flush_local():  # its own holds first: they came first
+                raise RuntimeError("the store did not take this process's own holds")
+            lines = self.lines.hold(waits, reason, _now())
         except Exception as e:
             self._unavailable("write", e)
             lines = self._hold_here(waits, reason)
@@ -180,7 +189,8 @@ class KeyOrder:
                     if h.same_life(row.id, row.incarnation) and h.last_seq <= up_to_seq
                 ]
             if done:
-                self._remove(k, done, f"{done[0].message_id} was delivered")
+                bound = {h.entry_id: up_to_seq for h in done}
+                self._remove(k, done, f"{done[0].message_id} was delivered", up_to=bound)
 
     def seen(self, rows: Iterable[DocumentRow]) -> None:
         """Take out of the lines whatever the rows' watermarks show delivered (by anyone), and
@@ -199,8 +209,13 @@ class KeyOrder:
 
         for k, line in view.items():
             done = [h for h in line if h.doc_id in marks and gone(h)]
-            if done:
-                self._remove(k, done, f"{done[0].message_id} was delivered")
+            if done:  # a delivered run that grew since the view was read stays (its rest is not)
+                bound = {
+                    h.entry_id: marks[h.doc_id][0]
+                    for h in done
+                    if marks[h.doc_id][1] == h.incarnation
+                }
+                self._remove(k, done, f"{done[0].message_id} was delivered", up_to=bound)
 
     def give_up(self, key: Key, holds: Sequence[Hold], why: str) -> None:
         """Take ``holds`` out of ``key``'s line: their messages will never be sent."""
@@ -228,17 +243,38 @@ class KeyOrder:
         line = self.lines.paused_among({key}).get(key, [])
         if not line or line[0].message_id != message_id:
             return False
-        self._remove(key, [line[0]], f"{message_id} was given up on by hand")
+        # strict: an operator's resume that could not be written says so (it must not print
+        # that the gate was given up on while the store still holds it)
+        self._remove(key, [line[0]], f"{message_id} was given up on by hand", strict=True)
         return True
 
-    def _remove(self, key: Key, holds: Sequence[Hold], why: str) -> None:
+    def _remove(
+        self,
+        key: Key,
+        holds: Sequence[Hold],
+        why: str,
+        *,
+        up_to: Mapping[int, int] | None = None,
+        strict: bool = False,
+    ) -> None:
+        """Take ``holds`` out of ``key``'s line; ``up_to`` bounds delivered runs (see
+        ``KeyLines.remove``)."""
         ids = {h.entry_id for h in holds}
         try:
-            line = self.lines.remove(key, ids)
+            if not self._flush_local():
+                raise RuntimeError("the store did not take this process's own holds")
+            line = self.lines.remove(key, ids, up_to)
         except Exception as e:
+            if strict:
+                raise
             self._unavailable("write", e)
             with self._cond:
-                line = [h for h in self._view.get(key, ()) if h.entry_id not in ids]
+                line = [
+                    h
+                    for h in self._view.get(key, ())
+                    if h.entry_id not in ids
+                    or (up_to is not None and h.last_seq > up_to.get(h.entry_id, h.last_seq))
+                ]
         with self._cond:
             before = self._view.get(key)
             if line:
@@ -285,6 +321,33 @@ class KeyOrder:
                     )
             return lines
 
+    def _flush_local(self) -> bool:
+        """Write the holds this process kept only in its view (negative ids: the store failed
+        when they were made) to the store, in their lines' order; False when it still fails.
+        Without this, the first read after the store answered again replaced the view and
+        forgot them, and a later document of the key went out ahead (a review found it)."""
+        with self._cond:
+            local = [(k, h) for k, line in self._view.items() for h in line if h.entry_id < 0]
+        if not local:
+            return True
+        waits: list[Wait] = []
+        for k, h in local:
+            for seq in dict.fromkeys((h.seq, h.last_seq)):
+                waits.append(Wait(k, h.doc_id, h.incarnation, seq, h.message_id))
+        reason = next((h.reason for _, h in local if h.reason), "")
+        try:
+            lines = self.lines.hold(waits, reason or "held while the store failed", _now())
+        except Exception as e:
+            self._unavailable("write", e)
+            return False
+        with self._cond:
+            for k, line in lines.items():
+                if line:
+                    self._view[k] = line
+                else:
+                    self._view.pop(k, None)
+        return True
+
     def _unavailable(self, what: str, error: Exception) -> None:
         """The store failed: this process keeps order with its own view until it answers again
         (a key it pauses meanwhile holds only its own sends), and says so once a minute."""
@@ -301,17 +364,23 @@ class KeyOrder:
 
     # --- for people and the worker ------------------------------------------------------------
 
-    def all_lines(self) -> dict[Key, list[Hold]]:
-        """Every paused key's line, from the store (the view takes them: a worker reads them
-        with each batch, so what its rows show delivered passes those gates on)."""
+    def all_lines(self, limit: int | None = None) -> dict[Key, list[Hold]]:
+        """Every paused key's line (the ``limit`` paused longest), from the store (the view
+        takes them: a worker reads them with each batch, so what its rows show delivered
+        passes those gates on)."""
         try:
-            lines = self.lines.lines()
+            if not self._flush_local():
+                raise RuntimeError("the store did not take this process's own holds")
+            lines = self.lines.lines(limit)
         except Exception as e:
             self._unavailable("read", e)
             with self._cond:
-                return {k: list(v) for k, v in self._view.items()}
+                return {k: list(v) for k, v in list(self._view.items())[:limit]}
         with self._cond:
-            self._view = {k: list(v) for k, v in lines.items()}
+            if limit is None:
+                self._view = {k: list(v) for k, v in lines.items()}
+            else:  # the rest of the view is read again with the dispatch that needs it
+                self._view.update({k: list(v) for k, v in lines.items()})
         return lines
 
     def paused(self) -> dict[Key, Hold]:
@@ -322,7 +391,8 @@ class KeyOrder:
         """Each paused key's holds behind its gate, first in line first."""
         return {k: line[1:] for k, line in self.all_lines().items() if len(line) > 1}
 
-    def gates(self) -> set[str]:
-        """The documents whose messages gate a key: a worker reads and retries them with its
-        batch, so a gate delivered elsewhere is seen and one not delivered yet is tried again."""
-        return {h.doc_id for h in self.paused().values()}
+    def gates(self, limit: int | None = None) -> set[str]:
+        """The documents whose messages gate a key (of the ``limit`` keys paused longest): a
+        worker reads and retries them with its batch, so a gate delivered elsewhere is seen and
+        one not delivered yet is tried again."""
+        return {line[0].doc_id for line in self.all_lines(limit).values() if line}

@@ -22,6 +22,10 @@ CHILD: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
         "outbox.core.shutdown:close_at_exit",
         (("_AT_EXIT.add(obj)", "pass"),),
     ),
+    "exit-hook-joins-nothing": (
+        "outbox.core.shutdown:_at_exit",
+        (("_join_program_threads()", "pass"),),
+    ),
 }
 
 

@@ -378,6 +378,23 @@ MUTATIONS = [
         'assert report.failed == ["B"]',
     ),
     SourceMutation(
+        "holds kept only in the view while the store failed are not written to it",
+        "dispatcher.keys:KeyOrder._flush_local",
+        (("if not local:", "if True:"),),
+        "tests/dispatcher/test_key_order.py::"
+        "test_a_hold_made_while_the_store_failed_outlives_its_return",
+        _plain(test_key_order.test_a_hold_made_while_the_store_failed_outlives_its_return),
+        "assert sent(t) == []",
+    ),
+    SourceMutation(
+        "an operator's resume that could not be written is reported as done",
+        "dispatcher.keys:KeyOrder._remove",
+        (("if strict:", "if False:"),),
+        "tests/dispatcher/test_key_order.py::test_a_resume_by_hand_that_cannot_be_written_fails",
+        _plain(test_key_order.test_a_resume_by_hand_that_cannot_be_written_fails),
+        'with pytest.raises(OSError, match="database is locked"):',
+    ),
+    SourceMutation(
         "resume gives up on whatever gate the key has now, not the one it names",
         "dispatcher.keys:KeyOrder.resume",
         (("if not line or line[0].message_id != message_id:", "if not line:"),),

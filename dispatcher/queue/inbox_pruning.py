@@ -3,7 +3,8 @@ nobody holds.
 
 An inbox gained a row per handled message for ever. Now an id handled longer ago than
 ``inbox_retention`` (default 7 days, never shorter than the queue's duplicate-detection window)
-is deleted, with the claims released or whose lease ended that long ago; a live claim never is,
+is deleted, with the claims released (at any age: a released claim records nothing) or whose
+lease ended that long ago; a live claim never is,
 however long ago it was taken. ``outbox maintain`` prunes every consumer's records
 (``outbox.app.maintenance.forget_old_records``), and a running ``Consumer`` its own
 (``InboxPruner``), at most once per ``PRUNE_EVERY`` by its clock. Both shipped inboxes can
@@ -40,7 +41,7 @@ class PrunableInbox(Protocol):
         self, before: datetime, *, limit: int | None = None, every_consumer: bool = False
     ) -> int:
         """Delete this consumer's (``every_consumer``: every consumer's) ids handled before
-        ``before``, and its claims released or whose lease ended before ``before``; at most
+        ``before``, its released claims, and those whose lease ended before ``before``; at most
         ``limit`` (None: all). A live claim is never deleted. Returns how many were."""
         ...
 

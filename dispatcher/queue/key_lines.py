@@ -23,7 +23,7 @@ dispatch is the one place that decides what to send.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Collection, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal, Protocol
@@ -109,8 +109,12 @@ class KeyLines(Protocol):
         gate); the lines of the keys named."""
         ...
 
-    def remove(self, key: Key, entry_ids: Collection[int]) -> list[Hold]:
-        """Take the holds ``entry_ids`` out of ``key``'s line (delivered, or given up on)."""
+    def remove(
+        self, key: Key, entry_ids: Collection[int], up_to: Mapping[int, int] | None = None
+    ) -> list[Hold]:
+        """Take the holds ``entry_ids`` out of ``key``'s line (delivered, or given up on). With
+        ``up_to`` (entry id -> the last seq known delivered), a hold whose run another process
+        extended past that since it was read stays: its later messages are not delivered."""
         ...
 
     def open(self, key: Key) -> bool:
@@ -164,12 +168,14 @@ class MemoryKeyLines:
         self._next += 1
         return h
 
-    def remove(self, key: Key, entry_ids: Collection[int]) -> list[Hold]:
+    def remove(
+        self, key: Key, entry_ids: Collection[int], up_to: Mapping[int, int] | None = None
+    ) -> list[Hold]:
         with self._lock:
             line = self._lines.get(key)
             if line is None:
                 return []
-            line[:] = [h for h in line if h.entry_id not in entry_ids]
+            line[:] = [h for h in line if not _removable(h, entry_ids, up_to)]
             if not line:
                 del self._lines[key]
             return list(line)
@@ -182,6 +188,12 @@ class MemoryKeyLines:
         with self._lock:
             items = sorted(self._lines.items(), key=lambda kv: kv[1][0].entry_id)
             return {k: list(v) for k, v in items[:limit]}
+
+
+def _removable(h: Hold, entry_ids: Collection[int], up_to: Mapping[int, int] | None) -> bool:
+    if h.entry_id not in entry_ids:
+        return False
+    return up_to is None or h.last_seq <= up_to.get(h.entry_id, h.last_seq)
 
 
 def _extended(h: Hold, seq: int) -> Hold:
@@ -224,15 +236,7 @@ class SqlKeyLines:
             return {}
         keys = sorted({w.key for w in waits})
         with self._db.write("hold messages behind a paused ordering key") as c:
-            if self._db.postgres:  # in one order, so two writers never wait on each other
-                for k in keys:
-                    c.execute(
-                        select(
-                            func.pg_advisory_xact_lock(
-                                func.hashtextextended(f"outbox-key:{k[0]}\x1f{k[1]}", 0)
-                            )
-                        )
-                    )
+            self._lock_keys(c, keys)
             lines = self._read(c, set(keys))
             for w in waits:
                 line = lines.setdefault(w.key, [])
@@ -272,19 +276,41 @@ class SqlKeyLines:
                     )
             return {k: lines.get(k, []) for k in keys}
 
-    def remove(self, key: Key, entry_ids: Collection[int]) -> list[Hold]:
+    def remove(
+        self, key: Key, entry_ids: Collection[int], up_to: Mapping[int, int] | None = None
+    ) -> list[Hold]:
         ids = list(entry_ids)
         with self._db.write("let a paused ordering key's line move on") as c:
-            if ids:
-                c.execute(
-                    delete(H).where(
-                        H.c.id.in_(ids), H.c.destination == key[0], H.c.ordering_key == key[1]
+            self._lock_keys(c, [key])
+            of_key = (H.c.destination == key[0], H.c.ordering_key == key[1])
+            if up_to is None:
+                if ids:
+                    c.execute(delete(H).where(H.c.id.in_(ids), *of_key))
+            else:  # a hold at a time: each with its own bound (a line holds few)
+                for i in ids:
+                    bound = (H.c.last_seq <= up_to[i],) if i in up_to else ()
+                    c.execute(delete(H).where(H.c.id == i, *of_key, *bound))
+            return self._read(c, {key}).get(key, [])
+
+    def _lock_keys(self, c: Connection, keys: Sequence[Key]) -> None:
+        """On PostgreSQL, a transaction-level advisory lock per key, taken in one order (two
+        writers never wait on each other): a hold's read-then-extend and a removal of the same
+        line go one after the other (READ COMMITTED would let an extend hit a deleted row). On
+        SQLite a write transaction already excludes every other."""
+        if not self._db.postgres:
+            return
+        for k in sorted(keys):
+            c.execute(
+                select(
+                    func.pg_advisory_xact_lock(
+                        func.hashtextextended(f"outbox-key:{k[0]}\x1f{k[1]}", 0)
                     )
                 )
-            return self._read(c, {key}).get(key, [])
+            )
 
     def open(self, key: Key) -> bool:
         with self._db.write("resume a paused ordering key") as c:
+            self._lock_keys(c, [key])
             gone = c.execute(delete(H).where(H.c.destination == key[0], H.c.ordering_key == key[1]))
             return bool(gone.rowcount)
 

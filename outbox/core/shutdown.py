@@ -9,8 +9,12 @@ SQLite) while the interpreter finalizes under them, which crashed such programs 
 ``close_at_exit(obj)`` remembers ``obj`` weakly; when the interpreter starts to shut down (at the
 point ``concurrent.futures`` stops its own workers: ``threading._register_atexit``, before
 non-daemon threads are joined and long before modules are torn down) every object still open is
-closed, newest first. Closing is idempotent, so an object closed by its ``with`` block is closed
-once. ``with Outbox.open(...) as ob:`` remains the way to close on time.
+closed, newest first. The program's own non-daemon threads are joined first, as the interpreter
+would join them right after: a program whose main thread returns while its threads still commit
+units of work must not see its outbox closed under them (the hook closed it first, and those
+commits failed with ``ClosedError``; a review found it). Executor workers are left to their own
+exit hook (they wait for work until it runs). Closing is idempotent, so an object closed by its
+``with`` block is closed once. ``with Outbox.open(...) as ob:`` remains the way to close on time.
 """
 
 from __future__ import annotations
@@ -47,11 +51,11 @@ class _AtExit:
         register = getattr(threading, "_register_atexit", None)
         try:
             if callable(register):
-                register(close_all)
+                register(_at_exit)
             else:  # pragma: no cover - every CPython since 3.9 has it
-                atexit.register(close_all)
+                atexit.register(_at_exit)
         except RuntimeError:  # already shutting down: nothing more runs after this anyway
-            atexit.register(close_all)
+            atexit.register(_at_exit)
 
     def close_all(self) -> None:
         with self.lock:
@@ -70,6 +74,26 @@ _AT_EXIT = _AtExit()
 def close_at_exit(obj: _Closeable) -> None:
     """Close ``obj`` when the interpreter shuts down, unless it is gone or closed by then."""
     _AT_EXIT.add(obj)
+
+
+def _at_exit() -> None:
+    _join_program_threads()
+    close_all()
+
+
+def _join_program_threads() -> None:
+    """Join the alive non-daemon threads but this one and the executors' workers."""
+    try:
+        from concurrent.futures import thread as futures_thread
+
+        workers = set(getattr(futures_thread, "_threads_queues", {}))
+    except Exception:  # pragma: no cover - the module is part of the standard library
+        workers = set()
+    me = threading.current_thread()
+    for t in threading.enumerate():
+        if t is me or t.daemon or t in workers or t is threading.main_thread():
+            continue
+        t.join()
 
 
 def close_all() -> None:

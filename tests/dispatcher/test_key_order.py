@@ -247,9 +247,10 @@ def test_a_refused_message_in_a_coalesced_send_holds_back_only_its_document() ->
     assert sent(t) == ["A-1", "C-1"]
 
 
-def test_across_processes_a_pause_holds_nothing() -> None:
-    """Two dispatchers stand for two application processes sharing a key: the pause of one does
-    not stop the other, so the other's later message overtakes (documented, not prevented)."""
+def test_with_lines_in_memory_a_pause_holds_only_its_own_process() -> None:
+    """Two dispatchers with lines in memory (``MemoryKeyLines``, the default without a shared
+    store) stand for two processes sharing a key: the pause of one does not stop the other.
+    Sharing a ``KeyLines`` store is what makes it hold (the test below)."""
     t = Flaky()
     one, two = Dispatcher(Marks(), t), Dispatcher(Marks(), t)
     t.failing = {"A-1"}
@@ -502,3 +503,70 @@ def test_a_document_held_behind_a_gate_passed_in_the_same_dispatch_goes_in_it() 
     assert report.failed == []
     assert report.messages_sent == 2
     assert d.keys.paused() == {}
+
+
+class StoreDown(MemoryKeyLines):
+    """Shared lines whose every call fails while ``down`` (the queue's database locked)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = False
+
+    def _check(self) -> None:
+        if self.down:
+            raise OSError("database is locked")
+
+    def paused_among(self, keys: Any) -> Any:
+        self._check()
+        return super().paused_among(keys)
+
+    def hold(self, waits: Any, reason: str, at: Any) -> Any:
+        self._check()
+        return super().hold(waits, reason, at)
+
+    def remove(self, key: Any, entry_ids: Any, up_to: Any = None) -> Any:
+        self._check()
+        return super().remove(key, entry_ids, up_to)
+
+    def lines(self, limit: int | None = None) -> Any:
+        self._check()
+        return super().lines(limit)
+
+
+def test_a_hold_made_while_the_store_failed_outlives_its_return() -> None:
+    """The failure that stops A-1 (the queue's database) also fails its hold: A-1 is held in
+    this process's view only. When the database answers again, the next dispatch's read used to
+    replace the view and forget it, and B-1 went out ahead of A-1 (a review found it). The hold
+    is written to the store first, and B-1 waits."""
+    lines = StoreDown()
+    t = Flaky()
+    d = Dispatcher(Marks(), t, max_in_flight=1, key_lines=lines)
+    t.failing, lines.down = {"A-1"}, True
+    d.dispatch([row("A", "k")])
+    lines.down = False
+    d.dispatch([row("B", "k")])
+    assert sent(t) == []
+    assert [h.doc_id for h in lines.lines()[("q", "k")]] == ["A", "B"]
+    t.failing = set()
+    d.dispatch([row("A", "k"), row("B", "k")])
+    assert sent(t) == ["A-1", "B-1"]
+
+
+class RemovalFails(StoreDown):
+    """Reads work; removing a hold fails (SQLite's writer lock busy)."""
+
+    def remove(self, key: Any, entry_ids: Any, up_to: Any = None) -> Any:
+        raise OSError("database is locked")
+
+
+def test_a_resume_by_hand_that_cannot_be_written_fails() -> None:
+    """``outbox keys resume --skip`` printed that the gate was given up on, exit 0, when the
+    store's write failed (the error was swallowed as for the dispatch's own removals)."""
+    lines = RemovalFails()
+    t = Flaky()
+    d = Dispatcher(Marks(), t, max_in_flight=1, key_lines=lines)
+    t.failing = {"A-1"}
+    d.dispatch([row("A", "k")])
+    with pytest.raises(OSError, match="database is locked"):
+        d.resume("q", "k", "A-1")
+    assert [h.message_id for h in lines.lines()[("q", "k")]] == ["A-1"]

@@ -67,3 +67,60 @@ def test_without_the_exit_hook_its_threads_outlive_shutdown(tmp_path: Path) -> N
     """The mutation: nothing closes the outbox at exit."""
     alive, _ = _end_a_program(tmp_path, "nothing-closed-at-exit")
     assert "outbox-watermarks" in alive
+
+
+THREADS = """
+import sys, threading
+from pathlib import Path
+
+report, mutation = Path(sys.argv[1]), sys.argv[2]
+if mutation:
+    from tests.mutate import apply
+    apply(mutation)
+from outbox.core.shutdown import close_at_exit
+
+returned, closed, done = threading.Event(), threading.Event(), threading.Event()
+
+
+class Part:  # stands for an Outbox: what does its close find?
+    def close(self) -> None:
+        closed.set()
+        report.write_text("thread done" if done.is_set() else "closed under the thread")
+
+
+def work() -> None:  # the program's own thread, still working after main returned
+    returned.wait()
+    closed.wait(2.0)  # a close that comes first ends this wait: it is recorded, not raced
+    done.set()
+
+
+part = Part()  # remembered weakly, as an Outbox is: the program holds it
+close_at_exit(part)
+threading.Thread(target=work, name="app-worker").start()
+returned.set()  # the main thread's last statement
+"""
+
+
+def _end_with_a_thread(tmp_path: Path, mutation: str = "") -> str:
+    report = tmp_path / "report"
+    done = subprocess.run(
+        [sys.executable, "-c", THREADS, str(report), mutation],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        cwd=Path(__file__).resolve().parents[2],
+    )
+    assert done.returncode == 0, done.stderr
+    return report.read_text()
+
+
+def test_the_programs_own_threads_finish_before_the_outbox_is_closed(tmp_path: Path) -> None:
+    """A main thread that returns while the program's threads still commit: they finish
+    first (with the hook closing at once, their commits failed with ``ClosedError``)."""
+    assert _end_with_a_thread(tmp_path) == "thread done"
+
+
+def test_without_joining_them_the_outbox_closes_under_them(tmp_path: Path) -> None:
+    """The mutation: the hook closes without joining the program's threads."""
+    assert _end_with_a_thread(tmp_path, "exit-hook-joins-nothing") == "closed under the thread"

@@ -101,6 +101,61 @@ class KeyLinesContract:
         assert lines.paused_among({K}) == {}
         assert lines.lines() == {}
 
+    def test_a_delivered_run_that_grew_meanwhile_stays(self, lines: KeyLines) -> None:
+        """A process delivered A-1 (its view: A's run is 1..1) while another extended the run
+        to A-2: removing with the bound keeps the hold (A-2 is not delivered, B still waits),
+        and removes it once the bound covers the run. Without the bound, A-2 was neither held
+        nor sent and B's message overtook it (a review found it)."""
+        lines.hold([wait("A", 1)], "down", T0)
+        gate = lines.lines()[K][0]
+        lines.hold([wait("A", 2)], "down", T0)  # another process: A's run grows to 2
+        lines.hold([wait("B", 1)], "down", T0)
+        assert runs(lines.remove(K, {gate.entry_id}, {gate.entry_id: 1})) == [
+            ("A", 1, 2),
+            ("B", 1, 1),
+        ]
+        assert runs(lines.remove(K, {gate.entry_id}, {gate.entry_id: 2})) == [("B", 1, 1)]
+
+    def test_holds_racing_removals_lose_no_hold(self, new_lines: Callable[[], KeyLines]) -> None:
+        """One user extends A's run on a key (A-2, A-3, ...) while another removes A's hold
+        with each one's bound and holds it again: every message ends up delivered (removed
+        within its bound) or still held, never lost to a removal that met an extension."""
+        one, two = new_lines(), new_lines()
+        one.hold([wait("A", 1)], "down", T0)
+        start = threading.Barrier(2, timeout=60)
+        errors: list[BaseException] = []
+        delivered: list[Hold] = []
+
+        def extend() -> None:
+            try:
+                start.wait()
+                for seq in range(2, 40):
+                    one.hold([wait("A", seq)], "down", T0)
+            except BaseException as e:  # reported below
+                errors.append(e)
+
+        def deliver() -> None:
+            try:
+                start.wait()
+                for _ in range(40):
+                    line = two.paused_among({K}).get(K)
+                    if line:
+                        h = line[0]
+                        two.remove(K, {h.entry_id}, {h.entry_id: h.last_seq})
+                        delivered.append(h)
+            except BaseException as e:
+                errors.append(e)
+
+        threads = [threading.Thread(target=extend), threading.Thread(target=deliver)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not errors
+        left = one.lines().get(K, [])
+        covered = {s for h in [*delivered, *left] for s in range(h.seq, h.last_seq + 1)}
+        assert covered == set(range(1, 40)), (runs(left), runs(delivered))
+
     def test_open_empties_the_line_once(self, lines: KeyLines) -> None:
         lines.hold([wait("A", 1), wait("B", 1)], "down", T0)
         assert lines.open(K) is True
