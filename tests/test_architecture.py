@@ -48,7 +48,10 @@ def _lint(cwd: Path) -> subprocess.CompletedProcess[str]:
 def test_the_layer_contract_is_kept() -> None:
     out = _lint(REPO)
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "Contracts: 5 kept, 0 broken." in out.stdout
+    n = len(
+        tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"]["contracts"]
+    )
+    assert f"Contracts: {n} kept, 0 broken." in out.stdout
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:

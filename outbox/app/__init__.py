@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from outbox.core.lazy import lazy_exports
+from outbox.core.lazy import guard, lazy_exports
 
 if TYPE_CHECKING:
     from outbox.app.facade import Outbox
 
 __all__ = ["Outbox"]
 
-__getattr__, __dir__ = lazy_exports(__name__, {"Outbox": "outbox.app.facade"})
+__getattr__, __dir__ = lazy_exports(__name__, {"Outbox": "outbox.app.facade"}, guard=guard)

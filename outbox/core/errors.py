@@ -42,6 +42,15 @@ class MissingDependencyError(OutboxError):
     """An optional extra is not installed; the message says which one to install."""
 
 
+class ShadowedPackageError(ConfigurationError):
+    """A module of the user's (``dispatcher.py``, a ``migrations/`` package) hides one of the
+    top-level packages the wheel installs, so the outbox would import the user's code instead."""
+
+
+class DeltaNotConfiguredError(ConfigurationError):
+    """A SparkSession without Delta Lake was given where a Delta-enabled one is needed."""
+
+
 # --- the document store -----------------------------------------------------------------------
 
 

@@ -27,6 +27,7 @@ from outbox.app.cli import (
 from outbox.app.cli.output import setup_logging
 from outbox.app.cli.support import CliContext, OutboxGroup, not_empty
 from outbox.app.cli.telemetry_options import use_log_format
+from outbox.core.shadowing import check_top_level_packages
 
 
 @click.group(cls=OutboxGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -68,6 +69,7 @@ def main(
     """delta-outbox: a transactional outbox on Delta Lake with a change-feed rescuer."""
     setup_logging(verbose, quiet=quiet)
     use_log_format(log_format)
+    check_top_level_packages()  # a user's dispatcher.py beside the program: one line, not a trace
     ctx.obj = CliContext(workspace=workspace, config=config, verbose=verbose)
 
 

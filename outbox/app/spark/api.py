@@ -24,6 +24,7 @@ from outbox.app.spark import dispatch as D
 from outbox.app.spark import executors as E
 from outbox.app.spark import merge as M
 from outbox.app.spark.executors import SendFrom
+from outbox.app.spark.session import require_delta
 from outbox.app.spark.validate import check_rows, normalize
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import ClosedError, CommitConflictError, StoreError, ValidationError
@@ -71,11 +72,11 @@ class SparkOutbox:
         send_from: SendFrom = "auto",
         **overrides: Any,
     ) -> None:
-        """Settings resolve exactly as in ``Outbox.open`` (arguments > ``OUTBOX_*`` > file >
-        defaults); ``transport`` is a name or a ``Transport`` object.
-
-        ``send_from``: where immediate dispatch sends a commit's messages: ``executors``, each
-        partition its own; ``driver``; ``auto`` (``outbox.app.spark.executors.choose``)."""
+        """Settings resolve as in ``Outbox.open`` (arguments > ``OUTBOX_*`` > file > defaults);
+        ``transport``: a name or a ``Transport``; ``spark`` must have Delta Lake (checked first:
+        ``outbox.spark.local_session``). ``send_from``: where immediate dispatch sends a commit's
+        messages: ``executors`` (each partition its own), ``driver``, or ``auto`` (``E.choose``)."""
+        require_delta(spark)  # before the workspace exists and any Spark job runs
         if isinstance(transport, str):
             overrides["transport"] = transport
             transport = None
@@ -90,8 +91,7 @@ class SparkOutbox:
         self.backends = Backends(settings, clock=self.clock, transport=transport, spark=spark)
         if create:
             self.backends.migrate(only_if_missing=True)
-        # The deltalake store validates the table (change feed, schema, incarnations), knows N
-        # and the table id, and writes the watermark MERGE after a dispatch.
+        # deltalake's store validates the table, knows N and the table id, writes watermarks.
         self.store = DeltaDocumentStore(
             settings.table_uri, storage_options=settings.storage_options, clock=self.clock
         )
