@@ -208,6 +208,9 @@ def main(argv: list[str] | None = None) -> None:
         "--minutes", type=float, help="the local writer's minutes (default: by kind of run)"
     )
     parser.add_argument(
+        "--azure-minutes", type=float, help="the Azurite writer's minutes (default: by kind)"
+    )
+    parser.add_argument(
         "--parts",
         default="candidates,day,local,azure",
         help="which parts to run, comma-separated (default: all)",
@@ -218,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     size = dict(SIZES[kind])
     if args.minutes:
         size["minutes"] = args.minutes
+    if args.azure_minutes:
+        size["azure_minutes"] = args.azure_minutes
     retention = parse_duration(args.log_retention)
     parts = {p.strip() for p in args.parts.split(",") if p.strip()}
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-table-state-"))
