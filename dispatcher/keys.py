@@ -108,9 +108,8 @@ class KeyOrder:
         """Read the lines of ``keys`` from the store (a dispatch's keys, before it sends). A
         store that cannot be read leaves the view as it was (see ``_unavailable``); holds this
         process kept only in its view while the store failed are written to it first."""
-        if not self._flush_local():
-            return
         try:
+            self._flush_local()
             fresh = self.lines.paused_among(keys)
         except Exception as e:
             self._unavailable("read", e)
@@ -151,18 +150,12 @@ class KeyOrder:
         with self._cond:
             opened = {w.key for w in waits if not self._view.get(w.key)}
         try:
-            if not self._flush_local():  # its own holds first: they came first
-                raise RuntimeError("the store did not take this process's own holds")
+            self._flush_local()  # its own holds first: they came first
             lines = self.lines.hold(waits, reason, _now())
         except Exception as e:
             self._unavailable("write", e)
             lines = self._hold_here(waits, reason)
-        with self._cond:
-            for k, line in lines.items():
-                if line:
-                    self._view[k] = line
-                else:
-                    self._view.pop(k, None)
+        self._take(lines)
         for k in sorted(opened):
             new = lines.get(k)
             if new:
@@ -261,8 +254,7 @@ class KeyOrder:
         ``KeyLines.remove``)."""
         ids = {h.entry_id for h in holds}
         try:
-            if not self._flush_local():
-                raise RuntimeError("the store did not take this process's own holds")
+            self._flush_local()
             line = self.lines.remove(key, ids, up_to)
         except Exception as e:
             if strict:
@@ -321,32 +313,31 @@ class KeyOrder:
                     )
             return lines
 
-    def _flush_local(self) -> bool:
-        """Write the holds this process kept only in its view (negative ids: the store failed
-        when they were made) to the store, in their lines' order; False when it still fails.
-        Without this, the first read after the store answered again replaced the view and
-        forgot them, and a later document of the key went out ahead (a review found it)."""
-        with self._cond:
-            local = [(k, h) for k, line in self._view.items() for h in line if h.entry_id < 0]
-        if not local:
-            return True
-        waits: list[Wait] = []
-        for k, h in local:
-            for seq in dict.fromkeys((h.seq, h.last_seq)):
-                waits.append(Wait(k, h.doc_id, h.incarnation, seq, h.message_id))
-        reason = next((h.reason for _, h in local if h.reason), "")
-        try:
-            lines = self.lines.hold(waits, reason or "held while the store failed", _now())
-        except Exception as e:
-            self._unavailable("write", e)
-            return False
+    def _take(self, lines: Mapping[Key, list[Hold]]) -> None:
+        """Take the store's answer for these keys into the view (an empty line: open)."""
         with self._cond:
             for k, line in lines.items():
                 if line:
                     self._view[k] = line
                 else:
                     self._view.pop(k, None)
-        return True
+
+    def _flush_local(self) -> None:
+        """Write the holds this process kept only in its view (negative ids: the store failed
+        when they were made) to the store, in their lines' order; raises the store's error when
+        it still fails (each caller treats it as its own read or write failing). Without this,
+        the first read after the store answered again replaced the view and forgot them, and a
+        later document of the key went out ahead (a review found it)."""
+        with self._cond:
+            local = [(k, h) for k, line in self._view.items() for h in line if h.entry_id < 0]
+        if not local:
+            return
+        waits: list[Wait] = []
+        for k, h in local:
+            for seq in dict.fromkeys((h.seq, h.last_seq)):
+                waits.append(Wait(k, h.doc_id, h.incarnation, seq, h.message_id))
+        reason = next((h.reason for _, h in local if h.reason), "")
+        self._take(self.lines.hold(waits, reason or "held while the store failed", _now()))
 
     def _unavailable(self, what: str, error: Exception) -> None:
         """The store failed: this process keeps order with its own view until it answers again
@@ -369,8 +360,7 @@ class KeyOrder:
         takes them: a worker reads them with each batch, so what its rows show delivered
         passes those gates on)."""
         try:
-            if not self._flush_local():
-                raise RuntimeError("the store did not take this process's own holds")
+            self._flush_local()
             lines = self.lines.lines(limit)
         except Exception as e:
             self._unavailable("read", e)

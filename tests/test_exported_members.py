@@ -211,8 +211,13 @@ def test_old_paths_keep_working(old: tuple[str, str], new: tuple[str, str]) -> N
 
 
 def _python(code: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return _run(["-c", code], cwd)
+
+
+def _run(args: list[str], cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """This interpreter with ``args``, from ``cwd``, with the repository first on the path."""
     return subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, *args],
         capture_output=True,
         text=True,
         timeout=120,
@@ -256,15 +261,7 @@ def test_import_outbox_loads_only_the_lazy_table() -> None:
 
 
 def test_the_old_cli_module_runs(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "--help"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        cwd=tmp_path,
-        env=_env(),
-    )
+    proc = _run(["-m", "outbox.cli", "--help"], tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "Usage: python -m outbox.cli" in proc.stdout
 
