@@ -123,11 +123,16 @@ def serve(port: int, health: Health, metrics: MetricsText | None = None) -> Thre
                 self._answer(404, b"not found: try /metrics, /healthz or /readyz\n", "text/plain")
 
         def _answer(self, status: int, body: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            try:
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            except (BrokenPipeError, ConnectionResetError):
+                # The prober gave up first (its timeout, a load balancer's): nobody is left to
+                # answer, and a traceback on stderr would read as the worker's own failure.
+                self.close_connection = True
 
         def log_message(self, format: str, *args: object) -> None:
             """Probes every few seconds would flood stderr: not logged."""

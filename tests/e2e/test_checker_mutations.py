@@ -35,6 +35,20 @@ def _broken(report: CheckReport) -> list[str]:
     return [name for name, held in report.invariants.items() if not held]
 
 
+def _who_delivered(tmp_path: Path, prefix: str) -> str:
+    """For a miss: who delivered the documents whose ids start with ``prefix`` (role, pid, time
+    from the broker log the failed seed keeps), so a broken build that escaped says how."""
+    from outbox.app.checker.broker import read_log
+
+    log = read_log(tmp_path / f"seed-{SEED}" / "broker.log")
+    lines = [
+        f"{d.message.session_id} by {d.role} {d.pid} at {d.at:.3f}"
+        for d in log
+        if str(d.message.session_id).startswith(prefix)
+    ]
+    return "; ".join(lines) or f"nothing delivered for {prefix}*"
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(LIMIT)
 def test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages(tmp_path: Path) -> None:
@@ -88,7 +102,9 @@ def test_a_planner_off_by_one_never_rescues_a_document_with_one_pending_message(
 ) -> None:
     report = _run("rescue-planner-off-by-one", tmp_path)
     assert not report.ok
-    assert "I1 no loss" in _broken(report), report.summary()
+    assert "I1 no loss" in _broken(report), (
+        report.summary() + "; " + _who_delivered(tmp_path, "w0-s0-")
+    )
     assert report.not_dispatched, report.summary()
 
 

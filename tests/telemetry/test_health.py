@@ -63,3 +63,42 @@ def test_ready_names_the_first_failing_check_in_one_line() -> None:
     checks = [("store", lambda: 7), ("queue", down), ("broker", down)]
     assert Health(checks).ready() == (False, "queue: connection refused (the host is gone)")
     assert Health(checks[:1]).ready() == (True, "store reachable")
+
+
+def test_a_prober_that_hangs_up_before_the_answer_leaves_no_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """CI saw ``BrokenPipeError`` tracebacks on a worker's stderr when a probe's client timed out
+    before a slow readiness check answered (issue 42's run). The client here resets the
+    connection while the check is held, so the answer's write always meets a closed peer."""
+    import socket
+    import struct
+    import threading
+
+    from outbox.core.health import serve
+
+    entered, release = threading.Event(), threading.Event()
+
+    def slow_check() -> None:
+        entered.set()
+        assert release.wait(30)
+
+    server = serve(0, Health(checks=[("store", slow_check)]))
+    try:
+        port = server.server_address[1]
+        client = socket.create_connection(("127.0.0.1", port), timeout=30)
+        client.sendall(b"GET /readyz HTTP/1.1\r\nHost: x\r\n\r\n")
+        assert entered.wait(30)
+        # linger 0: close sends a reset, so the server's first write fails
+        client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        client.close()
+        handlers = [t for t in threading.enumerate() if "process_request" in t.name]
+        release.set()
+        for t in handlers:
+            t.join(30)
+            assert not t.is_alive()
+    finally:
+        server.shutdown()
+        server.server_close()
+    err = capfd.readouterr().err
+    assert "Traceback" not in err, err
