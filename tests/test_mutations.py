@@ -41,6 +41,7 @@ from tests.mutate import CHILD, mutated
 from tests.queue import test_inbox_pruning, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
+    test_file_ids,
     test_one_maintainer,
     test_save_guards,
     test_table_state,
@@ -236,6 +237,17 @@ MUTATIONS = [
             test_table_state.test_a_checkpoint_holds_no_transaction_of_a_save_however_many
         ),
         'assert [t["appId"] for t in txns if t["appId"].startswith(TXN_PREFIX)] == []',
+    ),
+    SourceMutation(
+        "the file id index claims every id absent",
+        "outbox.delta.file_ids:FileIds.maybe_present",
+        (("return [i for i, h in zip(ids, hit, strict=True) if h]", "return []"),),
+        "tests/write_path/test_file_ids.py::"
+        "test_a_create_of_an_id_another_writer_created_fails_with_a_warm_index",
+        _in_workspace(
+            test_file_ids.test_a_create_of_an_id_another_writer_created_fails_with_a_warm_index
+        ),
+        "with pytest.raises(ConcurrencyError):",
     ),
     SourceMutation(
         "a save racing another save of its document commits without the transactions",

@@ -46,6 +46,7 @@ from outbox.core.errors import ClosedError, CommitConflictError, StoreError
 from outbox.core.model import DocumentRow, bucket_of
 from outbox.delta import appends, reads, versions
 from outbox.delta import schema as S
+from outbox.delta.file_ids import FileIds
 from outbox.delta.group_commit import (
     DocumentWrite,
     PendingWatermarks,
@@ -121,6 +122,8 @@ class DeltaDocumentStore:
         self._carried: Any = None  # the batch the append being built carries
         # What reads found at one table version, so a save needs no re-check.
         self._seen = SeenReads()
+        self._file_ids = FileIds(self._storage_options)  # a read of new ids: unseen files only
+        self._empty: dict[str, pa.Table] = {}
         self._handle = TableHandle(uri, self._storage_options)
         self._log_dir = local_log_dir(uri)
         self.info = self._validate()
@@ -221,8 +224,14 @@ class DeltaDocumentStore:
         self._handle.update()
 
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
-        """The rows of ``ids``, ``SCAN_CHUNK`` ids per query (``outbox.delta.reads.scan``)."""
-        return reads.scan(self._query, ids, columns, self.bucket, SCAN_CHUNK)
+        """The rows of ``ids`` some data file may hold (``outbox.delta.file_ids``), by SQL."""
+        present = self._file_ids.maybe_present(self._dt, ids, self.bucket)
+        if present is not None and not present:  # all absent: an empty answer, same columns
+            cols = ", ".join(columns or ["*"])
+            if cols not in self._empty:
+                self._empty[cols] = self._query(f"SELECT {cols} FROM t WHERE false")
+            return self._empty[cols]
+        return reads.scan(self._query, present or ids, columns, self.bucket, SCAN_CHUNK)
 
     def read(
         self, ids: Sequence[str], *, barrier: bool = True

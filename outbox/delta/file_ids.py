@@ -1,0 +1,135 @@
+"""Which ids each data file holds, read once per file, so that showing a new document's id is
+absent does not read every file of the buckets a unit of work touches.
+
+Why: a creation must show its id is absent from the table. With random ids (a device's or an
+order's uuid) no file's min/max statistics rule an id out, so the SQL read behind ``read`` and
+the save's re-check opened every file of each bucket it touched, on every commit: 600-800 ms a
+commit locally, and on Azurite 1.4 s growing to 9 s within 43 commits as files accumulated
+between maintenance runs (issue 47's quick run, docs/delta.md). A data file never changes once
+written (an add action names an immutable object), so the ids it holds are read once and kept;
+later commits read only the files this process has not seen (its own last commit's, another
+writer's, a compaction's).
+
+The index only ever *removes* ids from the SQL read: an id that no live data file of its bucket
+holds is absent at that snapshot; an id some file may hold (a hash match, a file or table the
+index cannot read) is read by SQL as before. So a wrong answer here can cost a read, never make
+a document look absent (``tests/write_path/test_file_ids.py``, with the mutation that makes it
+claim absence).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+log = logging.getLogger("outbox.delta")
+
+#: Ids kept across every cached file (8 bytes each, 80 MB at most): a table holding more is read
+#: by SQL, as before the index.
+MAX_IDS = 10_000_000
+
+
+class _Full(Exception):
+    """The ids of the files a read needs do not fit in ``max_ids``."""
+
+
+def _hashes(ids: Sequence[str]) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Process-local hashes: the index lives and dies with the process, so ``hash`` will do; a
+    collision only sends an id to the SQL read."""
+    return np.fromiter((hash(i) for i in ids), dtype=np.int64, count=len(ids))
+
+
+class FileIds:
+    """path -> the sorted hashes of the ids in that data file, for the files this process read."""
+
+    def __init__(
+        self, storage_options: dict[str, str] | None = None, max_ids: int = MAX_IDS
+    ) -> None:
+        self._storage_options = dict(storage_options or {})
+        self._fs: Any = None
+        self._max_ids = max_ids
+        self._files: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
+        self._held = 0
+        self.files_read = 0  # for tests and benchmarks: files whose ids were read
+        self.disabled: str | None = None  # why the index stopped answering (then: SQL reads)
+
+    def maybe_present(
+        self, dt: Any, ids: Sequence[str], bucket: Callable[[str], int]
+    ) -> list[str] | None:
+        """The ``ids`` some live data file of their bucket may hold, at ``dt``'s snapshot, in
+        their order; None when the index cannot tell (then read them all)."""
+        if self.disabled is not None or not ids:
+            return None if self.disabled is not None else []
+        try:
+            live = _live_files(dt)
+            wanted = {bucket(i) for i in ids}
+            self._forget([p for p in self._files if p not in live])
+            missing = [p for p, b in live.items() if b in wanted and p not in self._files]
+            if missing:
+                self._read(dt, missing)
+        except _Full:  # more ids than the index keeps: every read is SQL's from now on
+            self.disabled = f"the table holds more than {self._max_ids:,} ids"
+            log.info("file id index off for this table (%s): ids are read by SQL", self.disabled)
+            self._forget(list(self._files))
+            return None
+        except Exception as e:  # a table the index cannot read: the SQL read decides
+            self.disabled = f"{type(e).__name__}: {e}"
+            log.info("file id index off for this table (%s): ids are read by SQL", self.disabled)
+            self._files.clear()
+            return None
+        by_bucket: dict[int, list[str]] = {}
+        for p, b in live.items():
+            if b in wanted:
+                by_bucket.setdefault(b, []).append(p)
+        hashes = _hashes(ids)
+        buckets = np.fromiter((bucket(i) for i in ids), dtype=np.int64, count=len(ids))
+        hit = np.zeros(len(ids), dtype=bool)
+        for b, paths in by_bucket.items():
+            mine = buckets == b
+            h = hashes[mine]
+            seen = np.zeros(len(h), dtype=bool)
+            for p in paths:
+                held = self._files[p]
+                at = np.searchsorted(held, h)
+                seen |= (at < len(held)) & (held[np.minimum(at, len(held) - 1)] == h)
+            hit[np.flatnonzero(mine)[seen]] = True
+        return [i for i, h in zip(ids, hit, strict=True) if h]
+
+    def _read(self, dt: Any, paths: list[str]) -> None:
+        """Read the id column of ``paths`` through deltalake's own filesystem for the table
+        (``to_pyarrow_dataset`` would build a fragment for every file of the table first)."""
+        import pyarrow.parquet as pq
+
+        for p in paths:
+            table = pq.read_table(p, columns=["id"], filesystem=self._filesystem(dt))
+            column = table.column("id").to_pylist()
+            held = np.unique(_hashes([str(i) for i in column if i is not None]))
+            if self._held + len(held) > self._max_ids:
+                raise _Full
+            self._files[p] = held
+            self._held += len(held)
+            self.files_read += 1
+
+    def _filesystem(self, dt: Any) -> Any:
+        if self._fs is None:
+            import pyarrow.fs as pa_fs
+            from deltalake.fs import DeltaStorageHandler
+
+            handler = DeltaStorageHandler(dt.table_uri, self._storage_options)
+            self._fs = pa_fs.PyFileSystem(handler)
+        return self._fs
+
+    def _forget(self, paths: list[str]) -> None:
+        for p in paths:
+            self._held -= len(self._files.pop(p))
+
+
+def _live_files(dt: Any) -> dict[str, int]:
+    """Every data file of the snapshot -> its bucket."""
+    adds = dt.get_add_actions(flatten=True)
+    paths = adds.column("path").to_pylist()
+    buckets = adds.column("partition.bucket").to_pylist()
+    return {str(p): int(b) for p, b in zip(paths, buckets, strict=True)}
