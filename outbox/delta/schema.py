@@ -1,7 +1,7 @@
 """The Delta table of documents: its Arrow schema, table properties, and row <-> Arrow mapping.
 
-This schema is the contract with other writers (a Spark job, say), so it is spelled out in the
-README. The table's *description* holds a JSON object ``{"outbox": {...}}``: ``schemaVersion``
+This schema is the contract with other writers (a Spark job, say), so it is spelled out in
+docs/table.md. The table's *description* holds a JSON object ``{"outbox": {...}}``: ``schemaVersion``
 records which layout a table has, ``buckets`` fixes N in ``bucket = crc32(id) % N``, and ``tableId``
 is the stable identity that message ids derive from.
 
