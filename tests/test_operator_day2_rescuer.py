@@ -525,7 +525,8 @@ def test_the_operations_table_has_a_row_for_every_command_and_demo() -> None:
     """``outbox demo geo`` and ``outbox check`` had no row."""
     from outbox.app.cli.demo import demo
 
-    rows = [re.match(r"\| `outbox ([a-z-]+(?: [a-z-]+)?)", r) for r in _table("command", REPO / "docs" / "operations.md")]
+    table = _table("command", REPO / "docs" / "operations.md")
+    rows = [re.match(r"\| `outbox ([a-z-]+(?: [a-z-]+)?)", r) for r in table]
     firsts = {m.group(1) for m in rows if m}
     stories = next(p for p in demo.params if p.name == "story").type.choices  # type: ignore[attr-defined]
     missing = [c for c in main.commands if not any(f.split()[0] == c for f in firsts)]
