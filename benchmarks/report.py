@@ -47,10 +47,29 @@ def _slash(values: list[str]) -> str:
 _table = table
 
 
-# --- README ------------------------------------------------------------------------------------
+# --- docs/performance.md, and the README's headline rows ---------------------------------------
+
+#: The rows the README quotes (by their source cell), out of docs/performance.md's whole table.
+HEADLINE_SOURCES = (
+    "`write_path.json` `save_vs_raw_ratio`",
+    "`doc_table.json` `outbox`, `candidates`",
+    "`dispatch.json`",
+    "`kafka.json`",
+)
 
 
-def readme_performance() -> str:
+def performance() -> str:
+    """docs/performance.md's table: every headline figure, one row each."""
+    return _table(["what", "figure", "source"], performance_rows())
+
+
+def readme_headline() -> str:
+    """The README's few rows, the same cells as docs/performance.md's (picked by source)."""
+    rows = {row[2]: row for row in performance_rows()}
+    return _table(["what", "figure", "source"], [rows[s] for s in HEADLINE_SOURCES])
+
+
+def performance_rows() -> list[list[str]]:
     w, d, q, r = load("write_path"), load("dispatch"), load("sql_queue"), load("rescuer")
     ratio = w["ratio"]
     rows: list[list[str]] = [
@@ -163,7 +182,7 @@ def readme_performance() -> str:
     rows += report_kafka.readme_rows()
     rows += report_devices.readme_rows()
     rows += report_console.readme_rows()
-    return _table(["what", "figure", "source"], rows)
+    return rows
 
 
 def _spark_rows(sw: dict[str, Any]) -> list[list[str]]:
@@ -628,7 +647,8 @@ def dispatch_before() -> str:
 
 
 RENDERERS: dict[str, Callable[[], str]] = {
-    "readme-performance": readme_performance,
+    "performance": performance,
+    "readme-headline": readme_headline,
     "rescuer-sizes": rescuer_sizes,
     "rescuer-planner": rescuer_planner,
     "sql-queue": sql_queue,

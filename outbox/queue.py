@@ -1,7 +1,7 @@
 """The durable SQL queue (Service Bus semantics on SQLite or PostgreSQL), its consumer and inboxes.
 
 Build the queue from the workspace's settings, so the consumer honours its ``lock_duration`` and
-``max_delivery_count``: ``SqlQueue.from_settings(ob.settings)`` (docs: README, "Consuming").
+``max_delivery_count``: ``SqlQueue.from_settings(ob.settings)`` (docs/guide.md, "Consuming").
 ``CosmosInbox`` needs the ``azure`` extra; each name loads its module on first use.
 """
 

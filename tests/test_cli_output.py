@@ -105,9 +105,9 @@ def test_help_imports_nothing_heavy() -> None:
 
 
 def test_readme_exit_code_table_matches_the_module() -> None:
-    """One table in the README, the same codes as ``exit_codes.ALL``: adding a code means
-    documenting it where operators look."""
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    """One table in docs/operations.md, the same codes as ``exit_codes.ALL``: adding a code
+    means documenting it where operators look."""
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
     tables = [t for t in readme.split("\n\n") if t.startswith("| exit code | meaning |")]
     assert len(tables) == 1
     rows = tables[0].splitlines()[2:]
@@ -129,11 +129,12 @@ def test_text_names_a_duration_as_json_does(tmp_path: Path) -> None:
 
 
 def test_readme_json_shapes_name_the_keys_the_commands_print(tmp_path: Path) -> None:
-    """The README's ``--json`` table named ``oldest_pending_age_seconds``; the key is
-    ``oldest_pending_age_s``. Every key it names for ``status`` is one ``status --json`` has."""
+    """The ``--json`` table (README then, docs/operations.md now) named
+    ``oldest_pending_age_seconds``; the key is ``oldest_pending_age_s``. Every key it names for
+    ``status`` is one ``status --json`` has."""
     import re
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "operations.md").read_text()
     [row] = [ln for ln in readme.splitlines() if ln.startswith("| `status` | an object:")]
     named = re.findall(r"`([a-z_]+)`", row.split("|")[2])
     ws = dispatched_workspace(tmp_path / "ws")

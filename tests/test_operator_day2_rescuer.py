@@ -498,9 +498,10 @@ def test_the_readme_python_blocks_run_twice_in_one_folder_and_print_no_bytes(
     assert "b'{" not in printed
 
 
-def _table(title: str) -> list[str]:
-    """The first cells of the README table whose header row starts with ``title``."""
-    lines = README.read_text().splitlines()
+def _table(title: str, page: Path) -> list[str]:
+    """The rows of ``page``'s table whose header row starts with ``title`` (README's tables
+    before issue 43 moved them into docs/)."""
+    lines = page.read_text().splitlines()
     start = next(i for i, line in enumerate(lines) if line.startswith(f"| {title} |"))
     rows = []
     for line in lines[start + 2 :]:
@@ -515,7 +516,7 @@ def test_the_settings_table_names_every_setting() -> None:
     a setting is named in a row of its own or in the row of its group (``kafka_*``)."""
     from outbox.core.settings import Settings
 
-    table = "\n".join(_table("setting"))
+    table = "\n".join(_table("setting", REPO / "docs" / "configuration.md"))
     named = set(re.findall(r"`([a-z_]+)`", table))
     assert [f.name for f in dataclasses.fields(Settings) if f.name not in named] == []
 
@@ -524,7 +525,8 @@ def test_the_operations_table_has_a_row_for_every_command_and_demo() -> None:
     """``outbox demo geo`` and ``outbox check`` had no row."""
     from outbox.app.cli.demo import demo
 
-    rows = [re.match(r"\| `outbox ([a-z-]+(?: [a-z-]+)?)", r) for r in _table("command")]
+    table = _table("command", REPO / "docs" / "operations.md")
+    rows = [re.match(r"\| `outbox ([a-z-]+(?: [a-z-]+)?)", r) for r in table]
     firsts = {m.group(1) for m in rows if m}
     stories = next(p for p in demo.params if p.name == "story").type.choices  # type: ignore[attr-defined]
     missing = [c for c in main.commands if not any(f.split()[0] == c for f in firsts)]

@@ -2,7 +2,7 @@
 
 A document row carries its own pending messages, so the state change and the messages commit in
 one Delta commit. The pure functions here (message ids, the bucket of an id, what is pending) are
-documented in the README and docs/delta.md so that another writer, a Spark job say, computes the
+documented in docs/table.md and docs/delta.md so that another writer, a Spark job say, computes the
 same values.
 """
 

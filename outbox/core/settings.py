@@ -568,5 +568,5 @@ def _warn_unknown_variable(key: str, names: set[str]) -> None:
     log.warning(
         "ignoring the environment variable %s: no setting has that name%s",
         key,
-        did_you_mean(key, known) or " (the settings table in README.md lists them)",
+        did_you_mean(key, known) or " (the settings table in docs/configuration.md lists them)",
     )

@@ -1,9 +1,9 @@
 """The Delta table of documents: its Arrow schema, table properties, and row <-> Arrow mapping.
 
-This schema is the contract with other writers (a Spark job, say), so it is spelled out in the
-README. The table's *description* holds a JSON object ``{"outbox": {...}}``: ``schemaVersion``
-records which layout a table has, ``buckets`` fixes N in ``bucket = crc32(id) % N``, and ``tableId``
-is the stable identity that message ids derive from.
+This schema is the contract with other writers (a Spark job, say), so it is spelled out in
+docs/table.md. The table's *description* holds a JSON object ``{"outbox": {...}}``:
+``schemaVersion`` records which layout a table has, ``buckets`` fixes N in
+``bucket = crc32(id) % N``, and ``tableId`` is the stable identity that message ids derive from.
 
 The ``incarnation`` column came later: a table created before it (the *legacy* layout) is still
 an outbox table, not a foreign one, and ``outbox migrate`` upgrades it by adding the column (a

@@ -75,8 +75,8 @@ def _console_report_renders(data: dict[str, Any]) -> None:
 
 
 def _table_state_report_renders(data: dict[str, Any]) -> None:
-    """benchmarks/report_table_state.py renders docs/delta.md's blocks and the README's row from
-    what the benchmark writes (the committed table_state.json comes from a full run)."""
+    """benchmarks/report_table_state.py renders docs/delta.md's blocks and docs/performance.md's
+    row from what the benchmark writes (the committed table_state.json comes from a full run)."""
     from benchmarks import report_table_state as r
 
     assert "| **a transaction per document, born expired (chosen)** |" in r.candidates(data)

@@ -1,4 +1,5 @@
-"""The Spark snippets of docs/spark.md (```python) and of the README (```python spark) run."""
+"""The Spark snippets of docs/spark.md (```python) and the ```python spark blocks of the README
+and the user guide run."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ def blocks() -> list[tuple[str, str]]:
         ("docs/spark.md", b)
         for b in re.findall(r"```python\n(.*?)```", (REPO / "docs" / "spark.md").read_text(), re.S)
     ]
-    found += [
-        ("README.md", b)
-        for b in re.findall(r"```python spark\n(.*?)```", (REPO / "README.md").read_text(), re.S)
-    ]
+    for page in ("README.md", "docs/guide.md"):
+        found += [
+            (page, b)
+            for b in re.findall(r"```python spark\n(.*?)```", (REPO / page).read_text(), re.S)
+        ]
     return found
 
 
