@@ -39,9 +39,16 @@ from benchmarks.common import add_output_options, rescue_pass_since, save, summa
 
 STORES = ("local", "azure", "s3")
 SIZES = {
-    "full": {"rounds": 60, "dispatch_units": 10, "commits": 2000, "window": 200},
-    "quick": {"rounds": 20, "dispatch_units": 4, "commits": 400, "window": 100},
-    "smoke": {"rounds": 2, "dispatch_units": 1, "commits": 20, "window": 10},
+    "full": {
+        "rounds": 60,
+        "dispatch_units": 10,
+        "commits": 2000,
+        "window": 200,
+        "feed_commits": 20,
+    },
+    "quick": {"rounds": 20, "dispatch_units": 4, "commits": 400, "window": 100, "feed_commits": 20},
+    # every step once: two upkeep windows (each ends in a maintenance), a two-commit feed
+    "smoke": {"rounds": 2, "dispatch_units": 1, "commits": 6, "window": 3, "feed_commits": 2},
 }
 
 
@@ -125,13 +132,13 @@ def bench_dispatch(place: Place, units: int) -> dict[str, Any]:
     }
 
 
-def bench_feed_pass(place: Place) -> dict[str, Any]:
+def bench_feed_pass(place: Place, commits: int) -> dict[str, Any]:
     from rescuer.cdf_local import LocalEngine
 
     settings = place.settings("feed", compact_every=0, dispatch="deferred")
     ob = _open(settings, transport="memory")
     base = ob.store.version()
-    for c in range(20):
+    for c in range(commits):
         with ob.unit_of_work() as uow:
             for i in range(100):
                 uow.create(f"c{c}-{i}", type="Shipment").send("Created", {"i": i}, destination="q")
@@ -195,7 +202,7 @@ def run_store(kind: str, root: Path, server: Any, size: dict[str, int]) -> dict[
     out = {
         "ratio": bench_ratio(place, size["rounds"]),
         "dispatch": bench_dispatch(place, size["dispatch_units"]),
-        "rescuer_feed_pass": bench_feed_pass(place),
+        "rescuer_feed_pass": bench_feed_pass(place, size["feed_commits"]),
         "upkeep": bench_upkeep(place, size["commits"], size["window"]),
     }
     print(

@@ -160,7 +160,13 @@ def run_pass(
 
 
 def measure_size(
-    root: Path, docs: int, spark: Any | None, repeat: int, spark_repeat: int = 3
+    root: Path,
+    docs: int,
+    spark: Any | None,
+    repeat: int,
+    spark_repeat: int = 3,
+    *,
+    spark_warm: bool = True,
 ) -> dict[str, Any]:
     path = root / f"t{docs}"
     t0 = time.perf_counter()
@@ -182,7 +188,8 @@ def measure_size(
         from rescuer.cdf_spark import SparkEngine
 
         engine = SparkEngine(spark)
-        run_pass(store, engine, base)
+        if spark_warm:  # a JVM job's first run compiles; a smoke run measures nothing
+            run_pass(store, engine, base)
         spark_s, _ = _median(lambda: run_pass(store, engine, base), spark_repeat)
         out["spark_pass_s"] = round(spark_s, 4)
         sweep_spark_s, _ = _median(lambda: run_pass(store, engine, base, full=True), 1)
@@ -332,11 +339,19 @@ def main(argv: list[str] | None = None) -> None:
     if args.smoke:
         results["smoke"] = True
     try:
-        # --smoke: the Spark passes at the largest size only (each is a JVM job of seconds)
+        # --smoke: the Spark passes at the largest size only, once each and unwarmed (each is
+        # a JVM job of seconds)
         spark_at = set(sizes[-1:] if args.smoke else sizes)
         spark_repeat = 1 if args.smoke else 3
         results["sizes"] = [
-            measure_size(root, n, spark if n in spark_at else None, repeat, spark_repeat)
+            measure_size(
+                root,
+                n,
+                spark if n in spark_at else None,
+                repeat,
+                spark_repeat,
+                spark_warm=not args.smoke,
+            )
             for n in sizes
         ]
         results["planner"] = [measure_planners(n) for n in planner_rows]

@@ -1,7 +1,7 @@
 """Spark write path: ``SparkOutbox.apply`` against a raw delta-spark MERGE, and dispatch throughput.
 
     python -m benchmarks.spark_write --quick   # 1,000-row ratio, 10,000 messages (< 3 min)
-    python -m benchmarks.spark_write --smoke   # 20-row ratio (1 round), 50 messages
+    python -m benchmarks.spark_write --smoke   # 20-row ratio (1 round, no warm-up), 50 messages
     python -m benchmarks.spark_write           # 10,000-row ratio, 100,000 messages
 
 * ``apply_over_raw_merge``: the write part of ``apply`` (validation job + MERGE + finding the
@@ -88,7 +88,9 @@ def _raw_source(spark: Any, n: int, round_no: int, buckets: int) -> Any:
     )
 
 
-def bench_ratio(spark: Any, base: Path, rows: int, rounds: int) -> dict[str, Any]:
+def bench_ratio(
+    spark: Any, base: Path, rows: int, rounds: int, *, warm: bool = True
+) -> dict[str, Any]:
     from delta.tables import DeltaTable
 
     from outbox.app.spark import SparkOutbox
@@ -105,7 +107,8 @@ def bench_ratio(spark: Any, base: Path, rows: int, rounds: int) -> dict[str, Any
     ours: list[float] = []
     theirs: list[float] = []
     parts: list[dict[str, float]] = []
-    for r in range(rounds + 1):  # round 0 warms both up (and creates the rows)
+    # round 0 warms both up (and creates the rows); a smoke run measures nothing and skips it
+    for r in range(rounds + warm):
         t = time.perf_counter()
         (
             raw.alias("t")
@@ -122,7 +125,7 @@ def bench_ratio(spark: Any, base: Path, rows: int, rounds: int) -> dict[str, Any
         write_s = sum(
             result.timings.get(k, 0.0) for k in ("validate_s", "merge_s", "commit_lookup_s")
         )
-        if r:
+        if r or not warm:
             theirs.append(raw_s)
             ours.append(write_s)
             parts.append({k: round(v, 3) for k, v in result.timings.items()})
@@ -218,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     spark_start = time.perf_counter() - started
     base = Path(tempfile.mkdtemp(prefix="spark-write-"))
     try:
-        ratio = bench_ratio(spark, base, rows, rounds)
+        ratio = bench_ratio(spark, base, rows, rounds, warm=not args.smoke)
         dispatch = bench_dispatch(spark, base, messages)
         python_path = bench_python_path(base, messages)
     finally:

@@ -11,9 +11,10 @@ full run's file that matter (what the docs' tables are rendered from), and that
 modification time. ``--out DIR``, the other way to choose the folder, is checked on the shared
 helper and in every benchmark's ``--help``.
 
-The servers come from the suite: PostgreSQL from ``pg_url``, the broker from ``mqtt_url``. The
-Spark benchmarks run in this process on the ``spark_session`` fixture, so they reuse the Spark
-tests' JVM (tests/conftest.py puts them on that worker) instead of starting one each.
+The servers come from the suite: PostgreSQL from ``pg_url``, the broker from ``mqtt_url``, Kafka
+from ``kafka``. The Spark benchmarks run in this process on the ``spark_session`` fixture, so they
+reuse the Spark tests' JVM (tests/conftest.py puts them on that worker) and its Kafka broker
+instead of starting their own.
 """
 
 from __future__ import annotations
@@ -196,8 +197,11 @@ SPARK_SMOKES: dict[str, Smoke] = {
         )
     ),
     "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
-    # starts its own broker (the suite's may live on the other worker)
-    "spark_kafka": Smoke(_keys("runs", "python_path", "over_before", "over_python_path")),
+    # on the suite's broker: the Spark tests' worker starts one anyway (tests/spark's executors
+    # send to it), and a second broker's start cost this smoke run most of its 100 s in CI
+    "spark_kafka": Smoke(
+        _keys("runs", "python_path", "over_before", "over_python_path"), needs="kafka"
+    ),
 }
 
 
@@ -312,15 +316,23 @@ def test_benchmark_runs_at_its_smoke_size(
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(SPARK_SMOKES))
 def test_spark_benchmark_runs_at_its_smoke_size(
-    name: str, spark_session: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    name: str,
+    spark_session: Any,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    request: pytest.FixtureRequest,
 ) -> None:
+    smoke = SPARK_SMOKES[name]
+    args = ["--smoke", *smoke.args]
+    if smoke.needs == "kafka":
+        args += ["--bootstrap", str(request.getfixturevalue("kafka").bootstrap)]
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     before = _results_state()
     started = time.monotonic()
-    importlib.import_module(f"benchmarks.{name}").main(["--smoke", *SPARK_SMOKES[name].args])
+    importlib.import_module(f"benchmarks.{name}").main(args)
     _took(name, started)
     _unchanged(before)
-    _check_results(name, SPARK_SMOKES[name], tmp_path)
+    _check_results(name, smoke, tmp_path)
 
 
 @pytest.mark.parametrize("name", sorted(set(discovered()) - set(NOT_BENCHMARKS)))

@@ -22,7 +22,10 @@ from outbox.app.checker.scenario import Scenario
 from tests.e2e.conftest import RunSeed, seed_runner
 from tests.pg import PostgresServer
 
-MODE_SEEDS = [1, 2]  # the pool runs two at a time
+#: The PostgreSQL mode's seed: the mode is what this proves (the queue and checkpoints on a
+#: server, a database per seed, dropped after); the fault breadth is test_checker's seeds' and
+#: the soak's. Two seeds until issue 43's suite time.
+MODE_SEEDS = [1]
 #: The Spark engine's seeds: each pass is a JVM job; the engine's own contract suite runs on
 #: Spark too, so two seeds stand for the end-to-end mode. Seed 1 (the heaviest plan, 33 s on the
 #: local engine) took 109-163 s on Spark after the coalesced watermarks and pushed the suite past

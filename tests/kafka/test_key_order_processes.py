@@ -39,9 +39,10 @@ DEADLINE = 300.0
 Delivered = dict[str, list[dict[str, Any]]]
 
 
-@pytest.fixture
-def broker() -> Iterator[KafkaBroker]:
-    """A broker of this test's own: it is killed and restarted (the shared one serves others)."""
+@pytest.fixture(scope="module")
+def own_broker() -> Iterator[KafkaBroker]:
+    """A broker of this module's own: its tests kill and restart it (the shared one serves
+    others). One for both tests, not one each: a start costs 10-30 s on a loaded machine."""
     from tests.local_server import unavailable
 
     b = KafkaBroker()
@@ -52,6 +53,14 @@ def broker() -> Iterator[KafkaBroker]:
         yield b
     finally:
         b.cleanup()
+
+
+@pytest.fixture
+def broker(own_broker: KafkaBroker) -> KafkaBroker:
+    """The module's broker, running (a test that failed while it was down left it killed)."""
+    if own_broker.process is None:
+        own_broker.start()
+    return own_broker
 
 
 def _wait(condition: Any, what: str, children: list[Any], timeout: float = DEADLINE) -> None:

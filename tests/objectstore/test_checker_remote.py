@@ -1,5 +1,7 @@
-"""The end-to-end checker with the table on an object store: two seeds on each (issue 32; five
-until the suite passed 40 minutes, when these two stores took 9 of its minutes)."""
+"""The end-to-end checker with the table on an object store: one seed on each (issue 32; five
+until the suite passed 40 minutes, when these two stores took 9 of its minutes, then two until
+issue 43's suite time: the store is the mode under test here, the fault breadth is the local
+seeds' and the soak's)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ import pytest
 from outbox.app.checker.run import run_check
 from tests.objectstore.conftest import Remote
 
-SEEDS = (1, 2)
+SEEDS = (1,)
 
 
 @pytest.mark.slow
