@@ -240,7 +240,7 @@ MUTATIONS = [
     ),
     SourceMutation(
         "the file id index claims every id absent",
-        "outbox.delta.file_ids:FileIds.maybe_present",
+        "outbox.delta.file_ids:FileIds._maybe_present",
         (("return [i for i, h in zip(ids, hit, strict=True) if h]", "return []"),),
         "tests/write_path/test_file_ids.py::"
         "test_a_create_of_an_id_another_writer_created_fails_with_a_warm_index",

@@ -36,6 +36,10 @@ class _Full(Exception):
     """The ids of the files a read needs do not fit in ``max_ids``."""
 
 
+class _Unreadable(Exception):
+    """A table or file the index must not answer for."""
+
+
 def _hashes(ids: Sequence[str]) -> np.ndarray[Any, np.dtype[np.int64]]:
     """Process-local hashes: the index lives and dies with the process, so ``hash`` will do; a
     collision only sends an id to the SQL read."""
@@ -60,29 +64,36 @@ class FileIds:
         self, dt: Any, ids: Sequence[str], bucket: Callable[[str], int]
     ) -> list[str] | None:
         """The ``ids`` some live data file of their bucket may hold, at ``dt``'s snapshot, in
-        their order; None when the index cannot tell (then read them all)."""
-        if self.disabled is not None or not ids:
-            return None if self.disabled is not None else []
+        their order; None when the index cannot tell (then read them all). The caller holds
+        the store's lock (every caller does: ``read``, the re-check, the marks' append)."""
+        if self.disabled is not None:
+            return None
+        if not ids:
+            return []
         try:
-            live = _live_files(dt)
-            wanted = {bucket(i) for i in ids}
-            self._forget([p for p in self._files if p not in live])
-            missing = [p for p, b in live.items() if b in wanted and p not in self._files]
-            if missing:
-                self._read(dt, missing)
+            return self._maybe_present(dt, ids, bucket)
         except _Full:  # more ids than the index keeps: every read is SQL's from now on
-            self.disabled = f"the table holds more than {self._max_ids:,} ids"
-            log.info("file id index off for this table (%s): ids are read by SQL", self.disabled)
-            self._forget(list(self._files))
-            return None
-        except Exception as e:  # a table the index cannot read: the SQL read decides
-            self.disabled = f"{type(e).__name__}: {e}"
-            log.info("file id index off for this table (%s): ids are read by SQL", self.disabled)
-            self._files.clear()
-            return None
+            self._off(f"the table holds more than {self._max_ids:,} ids")
+        except OSError as e:  # the store did not answer this time: SQL now, the index next time
+            log.debug("file id index: %s; this read goes to SQL", e)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # deltalake's Rust panics are BaseExceptions, not Exceptions
+            self._off(f"{type(e).__name__}: {e}")
+        return None
+
+    def _maybe_present(
+        self, dt: Any, ids: Sequence[str], bucket: Callable[[str], int]
+    ) -> list[str]:
+        live = _live_files(dt)
+        wanted = {bucket(i) for i in ids}
+        self._forget([p for p in self._files if p not in live])
+        missing = [p for p, b in live.items() if b in wanted and p not in self._files]
+        if missing:
+            self._read(dt, missing)
         by_bucket: dict[int, list[str]] = {}
         for p, b in live.items():
-            if b in wanted:
+            if b in wanted and len(self._files[p]):  # an empty file holds nothing
                 by_bucket.setdefault(b, []).append(p)
         hashes = _hashes(ids)
         buckets = np.fromiter((bucket(i) for i in ids), dtype=np.int64, count=len(ids))
@@ -93,20 +104,40 @@ class FileIds:
             seen = np.zeros(len(h), dtype=bool)
             for p in paths:
                 held = self._files[p]
-                at = np.searchsorted(held, h)
-                seen |= (at < len(held)) & (held[np.minimum(at, len(held) - 1)] == h)
+                at = np.minimum(np.searchsorted(held, h), len(held) - 1)
+                seen |= held[at] == h
             hit[np.flatnonzero(mine)[seen]] = True
         return [i for i, h in zip(ids, hit, strict=True) if h]
 
+    def _off(self, why: str) -> None:
+        self.disabled = why
+        log.warning("file id index off for this table (%s): ids are read by SQL", why)
+        self._forget(list(self._files))
+
     def _read(self, dt: Any, paths: list[str]) -> None:
         """Read the id column of ``paths`` through deltalake's own filesystem for the table
-        (``to_pyarrow_dataset`` would build a fragment for every file of the table first)."""
+        (``to_pyarrow_dataset`` would build a fragment for every file of the table first).
+        Refused (the index steps aside): a table with column mapping (the file's ``id`` may
+        be another column), a path that is not relative to the table (a shallow clone's: the
+        filesystem cannot open it), an ``id`` that is not a string column."""
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
+        mapping = (dt.metadata().configuration or {}).get("delta.columnMapping.mode", "none")
+        if mapping != "none":
+            raise _Unreadable(f"column mapping ({mapping})")
         for p in paths:
-            table = pq.read_table(p, columns=["id"], filesystem=self._filesystem(dt))
-            column = table.column("id").to_pylist()
-            held = np.unique(_hashes([str(i) for i in column if i is not None]))
+            if "://" in p or p.startswith("/"):
+                raise _Unreadable(f"a data file outside the table's folder ({p})")
+            column = pq.read_table(p, columns=["id"], filesystem=self._filesystem(dt)).column(0)
+            kind = column.type
+            if pa.types.is_dictionary(kind):
+                kind = kind.value_type
+            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and (
+                str(kind) != "string_view"
+            ):
+                raise _Unreadable(f"the id column of {p} is {column.type}, not a string")
+            held = np.unique(_hashes([i for i in column.to_pylist() if i is not None]))
             if self._held + len(held) > self._max_ids:
                 raise _Full
             self._files[p] = held

@@ -123,7 +123,6 @@ class DeltaDocumentStore:
         # What reads found at one table version, so a save needs no re-check.
         self._seen = SeenReads()
         self._file_ids = FileIds(self._storage_options)  # a read of new ids: unseen files only
-        self._empty: dict[str, pa.Table] = {}
         self._handle = TableHandle(uri, self._storage_options)
         self._log_dir = local_log_dir(uri)
         self.info = self._validate()
@@ -227,10 +226,8 @@ class DeltaDocumentStore:
         """The rows of ``ids`` some data file may hold (``outbox.delta.file_ids``), by SQL."""
         present = self._file_ids.maybe_present(self._dt, ids, self.bucket)
         if present is not None and not present:  # all absent: an empty answer, same columns
-            cols = ", ".join(columns or ["*"])
-            if cols not in self._empty:
-                self._empty[cols] = self._query(f"SELECT {cols} FROM t WHERE false")
-            return self._empty[cols]
+            cols = ", ".join(columns or ["*"])  # the table's own columns, whatever they are now
+            return self._query(f"SELECT {cols} FROM t WHERE false")
         return reads.scan(self._query, present or ids, columns, self.bucket, SCAN_CHUNK)
 
     def read(

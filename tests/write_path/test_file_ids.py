@@ -6,12 +6,17 @@ every id absent: the first test then fails."""
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable
 
 from outbox.core.errors import ConcurrencyError
 from outbox.core.model import DocumentRow, new_incarnation
+from outbox.delta.file_ids import FileIds
 from outbox.delta.store import DeltaDocumentStore, DocumentWrite
 
 
@@ -86,12 +91,12 @@ def test_an_index_that_cannot_read_the_table_steps_aside(
         _create(second, "x")
 
         def broken(self: object, dt: object, paths: list[str]) -> None:
-            raise OSError("cannot open")
+            raise ValueError("cannot open")
 
         monkeypatch.setattr(type(first._file_ids), "_read", broken)
         with pytest.raises(ConcurrencyError):
             _create(first, "x")
-        assert first._file_ids.disabled == "OSError: cannot open"
+        assert first._file_ids.disabled == "ValueError: cannot open"
         _create(first, "y")
         assert sorted(first.read(["x", "y"])[1]) == ["x", "y"]
     finally:
@@ -113,3 +118,89 @@ def test_an_index_past_its_size_steps_aside_and_every_id_is_still_found(workspac
     finally:
         first.close()
         second.close()
+
+
+# --- the index on its own, over files the tests write (what a foreign writer can leave) -------
+
+
+class _Column:
+    def __init__(self, values: list[Any]) -> None:
+        self.values = values
+
+    def to_pylist(self) -> list[Any]:
+        return self.values
+
+
+class _Snapshot:
+    """What ``FileIds`` reads of a deltalake snapshot: the add actions, the configuration and
+    the table's root."""
+
+    def __init__(self, root: Path, files: dict[str, int], config: dict[str, str] | None = None):
+        self.table_uri = str(root)
+        self.files = files
+        self.config = config or {}
+
+    def get_add_actions(self, flatten: bool = False) -> Any:
+        paths, parts = list(self.files), [{"bucket": b} for b in self.files.values()]
+        return SimpleNamespace(column=lambda n: _Column(paths if n == "path" else parts))
+
+    def metadata(self) -> Any:
+        return SimpleNamespace(configuration=self.config)
+
+
+def _file(root: Path, name: str, ids: pa.Array) -> str:
+    (root / name).parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table({"id": ids}), root / name)
+    return name
+
+
+def _in_bucket_0(_id: str) -> int:
+    return 0
+
+
+def test_an_empty_data_file_holds_nothing_and_breaks_nothing(tmp_path: Path) -> None:
+    """A writer can leave a file with no rows (or only null ids): it answered with an
+    ``IndexError`` on every read of its bucket before."""
+    empty = _file(tmp_path, "bucket=0/empty.parquet", pa.array([], pa.string()))
+    nulls = _file(tmp_path, "bucket=0/nulls.parquet", pa.array([None], pa.string()))
+    full = _file(tmp_path, "bucket=0/full.parquet", pa.array(["a", "b"]))
+    snap = _Snapshot(tmp_path, {empty: 0, nulls: 0, full: 0})
+    index = FileIds()
+    assert index.maybe_present(snap, ["b", "zz", "a"], _in_bucket_0) == ["b", "a"]
+    assert index.disabled is None
+
+
+@pytest.mark.parametrize(
+    ("case", "why"),
+    [
+        ("binary id", "the id column of bucket=0/x.parquet is binary, not a string"),
+        ("absolute path", "a data file outside the table's folder (s3://b/t/x.parquet)"),
+        ("column mapping", "column mapping (name)"),
+    ],
+)
+def test_a_file_the_index_cannot_answer_for_makes_it_step_aside(
+    tmp_path: Path, case: str, why: str
+) -> None:
+    """A binary ``id`` would never match a string (a create of an existing id would skip SQL),
+    a shallow clone's absolute path panics in deltalake's filesystem, and under column mapping
+    the file's ``id`` may be another column: each turns the index off, for SQL to answer."""
+    ids = pa.array([b"a"], pa.binary()) if case == "binary id" else pa.array(["a"])
+    name = _file(tmp_path, "bucket=0/x.parquet", ids)
+    if case == "absolute path":
+        name = "s3://b/t/x.parquet"
+    config = {"delta.columnMapping.mode": "name"} if case == "column mapping" else {}
+    index = FileIds()
+    assert index.maybe_present(_Snapshot(tmp_path, {name: 0}, config), ["a"], _in_bucket_0) is None
+    assert index.disabled == f"_Unreadable: {why}"
+    assert index.maybe_present(_Snapshot(tmp_path, {}), ["a"], _in_bucket_0) is None  # stays off
+
+
+def test_a_file_the_store_did_not_serve_this_time_leaves_the_index_on(tmp_path: Path) -> None:
+    """An object store's 503 or a timeout is an ``OSError``: that read goes to SQL, and the
+    index answers again once the file can be read."""
+    snap = _Snapshot(tmp_path, {"bucket=0/later.parquet": 0})
+    index = FileIds()
+    assert index.maybe_present(snap, ["a"], _in_bucket_0) is None  # the file is not there yet
+    assert index.disabled is None
+    _file(tmp_path, "bucket=0/later.parquet", pa.array(["a"]))
+    assert index.maybe_present(snap, ["a", "b"], _in_bucket_0) == ["a"]
