@@ -86,7 +86,8 @@ class FileIds:
         self, dt: Any, ids: Sequence[str], bucket: Callable[[str], int]
     ) -> list[str]:
         live = _live_files(dt)
-        wanted = {bucket(i) for i in ids}
+        buckets = np.fromiter((bucket(i) for i in ids), dtype=np.int64, count=len(ids))
+        wanted = set(buckets.tolist())
         self._forget([p for p in self._files if p not in live])
         missing = [p for p, b in live.items() if b in wanted and p not in self._files]
         if missing:
@@ -96,7 +97,6 @@ class FileIds:
             if b in wanted and len(self._files[p]):  # an empty file holds nothing
                 by_bucket.setdefault(b, []).append(p)
         hashes = _hashes(ids)
-        buckets = np.fromiter((bucket(i) for i in ids), dtype=np.int64, count=len(ids))
         hit = np.zeros(len(ids), dtype=bool)
         for b, paths in by_bucket.items():
             mine = buckets == b
@@ -133,8 +133,10 @@ class FileIds:
             kind = column.type
             if pa.types.is_dictionary(kind):
                 kind = kind.value_type
-            if not (pa.types.is_string(kind) or pa.types.is_large_string(kind)) and (
-                str(kind) != "string_view"
+            if not (
+                pa.types.is_string(kind)
+                or pa.types.is_large_string(kind)
+                or pa.types.is_string_view(kind)
             ):
                 raise _Unreadable(f"the id column of {p} is {column.type}, not a string")
             held = np.unique(_hashes([i for i in column.to_pylist() if i is not None]))

@@ -225,10 +225,8 @@ class DeltaDocumentStore:
     def _scan(self, ids: Sequence[str], columns: list[str] | None = None) -> pa.Table:
         """The rows of ``ids`` some data file may hold (``outbox.delta.file_ids``), by SQL."""
         present = self._file_ids.maybe_present(self._dt, ids, self.bucket)
-        if present is not None and not present:  # all absent: an empty answer, same columns
-            cols = ", ".join(columns or ["*"])  # the table's own columns, whatever they are now
-            return self._query(f"SELECT {cols} FROM t WHERE false")
-        return reads.scan(self._query, present or ids, columns, self.bucket, SCAN_CHUNK)
+        wanted = ids if present is None else present
+        return reads.scan(self._query, wanted, columns, self.bucket, SCAN_CHUNK)
 
     def read(
         self, ids: Sequence[str], *, barrier: bool = True
