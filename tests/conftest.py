@@ -14,6 +14,9 @@ from outbox.core.clock import ManualClock
 from outbox.testing import crash_points as _crash_points
 from tests.pg import PostgresServer
 
+#: ``--fast`` (scripts/test.sh --fast): the inner loop's lane, a deselection of this suite.
+pytest_plugins = ["tests.fastlane"]
+
 _db_counter = itertools.count()
 
 # Every dispatcher and worker our tests build reports its steps to the kit's crash points, so a

@@ -31,6 +31,7 @@ def _rows(stdout: str) -> dict[str, str]:
     return rows
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_smallest_demo_is_killed_mid_batch_and_rescued(tmp_path: Path) -> None:
     """Three packages: the send batch shrinks to one message, so the kill between the second and
     the third batch happens and leaves a message for the rescuer (with a fixed batch of eight
@@ -70,6 +71,7 @@ def test_the_smallest_demo_is_killed_mid_batch_and_rescued(tmp_path: Path) -> No
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_a_save_that_outlasts_the_rescue_delay_is_told_as_it_happened(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -502,6 +502,7 @@ def _owner_function(m: SourceMutation) -> Callable[..., Any]:
 
 
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_owning_test_catches_the_source_mutation(
     m: SourceMutation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -517,6 +518,7 @@ def test_the_owning_test_catches_the_source_mutation(
     )
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_recompiled_function_is_the_original_when_nothing_is_edited(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -97,6 +97,7 @@ def _errors(result: Result) -> list[str]:
 # --- 1. a lock held by another process: bounded, logged, and status does not wait ---------------
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_a_save_behind_a_held_lock_says_what_it_waits_for_and_returns_within_the_bound(
     ws: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -358,6 +358,7 @@ def _ctrl_c(proc: subprocess.Popen[str]) -> tuple[str, str]:
     return proc.communicate(timeout=120)
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_ctrl_c_of_the_demo_stops_its_child_quietly_and_removes_its_folder(
     demo_tmp: Path,
 ) -> None:
@@ -534,6 +535,7 @@ def test_the_operations_table_has_a_row_for_every_command_and_demo() -> None:
     assert [s for s in stories if f"demo {s}" not in firsts] == []
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_geo_demo_says_east_was_failed_on_purpose(caplog: pytest.LogCaptureFixture) -> None:
     """Its warning told the person watching to "call outage(False)" (the test kit's hint)."""
     caplog.set_level(logging.WARNING, logger="outbox.transports.geo")

@@ -167,6 +167,7 @@ def _cosmos_backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
         direct.delete_database(db)
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_a_commit_returns_within_the_bound_while_the_claim_log_is_unreachable(
     backend: Backend, tmp_path: Path, clock: ManualClock
 ) -> None:

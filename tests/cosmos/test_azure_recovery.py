@@ -99,6 +99,7 @@ def _lost_or_repeated(
 
 
 @pytest.mark.parametrize("rescuer", ["working", "inert"])
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_crash_after_commit_is_recovered_on_service_bus_and_cosmos(
     cosmos_settings: Settings,
     cosmos_client: Any,

@@ -194,6 +194,7 @@ def sql_workspace(workspace: Path) -> Path:
         "during_watermark=kill_soon:0.03",
     ],
 )
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_sigkill_of_the_application_process(sql_workspace: Path, crash: str) -> None:
     code = run_child(procs.writer, str(sql_workspace), N_DOCS, N_MSGS, crash, 2)
     assert code == -9 or crash.startswith("during_watermark=kill_soon")

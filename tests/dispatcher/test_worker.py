@@ -142,6 +142,7 @@ def test_a_command_for_a_deleted_incarnation_completes_without_retrying(
         assert len(faulty.inner.deliveries) == 1  # type: ignore[attr-defined]
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_cli_once_drains_and_prints_json(workspace: Path) -> None:
     with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
         write_docs(ob, {}, 3, 2)
@@ -301,6 +302,7 @@ def test_a_non_retryable_error_stops_every_thread_and_is_raised(
         assert worker.stopping
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_cli_exits_non_zero_with_one_line_when_the_worker_fails(workspace: Path) -> None:
     with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
         write_docs(ob, {}, 1, 1)

@@ -14,6 +14,8 @@ import time
 import uuid
 from pathlib import Path
 
+import pytest
+
 from dispatcher.mqtt.client import MqttBroker, MqttConnection, Publish
 from dispatcher.queue.messages import QueueMessage
 from dispatcher.queue.sql_queue import SqlQueue
@@ -49,6 +51,7 @@ class Lines:
             return sum(marker in line for line in self.lines)
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_bad_device_input_gets_one_line_each_and_changes_nothing(
     tmp_path: Path, mqtt_url: str
 ) -> None:

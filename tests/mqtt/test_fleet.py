@@ -217,6 +217,7 @@ def test_ack_delay_holds_the_ack(mqtt_url: str, gateway: Gateway, prefix: str) -
         assert record.last_ack_at - record.first_task_at >= 0.2
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_idle_devices_ping_and_keep_their_connections(mqtt_url: str, prefix: str) -> None:
     # keepalive 2 s: the broker drops a client silent for 3 s, so 5 s without a loss needs pings.
     options = FleetOptions(keepalive=2)

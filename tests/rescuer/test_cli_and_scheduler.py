@@ -84,6 +84,7 @@ def test_rescue_json_enqueues_commands_into_the_sql_queue(
     assert json.loads(runner.invoke(main, forget).output)["forgot"] is False
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_missing_jars_say_how_to_provide_them(tmp_path: Path) -> None:
     assert find_jars(env={}, roots=[tmp_path]) == []
     with pytest.raises(EngineError, match=r"fetch-jars\.sh.*OUTBOX_DELTA_JARS.*Databricks"):

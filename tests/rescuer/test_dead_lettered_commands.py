@@ -14,6 +14,8 @@ import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
+
 from dispatcher.commands import ProcessDocument
 from dispatcher.transports.memory import InMemoryTransport
 from dispatcher.worker import DispatcherWorker
@@ -36,6 +38,7 @@ def outbox_cli(workspace: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_a_dead_lettered_command_is_flagged_and_requeue_dispatches_the_document(
     workspace: Path, clock: ManualClock
 ) -> None:

@@ -89,6 +89,7 @@ def test_the_job_starts_its_session_with_the_found_jars(
     assert config["spark.jars"].split(",") == jars
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_job_without_jars_is_one_line_before_any_jvm(tmp_path: Path) -> None:
     """The console script with OUTBOX_DELTA_JARS naming no JAR: one error line, exit 1, at once
     (it started a Spark without Delta and failed tens of seconds later)."""

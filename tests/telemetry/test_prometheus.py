@@ -31,6 +31,7 @@ def write(ob: Outbox, doc_id: str) -> None:
 
 
 @pytest.mark.postgres
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_run_dispatcher_serves_prometheus_metrics_and_health(pg_url: str, tmp_path: Path) -> None:
     """Its queue is PostgreSQL behind a proxy: after the metrics, the test cuts the proxy, and
     ``/readyz`` must say not ready, with the queue's reason, while ``/healthz`` stays alive (the

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from outbox.app.facade import Outbox
 
 PROGRAM = """
@@ -57,12 +59,14 @@ def _end_a_program(tmp_path: Path, mutation: str = "") -> tuple[str, str]:
     return report.read_text(), "pending" if pending else "marked"
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_an_outbox_left_open_is_closed_before_the_interpreter_shuts_down(tmp_path: Path) -> None:
     alive, watermark = _end_a_program(tmp_path)
     assert alive == ""  # no outbox thread outlived threading's shutdown
     assert watermark == "marked"  # the writer's last marks were written on the way out
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_without_the_exit_hook_its_threads_outlive_shutdown(tmp_path: Path) -> None:
     """The mutation: nothing closes the outbox at exit."""
     alive, _ = _end_a_program(tmp_path, "nothing-closed-at-exit")

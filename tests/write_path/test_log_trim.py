@@ -208,6 +208,7 @@ def test_trim_is_skipped_when_the_rescuer_checkpoints_cannot_be_read(workspace: 
     assert list_log(ob.store.uri) == before
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_writers_trim_the_log_as_they_commit(workspace: Path) -> None:
     """With upkeep on, the log stays bounded however many commits are made."""
     settings = Settings(workspace=workspace, compact_every=10, log_retention=15)

@@ -262,6 +262,7 @@ def test_a_save_conflicts_with_a_delete_committed_after_its_check(workspace: Pat
         second.close()
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_a_compaction_committed_after_a_saves_check_is_no_conflict(workspace: Path) -> None:
     from outbox.delta.compaction import compact
 
@@ -342,6 +343,7 @@ def test_a_table_of_the_previous_layout_is_refused_until_migrated_and_then_reads
         upgraded.close()
 
 
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_an_external_writer_appending_a_version_is_read_as_the_document(ob: Outbox) -> None:
     """A Spark job (or any writer following the schema) may append the next version itself."""
     with ob.unit_of_work() as uow:
