@@ -84,13 +84,7 @@ class Outbox:
         try:
             if create:
                 backends.migrate(only_if_missing=True)
-            store = DeltaDocumentStore(
-                settings.table_uri,
-                storage_options=settings.storage_options,
-                clock=clock,
-                max_commit_retries=settings.max_commit_retries,
-                group_commit=settings.group_commit,
-            )
+            store = backends.document_store(clock=clock)
         except BaseException:
             backends.close()
             raise

@@ -83,7 +83,6 @@ def open_rescuer(
     its own); ``wrap_sink`` may wrap the production sink (the checker's recording). The queue
     keeps ``queue_clock`` (default: ``clock``): the checker moves only the pass's "now" forward,
     and commands stamped with that time would wait in the queue for the workers' real clock."""
-    from outbox.delta.store import DeltaDocumentStore
     from rescuer.runner import RescuePass
 
     chosen_delay = rescue_delay(settings, delay)
@@ -91,9 +90,7 @@ def open_rescuer(
     backends = Backends(settings, clock=queue_clock or clock, spark=spark)
     store = None
     try:
-        store = DeltaDocumentStore(
-            settings.table_uri, storage_options=settings.storage_options, clock=clock
-        )
+        store = backends.document_store(clock=clock)
         production = backends.command_sink()
         sink: CommandSink = wrap_sink(production) if wrap_sink is not None else production
         rescue_pass = RescuePass(

@@ -112,11 +112,11 @@ def _table_part(
     opened: list[DeltaDocumentStore] = []
 
     def pending() -> list[Sample]:
-        from outbox.delta.store import DeltaDocumentStore
+        from outbox.wiring.backends import open_document_store
 
         s = store
         if s is None:
-            s = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+            s = open_document_store(settings)
             opened.append(s)
         return _pending(s, now)
 
@@ -334,12 +334,10 @@ class Sampler:
         """The table kept open between samples (None: it cannot be opened now; the sample then
         tries itself, and says why)."""
         if self._store is None:
-            from outbox.delta.store import DeltaDocumentStore
+            from outbox.wiring.backends import open_document_store
 
             try:
-                self._store = DeltaDocumentStore(
-                    self.settings.table_uri, storage_options=self.settings.storage_options
-                )
+                self._store = open_document_store(self.settings)
             except OutboxError:
                 return None
         return self._store

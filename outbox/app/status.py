@@ -154,13 +154,13 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     from outbox.core.sql import read_only_url, redact_url
     from outbox.delta import schema as S
     from outbox.delta.log import list_log
-    from outbox.delta.store import DeltaDocumentStore
+    from outbox.wiring.backends import open_document_store
 
     now = utc(clock.now())
     # Read-only: a health check never creates the SQLite file, never waits for (or takes) its
     # write lock, and runs on a read-only workspace.
     reading = settings.replace(sql_url=read_only_url(settings.sql_url))
-    store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+    store = open_document_store(settings)
     pending: dict[str, dict[str, Any]] = {}
     try:
         table_id = store.table_id

@@ -3,39 +3,69 @@
 The CLI and the library read the same ``Settings``. Validation happens once, at construction, and
 an invalid value raises ``ConfigurationError`` naming the setting and what it accepts.
 
-Why one module: every source of a value (file, ``OUTBOX_*`` variables, arguments), its coercion,
-its validation and the did-you-mean for a misspelt name meet in one dataclass; split, a new
-setting would need edits in several places that must agree.
+The core settings are fields here, each declared with the sentence the settings reference prints
+(docs/configuration.md is generated from them: ``settings_reference``). A backend's own settings
+are its options type, read from its section (``[kafka]``, ``OUTBOX_KAFKA_*``;
+``settings_sections``); ``settings.options(KafkaOptions)`` returns them, typed, and the flat
+names they had before (``settings.kafka_bootstrap_servers``) stay as views (``settings_flat``).
+The file and variable readers are ``settings_sources``, the value readers ``settings_values``.
+
+Why one module: every core setting's field, default, documentation and validation meet in one
+dataclass; split, a new setting would need edits in several places that must agree.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import difflib
-import logging
 import os
-import re
-import tomllib
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, cast
 
-from outbox.core.durations import parse_duration
-from outbox.core.errors import ConfigurationError, ValidationError
+from outbox.core.errors import ConfigurationError
+from outbox.core.settings_backends import ENTITY_NAME, SHIPPED, TOPIC_PREFIX
+from outbox.core.settings_flat import FlatNames
+from outbox.core.settings_sections import ENV_PREFIX, SECTIONS, BackendOptions, group, merge
+from outbox.core.settings_sources import (
+    OTHER_PREFIXES,
+    OTHER_VARIABLES,
+    SETTINGS_FILE,
+    from_env,
+    read_file,
+)
+from outbox.core.settings_values import (
+    coerce,
+    default_of,
+    did_you_mean,
+    is_secret,
+    kind_of,
+    setting,
+)
 
-log = logging.getLogger("outbox.settings")
+__all__ = [
+    "BACKEND_SETTINGS",
+    "DEFAULT_INBOX_RETENTION",
+    "ENV_PREFIX",
+    "MAX_RESCUE_DELAY",
+    "MIN_RESCUE_DELAY",
+    "OTHER_PREFIXES",
+    "OTHER_VARIABLES",
+    "SETTINGS_FILE",
+    "SQLITE_FILE",
+    "TABLE_DIR",
+    "TOPIC_PREFIX",
+    "BackendOptions",
+    "DispatchMode",
+    "Settings",
+    "did_you_mean",
+    "setting",
+]
 
-SETTINGS_FILE = "outbox.toml"
 TABLE_DIR = "documents"
 SQLITE_FILE = "outbox.db"
-ENV_PREFIX = "OUTBOX_"
 
 DispatchMode = Literal["immediate", "deferred"]
-
-#: ``servicebus_destinations`` entries with this prefix are topics; the others are queues.
-TOPIC_PREFIX = "topic:"
-_ENTITY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._/-]*$")
+OptionsT = TypeVar("OptionsT", bound=BackendOptions)
 
 #: The settings that name a backend (``outbox.wiring`` checks the names).
 BACKEND_SETTINGS = (
@@ -54,101 +84,196 @@ MAX_RESCUE_DELAY = 3600.0
 DEFAULT_INBOX_RETENTION = 7 * 24 * 3600.0
 
 
-@dataclass(frozen=True, slots=True)
-class Settings:
-    """Everything the framework can be told. Durations are seconds (``5m`` strings accepted)."""
+@dataclasses.dataclass(frozen=True, slots=True, init=False)
+class Settings(FlatNames):
+    """Everything the framework can be told. Durations are seconds (``5m`` strings accepted).
 
-    workspace: Path = Path(".outbox")
-    table_uri: str = ""  # default: <workspace>/documents
-    storage_options: dict[str, str] = field(default_factory=dict, repr=False)
-    sql_url: str = ""  # default: sqlite:///<workspace>/outbox.db
+    ``Settings(...)`` takes the core settings by name and a backend's as ``kafka={...}`` (or the
+    flat ``kafka_bootstrap_servers=...`` of before); ``load`` reads them from their sources."""
+
+    workspace: Path = setting(  # noqa: RUF009 (a dataclasses.field)
+        Path(".outbox"),
+        "folder holding the default table and SQLite file (`--workspace`)",
+        shown="`./.outbox`",
+    )
+    table_uri: str = setting(
+        "",
+        "Delta table: a path, `az://` / `abfss://` (ADLS Gen2, Blob Storage) or `s3://` "
+        "([object-storage.md](object-storage.md))",
+        shown="`<workspace>/documents`",
+    )
+    storage_options: dict[str, str] = setting(  # noqa: RUF009
+        {},
+        "deltalake storage options, by deltalake's key names (the environment variables of the "
+        "same names work too); values never printed",
+        secret=True,
+    )
+    sql_url: str = setting(
+        "",
+        "queue, checkpoints and inbox; `postgresql+psycopg://…` for many machines",
+        shown="`sqlite:///<workspace>/outbox.db`",
+    )
     # Backends, by name (``outbox.wiring`` knows the names, a plugin may add its own):
-    transport: str = "sql"  # sql, memory, servicebus, mqtt, kafka
-    dispatch: DispatchMode = "immediate"
-    rescue_delay: float = 15.0
-    rescue_interval: float = 30.0
-    rescuer_name: str = "default"
-    buckets: int = 16
-    max_message_bytes: int = 256 * 1024
-    max_in_flight: int = 16
-    max_commit_retries: int = 10
-    command_queue: str = "outbox-commands"
-    command_transport: str = "sql"  # where ProcessDocument goes: sql or servicebus
-    rescuer_engine: str = "local"  # the rescuer's change-feed engine: local or spark
-    default_destination: str | None = None
-    # The destinations ``doc.send`` may name (env: comma-separated). Empty: any valid name (a
-    # typo creates a queue no one reads). Declared: an unknown name fails before the commit with
-    # a did-you-mean. The names in ``servicebus_destinations`` count as declared too, so on
-    # Service Bus each destination is listed once, there (``declared_destinations``).
-    destinations: tuple[str, ...] = ()
-    # Destinations ``outbox migrate`` creates on Service Bus (docs/servicebus.md): queue names,
-    # and ``topic:NAME`` for topics. Env: comma-separated, e.g. "shipments,topic:events".
-    servicebus_destinations: tuple[str, ...] = ()
-    # MQTT as the transport (``transport = "mqtt"``): the broker's URL (mqtt://host:port, or
-    # mqtts:// for TLS; a password is better in OUTBOX_MQTT_BROKER than in a file) and the topic
-    # template each message goes to ({destination}, and {session} for per-device topics).
-    mqtt_broker: str = field(default="", repr=False)
-    mqtt_topic: str = "{destination}"
-    # Kafka or Azure Event Hubs as the transport (``transport = "kafka"``, docs/kafka.md): the
-    # bootstrap servers, or an Event Hubs connection string (which sets the servers and
-    # SASL_SSL/PLAIN itself); SASL credentials; how long one send may take before it fails
-    # retryably; partitions for the topics ``outbox migrate`` creates (0: the broker's default);
-    # more librdkafka properties (env: ``key=value,key=value``).
-    kafka_bootstrap_servers: str = ""
-    kafka_connection_string: str = field(default="", repr=False)
-    kafka_security_protocol: str = ""  # default PLAINTEXT, or SASL_SSL with a connection string
-    kafka_sasl_mechanism: str = "PLAIN"
-    kafka_sasl_username: str = ""
-    kafka_sasl_password: str = field(default="", repr=False)
-    kafka_send_timeout: float = 30.0
-    kafka_partitions: int = 0
-    kafka_options: dict[str, str] = field(default_factory=dict, repr=False)
-    lock_duration: float = 30.0
-    max_delivery_count: int = 10
-    duplicate_detection_window: float = 600.0
-    # Consumer inboxes forget ids handled longer ago (outbox maintain, and each consumer):
-    # never shorter than duplicate_detection_window (docs/sql_queue.md, "Pruning the inbox").
-    inbox_retention: float = DEFAULT_INBOX_RETENTION
-    compact_every: int = 100  # commits between automatic upkeep (compaction, log trim); 0: off
-    log_retention: float = 900.0  # commit files younger than this are never trimmed
-    group_commit: bool = True  # concurrent units of work in one process share a Delta commit
-    # Immediate dispatch writes watermarks off the caller's path, one MERGE per window (0: one
-    # inline MERGE per dispatch). A crash inside the window costs re-sends (same ids), not loss.
-    watermark_window: float = 0.2
-    # Cosmos DB (docs/cosmos.md): rescuer checkpoints and consumer inboxes. An empty key signs in
-    # with DefaultAzureCredential (needs azure-identity).
-    checkpoint_store: str = "sql"  # sql or cosmos
-    inbox_store: str = "sql"  # a consumer's inbox from settings: sql or cosmos
-    claim_log: str = "sql"  # the geo claim log from settings: sql or cosmos (docs/geo.md)
-    cosmos_endpoint: str = ""
-    cosmos_key: str = field(default="", repr=False)
-    cosmos_database: str = "outbox"
-    cosmos_checkpoint_container: str = "checkpoints"
-    cosmos_inbox_container: str = "inbox"
-    cosmos_claims_container: str = "claims"  # the geo claim log (docs/geo.md)
-    # How long a send through the geo transport may wait on its claim log before it fails
-    # retryably (the commit is durable; a retry or the rescuer sends later). docs/geo.md.
-    claim_log_timeout: float = 1.0
-    # The console's history (outbox.app.sampling, docs/console.md): how often the running
-    # processes sample the table and rescuers into the queue's database (0: never), and how long
-    # the samples are kept.
-    sample_interval: float = 60.0
-    sample_retention: float = 7 * 24 * 3600.0
+    transport: str = setting(
+        "sql",
+        "`sql` (embedded queue), `memory` (tests, docs), `servicebus`, `mqtt`, `kafka` (Kafka or "
+        "Event Hubs)",
+    )
+    command_transport: str = setting(
+        "sql", "where `ProcessDocument` commands go: `sql` (the SQL queue) or `servicebus`"
+    )
+    rescuer_engine: str = setting(
+        "local",
+        "the rescuer's change-feed engine: `local` (deltalake) or `spark`; `outbox rescue "
+        "--engine` overrides it",
+    )
+    checkpoint_store: str = setting("sql", "where rescuer checkpoints live: `sql` or `cosmos`")
+    inbox_store: str = setting(
+        "sql", "the inbox `Backends(settings).inbox(name)` gives a consumer: `sql` or `cosmos`"
+    )
+    claim_log: str = setting(
+        "sql", "the two-region claim log `Backends(settings).claim_log()` gives: `sql` or `cosmos`"
+    )
+    dispatch: DispatchMode = setting(  # noqa: RUF009
+        "immediate",
+        "`immediate` publishes after the commit; `deferred` only enqueues `ProcessDocument` "
+        "commands",
+    )
+    rescue_delay: float = setting(15.0, "rescuer lag, 15 s to 1 h")
+    rescue_interval: float = setting(
+        30.0,
+        "how often `outbox rescue --every` (given without a value) starts a pass: passes start "
+        "this far apart, however long each takes (`--every 10s` overrides it); with "
+        "`rescue_delay` it bounds rescue time (I5)",
+    )
+    rescuer_name: str = setting(
+        "default",
+        "checkpoint key, when `outbox rescue --name` is not given; run several rescuers under "
+        "different names. A name without a checkpoint (other than `default`) needs "
+        "`outbox rescue --new` once",
+    )
+    buckets: int = setting(16, "partitions of a new table (`crc32(id) % buckets`)")
+    max_message_bytes: int = setting(
+        256 * 1024,
+        "size limit per message: UTF-8 bytes of the body and properties (id, type, content type, "
+        "session, correlation id, headers), as the broker counts them (Service Bus standard "
+        "tier: 256 KiB)",
+    )
+    claim_log_timeout: float = setting(
+        1.0,
+        "how long a send through `GeoReplicatedTransport` may wait on its claim log (SQLite busy "
+        "timeout, PostgreSQL lock and statement timeouts, Cosmos DB request and read timeouts) "
+        "before it fails retryably: the commit is already durable, and the retry command or the "
+        "rescuer sends the messages later. At most `30s`; a `claim_log_timeout=` given to the "
+        "transport wins; consumers keep their longer waits ([geo.md](geo.md))",
+    )
+    max_in_flight: int = setting(16, "documents sent concurrently by the immediate dispatcher")
+    watermark_window: float = setting(
+        0.2,
+        "the immediate dispatcher writes watermarks off the caller's path: they ride in the next "
+        "save's append, or one append per window writes every mark waiting (`0`: one per "
+        "dispatch, inline). A crash inside the window costs re-sends with the same message ids, "
+        "never a loss ([performance-write-path.md](performance-write-path.md))",
+    )
+    max_commit_retries: int = setting(
+        10, "Delta commit-conflict retries before `CommitConflictError`"
+    )
+    group_commit: bool = setting(
+        True,
+        "units of work from different threads of one process that queue while a commit runs "
+        "share the next append (disjoint documents only; a stale one alone fails with "
+        "`ConcurrencyError`); `false`: one append per unit of work ([delta.md](delta.md))",
+    )
+    command_queue: str = setting("outbox-commands", "queue for `ProcessDocument` commands")
+    default_destination: str | None = setting(None, "destination when `send` names none")
+    destinations: tuple[str, ...] = setting(
+        (),
+        "the destinations `send` may name; declared (here or in `[servicebus] destinations`), "
+        "any other name fails before the commit with a did-you-mean; none: any valid name. Env: "
+        "comma-separated",
+    )
+    lock_duration: float = setting(30.0, "peek-lock duration (max 5 min, as Service Bus)")
+    max_delivery_count: int = setting(
+        10, "deliveries before a message is dead-lettered `MaxDeliveryCountExceeded`"
+    )
+    duplicate_detection_window: float = setting(
+        600.0, "the queue drops a repeated message id inside this window"
+    )
+    inbox_retention: float = setting(
+        DEFAULT_INBOX_RETENTION,
+        "how long a consumer inbox remembers a handled id (the repeats after it run again); "
+        "`outbox maintain` and each running consumer delete older ones; at least "
+        "`duplicate_detection_window`",
+    )
+    compact_every: int = setting(
+        100,
+        "versions between the writer's automatic upkeep: the fold, compaction and the log trim "
+        "(0: off; then schedule `outbox maintain`). On an object store (`abfss://`, `s3://`) "
+        "writers fold but never compact: schedule `outbox maintain`, which compacts under the "
+        "maintenance lease",
+    )
+    log_retention: float = setting(
+        900.0,
+        "commit files younger than this stay in `_delta_log`; older ones are trimmed, never past "
+        "the oldest rescuer checkpoint (never less than `rescue_delay`; "
+        '[operations.md](operations.md), "Keeping commits fast")',
+    )
+    sample_interval: float = setting(
+        60.0,
+        "how often the running dispatcher samples pending documents and messages, the oldest "
+        "pending age, each rescuer's lag and the geo claims in flight into the SQL database for "
+        "`outbox console`'s history (each rescue pass samples too, one row per metric and slot); "
+        "`0`: off, else at least `1s` ([console.md](console.md))",
+    )
+    sample_retention: float = setting(
+        7 * 24 * 3600.0,
+        "how long those samples are kept; older ones are deleted as new ones are written",
+    )
+    sections: Mapping[str, BackendOptions] = setting(
+        {},
+        "the backends' own settings, one section each: the tables below (`[cosmos]`, `[kafka]`, "
+        "`[servicebus]`, `[mqtt]`) and a third party's; in Python "
+        "`settings.options(KafkaOptions)`",
+        shown="—",
+    )
 
-    def __post_init__(self) -> None:
+    def __init__(self, **values: Any) -> None:
+        given = dict(values)
+        base: Mapping[str, BackendOptions] = given.pop("sections", None) or {}
+        layer = group(given, CORE)
+        for f in dataclasses.fields(self):
+            if f.name in CORE:
+                value = layer[f.name] if f.name in layer else default_of(f)
+                object.__setattr__(self, f.name, value)
+        built: dict[str, BackendOptions] = {}
+        named = [n for n in layer if n not in CORE]  # sections (``group`` found each one)
+        for name in dict.fromkeys([*SECTIONS.names(), *base, *named]):
+            start = base.get(name)
+            options = SECTIONS.get(name) or cast("type[BackendOptions]", type(start))
+            built[name] = options.build(layer.get(name, {}), start)
+        object.__setattr__(self, "sections", built)
         ws = Path(self.workspace)
         object.__setattr__(self, "workspace", ws)
         if not self.table_uri:
             object.__setattr__(self, "table_uri", str((ws / TABLE_DIR).absolute()))
         if not self.sql_url:
             object.__setattr__(self, "sql_url", f"sqlite:///{(ws / SQLITE_FILE).absolute()}")
-        object.__setattr__(
-            self,
-            "servicebus_destinations",
-            _coerce("servicebus_destinations", self.servicebus_destinations, "list"),
-        )
-        object.__setattr__(self, "destinations", _coerce("destinations", self.destinations, "list"))
+        object.__setattr__(self, "destinations", coerce("destinations", self.destinations, "list"))
         self._validate()
+
+    def options(self, kind: type[OptionsT]) -> OptionsT:
+        """The options of ``kind``'s section (``settings.options(KafkaOptions)``): one typed call
+        for a shipped backend and a third party's alike, which is why it takes the type rather
+        than a name. A section no source mentioned has its defaults."""
+        found = self.sections.get(kind.SECTION)
+        if found is None:
+            SECTIONS.add(kind)
+            return kind.build({})
+        if not isinstance(found, kind):
+            raise ConfigurationError(
+                f"section [{kind.SECTION}] holds {type(found).__name__}, not {kind.__name__}"
+            )
+        return found
 
     def _validate(self) -> None:
         """Each group of settings in turn; the first invalid one raises ``ConfigurationError``."""
@@ -164,9 +289,8 @@ class Settings:
         self._validate_sampling(bad)
         if not self.command_queue:
             raise bad("command_queue", "must not be empty")
-        self._validate_cosmos(bad)
-        self._validate_kafka(bad)
-        self._validate_servicebus_destinations(bad)
+        for options in self.sections.values():
+            options.validate(self)
         self._validate_destinations(bad)
         if "://" not in self.sql_url:
             raise bad(
@@ -236,58 +360,9 @@ class Settings:
         if self.sample_retention <= 0:
             raise bad("sample_retention", "must be positive, e.g. 7d")
 
-    def _validate_kafka(self, bad: Any) -> None:
-        if self.kafka_security_protocol and self.kafka_security_protocol.upper() not in (
-            "PLAINTEXT",
-            "SSL",
-            "SASL_PLAINTEXT",
-            "SASL_SSL",
-        ):
-            raise bad(
-                "kafka_security_protocol",
-                f"{self.kafka_security_protocol!r}; use PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
-            )
-        if not 0 < self.kafka_send_timeout <= 600:
-            raise bad("kafka_send_timeout", f"{self.kafka_send_timeout:g}s; must be in (0s, 10m]")
-        if not isinstance(self.kafka_partitions, int) or self.kafka_partitions < 0:
-            raise bad("kafka_partitions", "must be 0 (the broker's default) or more")
-
-    def _validate_cosmos(self, bad: Any) -> None:
-        if self.cosmos_endpoint and not self.cosmos_endpoint.startswith(("https://", "http://")):
-            raise bad("cosmos_endpoint", f"{self.cosmos_endpoint!r} is not an https:// URL")
-        for name in (
-            "cosmos_database",
-            "cosmos_checkpoint_container",
-            "cosmos_inbox_container",
-            "cosmos_claims_container",
-        ):
-            if not getattr(self, name):
-                raise bad(name, "must not be empty")
-
-    def _validate_servicebus_destinations(self, bad: Any) -> None:
-        """Each entry is ``NAME`` (a queue) or ``topic:NAME``; NAME as Service Bus spells entity
-        paths. Checked here so a typo fails at load, not half-way through ``outbox migrate``."""
-        seen: set[str] = set()
-        for entry in self.servicebus_destinations:
-            name = entry[len(TOPIC_PREFIX) :] if entry.startswith(TOPIC_PREFIX) else entry
-            if not _ENTITY_NAME.match(name) or len(name) > 260:
-                raise bad(
-                    "servicebus_destinations",
-                    f"{entry!r} is not a queue name or topic:NAME; names are 1-260 letters, "
-                    "digits, '.', '-', '_' or '/', starting with a letter or digit",
-                )
-            if name in seen:
-                raise bad("servicebus_destinations", f"{name!r} is listed twice")
-            if name == self.command_queue:
-                raise bad(
-                    "servicebus_destinations",
-                    f"{name!r} is the command_queue, which outbox migrate creates on its own",
-                )
-            seen.add(name)
-
     def _validate_destinations(self, bad: Any) -> None:
         for name in self.destinations:
-            if not _ENTITY_NAME.match(name) or len(name) > 260:
+            if not ENTITY_NAME.match(name) or len(name) > 260:
                 raise bad(
                     "destinations",
                     f"{name!r} is not a queue or topic name; names are 1-260 letters, digits, "
@@ -324,12 +399,19 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict[str, Any]:
-        d = dataclasses.asdict(self)
+        """Every setting under its flat name (a backend's as ``kafka_bootstrap_servers``), the
+        secrets masked."""
+        d: dict[str, Any] = {name: getattr(self, name) for name in CORE}
         d["workspace"] = str(self.workspace)
         d["storage_options"] = {k: "***" for k in self.storage_options}  # never print secrets
-        d["kafka_options"] = {k: "***" for k in self.kafka_options}
-        for secret in ("cosmos_key", "kafka_connection_string", "kafka_sasl_password"):
-            d[secret] = "***" if getattr(self, secret) else ""
+        for options in self.sections.values():
+            for key, f in options.option_fields().items():
+                value = getattr(options, key)
+                if is_secret(f):
+                    value = (
+                        {k: "***" for k in value} if isinstance(value, dict) else value and "***"
+                    )
+                d[options.setting_name(key)] = value
         return d
 
     # --- loading -----------------------------------------------------------------------------
@@ -347,7 +429,7 @@ class Settings:
 
         The workspace comes from the argument, else ``OUTBOX_WORKSPACE``, else ``./.outbox``. The
         settings file is ``config_file``, else ``OUTBOX_CONFIG``, else ``<workspace>/outbox.toml``
-        when it exists.
+        when it exists. A backend's settings merge key by key across the sources.
         """
         env = os.environ if env is None else env
         ws = Path(workspace or env.get(f"{ENV_PREFIX}WORKSPACE") or ".outbox")
@@ -356,217 +438,29 @@ class Settings:
         if path is None and (ws / SETTINGS_FILE).is_file():
             path = ws / SETTINGS_FILE
         if path is not None:
-            raw.update(_read_toml(Path(path)))
+            merge(raw, read_file(Path(path), CORE, _TABLES))
             if "workspace" in raw and workspace is None and not env.get(f"{ENV_PREFIX}WORKSPACE"):
                 ws = Path(str(raw["workspace"]))
-        raw.update(_from_env(env))
-        raw.update({k: v for k, v in overrides.items() if v is not None})
+        merge(raw, from_env(env, CORE))
+        merge(raw, group({k: v for k, v in overrides.items() if v is not None}, CORE))
         raw["workspace"] = ws if workspace is not None else raw.get("workspace", ws)
         return cls.from_mapping(raw)
 
     @classmethod
     def from_mapping(cls, raw: Mapping[str, Any]) -> Settings:
-        names = {f.name: f for f in dataclasses.fields(cls)}
-        kwargs: dict[str, Any] = {}
-        for key, value in raw.items():
-            if key not in names:
-                raise ConfigurationError(
-                    f"unknown setting {key!r}{did_you_mean(key, names)}",
-                    hint=f"known settings: {', '.join(sorted(names))}",
-                )
-            kwargs[key] = _coerce(key, value, cls._kind(key))
-        return cls(**kwargs)
-
-    @staticmethod
-    def _kind(name: str) -> str:
-        return _KINDS.get(name, "str")
+        """Settings from names and values as a file or the environment gives them (text is read
+        by each setting's kind)."""
+        layer = group(raw, CORE)
+        kinds = {f.name: kind_of(f) for f in dataclasses.fields(cls)}
+        return cls(**{k: coerce(k, v, kinds[k]) if k in CORE else v for k, v in layer.items()})
 
 
-_DURATIONS = {
-    "rescue_delay",
-    "rescue_interval",
-    "lock_duration",
-    "duplicate_detection_window",
-    "inbox_retention",
-    "log_retention",
-    "watermark_window",
-    "claim_log_timeout",
-    "kafka_send_timeout",
-    "sample_interval",
-    "sample_retention",
+#: The core settings' names (every field but ``sections``).
+CORE = frozenset(f.name for f in dataclasses.fields(Settings) if f.name != "sections")
+#: Core settings a table may hold at the top of a settings file (``[storage_options]``).
+_TABLES = frozenset(f.name for f in dataclasses.fields(Settings) if kind_of(f) == "dict") - {
+    "sections"
 }
-_INTS = {
-    "buckets",
-    "max_message_bytes",
-    "max_in_flight",
-    "max_commit_retries",
-    "max_delivery_count",
-    "compact_every",
-    "kafka_partitions",
-}
-#: How each setting is read from text, TOML or the environment (``_COERCE``); "str" otherwise.
-_KINDS = {
-    **dict.fromkeys(_DURATIONS, "duration"),
-    **dict.fromkeys(_INTS, "int"),
-    "storage_options": "dict",
-    "kafka_options": "dict",
-    "workspace": "path",
-    "group_commit": "bool",
-    "servicebus_destinations": "list",
-    "destinations": "list",
-}
-
-
-def _as_int(value: Any) -> int:
-    if isinstance(value, bool):
-        raise ValueError(value)
-    return int(value)
-
-
-def _as_dict(value: Any) -> dict[str, str]:
-    if isinstance(value, str):
-        pairs = [p.split("=", 1) for p in value.split(",") if p]
-        return {k.strip(): v.strip() for k, v in pairs}
-    if not isinstance(value, Mapping):
-        raise ValueError(value)
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _as_list(value: Any) -> tuple[str, ...]:
-    """A TOML array, or comma-separated text (environment variables)."""
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, list | tuple) or not all(isinstance(i, str) for i in items):
-        raise ValueError(value)
-    return tuple(i.strip() for i in items if i.strip())
-
-
-def _as_bool(value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("1", "true", "yes", "on"):
-        return True
-    if text in ("0", "false", "no", "off"):
-        return False
-    raise ValueError(value)
-
-
-def _as_text(value: Any) -> str | None:
-    if value is not None and not isinstance(value, str):
-        raise ValueError(value)
-    return value
-
-
-#: Each kind's reader but "duration" (which needs the setting's name for its errors).
-_COERCE: dict[str, Callable[[Any], Any]] = {
-    "int": _as_int,
-    "dict": _as_dict,
-    "list": _as_list,
-    "path": Path,
-    "bool": _as_bool,
-}
-
-
-def _coerce(name: str, value: Any, kind: str) -> Any:
-    try:
-        if kind == "duration":
-            return parse_duration(value, name=name)
-        read: Callable[[Any], Any] = _COERCE.get(kind, _as_text)
-        return read(value)
-    except (ValueError, TypeError, ValidationError) as e:
-        raise ConfigurationError(f"setting {name!r} has an invalid value {value!r}") from e
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    """The ``[outbox]`` table of ``path``. Every way a file can fail to be a settings file is a
-    ``ConfigurationError`` naming it: these are mistakes in a path or a file, not bugs."""
-    try:
-        with path.open("rb") as f:
-            data = tomllib.load(f)
-    except FileNotFoundError as e:
-        raise ConfigurationError(f"settings file {path} does not exist") from e
-    except IsADirectoryError as e:
-        raise ConfigurationError(
-            f"settings file {path} is a folder, not a file",
-            hint=f"name the TOML file itself, e.g. --config {path / SETTINGS_FILE}",
-        ) from e
-    except OSError as e:
-        raise ConfigurationError(
-            f"settings file {path} cannot be read: {e.strerror or e}",
-            hint="check the path and its permissions",
-        ) from e
-    except UnicodeDecodeError as e:  # tomllib decodes UTF-8 before it parses
-        raise ConfigurationError(
-            f"settings file {path} is not a TOML text file: byte {e.start} is not UTF-8",
-            hint="point --config (OUTBOX_CONFIG) at the TOML settings file",
-        ) from e
-    except tomllib.TOMLDecodeError as e:
-        raise ConfigurationError(f"settings file {path} is not valid TOML: {e}") from e
-    section = data.get("outbox", data)
-    if not isinstance(section, dict):
-        raise ConfigurationError(f"settings file {path}: [outbox] must be a table")
-    if section is data:  # settings at the top: a table there is one of the dict settings
-        tables = {"outbox"} | {n for n, kind in _KINDS.items() if kind == "dict"}
-        for key, value in data.items():
-            if isinstance(value, dict) and key not in tables:
-                raise ConfigurationError(
-                    f"settings file {path}: unknown section [{key}]{did_you_mean(key, tables)}",
-                    hint="put the settings under [outbox], or at the top of the file",
-                )
-    return dict(section)
-
-
-def _from_env(env: Mapping[str, str]) -> dict[str, Any]:
-    names = {f.name for f in dataclasses.fields(Settings)}
-    out: dict[str, Any] = {}
-    for key, value in env.items():
-        if not key.startswith(ENV_PREFIX) or key in (
-            f"{ENV_PREFIX}WORKSPACE",
-            f"{ENV_PREFIX}CONFIG",
-        ):
-            continue
-        name = key[len(ENV_PREFIX) :].lower()
-        if name in names:
-            out[name] = value
-        elif key not in OTHER_VARIABLES and not key.startswith(OTHER_PREFIXES):
-            _warn_unknown_variable(key, names)
-    return out
-
-
-#: ``OUTBOX_*`` variables that are not settings but are read elsewhere (the Service Bus
-#: connection, the Spark JARs, crash injection, the gateway's options, the test suites).
-OTHER_VARIABLES = frozenset(
-    f"{ENV_PREFIX}{n}"
-    for n in (
-        "WORKSPACE",
-        "CONFIG",
-        "DELTA_JARS",
-        "CRASH_AT",
-        "SERVICEBUS_CONNECTION_STRING",
-        "SERVICEBUS_NAMESPACE",
-        "SERVICEBUS_TOPICS",
-        "SERVICEBUS_QUEUE",
-        "SERVICEBUS_SESSIONS",
-    )
-)
-OTHER_PREFIXES = (f"{ENV_PREFIX}GATEWAY_", f"{ENV_PREFIX}TEST_", f"{ENV_PREFIX}CHECK_")
-_warned: set[str] = set()
-
-
-def did_you_mean(name: str, known: Any) -> str:
-    """`` (did you mean 'x'?)`` for the closest known name, or nothing."""
-    close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.75)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _warn_unknown_variable(key: str, names: set[str]) -> None:
-    """Once per process: a misspelt variable is otherwise silently ignored."""
-    if key in _warned:
-        return
-    _warned.add(key)
-    known = {f"{ENV_PREFIX}{n.upper()}" for n in names if n != "workspace"} | OTHER_VARIABLES
-    log.warning(
-        "ignoring the environment variable %s: no setting has that name%s",
-        key,
-        did_you_mean(key, known) or " (the settings table in docs/configuration.md lists them)",
-    )
+SECTIONS.reserve(CORE, OTHER_VARIABLES, OTHER_PREFIXES)
+for _shipped in SHIPPED:
+    SECTIONS.add(_shipped)

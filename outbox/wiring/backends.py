@@ -7,7 +7,13 @@ handed in (``transport=``, ``queue=``) stays its giver's. Every accessor builds 
 returns the same object.
 
     with Backends(settings, clock=clock) as b:
+        store = b.document_store()
         rescue = RescuePass(store, b.rescuer_engine(), b.checkpoint_store(), b.command_sink(), ...)
+
+The Delta document store is built here too (``open_document_store``, ``Backends.document_store``),
+so every entry point (``Outbox.open``, ``SparkOutbox``, ``outbox rescue``, ``outbox maintain``,
+``outbox status``, the probes and the console's sampler) opens it with the same arguments from the
+same settings.
 """
 
 from __future__ import annotations
@@ -32,11 +38,27 @@ if TYPE_CHECKING:
     from dispatcher.queue.sql_queue import SqlQueue
     from dispatcher.transports.base import Transport
     from migrations.runner import MigrationReport
+    from outbox.delta.store import DeltaDocumentStore
     from rescuer.checkpoint import ClosableCheckpointStore
     from rescuer.planner import Engine
     from rescuer.sink import QueueSink
 
 T = TypeVar("T")
+
+
+def open_document_store(settings: Settings, *, clock: Clock | None = None) -> DeltaDocumentStore:
+    """A new store on the settings' Delta table (``table_uri``, ``storage_options``,
+    ``max_commit_retries``, ``group_commit``), for a caller that keeps its own: a probe on a
+    server thread, a sampler, a command that opens it once. The table must exist."""
+    from outbox.delta.store import DeltaDocumentStore
+
+    return DeltaDocumentStore(
+        settings.table_uri,
+        storage_options=settings.storage_options,
+        clock=clock,
+        max_commit_retries=settings.max_commit_retries,
+        group_commit=settings.group_commit,
+    )
 
 
 class Backends:
@@ -82,6 +104,13 @@ class Backends:
         return self._once("sql_queue", build)
 
     # --- one per kind -------------------------------------------------------------------------
+
+    def document_store(self, *, clock: Clock | None = None) -> DeltaDocumentStore:
+        """The process's document store (``open_document_store``), on ``clock`` (default: these
+        backends' clock); closed with the backends."""
+        return self._once(
+            "document_store", lambda: open_document_store(self.settings, clock=clock or self.clock)
+        )
 
     def transport(self) -> Transport:
         """Where outbox messages go (``transport``)."""

@@ -14,6 +14,12 @@ from typing import TYPE_CHECKING, Any
 from migrations.runner import Provisioned, Provisioner
 from outbox.core.errors import ConfigurationError
 from outbox.core.settings import Settings
+from outbox.core.settings_backends import (
+    CosmosOptions,
+    KafkaOptions,
+    MqttOptions,
+    ServiceBusOptions,
+)
 from outbox.wiring.registry import Backend, Context, Registry
 
 if TYPE_CHECKING:
@@ -61,7 +67,7 @@ REGISTRIES: tuple[Registry[Any], ...] = (
 
 def _needs_cosmos(setting: str) -> Callable[[Settings], None]:
     def check(settings: Settings) -> None:
-        if not settings.cosmos_endpoint:
+        if not settings.options(CosmosOptions).endpoint:
             raise ConfigurationError(
                 f"setting 'cosmos_endpoint' is missing: {setting} is cosmos but no endpoint is set",
                 hint="set OUTBOX_COSMOS_ENDPOINT, e.g. https://ACCOUNT.documents.azure.com:443/",
@@ -71,7 +77,7 @@ def _needs_cosmos(setting: str) -> Callable[[Settings], None]:
 
 
 def _needs_mqtt_broker(settings: Settings) -> None:
-    if not settings.mqtt_broker:
+    if not settings.options(MqttOptions).broker:
         raise ConfigurationError(
             "setting 'mqtt_broker' is missing: transport 'mqtt' needs the broker's URL",
             hint="set OUTBOX_MQTT_BROKER=mqtt://host:1883 (mqtts:// for TLS)",
@@ -126,8 +132,8 @@ def _servicebus_transport(b: Context) -> Transport:
 def _mqtt_transport(b: Context) -> Transport:
     from dispatcher.mqtt.transport import MqttTransport
 
-    s = b.settings
-    return MqttTransport(s.mqtt_broker, topic=s.mqtt_topic, wait_for_broker=False)
+    mqtt = b.settings.options(MqttOptions)
+    return MqttTransport(mqtt.broker, topic=mqtt.topic, wait_for_broker=False)
 
 
 def _server_database(settings: Settings) -> bool:
@@ -156,9 +162,12 @@ TRANSPORTS.add(
         extra="azure",
         provision=(_servicebus_destinations,),
         on_executors=_always,
+        options=ServiceBusOptions,
     )
 )
-TRANSPORTS.add(Backend("mqtt", _mqtt_transport, check=_needs_mqtt_broker, extra="mqtt"))
+TRANSPORTS.add(
+    Backend("mqtt", _mqtt_transport, check=_needs_mqtt_broker, extra="mqtt", options=MqttOptions)
+)
 
 
 def _kafka_transport(b: Context) -> Transport:
@@ -177,6 +186,7 @@ TRANSPORTS.add(
         provision=(_kafka_topics,),
         description="Apache Kafka or Azure Event Hubs",
         on_executors=_always,
+        options=KafkaOptions,
     )
 )
 
@@ -202,6 +212,7 @@ COMMAND_QUEUES.add(
         extra="azure",
         # the command queue first, then the destinations (declared for any Service Bus use)
         provision=(_servicebus_command_queue, _servicebus_destinations),
+        options=ServiceBusOptions,
     )
 )
 
@@ -223,7 +234,13 @@ def _cosmos_checkpoints(b: Context) -> ClosableCheckpointStore:
 
 CHECKPOINT_STORES.add(Backend("sql", _sql_checkpoints))
 CHECKPOINT_STORES.add(
-    Backend("cosmos", _cosmos_checkpoints, check=_needs_cosmos("checkpoint_store"), extra="azure")
+    Backend(
+        "cosmos",
+        _cosmos_checkpoints,
+        check=_needs_cosmos("checkpoint_store"),
+        extra="azure",
+        options=CosmosOptions,
+    )
 )
 
 
@@ -262,7 +279,15 @@ def _cosmos_claims(b: Context) -> ClaimLog:
 
 
 CLAIM_LOGS.add(Backend("sql", _sql_claims))
-CLAIM_LOGS.add(Backend("cosmos", _cosmos_claims, check=_needs_cosmos("claim_log"), extra="azure"))
+CLAIM_LOGS.add(
+    Backend(
+        "cosmos",
+        _cosmos_claims,
+        check=_needs_cosmos("claim_log"),
+        extra="azure",
+        options=CosmosOptions,
+    )
+)
 
 
 # --- consumer inboxes --------------------------------------------------------------------------
@@ -281,7 +306,15 @@ def _cosmos_inbox(b: Context, consumer: str) -> Inbox:
 
 
 INBOXES.add(Backend("sql", _sql_inbox))
-INBOXES.add(Backend("cosmos", _cosmos_inbox, check=_needs_cosmos("inbox_store"), extra="azure"))
+INBOXES.add(
+    Backend(
+        "cosmos",
+        _cosmos_inbox,
+        check=_needs_cosmos("inbox_store"),
+        extra="azure",
+        options=CosmosOptions,
+    )
+)
 
 
 # --- provisioning (outbox migrate) -------------------------------------------------------------

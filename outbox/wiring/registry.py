@@ -9,10 +9,12 @@ kind's group, for example in its ``pyproject.toml``::
     [project.entry-points."delta_outbox.transports"]
     kafka = "my_package.outbox_kafka:BACKEND"
 
-where ``BACKEND`` is a ``Backend`` (name, builder, settings check, extra, provisioners). The
-shipped contract suites (``outbox.testing.contracts``) say what the backend must pass. Entry
-points are read once, the first time a name is not among the registered ones, so a process that
-only uses shipped backends never scans the installed distributions.
+where ``BACKEND`` is a ``Backend`` (name, builder, settings check, extra, provisioners, and its
+``options`` type: the section of the settings file and the ``OUTBOX_<SECTION>_*`` variables it
+reads, ``outbox.core.settings_sections``). The shipped contract suites
+(``outbox.testing.contracts``) say what the backend must pass. Entry points are read once, the
+first time a name is not among the registered ones, so a process that only uses shipped backends
+never scans the installed distributions.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 from migrations.runner import Provisioned
 from outbox.core.errors import ConfigurationError, MissingDependencyError
 from outbox.core.settings import Settings, did_you_mean
+from outbox.core.settings_sections import SECTIONS, BackendOptions
 
 if TYPE_CHECKING:
     from dispatcher.queue.command_queue import CommandQueue
@@ -73,6 +76,9 @@ class Backend(Generic[B]):
     #: (transports) Can its client run on Spark executors, many at once? A Spark pipeline then
     #: sends from them (``outbox.app.spark.executors``); else from the driver.
     on_executors: Callable[[Settings], bool] = lambda _settings: False
+    #: Its own settings: a ``BackendOptions`` type, read from its section (``[kafka]``) and its
+    #: variables (``OUTBOX_KAFKA_*``); the builder reads ``settings.options(KafkaOptions)``.
+    options: type[BackendOptions] | None = None
 
 
 class Registry(Generic[B]):
@@ -88,7 +94,10 @@ class Registry(Generic[B]):
         self._lock = threading.Lock()
 
     def add(self, backend: Backend[B]) -> Backend[B]:
-        """Register ``backend`` (a later registration of the same name replaces the earlier)."""
+        """Register ``backend`` (a later registration of the same name replaces the earlier), and
+        its options' section; ``ConfigurationError`` if that section clashes with another."""
+        if backend.options is not None:
+            SECTIONS.add(backend.options)
         with self._lock:
             self._backends[backend.name] = backend
         return backend
@@ -153,5 +162,11 @@ class Registry(Generic[B]):
                     ep,
                 )
                 continue
+            if loaded.options is not None:
+                try:
+                    SECTIONS.add(loaded.options)
+                except ConfigurationError as e:
+                    log.warning("%s %r (entry point %s): %s; ignored", self.kind, ep.name, ep, e)
+                    continue
             with self._lock:
                 self._backends.setdefault(loaded.name, loaded)

@@ -57,10 +57,10 @@ def maintain(
     duplicate-detection ids and inbox records older than inbox_retention."""
     from outbox.app.maintenance import MaintenanceOptions, forget_old_records
     from outbox.app.maintenance import maintain as run
-    from outbox.delta.store import DeltaDocumentStore
+    from outbox.wiring.backends import open_document_store
 
     settings = cli.settings()
-    store = DeltaDocumentStore(settings.table_uri, storage_options=settings.storage_options)
+    store = open_document_store(settings)
     clock = SystemClock()
     report = run(
         store,

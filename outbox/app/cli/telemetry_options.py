@@ -137,13 +137,11 @@ class StoreProbe:
         self._store: DeltaDocumentStore | None = None
 
     def check(self) -> int:
-        from outbox.delta.store import DeltaDocumentStore
+        from outbox.wiring.backends import open_document_store
 
         with self._lock:
             if self._store is None:
-                self._store = DeltaDocumentStore(
-                    self.settings.table_uri, storage_options=self.settings.storage_options
-                )
+                self._store = open_document_store(self.settings)
             return self._store.refresh()
 
 
@@ -152,11 +150,9 @@ class PendingProbe:
     it. Its own store: the scrape runs on the HTTP server's thread."""
 
     def __init__(self, settings: Settings) -> None:
-        from outbox.delta.store import DeltaDocumentStore
+        from outbox.wiring.backends import open_document_store
 
-        self.store = DeltaDocumentStore(
-            settings.table_uri, storage_options=settings.storage_options
-        )
+        self.store = open_document_store(settings)
         self._lock = threading.Lock()
         self._value: tuple[float, float] | None = None
 

@@ -31,7 +31,6 @@ from outbox.core.errors import ClosedError, CommitConflictError, StoreError, Val
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.core.shutdown import close_at_exit
-from outbox.delta.store import DeltaDocumentStore
 from outbox.delta.versions import MARK_VERSION
 from outbox.wiring import Backends
 from rescuer.cdf_spark import hadoop_options
@@ -92,9 +91,7 @@ class SparkOutbox:
         if create:
             self.backends.migrate(only_if_missing=True)
         # deltalake's store validates the table, knows N and the table id, writes watermarks.
-        self.store = DeltaDocumentStore(
-            settings.table_uri, storage_options=settings.storage_options, clock=self.clock
-        )
+        self.store = self.backends.document_store(clock=self.clock)
         self.runtime = DispatcherRuntime(self.store, settings, self.backends, clock=self.clock)
         self._options = hadoop_options(settings.storage_options)
         self._closed = False
