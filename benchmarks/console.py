@@ -15,7 +15,7 @@ The workspace (a temporary folder, or ``--workspace DIR``, kept):
 * the document table as ``outbox maintain`` leaves it (``benchmarks.doc_table_outbox.build``:
   compacted, checkpointed), all of its documents dispatched but a few hundred, appended after,
   so the sampler's pending scan has something to find; three rescuers' checkpoints;
-* dead letters in the queue's database (``outbox.testing.console.fill_dead_letters``: bulk
+* dead letters in the queue's database (``testkit.console.fill_dead_letters``: bulk
   inserts in one transaction): four queues and six reasons (uneven, as in life), a month of
   ``dead_lettered_at``, JSON bodies of 1 KB; those of queue ``devices`` belong to devices;
 * a fleet on queue ``devices`` (``fill_devices``): each device a session with a recorded status
@@ -178,7 +178,7 @@ def _checkpoints(settings: Any) -> None:
 def build_workspace(root: Path, sizes: Sizes) -> Workspace:
     from sqlalchemy import create_engine
 
-    from outbox.testing.console import Fleet, fill_dead_letters, fill_devices, fill_samples
+    from testkit.console import Fleet, fill_dead_letters, fill_devices, fill_samples
 
     timings: dict[str, float] = {}
     with _took(timings, "documents"):

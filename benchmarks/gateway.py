@@ -6,7 +6,7 @@ run; silent and offline devices mixed in; the gateway's memory.
     python -m benchmarks.gateway --quick    # 1,000 devices x 5 tasks
     python -m benchmarks.gateway --smoke    # 40 devices x 2 tasks
 
-Devices are ``outbox.testing.fleet.DeviceFleet`` (asyncio, one MQTT 5 connection and Last Will
+Devices are ``testkit.fleet.DeviceFleet`` (asyncio, one MQTT 5 connection and Last Will
 each) in this process; the gateway is ``MqttGateway`` with its default settings in a process of
 its own (``--serve``), so its CPU and memory are its own. It connects, learns the devices'
 retained statuses, says ``ready``, and starts serving when told ``go``; a run's time is from
@@ -50,7 +50,7 @@ from typing import Any
 from benchmarks.common import add_output_options, save
 from dispatcher.queue import QueueMessage, SqlQueue
 from migrations.sql import upgrade
-from outbox.testing.fleet import DeviceFleet, FleetOptions
+from testkit.fleet import DeviceFleet, FleetOptions
 
 BODY = b'{"task":"open","door":"D-12"}'
 GOAL_OVER_QUEUE = 0.9

@@ -4,7 +4,7 @@
     python -m benchmarks.kafka --quick    # 1,000 x 5
     python -m benchmarks.kafka --smoke    # 10 x 2
 
-Both sides talk to the same throwaway one-node broker (``outbox.testing.kafka``, 127.0.0.1; or
+Both sides talk to the same throwaway one-node broker (``testkit.kafka``, 127.0.0.1; or
 the cluster at ``--bootstrap``), to a fresh 8-partition topic each, one message per document:
 
 * ``outbox``: ``Outbox.open(transport="kafka")``, each round one unit of work of ``--docs``
@@ -46,7 +46,7 @@ from dispatcher.kafka.mapping import headers_of
 from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.transports.base import TransportMessage
 from outbox.app.facade import Outbox
-from outbox.testing.kafka import KafkaBroker
+from testkit.kafka import KafkaBroker
 
 PARTITIONS = 8
 SEND_SIZE = 1000  # the dispatcher's largest send (Dispatcher.max_batch)

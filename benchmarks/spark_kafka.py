@@ -5,7 +5,7 @@
     python -m benchmarks.spark_kafka --smoke    # 20 messages, no warm-up, this process's session
 
 Each core count runs in its own process (a SparkSession's master is fixed when it starts), on a
-throwaway Kafka broker (``outbox.testing.kafka``, full JIT) shared by the runs:
+throwaway Kafka broker (``testkit.kafka``, full JIT) shared by the runs:
 
 * ``spark``: one apply of ``--messages`` documents with one message each
   (``send_from="executors"``); ``messages_per_second`` is messages / commit -> settled (the
@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> None:
         _child(args)
         return
     python_docs = args.python_docs or args.messages  # the same batch: the same size of work
-    from outbox.testing.kafka import KafkaBroker
+    from testkit.kafka import KafkaBroker
 
     broker = None
     bootstrap = args.bootstrap

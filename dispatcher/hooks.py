@@ -19,8 +19,8 @@ Points, in the order a message passes them:
 ``worker_holding``
     the worker holds locked commands and has read their documents, nothing sent;
 ``executor_sent``
-    a Spark executor's partition sent a batch (``outbox.app.spark.executors``; armed through
-    ``SparkOutbox.executor_crash``, since an executor is a process of its own).
+    a Spark executor's partition sent a batch (``outbox.app.spark.executors``; its hook is built
+    there by ``SparkOutbox.executor_hook``, since an executor is a process of its own).
 """
 
 from __future__ import annotations

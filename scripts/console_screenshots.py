@@ -2,7 +2,7 @@
 
 A workspace with a week of samples for three rescuers, dead letters on three queues and a fleet
 of devices (the builders the console benchmark uses), then ``outbox console`` driven by Debian's
-headless Chromium (``outbox.testing.browser``), as tests/console/test_browser.py drives it.
+headless Chromium (``testkit.browser``), as tests/console/test_browser.py drives it.
 Run by ``scripts/console-screenshots.sh``.
 """
 
@@ -17,8 +17,8 @@ from click.testing import CliRunner
 
 from dispatcher.queue import SqlQueue
 from outbox.app.cli import main
-from outbox.testing.browser import by, chromium, every, go, screenshot, start_console
-from outbox.testing.console import Fleet, fill_dead_letters, fill_devices, fill_samples
+from testkit.browser import by, chromium, every, go, screenshot, start_console
+from testkit.console import Fleet, fill_dead_letters, fill_devices, fill_samples
 
 
 def build(ws: Path) -> None:

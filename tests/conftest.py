@@ -122,7 +122,7 @@ def sql_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 @pytest.fixture(scope="session")
 def kafka() -> Iterator[Any]:
     """A real Apache Kafka 4.4 (KRaft, one node) on 127.0.0.1, started once per test worker
-    from the JARs ``scripts/fetch-kafka.sh`` fetched (``outbox.testing.kafka.KafkaBroker``).
+    from the JARs ``scripts/fetch-kafka.sh`` fetched (``testkit.kafka.KafkaBroker``).
     Missing JARs, Java or confluent-kafka fail under ``CI=true`` and skip elsewhere."""
     from tests.local_server import unavailable
 
@@ -130,7 +130,7 @@ def kafka() -> Iterator[Any]:
         import confluent_kafka  # noqa: F401
     except ImportError:
         unavailable("confluent-kafka is not installed; scripts/setup.sh --dev installs it")
-    from outbox.testing.kafka import KafkaBroker
+    from testkit.kafka import KafkaBroker
 
     broker = KafkaBroker()
     if not broker.available:

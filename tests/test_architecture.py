@@ -1,5 +1,5 @@
 """The layers hold: import-linter's contract passes, fails on an upward import, matches the picture
-in docs/development.md.
+in docs/development.md; no shipped package imports the proving ground (``testkit``).
 
 The contract lives in pyproject.toml (``[tool.importlinter]``) and runs in the test command
 (``scripts/test.sh``); these tests prove it can fail and keep docs/development.md's picture
@@ -22,6 +22,8 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 PACKAGES = ("outbox", "dispatcher", "rescuer", "migrations")
+#: The proving ground: import-linter's root packages include it, so a copy of the tree needs it.
+PROVING_GROUND = "testkit"
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 #: A module longer than this must say why in its docstring ("Why one module: ...").
 MAX_LINES = 400
@@ -56,11 +58,16 @@ def test_the_layer_contract_is_kept() -> None:
     assert f"Contracts: {n} kept, 0 broken." in out.stdout
 
 
-def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
-    """The kernel importing the facade (lazily, inside a function) must be caught."""
-    for package in PACKAGES:
+def _copy_tree(tmp_path: Path) -> None:
+    """The packages import-linter reads and its configuration, copied to ``tmp_path``."""
+    for package in (*PACKAGES, PROVING_GROUND):
         shutil.copytree(REPO / package, tmp_path / package, ignore=shutil.ignore_patterns("*.pyc"))
     shutil.copy(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+
+
+def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
+    """The kernel importing the facade (lazily, inside a function) must be caught."""
+    _copy_tree(tmp_path)
     clock = tmp_path / "outbox" / "core" / "clock.py"
     clock.write_text(
         clock.read_text()
@@ -70,6 +77,43 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     out = _lint(tmp_path)
     assert out.returncode == 1, out.stdout
     assert "outbox.core.clock -> outbox.app.facade" in out.stdout
+
+
+def test_an_import_of_the_proving_ground_breaks_the_contract(tmp_path: Path) -> None:
+    """A shipped module importing ``testkit`` (lazily: the fleet from the Spark executors, the
+    Kafka broker from the kept kit's fake transport) must be caught: the wheel has no testkit."""
+    _copy_tree(tmp_path)
+    for module, imported in (
+        ("outbox/app/spark/executors.py", "testkit.fleet"),
+        ("outbox/testing/faulty.py", "testkit.kafka"),
+    ):
+        path = tmp_path / module
+        path.write_text(
+            path.read_text()
+            + f"\n\ndef _proving_ground() -> object:\n    import {imported}\n\n"
+            + f"    return {imported}\n"
+        )
+    out = _lint(tmp_path)
+    assert out.returncode == 1, out.stdout
+    (name,) = (
+        c["name"]
+        for c in tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["importlinter"][
+            "contracts"
+        ]
+        if c["id"] == "proving-ground"
+    )
+    assert any(name in line and "BROKEN" in line for line in out.stdout.splitlines()), out.stdout
+    assert "outbox.app.spark.executors -> testkit.fleet" in out.stdout
+    assert "outbox.testing.faulty -> testkit.kafka" in out.stdout
+
+
+def test_the_spark_executors_do_not_import_the_testing_kit() -> None:
+    """The executors' crash hook is injected (``SparkOutbox.executor_hook``): nothing under
+    ``outbox.app.spark`` imports ``outbox.testing``, directly, lazily or through another module."""
+    chains = _graph().find_shortest_chains(
+        importer="outbox.app.spark", imported="outbox.testing", as_packages=True
+    )
+    assert chains == set(), sorted(chains)
 
 
 def _graph() -> grimp.ImportGraph:
@@ -170,7 +214,7 @@ def _docstring(path: Path) -> str:
     return ast.get_docstring(ast.parse(path.read_text())) or ""
 
 
-@pytest.mark.parametrize("package", PACKAGES)
+@pytest.mark.parametrize("package", [*PACKAGES, PROVING_GROUND])
 def test_long_modules_say_why(package: str) -> None:
     long = []
     for path in sorted((REPO / package).rglob("*.py")):

@@ -9,7 +9,7 @@ it declares. The same owner must pass on the intact code first, so a row cannot 
 owner broke for another reason; and each edit must match the source exactly once, so a row that
 no longer applies fails here instead of silently testing nothing.
 
-The end-to-end checker's broken builds are another set (``outbox.testing.mutations``, run by
+The end-to-end checker's broken builds are another set (``outbox.app.checker.mutations``, run by
 ``tests/e2e/test_checker_mutations.py``); these are the cheap ones, a second or so each.
 """
 

@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -98,6 +99,35 @@ def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path
     }
     script = (venv / "bin" / "outbox").read_text()
     assert "from outbox.app.cli import main" in script
+
+
+#: The testing kit's modules the wheel ships (``outbox/testing/``, besides ``contracts/`` and
+#: ``servicebus_fake/``): what users run and test their own backends with. The proving ground
+#: (the device fleet, the Kafka broker, the browser kit, the console's data builders) is
+#: ``testkit/``, left out; the checker's broken builds and JVM options are the checker's own.
+KIT = {
+    "__init__.py",
+    "crash_points.py",
+    "devices.py",
+    "faulty.py",
+    "mosquitto.py",
+    "servers.py",
+    "tables.py",
+}
+
+
+def test_the_wheel_ships_the_kit_but_not_the_proving_ground(tmp_path: Path) -> None:
+    """The wheel's own file list: the testing kit's contract suites and fakes are in it, the
+    proving ground is not (before issue 43 it carried ``outbox/testing/fleet.py``, the broker and
+    browser launchers and the data builders)."""
+    with zipfile.ZipFile(_build_wheel(tmp_path / "dist")) as wheel:
+        names = [n for n in wheel.namelist() if n.endswith(".py")]
+    assert {n.split("/")[0] for n in names} == PACKAGES  # no testkit/, tests/, benchmarks/
+    testing = {n.removeprefix("outbox/testing/") for n in names if n.startswith("outbox/testing/")}
+    assert {n for n in testing if "/" not in n} == KIT
+    assert {n.split("/")[0] for n in testing if "/" in n} == {"contracts", "servicebus_fake"}
+    assert "contracts/transport.py" in testing
+    assert "outbox/app/checker/mutations.py" in names  # OUTBOX_CHECK_MUTATION: a checker feature
 
 
 def _section(ini: str, name: str) -> dict[str, str]:

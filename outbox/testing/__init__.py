@@ -36,9 +36,16 @@ Contents:
 - ``contracts.rescuer_engine`` - ``RescuerEngineContract`` for ``rescuer.planner.Engine``
 - ``tables.Table`` - a Delta document table with one-line saves, dispatches and deletes
 - ``faulty.FaultyTransport`` - a transport wrapper that fails on command, deterministically
-- ``crash_points`` - named steps where a test kills the dispatcher (``install()`` first)
+- ``crash_points`` - named steps where a test kills the dispatcher (``install()`` first);
+  ``CrashSpec`` arms them in a process the test cannot reach (``SparkOutbox.executor_hook``)
 - ``devices.DeviceSimulator`` - MQTT devices that handle one task at a time and ack each (drops,
   doubles, offline spells); records each device's most tasks in flight at once (needs ``[mqtt]``)
+- ``mosquitto.MosquittoServer`` - a throwaway mosquitto on 127.0.0.1 (``outbox demo devices``)
+- ``servicebus_fake`` - the Service Bus SDK's clients, in memory (needs ``[azure]``)
+
+Not here: our own proving ground (the device fleet, the Kafka broker, the browser kit, the
+console's data builders) is ``testkit/`` in the repository, which the wheel does not ship and no
+shipped module imports (docs/development.md, "The test kit and the proving ground").
 
 Importing ``outbox.testing`` itself imports nothing: pick the module you need.
 """

@@ -175,6 +175,27 @@ def parse_action(text: str) -> Action:
     )
 
 
+@dataclass(frozen=True)
+class CrashSpec:
+    """Crash points armed from ``spec`` (``OUTBOX_CRASH_AT``'s form), built where they are called:
+    the step hook of a process the test cannot reach (a Spark executor's partition:
+    ``SparkOutbox.executor_hook = CrashSpec("executor_sent@1=kill")``).
+
+    Why a picklable object, not a spec string the executors parse: the crash behaviour is
+    injected, so production code only calls a hook factory and never imports this kit. A
+    malformed spec fails here, on the driver, with a ``ConfigurationError``."""
+
+    spec: str
+
+    def __post_init__(self) -> None:
+        self()  # parse it once now: a bad spec is the caller's error, not an executor's
+
+    def __call__(self) -> CrashPoints:
+        points = CrashPoints()
+        points.arm_from_env({ENV_VAR: self.spec})
+        return points
+
+
 #: The process-wide registry; ``install()`` makes it the hook new dispatchers and workers use.
 crash_points = CrashPoints(from_env=True)
 

@@ -13,7 +13,8 @@ receives nothing, and a task it held is lost with it). A device is idempotent, a
 assumes: a re-published task it already did is acked again at once and is not a second task in
 flight. With ``status_topic`` set, ``offline``/``online`` also publish the device's retained
 status there, as a device's Last Will and its first publish do (dispatcher/mqtt/presence.py);
-``outbox.testing.fleet`` plays devices with a connection (and a real Last Will) each.
+the repository's ``testkit.fleet`` (not shipped) plays devices with a connection and a Last Will
+each.
 """
 
 from __future__ import annotations

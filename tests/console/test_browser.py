@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from dispatcher.queue import SqlQueue
-from outbox.testing.browser import (
+from testkit.browser import (
     NAVIGATION_TIMEOUT,
     RunningConsole,
     by,

@@ -14,7 +14,7 @@ import pytest
 from click.testing import CliRunner
 
 from outbox.app.cli import main
-from outbox.testing.browser import start_console
+from testkit.browser import start_console
 
 
 def _migrated(tmp_path: Path) -> Path:

@@ -15,9 +15,9 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from outbox.app.checker.mutations import MUTATIONS
 from outbox.app.checker.rescue import COMPRESSED_DELAY, FIRST_SIGHT, PassClock
 from outbox.core.clock import ManualClock
-from outbox.testing.mutations import MUTATIONS
 from outbox.testing.tables import Table
 from rescuer.cdf_local import LocalEngine
 from rescuer.checkpoint import InMemoryCheckpointStore

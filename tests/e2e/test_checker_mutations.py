@@ -1,5 +1,6 @@
-"""The checker must be able to fail: each deliberately broken build (``outbox.testing.mutations``)
-runs one seed and must be caught, by the invariant (or report field) that names the bug.
+"""The checker must be able to fail: each deliberately broken build
+(``outbox.app.checker.mutations``) runs one seed and must be caught, by the invariant (or report
+field) that names the bug.
 
 Writer and worker mutations are applied inside the checker's child processes (the mutation's name
 travels in their configuration); rescuer mutations wrap the supervisor's own rescuer and sink, or
@@ -13,10 +14,10 @@ from typing import Any
 
 import pytest
 
+from outbox.app.checker.mutations import MUTATIONS
 from outbox.app.checker.report import CheckReport
 from outbox.app.checker.run import run_check
 from outbox.app.checker.scenario import Scenario
-from outbox.testing.mutations import MUTATIONS
 
 #: The seed every broken build runs, chosen by its plan: each build's effect is forced by what
 #: the plan makes happen, not by timing (``test_the_seed_forces_every_broken_builds_effect``).

@@ -19,7 +19,7 @@ from dispatcher.transports.base import TransportMessage
 from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
 from outbox.core.errors import UnprocessableMessageError
-from outbox.testing.kafka import KafkaBroker, read_records
+from testkit.kafka import KafkaBroker, read_records
 
 
 @pytest.fixture

@@ -36,7 +36,7 @@ from dispatcher.transports.base import TransportMessage
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.clock import ManualClock
 from outbox.core.errors import ConfigurationError, UnprocessableMessageError
-from outbox.testing.kafka import KafkaBroker, read_records
+from testkit.kafka import KafkaBroker, read_records
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 

@@ -9,7 +9,7 @@ from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.queue.sql_queue import SqlQueue
 from dispatcher.transports.base import TransportMessage
 from migrations.sql import upgrade
-from outbox.testing.kafka import KafkaBroker
+from testkit.kafka import KafkaBroker
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "kafka.md"
 

@@ -28,7 +28,7 @@ import pytest
 
 from dispatcher.kafka.mapping import record_of
 from outbox.app.facade import Outbox
-from outbox.testing.kafka import KafkaBroker, read_records
+from testkit.kafka import KafkaBroker, read_records
 from tests.kafka import key_order_procs as procs
 
 pytestmark = pytest.mark.slow

@@ -21,7 +21,7 @@ from dispatcher.kafka.mapping import record_of
 from dispatcher.queue.inbox import SqlInbox
 from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
-from outbox.testing.kafka import PASSWORD, USER, KafkaBroker, read_records
+from testkit.kafka import PASSWORD, USER, KafkaBroker, read_records
 
 OUTBOX = str(Path(sys.executable).with_name("outbox"))
 

@@ -20,7 +20,7 @@ from outbox.core.errors import (
     TransportUnavailableError,
 )
 from outbox.testing.contracts.transport import DEST, TransportContract
-from outbox.testing.kafka import PASSWORD, USER, KafkaBroker, end_offsets, read_records
+from testkit.kafka import PASSWORD, USER, KafkaBroker, end_offsets, read_records
 
 
 class TestKafkaTransportContract(TransportContract):

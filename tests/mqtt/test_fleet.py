@@ -16,7 +16,7 @@ from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from dispatcher.mqtt.client import MqttBroker
-from outbox.testing.fleet import MESSAGE_ID, DeviceFleet, FleetOptions
+from testkit.fleet import MESSAGE_ID, DeviceFleet, FleetOptions
 
 WAIT = 120.0  # generous: these run on a loaded machine; a pass returns as soon as it holds
 

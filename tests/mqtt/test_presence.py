@@ -23,7 +23,7 @@ from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql import upgrade
 from outbox.core.clock import ManualClock
 from outbox.testing.devices import DeviceSimulator
-from outbox.testing.fleet import DeviceFleet, FleetOptions
+from testkit.fleet import DeviceFleet, FleetOptions
 
 DEST = "devices"
 

@@ -12,7 +12,8 @@ import pytest
 
 from dispatcher.kafka.mapping import record_of
 from outbox.app.facade import Outbox
-from outbox.testing.kafka import KafkaBroker, read_records
+from outbox.testing.crash_points import CrashSpec
+from testkit.kafka import KafkaBroker, read_records
 
 pytestmark = pytest.mark.spark
 
@@ -199,7 +200,7 @@ def test_a_killed_executor_leaves_the_rest_to_the_rescuer(
     ws = tmp_path / "ws"
     sob = _sob(spark, ws, **_on_kafka(kafka, topic), buckets=8)
     try:
-        sob.executor_crash = "executor_sent@1=kill"
+        sob.executor_hook = CrashSpec("executor_sent@1=kill")
         result = sob.apply(_changes(spark, 2000, per_doc=1))
         queued = sob.runtime.queue.peek(sob.settings.command_queue, 10)  # type: ignore[attr-defined]
     finally:

@@ -126,8 +126,8 @@ def _deliver(ws: Path, log: Path, broken: Any) -> Any:
 
 @pytest.mark.timeout(1800)
 def test_spark_driver_and_python_writers_with_a_kill_after_commit(tmp_path: Path) -> None:
+    from outbox.app.checker import mutations
     from outbox.app.facade import Outbox
-    from outbox.testing import mutations
 
     ws, log = tmp_path / "ws", tmp_path / "broker.log"
     Outbox.open(ws, transport="memory", **SETTINGS).close()

@@ -13,7 +13,7 @@ crash point fires, the child journals it first, so the report can list every pla
 whether it fired.
 
 A *stranded* round is one only the rescuer can finish: fresh documents, every send of the round
-fails, and the dispatcher's retry command is suppressed. A *mutation* (``outbox.testing.mutations``,
+fails, and the dispatcher's retry command is suppressed. A *mutation* (``mutations``,
 named in ``cfg["mutation"]``) breaks the child on purpose, to prove the checker catches it.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from outbox.testing import mutations
+from outbox.app.checker import mutations
 
 if TYPE_CHECKING:
     from dispatcher.commands import DocRef

@@ -118,7 +118,7 @@ class RecordingQueue:
     It wraps the sink's *output* (what the sink sends, and the ids the queue accepted as new)
     and nothing else, so the rescuer the checker runs is the production one: ``RescuePass`` over
     the production engine and ``QueueSink``. A broken pass, planner or sink fails the seed
-    (``outbox.testing.mutations``); a sink of the checker's own would hide a broken ``QueueSink``.
+    (``mutations``); a sink of the checker's own would hide a broken ``QueueSink``.
     """
 
     def __init__(self, queue: Any) -> None:

@@ -2,7 +2,7 @@
 workspace, start the children, the write phase under faults, the drain: ``execute``), **reap**
 (children that died are counted and restarted: ``reap``), **verify** (``verify``).
 
-A *mutation* (``outbox.testing.mutations``) runs the same seed against a deliberately broken build;
+A *mutation* (``mutations``) runs the same seed against a deliberately broken build;
 ``OUTBOX_CHECK_MUTATION`` names one for ``outbox check``. The report must then fail.
 """
 
@@ -20,6 +20,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
+from outbox.app.checker import mutations
 from outbox.app.checker.backends import SeedDatabase, check_engine, check_writer, seed_database
 from outbox.app.checker.execute import Run, drain, worker_child, write_phase
 from outbox.app.checker.reap import Child, Children, context
@@ -36,7 +37,6 @@ from outbox.app.checker.rescue import (
 )
 from outbox.app.checker.scenario import Scenario, SparkPlan
 from outbox.core.clock import SystemClock
-from outbox.testing import mutations
 
 __all__ = ["CheckOptions", "InterruptedPass", "OffsetClock", "run_check", "run_rescue_pass"]
 

@@ -29,7 +29,7 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
-from outbox.testing import mutations
+from outbox.app.checker import mutations
 
 APPLY_ATTEMPTS = 5  # a batch whose MERGE lost every commit race is applied again (same txn)
 DESTINATION = "shipments"
@@ -65,8 +65,8 @@ def signal_merges(write: Callable[[dict[str, Any]], None], batch: Callable[[], i
 
 def spark_writer_main(cfg: dict[str, Any]) -> None:
     """Apply batches ``cfg['start']`` .. ``cfg['rounds'] - 1``; journal one ``round`` each."""
+    from outbox.app.checker.jvm import add_short_lived_jvm_options
     from outbox.app.checker.procs import _Journal, _log_to, read_journal
-    from outbox.testing.jvm import add_short_lived_jvm_options
 
     mutation = mutations.get(cfg.get("mutation"))
     if mutation:
@@ -76,7 +76,7 @@ def spark_writer_main(cfg: dict[str, Any]) -> None:
     out = os.open(cfg["stderr"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     os.dup2(out, 1)
     os.dup2(out, 2)
-    # A driver of two or three small batches: C1 and the serial GC (outbox.testing.jvm); the
+    # A driver of two or three small batches: C1 and the serial GC (outbox.app.checker.jvm); the
     # fork server's environment was fixed before the checker started, so set here, pre-JVM.
     add_short_lived_jvm_options(os.environ)
     journal = _Journal(cfg["journal"])

@@ -23,7 +23,7 @@ from dispatcher.transports.base import Transport
 from outbox.app.spark import dispatch as D
 from outbox.app.spark import executors as E
 from outbox.app.spark import merge as M
-from outbox.app.spark.executors import SendFrom
+from outbox.app.spark.executors import HookFactory, SendFrom
 from outbox.app.spark.session import require_delta
 from outbox.app.spark.validate import check_rows, normalize
 from outbox.core.clock import Clock, SystemClock
@@ -98,9 +98,9 @@ class SparkOutbox:
         close_at_exit(self)  # its threads stop before the interpreter finalizes
         #: MERGE attempts lost to a concurrent writer's commit and retried (all applies).
         self.commit_retries = 0
-        #: A crash-point spec armed in every executor's partition (the fault proofs; point
-        #: ``executor_sent``, e.g. ``executor_sent@1=kill``): "" in production.
-        self.executor_crash = ""
+        #: Builds each executor partition's step hook (``executor_sent``): None in production;
+        #: the fault proofs set ``outbox.testing.crash_points.CrashSpec("executor_sent@1=kill")``.
+        self.executor_hook: HookFactory | None = None
 
     # --- the write ------------------------------------------------------------------------
 

@@ -50,6 +50,12 @@ OUTCOME_SCHEMA = (
 
 SendFrom = Literal["auto", "driver", "executors"]
 
+#: Builds a partition's step hook on the executor (``SparkOutbox.executor_hook``). It travels
+#: there pickled, so it is a picklable callable: production passes none (``NO_HOOK``); the fault
+#: proofs pass the testing kit's ``outbox.testing.crash_points.CrashSpec``, so nothing here
+#: imports the kit.
+HookFactory = Callable[[], StepHook]
+
 
 def choose(send_from: SendFrom, transport: object, settings: Settings) -> SendFrom:
     """Where a ``SparkOutbox`` sends from: ``auto`` is the executors for the transports whose
@@ -114,12 +120,12 @@ def send_on_executors(
     settings: Settings,
     partitions: int,
     *,
-    crash: str = "",
+    hook: HookFactory | None = None,
     paused: frozenset[tuple[str, str]] = frozenset(),
 ) -> list[Any]:
     """Send a commit's pending messages from the executors; the outcome rows, one per
-    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow. ``crash``: a crash-point
-    spec armed in every partition (the fault proofs; point ``executor_sent``). ``paused``: the
+    document (``OUTCOME_SCHEMA``), collected to the driver as Arrow. ``hook``: builds each
+    partition's step hook (the fault proofs; point ``executor_sent``). ``paused``: the
     ordering keys paused when the job started (read by the driver from the shared lines); their
     messages are not sent here, and their documents get retry commands like a failed send, so a
     key held in another process stays in its line.
@@ -142,7 +148,7 @@ def send_on_executors(
     try:
         if not docs.filter("shared").limit(1).count():
             sends = docs.drop("shared").mapInArrow(
-                _arrow(settings, per_document=True, crash=crash, paused=paused), OUTCOME_SCHEMA
+                _arrow(settings, per_document=True, hook=hook, paused=paused), OUTCOME_SCHEMA
             )
             return list(sends.toArrow().to_pylist())
     finally:
@@ -150,7 +156,7 @@ def send_on_executors(
     ordered = message_frame(written).repartition(partitions, "destination", "key")
     ordered = ordered.sortWithinPartitions("destination", "key", "created_at", "id", "seq")
     outcomes = ordered.mapInArrow(
-        _arrow(settings, per_document=False, crash=crash, paused=paused), OUTCOME_SCHEMA
+        _arrow(settings, per_document=False, hook=hook, paused=paused), OUTCOME_SCHEMA
     )
     per_doc = outcomes.groupBy("id", "incarnation").agg(
         F.min("start").alias("start"),
@@ -166,11 +172,12 @@ def _arrow(
     settings: Settings,
     *,
     per_document: bool,
-    crash: str = "",
+    hook: HookFactory | None = None,
     paused: frozenset[tuple[str, str]] = frozenset(),
 ) -> Callable[[Iterable[Any]], Iterator[Any]]:
     """The partition function for ``mapInArrow``: Arrow in and out, so a row costs a dict
-    rather than a pickled ``Row``."""
+    rather than a pickled ``Row``. ``hook`` is called in the partition (this executor process
+    never saw the driver's hook)."""
 
     def run(batches: Iterable[Any]) -> Iterator[Any]:
         import pyarrow as pa
@@ -178,7 +185,8 @@ def _arrow(
         rows: Iterable[dict[str, Any]] = (r for b in batches for r in b.to_pylist())
         if per_document:
             rows = _flatten(rows)
-        out = list(send_partition(rows, settings, hook=_hook(crash), paused=paused))
+        step_hook = NO_HOOK if hook is None else hook()
+        out = list(send_partition(rows, settings, hook=step_hook, paused=paused))
         schema = pa.schema(
             [
                 ("id", pa.string()),
@@ -196,18 +204,6 @@ def _arrow(
         )
 
     return run
-
-
-def _hook(crash: str) -> StepHook:
-    """The partition's step hook: nothing, or the testing kit's crash points armed with
-    ``crash`` (this executor process never saw the driver's)."""
-    if not crash:
-        return NO_HOOK
-    from outbox.testing.crash_points import ENV_VAR, CrashPoints
-
-    points = CrashPoints()
-    points.arm_from_env({ENV_VAR: crash})
-    return points
 
 
 def _flatten(docs: Iterable[dict[str, Any]]) -> Iterator[dict[str, Any]]:
@@ -233,7 +229,7 @@ def dispatch_commit(
         partitions = sob.spark.sparkContext.defaultParallelism
         paused = frozenset(sob.runtime.dispatcher.keys.all_lines())
         outcomes = send_on_executors(
-            written, sob.settings, partitions, crash=sob.executor_crash, paused=paused
+            written, sob.settings, partitions, hook=sob.executor_hook, paused=paused
         )
     except Exception:
         log.exception("sending commit %d from the executors failed; the rescuer covers it", version)

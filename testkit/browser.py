@@ -1,7 +1,7 @@
 """Debian's headless Chromium driven by Selenium, and ``outbox console`` run as a user runs it:
 for the console's browser tests and the screenshots in docs/.
 
-Why in the kit: the flags Chromium needs on a closed machine (no background networking, no
+Why one place: the flags Chromium needs on a closed machine (no background networking, no
 component updates: each would be refused, many at a time), the system driver instead of one
 Selenium Manager would download, and reading the console's address and token from its output are
 the same chore for every test and script. ``scripts/ensure-chromium.sh`` installs the packages.

@@ -1,8 +1,8 @@
-"""A throwaway one-node Apache Kafka broker (KRaft mode) for tests, benchmarks and demos.
+"""A throwaway one-node Apache Kafka broker (KRaft mode) for the tests and benchmarks.
 
-Why in the kit: a Kafka transport is only believable against a real broker, and starting one
-right (free ports on 127.0.0.1 only, a formatted log folder, a readiness check, a SASL listener
-to test logins against, a kill and restart on the same ports) is the same chore for every user.
+Why: a Kafka transport is only believable against a real broker, and starting one right (free
+ports on 127.0.0.1 only, a formatted log folder, a readiness check, a SASL listener to test logins
+against, a kill and restart on the same ports) is the same chore for every test and benchmark.
 ``scripts/fetch-kafka.sh`` puts the broker's JARs under ``.cache/kafka/libs`` (Maven Central);
 ``OUTBOX_KAFKA_LIBS`` points elsewhere. It needs Java 17 or newer.
 
@@ -37,7 +37,7 @@ def kafka_libs() -> Path | None:
     """The folder of the broker's JARs, or None when it is not there."""
     configured = os.environ.get("OUTBOX_KAFKA_LIBS")
     candidates = [Path(configured)] if configured else []
-    candidates.append(Path(__file__).resolve().parents[2] / ".cache" / "kafka" / "libs")
+    candidates.append(Path(__file__).resolve().parents[1] / ".cache" / "kafka" / "libs")
     for folder in candidates:
         if any(folder.glob("kafka_2.13-*.jar")):
             return folder

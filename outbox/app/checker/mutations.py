@@ -13,7 +13,11 @@ Writers and workers are child processes, so their mutations are applied *inside*
 checker's child entry points (``outbox.app.checker.procs``), on that child's own ``Outbox``
 (``patch_outbox``) and transport (``wrap_transport``). The mutation's name travels in the child's
 configuration; ``OUTBOX_CHECK_MUTATION`` only seeds it for ``outbox check``. Production code never
-reads either: nothing here is imported outside the testing kit and the checker.
+reads either: nothing here is imported outside the checker.
+
+Why in the checker, not the proving ground (``testkit``, which the wheel leaves out): the broken
+builds are part of what ``outbox check`` does (``OUTBOX_CHECK_MUTATION=name outbox check``), so an
+installed checker can show it fails on each of them.
 """
 
 from __future__ import annotations
