@@ -62,7 +62,7 @@ from typing import TYPE_CHECKING
 
 from dispatcher.keys import Key, KeyOrder, key_of
 from dispatcher.queue.key_lines import KeyLines, Wait
-from dispatcher.transports.base import Transport, TransportMessage
+from dispatcher.transports.base import Capabilities, Transport, TransportMessage
 from dispatcher.watermarks import MarkStore
 from outbox.core.errors import (
     PermanentTransportError,
@@ -91,19 +91,19 @@ class KeyPausedError(RetryableTransportError):
     """A document stopped at a message its key's line holds back (a gate not delivered yet)."""
 
 
-def atomic_batches(transport: object) -> bool:
+def atomic_batches(transport: Transport) -> bool:
     """Does ``transport`` take a batch all-or-nothing, across sessions and destinations?
 
-    A transport says so with an ``atomic_batches = True`` attribute (the SQL queue transport: one
-    transaction per send); without it, batches are sent one document at a time.
+    A transport says so with ``atomic_batches = True`` (the SQL queue transport: one transaction
+    per send; ``base.Capabilities``); without it, batches are sent one document at a time.
     """
-    return bool(getattr(transport, "atomic_batches", False))
+    return Capabilities.of(transport).atomic_batches
 
 
-def coalesces(transport: object) -> bool:
+def coalesces(transport: Transport) -> bool:
     """May documents share one ``send``? Atomic transports, and those that declare
     ``coalesce_sends = True`` (many records per round trip; see "Coalescing" above)."""
-    return atomic_batches(transport) or bool(getattr(transport, "coalesce_sends", False))
+    return Capabilities.of(transport).coalesces
 
 
 def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:
