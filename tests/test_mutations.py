@@ -38,7 +38,7 @@ from tests.console.conftest import ConsoleWorkspace, console_workspace
 from tests.dispatcher import test_key_order, test_transport_capabilities
 from tests.mqtt import test_places
 from tests.mutate import CHILD, mutated
-from tests.queue import test_inbox_pruning, test_unique_ids
+from tests.queue import test_inbox_pruning, test_selection, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
     test_file_ids,
@@ -457,6 +457,19 @@ MUTATIONS = [
             test_transport_capabilities.test_the_runtime_hands_its_settings_to_a_transport_that_adopts_them
         ),
         "assert adopting.adopted == [ob.settings]",
+    ),
+    SourceMutation(
+        "an empty where filter counts as a selection (Service Bus took it for every dead letter)",
+        "dispatcher.queue.selection:DeadLetterSelection.of",
+        (
+            (
+                "if sum([ids is not None, bool(where), all]) != 1:",
+                "if sum([ids is not None, where is not None, all]) != 1:",
+            ),
+        ),
+        "tests/queue/test_selection.py::test_exactly_one_of_ids_a_filter_or_all",
+        _plain(test_selection.test_exactly_one_of_ids_a_filter_or_all),
+        'with pytest.raises(ValidationError, match="exactly one"):',
     ),
     SourceMutation(
         "the SQLite queue tables are recreated without AUTOINCREMENT (a deleted newest id returns)",
