@@ -55,7 +55,11 @@ class TransportMessage:
 
 @runtime_checkable
 class Transport(Protocol):
-    """Sends batches of messages and returns only once the broker settled all of them."""
+    """Sends batches of messages and returns only once the broker settled all of them.
+
+    What it may also declare, each optional (see the module's docstring): ``atomic_batches``
+    and ``coalesce_sends`` (``DeclaresAtomicBatches``, ``DeclaresCoalescing``, read as
+    ``Capabilities.of(transport)``) and ``adopt_settings`` (``AdoptsSettings``)."""
 
     def send(self, batch: Sequence[TransportMessage]) -> None: ...
 
