@@ -26,7 +26,7 @@ def atomic_batches(transport: Transport) -> bool:
 
 def coalesces(transport: Transport) -> bool:
     """May documents share one ``send``? Atomic transports, and those that declare
-    ``coalesce_sends = True`` (many records per round trip; see "Coalescing" above)."""
+    ``coalesce_sends = True`` (many records per round trip; "Coalescing" in ``dispatch.py``)."""
     return Capabilities.of(transport).coalesces
 
 
