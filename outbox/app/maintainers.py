@@ -1,13 +1,14 @@
 """Who may maintain a table now: one ``outbox maintain`` at a time for all its steps
-(``one_maintainer``), one compaction at a time (``exclusive``, for the writers' own upkeep).
+(``one_maintainer``), and one rewrite of its files at a time (``exclusive``: the compaction's
+lock, which ``maintain``'s repair takes too).
 
 A table on the local disk is guarded by file locks beside its log (``flock``, released when the
 process dies); a table on an object store, where no file lock holds, by the maintenance lease in
 the SQL database (``outbox.app.lease``). Each yields None when this process holds the right, else
 a line naming who does (the caller then skips its work).
 
-Why apart from ``maintenance``: these say who, not what; ``maintain`` and the writers' upkeep
-ask them the same question, and ``maintenance`` still offers them under their old names.
+Why apart from ``maintenance``: these say who, not what; ``maintenance`` asks them before its
+steps, and still offers them under their old names.
 """
 
 from __future__ import annotations
