@@ -20,14 +20,13 @@ threads; this is what one batch does, and it holds no state between batches.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from dispatcher.commands import ProcessDocument
-from dispatcher.queue.lock_renewer import LockRenewer
+from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.queue.sql_queue import MAX_DELIVERY_REASON
 from outbox.core.errors import LockLostError, OutboxError
 from outbox.core.observers import Settlement
@@ -74,26 +73,6 @@ class WorkerStats:
         return asdict(self)
 
 
-class _Unsettled:
-    """The messages of one batch not settled yet: what that batch's lock renewer keeps alive."""
-
-    def __init__(self, received: Sequence[ReceivedMessage]) -> None:
-        self._lock = threading.Lock()
-        self._messages = {m.sequence_number: m for m in received}
-
-    def __call__(self) -> list[ReceivedMessage]:
-        with self._lock:
-            return list(self._messages.values())
-
-    def pop(self, msg: ReceivedMessage) -> None:
-        with self._lock:
-            self._messages.pop(msg.sequence_number, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self._messages.clear()
-
-
 class CommandHandler:
     """Handles batches of locked commands with the runtime's store, queue and dispatcher.
 
@@ -122,7 +101,7 @@ class CommandHandler:
         ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
         t0 = time.perf_counter()
         batch = WorkerStats(batches=1, commands=len(received))
-        held = _Unsettled(received)  # this batch's own: another thread's renewer never sees it
+        held = Unsettled(received)  # this batch's own: another thread's renewer never sees it
         try:
             with self.observe.handling(received):
                 self._handle_batch(batch, held, received)
@@ -141,7 +120,7 @@ class CommandHandler:
         return batch
 
     def _handle_batch(
-        self, batch: WorkerStats, held: _Unsettled, received: Sequence[ReceivedMessage]
+        self, batch: WorkerStats, held: Unsettled, received: Sequence[ReceivedMessage]
     ) -> None:
         commands: list[tuple[ReceivedMessage, ProcessDocument]] = []
         for msg in received:
@@ -177,7 +156,7 @@ class CommandHandler:
     def _handle_commands(
         self,
         batch: WorkerStats,
-        held: _Unsettled,
+        held: Unsettled,
         commands: list[tuple[ReceivedMessage, ProcessDocument]],
     ) -> None:
         ids = list(dict.fromkeys(cmd.id for _, cmd in commands))
@@ -269,7 +248,7 @@ class CommandHandler:
     def _retry(
         self,
         batch: WorkerStats,
-        held: _Unsettled,
+        held: Unsettled,
         msg: ReceivedMessage,
         why: str,
         reason: str = MAX_DELIVERY_REASON,
@@ -284,12 +263,12 @@ class CommandHandler:
             batch.abandoned += 1
             log.info("command %s: retry in %.1fs (%s)", msg.message_id, delay, why)
 
-    def _complete(self, batch: WorkerStats, held: _Unsettled, msg: ReceivedMessage) -> None:
+    def _complete(self, batch: WorkerStats, held: Unsettled, msg: ReceivedMessage) -> None:
         if self._settle(batch, held, msg, Settlement.COMPLETE, lambda: self.queue.complete(msg)):
             batch.completed += 1
 
     def _dead_letter(
-        self, batch: WorkerStats, held: _Unsettled, msg: ReceivedMessage, reason: str, why: str
+        self, batch: WorkerStats, held: Unsettled, msg: ReceivedMessage, reason: str, why: str
     ) -> None:
         def action() -> None:
             self.queue.dead_letter(msg, reason, why[:4000])
@@ -301,7 +280,7 @@ class CommandHandler:
     def _settle(
         self,
         batch: WorkerStats,
-        held: _Unsettled,
+        held: Unsettled,
         msg: ReceivedMessage,
         how: Settlement,
         action: Callable[[], None],

@@ -57,15 +57,16 @@ import threading
 import time
 from collections.abc import Iterable, Sequence
 from concurrent.futures import FIRST_EXCEPTION, Future, ThreadPoolExecutor, wait
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dispatcher.keys import Key, KeyOrder, key_of
+from dispatcher.outcomes import DispatchReport, DocumentOutcome, merge
 from dispatcher.queue.key_lines import KeyLines, Wait
+from dispatcher.sending import Outage, atomic_batches, coalesces, to_transport_message
 from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.watermarks import MarkStore
 from outbox.core.errors import (
-    PermanentTransportError,
     RetryableTransportError,
     TransportUnavailableError,
     ValidationError,
@@ -75,6 +76,17 @@ from outbox.core.observers import NO_OBSERVER, Observer
 
 if TYPE_CHECKING:
     from dispatcher.watermarks import WatermarkWriter
+
+__all__ = [  # and what moved out of this module, where it was imported from before
+    "DEFAULT_MAX_BATCH_MESSAGES",
+    "DispatchReport",
+    "Dispatcher",
+    "DocumentOutcome",
+    "KeyPausedError",
+    "atomic_batches",
+    "coalesces",
+    "to_transport_message",
+]
 
 log = logging.getLogger("outbox.dispatcher")
 
@@ -89,89 +101,6 @@ PAUSED_ROUNDS = 8
 
 class KeyPausedError(RetryableTransportError):
     """A document stopped at a message its key's line holds back (a gate not delivered yet)."""
-
-
-def atomic_batches(transport: object) -> bool:
-    """Does ``transport`` take a batch all-or-nothing, across sessions and destinations?
-
-    A transport says so with an ``atomic_batches = True`` attribute (the SQL queue transport: one
-    transaction per send); without it, batches are sent one document at a time.
-    """
-    return bool(getattr(transport, "atomic_batches", False))
-
-
-def coalesces(transport: object) -> bool:
-    """May documents share one ``send``? Atomic transports, and those that declare
-    ``coalesce_sends = True`` (many records per round trip; see "Coalescing" above)."""
-    return atomic_batches(transport) or bool(getattr(transport, "coalesce_sends", False))
-
-
-def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:
-    """Map a stored message onto the transport's fields (Service Bus names in parentheses).
-
-    The ordering key becomes the session (``session_id``); without one the document id is used,
-    which gives per-document order. ``deliver_at`` becomes the scheduled time
-    (``scheduled_enqueue_time_utc``), the message type the ``subject``.
-    """
-    return TransportMessage(
-        message_id=message.message_id,
-        destination=message.destination,
-        body=message.body.encode("utf-8"),
-        subject=message.type,
-        content_type=message.content_type,
-        session_id=message.ordering_key or doc_id,
-        scheduled_at=message.deliver_at,
-        correlation_id=message.correlation_id,
-        headers=message.headers,  # shared, not copied: transports only read them (base.py)
-    )
-
-
-@dataclass(slots=True)  # not frozen, as TransportMessage: one per document dispatched
-class DocumentOutcome:
-    """What happened to one document's pending messages in one dispatch."""
-
-    doc_id: str
-    start_seq: int  # dispatched_seq when the dispatch began
-    target_seq: int  # the highest pending seq it tried to send
-    sent_up_to: int  # the highest seq the transport accepted (start_seq when none)
-    error: Exception | None = None
-
-    @property
-    def complete(self) -> bool:
-        return self.error is None and self.sent_up_to >= self.target_seq
-
-    @property
-    def progressed(self) -> bool:
-        return self.sent_up_to > self.start_seq
-
-    @property
-    def permanent(self) -> bool:
-        return isinstance(self.error, PermanentTransportError)
-
-
-@dataclass
-class DispatchReport:
-    """The result of one dispatch: per-document outcomes and the watermark write."""
-
-    outcomes: dict[str, DocumentOutcome] = field(default_factory=dict)
-    messages_sent: int = 0
-    watermark_version: int | None = None
-    watermark_error: Exception | None = None
-    watermark_seconds: float = 0.0
-    #: The marks went to the ``WatermarkWriter`` (written later, off the caller's path).
-    watermark_deferred: bool = False
-
-    @property
-    def failed(self) -> list[str]:
-        """Documents that still hold unsent messages, or whose watermark was not written."""
-        out = [d for d, o in self.outcomes.items() if not o.complete]
-        if self.watermark_error is not None:
-            out += [d for d, o in self.outcomes.items() if o.complete and o.progressed]
-        return out
-
-    @property
-    def ok(self) -> bool:
-        return not self.failed
 
 
 class Dispatcher:
@@ -270,11 +199,11 @@ class Dispatcher:
         # gates too), then what the rows show delivered since
         self.keys.refresh({key_of(m, r.id) for r, msgs in plans for m in msgs})
         self.keys.seen(unique.values())
-        outage = _Outage()
+        outage = Outage()
         for _ in range(PAUSED_ROUNDS):
             for outcomes in self._run(plans, started, outage):
                 for o in outcomes:
-                    _merge(report, o, unique[o.doc_id])
+                    merge(report, o, unique[o.doc_id])
             # A document held behind a gate this dispatch passed (the gate's document came after
             # it here: rows written in one instant) goes again, from where it stopped.
             plans = self._passed_by(plans, report)
@@ -285,7 +214,7 @@ class Dispatcher:
         return report
 
     def _run(
-        self, plans: list[Plan], started: float, outage: _Outage
+        self, plans: list[Plan], started: float, outage: Outage
     ) -> list[list[DocumentOutcome]]:
         chunks = self._chunks(plans)
         if len(chunks) == 1:
@@ -374,7 +303,7 @@ class Dispatcher:
         return chunks
 
     def _run_concurrently(
-        self, chunks: list[list[Plan]], started: float, outage: _Outage
+        self, chunks: list[list[Plan]], started: float, outage: Outage
     ) -> list[list[DocumentOutcome]]:
         with self._pool_lock:  # application threads and worker threads share one dispatcher
             if self._pool is None:
@@ -408,7 +337,7 @@ class Dispatcher:
         return [f.result() for f in futures]
 
     def _run_in_line(
-        self, chunk: list[Plan], started: float, ticket: int, keys: set[Key], outage: _Outage
+        self, chunk: list[Plan], started: float, ticket: int, keys: set[Key], outage: Outage
     ) -> list[DocumentOutcome]:
         """Send ``chunk`` once it is first in line for each of its keys."""
         try:
@@ -421,7 +350,7 @@ class Dispatcher:
             self.keys.release(ticket, keys)
 
     def _run_chunk(
-        self, chunk: list[Plan], started: float, outage: _Outage
+        self, chunk: list[Plan], started: float, outage: Outage
     ) -> list[DocumentOutcome]:
         held_back = self.keys.any_paused() and any(
             self.keys.blocking(key_of(m, row.id), row, m.seq) is not None
@@ -465,7 +394,7 @@ class Dispatcher:
         ]
 
     def _send_document(
-        self, row: DocumentRow, msgs: list[OutboxMessage], started: float, outage: _Outage
+        self, row: DocumentRow, msgs: list[OutboxMessage], started: float, outage: Outage
     ) -> DocumentOutcome:
         """One document in seq order, ``max_batch_messages`` at a time; stop at a failure or at a
         message its key's line holds back, and put whatever is left unsent in its keys' lines.
@@ -529,7 +458,7 @@ class Dispatcher:
         if self.keys.any_paused():
             self.keys.delivered(row, up_to, {key_of(m, row.id) for m in msgs})
 
-    def _send(self, batch: list[TransportMessage], started: float, outage: _Outage) -> None:
+    def _send(self, batch: list[TransportMessage], started: float, outage: Outage) -> None:
         outage.check(batch)
         try:
             self.transport.send(batch)
@@ -556,33 +485,6 @@ class Dispatcher:
             pool.shutdown(wait=True)
 
 
-class _Outage:
-    """The destinations that did not answer a send in one dispatch (``TransportUnavailableError``)
-    and why: a later send there in the same dispatch fails at once instead of waiting out another
-    timeout, so a dispatch during an outage returns within about one send timeout whatever its
-    size (the worker and the rescuer send the rest). A failure of one message (any other error)
-    says nothing about the destination and is not recorded: other documents go on (I2)."""
-
-    def __init__(self) -> None:
-        self._failed: dict[str, Exception] = {}
-
-    def check(self, batch: Sequence[TransportMessage]) -> None:
-        if not self._failed:
-            return
-        for m in batch:
-            error = self._failed.get(m.destination)
-            if error is not None:
-                raise TransportUnavailableError(
-                    f"not sent: a send to {m.destination!r} failed earlier in this dispatch "
-                    f"({error})",
-                    message_id=m.message_id,
-                )
-
-    def failed(self, batch: Sequence[TransportMessage], error: Exception) -> None:
-        for m in batch:
-            self._failed.setdefault(m.destination, error)
-
-
 def _written_at(plan: Plan) -> float:
     """When the first pending message of a plan was written (``created_at``; 0 when unknown, so
     such plans keep their order, the sort being stable)."""
@@ -592,23 +494,3 @@ def _written_at(plan: Plan) -> float:
 
 def _keys(chunk: list[Plan]) -> set[Key]:
     return {key_of(m, row.id) for row, msgs in chunk for m in msgs}
-
-
-def _merge(report: DispatchReport, o: DocumentOutcome, row: DocumentRow) -> None:
-    """Record ``o`` in ``report``; a later round's outcome goes on from where the first one
-    stopped (its start stays the first's)."""
-    first = report.outcomes.get(o.doc_id)
-    report.outcomes[o.doc_id] = o if first is None else replace(o, start_seq=first.start_seq)
-    report.messages_sent += _count_sent(o, row, first)
-
-
-def _count_sent(
-    outcome: DocumentOutcome, row: DocumentRow, before: DocumentOutcome | None = None
-) -> int:
-    low = outcome.start_seq if before is None else before.sent_up_to
-    high = outcome.sent_up_to
-    if high <= low:
-        return 0
-    if len(row.outbox) == 1:  # the usual case: one message per document
-        return int(low < row.outbox[0].seq <= high)
-    return sum(1 for m in row.outbox if low < m.seq <= high)

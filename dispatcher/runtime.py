@@ -38,7 +38,7 @@ from dispatcher.commands import DocRef, commands_for
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
 from dispatcher.hooks import StepHook
 from dispatcher.metrics import DispatchMetrics, MetricsObserver
-from dispatcher.transports.base import Transport
+from dispatcher.transports.base import Transport, adopt_settings
 from dispatcher.watermarks import WatermarkWriter
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.model import DocumentRow
@@ -134,9 +134,7 @@ class DispatcherRuntime:
         self.retry_delay = opts.retry_delay
         self.mode = settings.dispatch
         self.transport: Transport = backends.transport()
-        adopt = getattr(self.transport, "adopt_settings", None)  # e.g. geo's claim_log_timeout
-        if callable(adopt):
-            adopt(settings)
+        adopt_settings(self.transport, settings)  # e.g. geo's claim_log_timeout
         # The watermarks of immediate dispatch, coalesced off the caller's path (None: one commit
         # inline per dispatch). Reads in this process flush first, so they see every mark earned.
         self.watermarks: WatermarkWriter | None = None

@@ -35,10 +35,10 @@ from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
-from tests.dispatcher import test_key_order
+from tests.dispatcher import test_key_order, test_transport_capabilities
 from tests.mqtt import test_places
 from tests.mutate import CHILD, mutated
-from tests.queue import test_inbox_pruning, test_unique_ids
+from tests.queue import test_inbox_pruning, test_selection, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
     test_file_ids,
@@ -422,6 +422,54 @@ MUTATIONS = [
         "test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size",
         _plain(test_key_order.test_a_dispatch_during_an_outage_makes_one_send_whatever_its_size),
         "assert t.calls == 1, coalesce",
+    ),
+    SourceMutation(
+        "a transport that declares nothing is taken to coalesce documents into one send",
+        "dispatcher.transports.base:Capabilities.of",
+        (
+            (
+                "and bool(transport.coalesce_sends),",
+                "or True,",
+            ),
+        ),
+        "tests/dispatcher/test_transport_capabilities.py::"
+        "test_a_transport_that_declares_nothing_gets_the_defaults",
+        _plain(
+            test_transport_capabilities.test_a_transport_that_declares_nothing_gets_the_defaults
+        ),
+        "assert Capabilities.of(bare) == Capabilities() == Capabilities(False, False)",
+    ),
+    SourceMutation(
+        "a transport's declared atomic batches are not read",
+        "dispatcher.transports.base:Capabilities.of",
+        (("and bool(transport.atomic_batches),", "and False,"),),
+        "tests/dispatcher/test_transport_capabilities.py::test_a_declared_capability_is_honoured",
+        _plain(test_transport_capabilities.test_a_declared_capability_is_honoured),
+        "assert Capabilities.of(Atomic()) == Capabilities(atomic_batches=True)",
+    ),
+    SourceMutation(
+        "the runtime does not hand its settings to a transport that adopts them",
+        "dispatcher.runtime:DispatcherRuntime.__init__",
+        (("adopt_settings(self.transport, settings)", "pass"),),
+        "tests/dispatcher/test_transport_capabilities.py::"
+        "test_the_runtime_hands_its_settings_to_a_transport_that_adopts_them",
+        _in_workspace(
+            test_transport_capabilities.test_the_runtime_hands_its_settings_to_a_transport_that_adopts_them
+        ),
+        "assert adopting.adopted == [ob.settings]",
+    ),
+    SourceMutation(
+        "an empty where filter counts as a selection (Service Bus took it for every dead letter)",
+        "dispatcher.queue.selection:DeadLetterSelection.of",
+        (
+            (
+                "if sum([ids is not None, bool(where), all]) != 1:",
+                "if sum([ids is not None, where is not None, all]) != 1:",
+            ),
+        ),
+        "tests/queue/test_selection.py::test_exactly_one_of_ids_a_filter_or_all",
+        _plain(test_selection.test_exactly_one_of_ids_a_filter_or_all),
+        'with pytest.raises(ValidationError, match="exactly one"):',
     ),
     SourceMutation(
         "the SQLite queue tables are recreated without AUTOINCREMENT (a deleted newest id returns)",

@@ -23,10 +23,10 @@ from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.reading import read_records
 from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.queue.messages import DeadLetter
+from dispatcher.queue.selection import DeadLetterSelection
 from outbox.core.errors import MessageNotFoundError, ValidationError
 
 PARTITION_STRIDE = 1_000_000_000
-FILTER_KEYS = ("queue", "message_id", "session_id", "subject", "reason")
 _DLT_HEADERS = frozenset(
     (
         c.DLT_REASON,
@@ -38,19 +38,6 @@ _DLT_HEADERS = frozenset(
         c.DLT_GROUP,
     )
 )
-
-
-def _check_where(where: Mapping[str, str] | None) -> None:
-    for key in where or {}:
-        if key not in FILTER_KEYS:
-            raise ValidationError(
-                f"cannot filter dead letters by {key!r}",
-                hint=f"use one of {', '.join(FILTER_KEYS)}",
-            )
-
-
-def _matches(d: DeadLetter, where: Mapping[str, str]) -> bool:
-    return all(str(getattr(d, k)) == v for k, v in where.items())
 
 
 class KafkaDeadLetters:
@@ -98,26 +85,19 @@ class KafkaDeadLetters:
     def _select(
         self, ids: Sequence[int] | None, where: Mapping[str, str] | None, everything: bool
     ) -> list[tuple[DeadLetter, Any]]:
-        if sum([ids is not None, bool(where), everything]) != 1:
-            raise ValidationError("say which dead letters: ids, a where filter, or all")
-        _check_where(where)
-        wanted = set(ids or ())
-        return [
-            (d, r)
-            for d, r in self._read()
-            if everything or (ids is not None and d.id in wanted) or (where and _matches(d, where))
-        ]
+        selection = DeadLetterSelection.of(ids, where=where, all=everything)
+        return [(d, r) for d, r in self._read() if selection.matches(d)]
 
     # --- what the CLI calls ------------------------------------------------------------------
 
     def list_dead_letters(
         self, queue: str | None = None, limit: int = 100, *, where: Mapping[str, str] | None = None
     ) -> list[DeadLetter]:
-        _check_where(where)
+        selection = DeadLetterSelection.of(where=where) if where else DeadLetterSelection(all=True)
         letters = [
             d
             for d, _ in self._read()
-            if (queue is None or d.queue == queue) and (not where or _matches(d, where))
+            if (queue is None or d.queue == queue) and selection.matches(d)
         ]
         return letters[:limit]
 

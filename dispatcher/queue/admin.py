@@ -38,15 +38,16 @@ from dispatcher.queue.messages import DeadLetter, QueueStats
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import DEDUP_CLEANUP_LIMIT
 from dispatcher.queue.rows import COPIED_COLUMNS, dead_letter, lock_sessions
+from dispatcher.queue.selection import FILTER_KEYS, DeadLetterSelection, check_where
 from migrations.sql.tables import dead_letters, duplicate_ids, queue_messages
-from outbox.core.errors import MessageNotFoundError, OutboxError, ValidationError
+from outbox.core.errors import MessageNotFoundError, OutboxError
 
 log = logging.getLogger("outbox.queue")
 
 M = queue_messages
 D = dead_letters
 CHUNK = 500
-FILTER_KEYS = ("queue", "reason", "session_id", "message_id", "subject")
+__all__ = ["CHUNK", "FILTER_KEYS", "SqlQueueAdministration"]
 
 
 class SqlQueueAdministration:
@@ -139,7 +140,7 @@ class SqlQueueAdministration:
         all: bool = False,
     ) -> int:
         """See ``QueueAdministration.count_dead_letters``."""
-        conditions = _selection(ids, where, all)
+        conditions = _conditions(DeadLetterSelection.of(ids, where=where, all=all))
         with self._db.read("count dead letters") as conn:
             stmt = select(func.count()).select_from(D).where(*conditions)
             return int(conn.execute(stmt).scalar_one())
@@ -153,7 +154,9 @@ class SqlQueueAdministration:
         on_progress: Callable[[int], None] | None = None,
     ) -> int:
         """See ``QueueAdministration.requeue``."""
-        return self._requeue(_selection(ids, where, all), on_progress)
+        return self._requeue(
+            _conditions(DeadLetterSelection.of(ids, where=where, all=all)), on_progress
+        )
 
     def requeue_matching(
         self, selection: DeadLetterFilter, *, on_progress: Callable[[int], None] | None = None
@@ -192,7 +195,9 @@ class SqlQueueAdministration:
         on_progress: Callable[[int], None] | None = None,
     ) -> int:
         """See ``QueueAdministration.purge``."""
-        return self._purge(_selection(ids, where, all), on_progress)
+        return self._purge(
+            _conditions(DeadLetterSelection.of(ids, where=where, all=all)), on_progress
+        )
 
     def purge_matching(
         self, selection: DeadLetterFilter, *, on_progress: Callable[[int], None] | None = None
@@ -285,32 +290,17 @@ class SqlQueueAdministration:
 
 
 def _filter(where: Mapping[str, str] | None) -> list[ColumnElement[bool]]:
-    out: list[ColumnElement[bool]] = []
-    for key, value in (where or {}).items():
-        if key not in FILTER_KEYS:
-            raise ValidationError(
-                f"cannot filter dead letters by {key!r}",
-                hint=f"use one of {', '.join(FILTER_KEYS)}",
-            )
-        out.append(D.c[key] == value)
-    return out
+    check_where(where)
+    return [D.c[key] == value for key, value in (where or {}).items()]
 
 
-def _selection(
-    ids: Sequence[int] | None, where: Mapping[str, str] | None, everything: bool
-) -> list[ColumnElement[bool]]:
-    given = sum([ids is not None, bool(where), everything])
-    if given != 1:
-        raise ValidationError(
-            "say which dead letters: ids, a where filter, or all (exactly one)",
-            hint="e.g. requeue 12 13, requeue --where reason=Timeout, or requeue --all",
-        )
-    if ids is not None:
-        checked = [validation.positive("dead letter id", i) for i in ids]
-        return [D.c.id.in_(checked)]
-    if everything:
+def _conditions(selection: DeadLetterSelection) -> list[ColumnElement[bool]]:
+    """``selection`` as the dead-letter table's conditions."""
+    if selection.ids is not None:
+        return [D.c.id.in_(selection.ids)]
+    if selection.all:
         return [true()]
-    return _filter(where)
+    return _filter(selection.where)
 
 
 def _const(now: datetime) -> ColumnElement[datetime]:

@@ -36,16 +36,16 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import uuid
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from dispatcher.claims.ports import ClaimEntry, ClaimLog, ClaimStatus, message_key, session_key
 from dispatcher.queue.messages import DeferMessage
+from dispatcher.queue.renewal import LeaseRenewer, Renewal
 from outbox.core.clock import Clock
 from outbox.core.errors import ClaimLogError, ClaimLostError, ConfigurationError
 
@@ -123,8 +123,14 @@ class ClaimedReceive:
         self.owner = owner or default_owner()
         self.look_again = look_again
         self.renew_check_interval = renew_check_interval
-        self._held: dict[str, datetime] = {}  # claim key -> lease end, renewed in background
-        self._guard = threading.Lock()
+        #: claim key -> lease end, renewed in the background while the handler runs
+        self._held: LeaseRenewer[str] = LeaseRenewer(
+            self._renew,
+            clock,
+            self.lease,
+            name="outbox-claim-renewer",
+            check_interval=renew_check_interval,
+        )
         self.handled = 0  # handler calls that completed
         self.duplicates = 0  # copies completed without calling the handler
         self.deferred = 0  # copies abandoned to look again later (held elsewhere, or blocked)
@@ -183,9 +189,8 @@ class ClaimedReceive:
     def _run(
         self, consumer: Consumer, msg: ReceivedMessage, key: str, held: list[str], now: datetime
     ) -> None:
-        with self._guard:
-            for k in held:
-                self._held[k] = now + self.lease
+        for k in held:
+            self._held.hold(k, now + self.lease)
         try:
             try:
                 result = consumer.handler(msg)
@@ -212,9 +217,8 @@ class ClaimedReceive:
             else:
                 consumer._abandon(msg, ClaimLogError(f"claim {key!r} could not be completed"))
         finally:
-            with self._guard:  # a session claim is not renewed any more: it ends by itself
-                for k in held:
-                    self._held.pop(k, None)
+            for k in held:  # a session claim is not renewed any more: it ends by itself
+                self._held.forget(k)
 
     def _complete(self, key: str) -> bool:
         """Complete the claim, retrying while our lease lasts. True when the queue copy may be
@@ -228,8 +232,7 @@ class ClaimedReceive:
                 log.warning("%s; the other region completes it (the effect may be repeated)", e)
                 return True
             except ClaimLogError as e:
-                with self._guard:
-                    until = self._held.get(key)
+                until = self._held.end(key)
                 left = 0.0 if until is None else (until - self.clock.now()).total_seconds()
                 if not e.retryable or left <= 0:
                     log.warning(
@@ -277,37 +280,17 @@ class ClaimedReceive:
 
     # --- lease renewal ------------------------------------------------------------------------
 
-    @contextmanager
-    def renewing(self) -> Iterator[None]:
+    def renewing(self) -> AbstractContextManager[None]:
         """Renew the held claims in the background (halfway through each lease, by the clock)."""
-        done = threading.Event()
-        thread = threading.Thread(
-            target=self._renew_loop, args=(done,), name="outbox-claim-renewer", daemon=True
-        )
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
+        return self._held.renewing()
 
-    def _renew_loop(self, done: threading.Event) -> None:
-        half = self.lease / 2
-        while not done.wait(self.renew_check_interval):
-            now = self.clock.now()
-            with self._guard:
-                due = [k for k, until in self._held.items() if until - now <= half]
-            for key in due:
-                try:
-                    entry = self.claims.renew(key, self.owner, lease=self.lease, at=now)
-                except ClaimLostError as e:
-                    log.warning("%s", e)
-                    with self._guard:
-                        self._held.pop(key, None)
-                    continue
-                except ClaimLogError as e:  # retried next tick, while the lease lasts
-                    log.warning("could not renew claim %s: %s", key, e)
-                    continue
-                with self._guard:
-                    if key in self._held and entry.lease_until is not None:
-                        self._held[key] = entry.lease_until
+    def _renew(self, key: str, now: datetime) -> datetime | Renewal:
+        try:
+            entry = self.claims.renew(key, self.owner, lease=self.lease, at=now)
+        except ClaimLostError as e:
+            log.warning("%s", e)
+            return Renewal.LOST
+        except ClaimLogError as e:  # retried next tick, while the lease lasts
+            log.warning("could not renew claim %s: %s", key, e)
+            return Renewal.LATER
+        return Renewal.LATER if entry.lease_until is None else entry.lease_until

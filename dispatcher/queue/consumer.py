@@ -37,18 +37,18 @@
 * ``stop()`` (or SIGTERM/SIGINT under ``run_forever``) stops receiving, lets running handlers
   finish and abandons messages it received but did not start, so their locks are released at once.
 
-Why one module: a message's way through the consumer (plain, claimed in an inbox, or inside a
-``Connection`` handler's transaction, where the inbox claim is one of its statements) shares the
-settlement helpers and the mapping of a handler's outcome to a settlement; apart, each would
-restate them. What is not about settling is elsewhere: the inbox's storage and claim renewal in
-``inbox``, the two-region claim-log protocol in ``claimed``, the lock renewal in
-``lock_renewer``, the completion inside a transaction in ``receiver`` (``complete_in``), the
-knobs above in ``consumer_options`` (``ConsumerOptions``, or each as a keyword).
+Why one module: a message's way through the consumer (plain, claimed in an inbox, or claimed in
+the claim log) shares the settlement helpers and the mapping of a handler's outcome to a
+settlement; apart, each would restate them. What is not about settling is elsewhere: a
+``Connection`` handler's one transaction in ``in_transaction`` (it is handed these helpers), the
+inbox's storage and claim renewal in ``inbox``, the two-region claim-log protocol in
+``claimed``, the lock renewal in ``lock_renewer`` (all three on ``renewal.LeaseRenewer``), the
+completion inside a transaction in ``receiver`` (``complete_in``), the knobs above in
+``consumer_options`` (``ConsumerOptions``, or each as a keyword).
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 from collections.abc import Callable
@@ -64,6 +64,7 @@ from sqlalchemy import Connection
 from dispatcher.queue import validation
 from dispatcher.queue.claimed import ClaimedReceive, default_owner
 from dispatcher.queue.consumer_options import DEFAULT_BACKOFF, ConsumerKeywords, ConsumerOptions
+from dispatcher.queue.in_transaction import run_in_transaction, takes_connection
 from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
 from dispatcher.queue.inbox_pruning import InboxPruner
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
@@ -81,32 +82,6 @@ Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connecti
 
 #: ``run_once``'s batch when no one names one (``concurrency`` when larger): one receive per batch.
 DEFAULT_MAX_MESSAGES = 16
-
-
-class _ClaimHeldElsewhere(Exception):
-    """Rolls a ``Connection`` handler's transaction back: another delivery holds the claim."""
-
-    def __init__(self, claim: InboxClaim) -> None:
-        super().__init__(f"held by {claim.owner} until {claim.lease_until}")
-        self.claim = claim
-
-
-class _HandlerFailed(Exception):
-    """Carries a handler's exception out of the queue's transaction untranslated: the queue only
-    translates its own driver errors, so a handler's ``IntegrityError`` stays one."""
-
-    def __init__(self, error: Exception) -> None:
-        super().__init__(str(error))
-        self.error = error
-
-
-def _takes_connection(handler: Callable[..., Any]) -> bool:
-    params = [
-        p
-        for p in inspect.signature(handler).parameters.values()
-        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
-    ]
-    return len(params) >= 2
 
 
 def _inbox(inbox: bool | str | Inbox | None, queue: SqlQueue, queue_name: str) -> Inbox | None:
@@ -162,7 +137,7 @@ class Consumer:
         )
         self.poll_interval = opts.poll_interval
         self.renew_check_interval = opts.renew_check_interval
-        self._with_connection = _takes_connection(handler)
+        self._with_connection = takes_connection(handler)
         if self._with_connection and self.inbox is not None and self._joined is None:
             raise ConfigurationError(
                 f"the handler takes a Connection, so its work commits in the queue's SQL "
@@ -310,7 +285,7 @@ class Consumer:
             kind=SpanKind.CONSUMER,
         ):
             if self._with_connection:
-                self._run_in_transaction(msg)
+                run_in_transaction(self, msg)
             else:
                 self._run_plain(msg)
 
@@ -398,50 +373,6 @@ class Consumer:
             delay,
         )
         self._settle(lambda m: self.queue.abandon(m, delay=delay), msg)
-
-    def _run_in_transaction(self, msg: ReceivedMessage) -> None:
-        """Complete first, inside the handler's transaction: once the delete is in (uncommitted),
-        no other receiver can take the row, so the handler needs no lock renewal; a rollback
-        puts everything back."""
-        db = self.queue.database
-        try:
-            with db.write("handle a message") as conn:
-                if not self.queue.receiver.complete_in(conn, msg, self.clock.now()):
-                    raise LockLostError(f"message {msg.message_id}: lock lost before handling")
-                if self._joined is not None:
-                    claim = self._joined.claim_in(
-                        conn,
-                        msg.message_id,
-                        self._owner(msg),
-                        lease=self.inbox_lease,
-                        at=self.clock.now(),
-                    )
-                    if claim.handled:  # the delete above completes the repeat
-                        log.info("message %s was already handled; dropping it", msg.message_id)
-                        return
-                    if claim.held:  # a consumer of this name without a Connection handler
-                        raise _ClaimHeldElsewhere(claim)
-                try:
-                    result = self.handler(msg, conn)  # type: ignore[call-arg]
-                except Exception as e:  # the handler's own: kept apart from the queue's errors
-                    raise _HandlerFailed(e) from e
-                if isinstance(result, DeferMessage):  # roll the handler's work back, then defer
-                    raise _HandlerFailed(result)
-                if self._joined is not None:
-                    self._joined.record_in(conn, msg.message_id, at=self.clock.now())
-        except _ClaimHeldElsewhere as held:
-            self._wait_for(msg, held.claim)
-            return
-        except _HandlerFailed as failed:
-            self._settle_failure(msg, failed.error)
-            return
-        except LockLostError as e:
-            log.warning("%s; it will be redelivered", e)
-            return
-        except Exception as e:  # the queue's own statements or the commit failed
-            self._abandon(msg, e)
-            return
-        self.processed += 1
 
     # --- settlement helpers --------------------------------------------------------------------
 

@@ -38,14 +38,13 @@ ago; a live claim never is.
 from __future__ import annotations
 
 import logging
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
+from dispatcher.queue.renewal import LeaseRenewer, Renewal
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import OutboxError, QueueUnavailableError
 
@@ -311,8 +310,8 @@ class SqlInbox:
 
 class ClaimKeeper:
     """The inbox claims of one consumer's running handlers: taken before a handler runs, renewed
-    in the background once half a lease has passed (by the clock, as ``LockRenewer`` keeps the
-    queue's locks), forgotten when the handler returns, released when it failed."""
+    in the background once half a lease has passed (``renewal.LeaseRenewer``, as the queue's
+    locks are), forgotten when the handler returns, released when it failed."""
 
     def __init__(
         self, inbox: Inbox, clock: Clock, lease: timedelta, *, check_interval: float = 1.0
@@ -321,21 +320,30 @@ class ClaimKeeper:
         self.clock = clock
         self.lease = lease
         self.check_interval = check_interval
-        self.renewals = 0
-        self._held: dict[tuple[str, str], datetime] = {}  # (message id, owner) -> lease end
-        self._guard = threading.Lock()
+        #: (message id, owner) -> lease end
+        self._leases: LeaseRenewer[tuple[str, str]] = LeaseRenewer(
+            self._renew,
+            clock,
+            lease,
+            name="outbox-inbox-renewer",
+            check_interval=check_interval,
+            on_lost=self._lost,
+        )
+
+    @property
+    def renewals(self) -> int:
+        """Claims renewed so far."""
+        return self._leases.renewals
 
     def take(self, message_id: str, owner: str) -> InboxClaim:
         claim = self.inbox.claim(message_id, owner, lease=self.lease, at=self.clock.now())
         if claim.won and claim.lease_until is not None:
-            with self._guard:
-                self._held[(message_id, owner)] = claim.lease_until
+            self._leases.hold((message_id, owner), claim.lease_until)
         return claim
 
     def forget(self, message_id: str, owner: str) -> None:
         """Stop renewing (the handler returned)."""
-        with self._guard:
-            self._held.pop((message_id, owner), None)
+        self._leases.forget((message_id, owner))
 
     def release(self, message_id: str, owner: str) -> None:
         """Stop renewing and give the claim up; a failure is logged (the lease ends by itself)."""
@@ -345,42 +353,23 @@ class ClaimKeeper:
         except OutboxError as e:
             log.warning("could not release the inbox claim of %s: %s", message_id, e)
 
-    @contextmanager
-    def renewing(self) -> Iterator[None]:
-        done = threading.Event()
-        thread = threading.Thread(
-            target=self._loop, args=(done,), name="outbox-inbox-renewer", daemon=True
-        )
-        thread.start()
-        try:
-            yield
-        finally:
-            done.set()
-            thread.join()
+    def renewing(self) -> AbstractContextManager[None]:
+        """Renew the claims taken in the background for the ``with`` block."""
+        return self._leases.renewing()
 
-    def _loop(self, done: threading.Event) -> None:
-        half = self.lease / 2
-        while not done.wait(self.check_interval):
-            now = self.clock.now()
-            with self._guard:
-                due = [k for k, until in self._held.items() if until - now <= half]
-            for key in due:
-                message_id, owner = key
-                try:
-                    kept = self.inbox.renew(message_id, owner, lease=self.lease, at=now)
-                except OutboxError as e:  # retried next tick, while the lease lasts
-                    log.warning("could not renew the inbox claim of %s: %s", message_id, e)
-                    continue
-                with self._guard:
-                    if key not in self._held:
-                        continue  # the handler returned meanwhile
-                    if kept:
-                        self._held[key] = now + self.lease
-                        self.renewals += 1
-                    else:
-                        del self._held[key]
-                        log.warning(
-                            "the inbox claim of %s was lost (its lease ended and another "
-                            "delivery took it over): the handler may run twice",
-                            message_id,
-                        )
+    def _renew(self, key: tuple[str, str], now: datetime) -> datetime | Renewal:
+        message_id, owner = key
+        try:
+            kept = self.inbox.renew(message_id, owner, lease=self.lease, at=now)
+        except OutboxError as e:  # retried next tick, while the lease lasts
+            log.warning("could not renew the inbox claim of %s: %s", message_id, e)
+            return Renewal.LATER
+        return now + self.lease if kept else Renewal.LOST
+
+    @staticmethod
+    def _lost(key: tuple[str, str]) -> None:
+        log.warning(
+            "the inbox claim of %s was lost (its lease ended and another delivery took it "
+            "over): the handler may run twice",
+            key[0],
+        )

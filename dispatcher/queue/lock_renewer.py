@@ -3,7 +3,8 @@
 Both the consumer helper and the ``run-dispatcher`` worker hold messages while they work; if the
 work outlives ``lock_duration``, another receiver would get the message and do it again. A
 background thread renews each held lock once half its duration has passed, by the injected clock,
-so tests move time instead of waiting for it. What to renew is whatever ``held()`` returns at
+so tests move time instead of waiting for it (``renewal.LeaseRenewer``, the mechanism the inbox
+and the claim log use for their claims too). What to renew is whatever ``held()`` returns at
 each check; ``Unsettled`` is that list for a batch whose messages are settled one by one.
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
+from contextlib import ExitStack
 from datetime import datetime
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+from dispatcher.queue.renewal import LeaseRenewer, Renewal
 from outbox.core import telemetry
 from outbox.core.clock import Clock
 from outbox.core.errors import OutboxError
@@ -29,11 +32,15 @@ log = logging.getLogger("outbox.queue")
 
 class Unsettled:
     """Received messages not settled yet, by sequence number; calling it lists them (the
-    ``held`` of a ``LockRenewer``). Thread-safe: handlers settle from their own threads."""
+    ``held`` of a ``LockRenewer``). Thread-safe: handlers settle from their own threads.
 
-    def __init__(self) -> None:
+    The one tracker of both holders: the consumer helper adds each batch as it arrives, the
+    worker's command handler starts one per batch (``received``) and clears it when the batch
+    ends, settled or not, so no renewer keeps those locks any longer."""
+
+    def __init__(self, received: Iterable[ReceivedMessage] = ()) -> None:
         self._lock = threading.Lock()
-        self._messages: dict[int, ReceivedMessage] = {}
+        self._messages: dict[int, ReceivedMessage] = {m.sequence_number: m for m in received}
 
     def __call__(self) -> list[ReceivedMessage]:
         with self._lock:
@@ -47,9 +54,14 @@ class Unsettled:
         with self._lock:
             self._messages.pop(msg.sequence_number, None)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._messages.clear()
+
 
 class LockRenewer:
-    """``with LockRenewer(queue, held, clock):`` renews the locks ``held()`` returns."""
+    """``with LockRenewer(queue, held, clock):`` renews the locks ``held()`` returns (a
+    ``LeaseRenewer`` that tracks ``held()`` at each look, keyed by sequence number)."""
 
     def __init__(
         self,
@@ -63,12 +75,24 @@ class LockRenewer:
         self.held = held
         self.clock = clock
         self.check_interval = check_interval
-        self.renewals = 0
-        self._done = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="outbox-lock-renewer", daemon=True)
+        self._messages: dict[int, ReceivedMessage] = {}  # the last look's: only its thread
+        self._renewer: LeaseRenewer[int] = LeaseRenewer(
+            self._renew,
+            clock,
+            queue.lock_duration,
+            name="outbox-lock-renewer",
+            check_interval=check_interval,
+            track=self._track,
+        )
+        self._running = ExitStack()
+
+    @property
+    def renewals(self) -> int:
+        """Locks renewed so far."""
+        return self._renewer.renewals
 
     def __enter__(self) -> LockRenewer:
-        self._thread.start()
+        self._running.enter_context(self._renewer.renewing())
         return self
 
     def __exit__(
@@ -77,24 +101,20 @@ class LockRenewer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._done.set()
-        self._thread.join()
+        self._running.close()
 
-    def _loop(self) -> None:
-        expiries: dict[int, datetime] = {}
-        half = self.queue.lock_duration / 2
-        while not self._done.wait(self.check_interval):
-            now = self.clock.now()
-            for msg in list(self.held()):
-                until = expiries.get(msg.sequence_number, msg.locked_until)
-                if until is None or until - now > half:
-                    continue
-                try:
-                    expiries[msg.sequence_number] = self.queue.renew_lock(msg)
-                    self.renewals += 1
-                    telemetry.instrument(
-                        "counter", "outbox.lock.renewals", "{renewal}", "message locks renewed"
-                    ).add(1)
-                except OutboxError as e:  # lost or settled meanwhile: nothing more to keep
-                    log.warning("could not renew the lock of %s: %s", msg.message_id, e)
-                    expiries.pop(msg.sequence_number, None)
+    def _track(self) -> list[tuple[int, datetime | None]]:
+        self._messages = {m.sequence_number: m for m in self.held()}
+        return [(seq, m.locked_until) for seq, m in self._messages.items()]
+
+    def _renew(self, seq: int, now: datetime) -> datetime | Renewal:
+        msg = self._messages[seq]
+        try:
+            until = self.queue.renew_lock(msg)
+        except OutboxError as e:  # lost or settled meanwhile: nothing more to keep
+            log.warning("could not renew the lock of %s: %s", msg.message_id, e)
+            return Renewal.LOST
+        telemetry.instrument(
+            "counter", "outbox.lock.renewals", "{renewal}", "message locks renewed"
+        ).add(1)
+        return until

@@ -213,7 +213,8 @@ class QueueAdministration(Protocol):
     ) -> int:
         """Put dead letters back on their queues with the same message_id and a delivery count
         of 0. Give ids, a ``where`` filter (queue, reason, session_id, message_id, subject), or
-        ``all=True``. Returns how many moved."""
+        ``all=True``: exactly one (``selection.DeadLetterSelection.of`` checks them, the same for
+        every administration). Returns how many moved."""
         ...
 
     def purge(

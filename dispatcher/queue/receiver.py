@@ -18,7 +18,8 @@ a receiver whose lock ran out gets ``LockLostError`` and changes nothing.
 
 Why one module: receiving, the four settlements and receiving deferred messages share one rule of
 what a valid lock is, one rule of what a session's line is and one delivery step (``_deliver``:
-dead-letter the exhausted, lock the rest); apart, each would restate them.
+dead-letter the exhausted, lock the rest); apart, each would restate them. The statements
+themselves (what is deliverable, the settling and locking SQL) are in ``receive_statements``.
 """
 
 from __future__ import annotations
@@ -29,14 +30,11 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
-    ColumnElement,
     Connection,
     RowMapping,
     Select,
     and_,
-    bindparam,
     delete,
-    exists,
     or_,
     select,
     update,
@@ -47,49 +45,12 @@ from dispatcher.queue.database import Database
 from dispatcher.queue.messages import PeekedMessage, ReceivedMessage, as_utc
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import Settleable
+from dispatcher.queue.receive_statements import driver_sql, receive_statement
 from dispatcher.queue.rows import move_to_dead_letters, received
-from migrations.sql.tables import queue_messages, queue_sessions
+from migrations.sql.tables import queue_messages
 from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationError
 
 M = queue_messages
-S = queue_sessions
-
-# Settling and locking as the driver's SQL; ``{name}`` becomes the dialect's placeholder. A lock
-# is valid while its token matches and it has not expired (as ``_select_locked`` says).
-_SQL = {
-    "complete": "DELETE FROM outbox_queue_messages WHERE sequence_number = {seq} "
-    "AND lock_token = {token} AND locked_until > {now}",
-    "complete_token": "DELETE FROM outbox_queue_messages WHERE lock_token = {token} "
-    "AND locked_until > {now}",
-    "renew": "UPDATE outbox_queue_messages SET locked_until = {until} "
-    "WHERE sequence_number = {seq} AND lock_token = {token} AND locked_until > {now}",
-    "renew_token": "UPDATE outbox_queue_messages SET locked_until = {until} "
-    "WHERE lock_token = {token} AND locked_until > {now}",
-    "lock_pg": "UPDATE outbox_queue_messages AS m SET lock_token = t.token, "
-    "locked_until = {until}, locked_at = {at}, delivery_count = m.delivery_count + 1 "
-    "FROM unnest({seqs}::bigint[], {tokens}::varchar[]) AS t(seq, token) "
-    "WHERE m.sequence_number = t.seq",
-    # The receive's plan, pinned: a walk of the receive index in order, stopping at the limit.
-    # A queue table's statistics are from whenever autovacuum last analyzed it, often nearly
-    # empty; with them the planner reads every row of the queue and sorts them for each receive,
-    # so a backlog drains in quadratic time (docs/performance-queue.md).
-    "plan_pg": "SET LOCAL enable_seqscan = off; SET LOCAL enable_bitmapscan = off; "
-    "SET LOCAL enable_sort = off",
-    "lock_sqlite": "UPDATE outbox_queue_messages SET lock_token = {token}, "
-    "locked_until = {until}, locked_at = {at}, delivery_count = delivery_count + 1 "
-    "WHERE sequence_number = {seq}",
-}
-
-
-class _Marks(dict[str, str]):
-    """Placeholders for ``str.format_map``: each ``{name}`` becomes the dialect's marker."""
-
-    def __init__(self, mark: Callable[[str], str]) -> None:
-        super().__init__()
-        self._mark = mark
-
-    def __missing__(self, key: str) -> str:
-        return self._mark(key)
 
 
 def _identity(value: datetime) -> Any:
@@ -109,8 +70,7 @@ class SqlQueueReceiver:
         self._options = options
         # The hot statements as the driver's own SQL, so a settlement skips SQLAlchemy's
         # statement building, cache-key walk and parameter processing (docs/performance-queue.md).
-        mark = (lambda n: f"%({n})s") if db.postgres else (lambda n: f":{n}")
-        self._sql = {name: sql.format_map(_Marks(mark)) for name, sql in _SQL.items()}
+        self._sql = driver_sql(postgres=db.postgres)
         self._encode_time: Callable[[datetime], Any] = _identity
         if not db.postgres:
             process = M.c.locked_until.type.dialect_impl(db.engine.dialect).bind_processor(
@@ -130,65 +90,12 @@ class SqlQueueReceiver:
 
     # --- receiving -------------------------------------------------------------------------
 
-    def _deliverable(self, by_session: bool) -> list[ColumnElement[bool]]:
-        """What may be delivered now from queue ``:queue`` (of session ``:session_id`` when
-        ``by_session``), with the time as parameter ``:now``: built once per shape, since
-        building it (an alias, its column collection, a dozen expressions) cost about a quarter
-        of a receive's client CPU per message (docs/performance-queue.md)."""
-        other = M.alias("other")
-        now = bindparam("now", type_=M.c.not_before.type)
-        # A session is delivered from its head, to one holder: nothing of it is delivered while
-        # an earlier message waits or any of its messages is locked. Two kinds of earlier message
-        # are not in the session's line: a deferred one (set aside until asked for by number)
-        # and a scheduled one before its time (as on Service Bus; an abandon's delay is not a
-        # schedule and does hold the session).
-        earlier_in_line = and_(
-            other.c.sequence_number < M.c.sequence_number,
-            ~other.c.deferred,
-            ~and_(other.c.scheduled, other.c.not_before > now),
-        )
-        held = and_(other.c.locked_until.is_not(None), other.c.locked_until > now)
-        session_free = ~exists().where(
-            other.c.queue == M.c.queue,
-            other.c.session_id == M.c.session_id,
-            other.c.sequence_number != M.c.sequence_number,
-            or_(earlier_in_line, held),
-        )
-        # A paused session (an offline device's) is out of the line until it is resumed: one
-        # primary-key probe per candidate, on the session's own row.
-        not_paused = ~exists().where(
-            S.c.queue == M.c.queue, S.c.session_id == M.c.session_id, S.c.paused
-        )
-        session_free = and_(session_free, not_paused)
-        conditions: list[ColumnElement[bool]] = [
-            M.c.queue == bindparam("queue", type_=M.c.queue.type),
-            ~M.c.deferred,
-            M.c.not_before <= now,
-            or_(M.c.locked_until.is_(None), M.c.locked_until <= now),
-        ]
-        if by_session:
-            session = bindparam("session_id", type_=M.c.session_id.type)
-            conditions += [M.c.session_id == session, session_free]
-        else:
-            conditions.append(or_(M.c.session_id.is_(None), session_free))
-        return conditions
-
     def _statement(self, kind: str, by_session: bool, limit: int) -> Select[Any]:
         """The receive's SELECT (``take``) or SQLite's idle probe (``probe``), cached by shape."""
         key = (kind, by_session, limit)
         stmt = self._statements.get(key)
         if stmt is None:
-            if kind == "probe":
-                stmt = select(M.c.sequence_number).where(*self._deliverable(by_session)).limit(1)
-            else:
-                stmt = (
-                    select(M)
-                    .where(*self._deliverable(by_session))
-                    .order_by(M.c.sequence_number)
-                    .limit(limit)
-                )
-                if self._db.postgres:
-                    stmt = stmt.with_for_update(skip_locked=True, of=M)
+            stmt = receive_statement(kind, by_session, limit, postgres=self._db.postgres)
             self._statements[key] = stmt  # a race builds it twice; both are the same
         return stmt
 
@@ -233,7 +140,7 @@ class SqlQueueReceiver:
             return out  # an idle poll never takes SQLite's write lock
         with self._db.write("receive messages") as conn:
             if self._db.postgres:
-                conn.exec_driver_sql(_SQL["plan_pg"])
+                conn.exec_driver_sql(self._sql["plan_pg"])
             now = self._options.now()  # after waiting for the write lock: expiries start here
             for _ in range(10):  # each round may dead-letter exhausted heads and uncover more
                 stmt = self._statement("take", session_id is not None, max_messages - len(out))

@@ -45,6 +45,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Unpack
 
 from dispatcher.queue.messages import DeadLetter, QueueStats
+from dispatcher.queue.selection import DeadLetterSelection
 from dispatcher.servicebus.connection import connect
 from dispatcher.servicebus.dead_letters import DeadLetterQueue
 from dispatcher.servicebus.options import ServiceBusQueueKeywords, ServiceBusQueueOptions
@@ -165,7 +166,9 @@ class ServiceBusCommandQueue(CommandReceiving):
         where: Mapping[str, str] | None = None,
         all: bool = False,
     ) -> int:
-        return self.dead_letters.count(self.command_queue, ids, where=where, all=all)
+        return self.dead_letters.count(
+            self.command_queue, DeadLetterSelection.of(ids, where=where, all=all)
+        )
 
     def requeue(
         self,
@@ -176,7 +179,10 @@ class ServiceBusCommandQueue(CommandReceiving):
         on_progress: Callable[[int], None] | None = None,
     ) -> int:
         return self.dead_letters.move(
-            self.command_queue, ids, where=where, all=all, on_progress=on_progress, requeue=True
+            self.command_queue,
+            DeadLetterSelection.of(ids, where=where, all=all),
+            on_progress=on_progress,
+            requeue=True,
         )
 
     def purge(
@@ -188,7 +194,10 @@ class ServiceBusCommandQueue(CommandReceiving):
         on_progress: Callable[[int], None] | None = None,
     ) -> int:
         return self.dead_letters.move(
-            self.command_queue, ids, where=where, all=all, on_progress=on_progress, requeue=False
+            self.command_queue,
+            DeadLetterSelection.of(ids, where=where, all=all),
+            on_progress=on_progress,
+            requeue=False,
         )
 
     def forget_expired_duplicates(self, limit: int | None = None) -> int:

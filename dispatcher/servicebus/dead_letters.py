@@ -1,5 +1,5 @@
 """The command queue's dead-letter subqueue on Service Bus: list, show, requeue and purge, with the
-selection rules of the SQL queue (ids, a ``where`` filter, or ``all``).
+selection of the SQL queue (``DeadLetterSelection``: ids, a ``where`` filter, or ``all``).
 
 A dead letter's id is its sequence number in the subqueue. A requeued command goes back under a
 derived id ``<id>+r<sequence number>`` (carrying the original id, which the worker reports), not
@@ -10,26 +10,16 @@ Bus would silently drop it. Its delivery count starts again at 1.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping
 from types import ModuleType
 from typing import Any
 
 from dispatcher.queue.messages import DeadLetter, QueueMessage
+from dispatcher.queue.selection import DeadLetterSelection
 from dispatcher.servicebus.commands import PROP_ORIGINAL_ID, derived_id, to_dead_letter
-from outbox.core.errors import MessageNotFoundError, ValidationError
+from outbox.core.errors import MessageNotFoundError
 
-FILTERS = ("queue", "reason", "session_id", "message_id", "subject")
 PAGE = 100
-
-
-def check_selection(ids: Sequence[int] | None, where: Mapping[str, str] | None, all: bool) -> None:
-    if sum((ids is not None, where is not None, bool(all))) != 1:
-        raise ValidationError("give exactly one of: ids, where=..., all=True")
-    for key in where or {}:
-        if key not in FILTERS:
-            raise ValidationError(
-                f"cannot filter dead letters by {key!r}", hint=f"use one of {', '.join(FILTERS)}"
-            )
 
 
 class DeadLetterQueue:
@@ -69,20 +59,13 @@ class DeadLetterQueue:
         finally:
             receiver.close()
 
-    @staticmethod
-    def matches(dl: DeadLetter, ids: Sequence[int] | None, where: Mapping[str, str] | None) -> bool:
-        if ids is not None:
-            return dl.id in ids
-        return all(str(getattr(dl, k)) == v for k, v in (where or {}).items())
-
     def list(
         self, queue: str, limit: int, *, where: Mapping[str, str] | None = None
     ) -> list[DeadLetter]:
-        if where:
-            check_selection(None, where, False)
+        selection = DeadLetterSelection.of(where=where) if where else DeadLetterSelection(all=True)
         out = []
         for _, dl in self._peek_all(queue):
-            if self.matches(dl, None, where):
+            if selection.matches(dl):
                 out.append(dl)
                 if len(out) >= limit:
                     break
@@ -98,24 +81,14 @@ class DeadLetterQueue:
             raise MessageNotFoundError(f"no dead letter {dead_letter_id} on {queue!r}")
         return to_dead_letter(queue, page[0])
 
-    def count(
-        self,
-        queue: str,
-        ids: Sequence[int] | None,
-        *,
-        where: Mapping[str, str] | None,
-        all: bool,
-    ) -> int:
-        check_selection(ids, where, all)
-        return sum(1 for _, dl in self._peek_all(queue) if self.matches(dl, ids, where))
+    def count(self, queue: str, selection: DeadLetterSelection) -> int:
+        return sum(1 for _, dl in self._peek_all(queue) if selection.matches(dl))
 
     def move(
         self,
         queue: str,
-        ids: Sequence[int] | None,
+        selection: DeadLetterSelection,
         *,
-        where: Mapping[str, str] | None,
-        all: bool,
         on_progress: Callable[[int], None] | None,
         requeue: bool,
     ) -> int:
@@ -123,7 +96,6 @@ class DeadLetterQueue:
 
         The others stay locked while the pages are read (so a page never returns them again)
         and are abandoned at the end, rather than left locked until their locks expire."""
-        check_selection(ids, where, all)
         moved = 0
         skipped: list[Any] = []
         receiver = self._receiver(queue)
@@ -137,7 +109,7 @@ class DeadLetterQueue:
                 done = 0
                 for m in page:
                     dl = to_dead_letter(queue, m)
-                    if not self.matches(dl, ids, where):
+                    if not selection.matches(dl):
                         skipped.append(m)
                         continue
                     if requeue:

@@ -8,12 +8,14 @@ rows. Compaction emits no change rows (``dataChange=false``), so the rescuer nev
 
 A vacuum deletes files of old versions. The rescuer reads the change data feed from its checkpoint
 onward, so a vacuum whose retention would reach into that window (or into ``rescue_delay`` plus a
-margin) is refused with an error that says what to do instead.
+margin) is refused with an error that says what to do instead (``outbox.app.rescuer_history``,
+imported here under the same names).
 
 Log trimming (``outbox.delta.log``) keeps the ``_delta_log`` directory short, because deltalake
 lists all of it after every commit; it stops at the oldest version a rescuer still has to read.
 
-One ``outbox maintain`` works on a table at a time (``one_maintainer``): a second one started
+One ``outbox maintain`` works on a table at a time (``one_maintainer``, in ``maintainers`` with
+the one-compactor rule, imported here under the same names): a second one started
 meanwhile says so in one line and skips the table's upkeep, instead of folding the same buckets
 and logging a commit conflict per bucket. ``forget_old_records`` is the SQL side of the upkeep:
 the queue's expired duplicate-detection ids and the consumer inboxes' old records.
@@ -21,8 +23,9 @@ the queue's expired duplicate-detection ids and the consumer inboxes' old record
 Why one module: ``outbox maintain`` and the writers' own upkeep (``AutoCompactor``,
 ``AutoLogTrimmer``) run the same steps under the same guards (the rescuer's needed version, the
 one-compactor rule, the one-maintainer rule, the maintenance lease on an object store); keeping
-the steps and both schedules together keeps those guards read in one place. The steps themselves
-live by role in ``outbox.delta`` (fold, compaction, log, repair).
+the steps and both schedules together keeps those guards read in one place. The guards
+themselves live in ``maintainers`` (who may) and ``rescuer_history`` (what must stay), the steps
+by role in ``outbox.delta`` (fold, compaction, log, repair).
 """
 
 from __future__ import annotations
@@ -32,15 +35,20 @@ import math
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from collections.abc import Mapping
+from contextlib import nullcontext
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from outbox.app.lease import maintenance_lease
+from outbox.app.maintainers import MAINTAIN_LOCK, exclusive, one_maintainer
+from outbox.app.rescuer_history import (
+    VACUUM_MARGIN,
+    check_vacuum,
+    commit_time,
+    oldest_needed_version,
+)
 from outbox.core.clock import Clock
-from outbox.core.durations import format_duration
 from outbox.core.errors import (
     OutboxError,
     QueueError,
@@ -48,7 +56,7 @@ from outbox.core.errors import (
     VacuumRefusedError,
     WorkspaceError,
 )
-from outbox.delta.compaction import compact, one_compactor, store_failure
+from outbox.delta.compaction import compact, store_failure
 from outbox.delta.fold import FOLD_AT, fold_table
 from outbox.delta.log import trim_log
 from outbox.delta.log_check import CHECK_LIMIT, find_damaged_commit
@@ -58,54 +66,34 @@ from outbox.delta.store import DeltaDocumentStore
 if TYPE_CHECKING:
     from outbox.core.settings import Settings
 
+__all__ = [  # with the rescuer's history guard, imported from here before it moved
+    "MAINTAIN_LOCK",
+    "VACUUM_MARGIN",
+    "WHOLE_LOG_LIMIT",
+    "AutoCompactor",
+    "AutoLogTrimmer",
+    "MaintenanceKeywords",
+    "MaintenanceOptions",
+    "MaintenanceReport",
+    "check_vacuum",
+    "check_writable",
+    "checkpoint",
+    "commit_time",
+    "compact",
+    "exclusive",
+    "forget_old_records",
+    "live_files",
+    "maintain",
+    "oldest_needed_version",
+    "one_maintainer",
+    "trim_log_safely",
+]
+
 log = logging.getLogger("outbox.maintain")
 
-#: Vacuum retention must exceed the rescuer's needs by at least this much.
-VACUUM_MARGIN = timedelta(hours=1)
 #: How many commit files ``maintain`` checks before it works (the log trim reads old ones too,
 #: so all of a trimmed log; a rescuer's lag holds back the trim, so that is its whole feed).
 WHOLE_LOG_LIMIT = 10 * CHECK_LIMIT
-#: The lock file beside a local table's log that one ``outbox maintain`` holds while it works.
-MAINTAIN_LOCK = "_outbox_maintain.lock"
-
-
-def exclusive(
-    store: DeltaDocumentStore, sql_url: str, clock: Clock
-) -> AbstractContextManager[str | None]:
-    """One maintainer of the table at a time: the file lock beside a local table's log, the
-    maintenance lease in the SQL database for a table on an object store (``outbox.app.lease``).
-    Yields None when this process holds it, else who does."""
-    if store._log_dir is not None:
-        return one_compactor(store)
-    return maintenance_lease(sql_url, store.table_id, clock=clock)
-
-
-def one_maintainer(
-    store: DeltaDocumentStore, sql_url: str, clock: Clock
-) -> AbstractContextManager[str | None]:
-    """One ``outbox maintain`` of the table at a time, for all its steps: a file lock beside a
-    local table's log (not the compaction lock, which the compaction inside takes itself), the
-    maintenance lease for a table on an object store. Yields None when this process holds it,
-    else who does."""
-    if store._log_dir is None:
-        return maintenance_lease(sql_url, store.table_id, clock=clock)
-    return _lock_file(store._log_dir.parent / MAINTAIN_LOCK)
-
-
-@contextmanager
-def _lock_file(path: Any) -> Iterator[str | None]:
-    import fcntl
-
-    with open(path, "a+b") as f:  # the folder is writable: ``check_writable`` said so
-        try:
-            fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            yield f"{path} is locked"
-            return
-        try:
-            yield None
-        finally:
-            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
 
 @dataclass
@@ -134,99 +122,6 @@ def checkpoint(store: DeltaDocumentStore) -> None:
             store.delta_table.create_checkpoint()
         except Exception as e:
             raise store_failure("writing a checkpoint of", store, e) from e
-
-
-def oldest_needed_version(
-    sql_url: str,
-    table_uri: str,
-    table_id: str | None = None,
-    *,
-    settings: Settings | None = None,
-) -> int | None:
-    """The oldest table version any rescuer of the table still has to read, or None.
-
-    The checkpoints are read from ``settings``' checkpoint store (``checkpoint_store``: SQL or
-    Cosmos DB) when given, else from the SQL database at ``sql_url``.
-
-    A checkpoint counts when its table URI is ``table_uri`` or, with ``table_id``, when it was
-    written for that table id: the same table reached through another spelling of its URI (a
-    trailing slash, ``file://``, a symlink, ``az://`` vs ``abfss://``) must hold history too.
-
-    Fails closed: when the checkpoints cannot be read, the vacuum is refused rather than run
-    blind, since it could delete the history a rescuer is about to read. Read-only (SQLite:
-    ``read_only_url``), so it never waits for the write lock, nor creates a missing database.
-    """
-    from outbox.core.sql import read_only_url
-    from outbox.wiring import Backends
-    from rescuer.checkpoint import SqlCheckpointStore
-
-    try:
-        if settings is not None:
-            reading = settings.replace(sql_url=read_only_url(settings.sql_url))
-            with Backends(reading) as backends:
-                rows = backends.checkpoint_store().list(None if table_id is not None else table_uri)
-        else:
-            store = SqlCheckpointStore(read_only_url(sql_url))
-            try:
-                rows = store.list(None if table_id is not None else table_uri)
-            finally:
-                store.close()
-    except Exception as e:  # any failure to read them: refuse, never guess
-        raise VacuumRefusedError(
-            f"cannot tell which history the rescuer still needs: {e}",
-            hint="fix sql_url, or the cosmos_* settings when checkpoint_store is cosmos (or run "
-            "`outbox migrate`), so the rescuer checkpoints can be read",
-        ) from e
-    versions = [
-        cp.version
-        for cp in rows
-        if cp.version is not None
-        and (cp.table_uri == table_uri or (table_id is not None and cp.table_id == table_id))
-    ]
-    return min(versions) + 1 if versions else None
-
-
-def commit_time(store: DeltaDocumentStore, version: int) -> datetime | None:
-    """Commit timestamp of ``version`` in UTC (None when the log no longer has it)."""
-    from rescuer.window import commit_times
-
-    latest = store.version()
-    for commit in commit_times(store.delta_table, max(1, latest - version + 1), latest=latest):
-        if commit.version == version:
-            return commit.timestamp
-    return None
-
-
-def check_vacuum(
-    store: DeltaDocumentStore,
-    *,
-    retention: timedelta,
-    rescue_delay: timedelta,
-    needed_version: int | None,
-    clock: Clock,
-) -> None:
-    """Raise ``VacuumRefusedError`` when ``retention`` would cut into the rescuer's window."""
-    floor = rescue_delay + VACUUM_MARGIN
-    if retention < floor:
-        raise VacuumRefusedError(
-            f"vacuum retention {format_duration(retention.total_seconds())} is shorter than the "
-            f"rescue delay plus a margin ({format_duration(floor.total_seconds())})",
-            hint=f"use a retention of at least {int(floor.total_seconds() // 3600) + 1}h",
-        )
-    if needed_version is None or needed_version > store.version():
-        return
-    when = commit_time(store, needed_version)
-    if when is None:
-        return
-    age = clock.now() - when
-    if retention < age + VACUUM_MARGIN:
-        raise VacuumRefusedError(
-            f"vacuum with retention {format_duration(retention.total_seconds())} would delete "
-            f"change-feed history from version {needed_version} (committed "
-            f"{format_duration(age.total_seconds())} ago) that the rescuer has not read yet",
-            hint="run `outbox rescue` first, or use a retention longer than "
-            f"{int((age + VACUUM_MARGIN).total_seconds() // 3600) + 1}h",
-        )
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dispatcher.commands import ProcessDocument
-from dispatcher.transports.base import Transport, TransportMessage
+from dispatcher.transports.base import Capabilities, Transport, TransportMessage
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import (
     PermanentTransportError,
@@ -58,7 +58,7 @@ class FaultyTransport:
 
     @property
     def coalesce_sends(self) -> bool:
-        return bool(getattr(self.inner, "coalesce_sends", False))
+        return Capabilities.of(self.inner).coalesce_sends
 
     # --- knobs --------------------------------------------------------------------------------
 

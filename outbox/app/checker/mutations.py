@@ -33,7 +33,7 @@ from typing import Any
 from unittest import mock
 
 from dispatcher.dispatch import to_transport_message
-from dispatcher.transports.base import Transport, TransportMessage
+from dispatcher.transports.base import Capabilities, Transport, TransportMessage
 from outbox.core.errors import ConfigurationError
 
 ENV_VAR = "OUTBOX_CHECK_MUTATION"
@@ -183,11 +183,11 @@ class _Reordering:
 
     @property
     def atomic_batches(self) -> bool:
-        return bool(getattr(self.inner, "atomic_batches", False))
+        return Capabilities.of(self.inner).atomic_batches
 
     @property
     def coalesce_sends(self) -> bool:
-        return bool(getattr(self.inner, "coalesce_sends", False))
+        return Capabilities.of(self.inner).coalesce_sends
 
     def send(self, batch: Sequence[TransportMessage]) -> None:
         out = list(batch)

@@ -1,0 +1,77 @@
+"""What one send is made of, for the dispatcher (``dispatch.py``): a stored message as the
+transport's message, whether documents may share a send (the transport's declared
+``Capabilities``), and the destinations that did not answer earlier in the same dispatch.
+
+Why apart from ``dispatch.py``: these say what a send is and may be, whoever sends; the
+dispatcher decides which sends to make, in which order, and what their outcome means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from dispatcher.transports.base import Capabilities, Transport, TransportMessage
+from outbox.core.errors import TransportUnavailableError
+from outbox.core.model import OutboxMessage
+
+
+def atomic_batches(transport: Transport) -> bool:
+    """Does ``transport`` take a batch all-or-nothing, across sessions and destinations?
+
+    A transport says so with ``atomic_batches = True`` (the SQL queue transport: one transaction
+    per send; ``base.Capabilities``); without it, batches are sent one document at a time.
+    """
+    return Capabilities.of(transport).atomic_batches
+
+
+def coalesces(transport: Transport) -> bool:
+    """May documents share one ``send``? Atomic transports, and those that declare
+    ``coalesce_sends = True`` (many records per round trip; "Coalescing" in ``dispatch.py``)."""
+    return Capabilities.of(transport).coalesces
+
+
+def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessage:
+    """Map a stored message onto the transport's fields (Service Bus names in parentheses).
+
+    The ordering key becomes the session (``session_id``); without one the document id is used,
+    which gives per-document order. ``deliver_at`` becomes the scheduled time
+    (``scheduled_enqueue_time_utc``), the message type the ``subject``.
+    """
+    return TransportMessage(
+        message_id=message.message_id,
+        destination=message.destination,
+        body=message.body.encode("utf-8"),
+        subject=message.type,
+        content_type=message.content_type,
+        session_id=message.ordering_key or doc_id,
+        scheduled_at=message.deliver_at,
+        correlation_id=message.correlation_id,
+        headers=message.headers,  # shared, not copied: transports only read them (base.py)
+    )
+
+
+class Outage:
+    """The destinations that did not answer a send in one dispatch (``TransportUnavailableError``)
+    and why: a later send there in the same dispatch fails at once instead of waiting out another
+    timeout, so a dispatch during an outage returns within about one send timeout whatever its
+    size (the worker and the rescuer send the rest). A failure of one message (any other error)
+    says nothing about the destination and is not recorded: other documents go on (I2)."""
+
+    def __init__(self) -> None:
+        self._failed: dict[str, Exception] = {}
+
+    def check(self, batch: Sequence[TransportMessage]) -> None:
+        if not self._failed:
+            return
+        for m in batch:
+            error = self._failed.get(m.destination)
+            if error is not None:
+                raise TransportUnavailableError(
+                    f"not sent: a send to {m.destination!r} failed earlier in this dispatch "
+                    f"({error})",
+                    message_id=m.message_id,
+                )
+
+    def failed(self, batch: Sequence[TransportMessage], error: Exception) -> None:
+        for m in batch:
+            self._failed.setdefault(m.destination, error)
