@@ -92,16 +92,21 @@ def _workspace(tmp_path: Path, toml: str) -> Path:
     return ws
 
 
-def test_a_plugin_backend_reads_its_section_and_its_variables(site: Path, tmp_path: Path) -> None:
-    ws = _workspace(tmp_path, '[outbox]\ntransport = "toy"\n[toy]\ncolour = "green"\n')
-    result = subprocess.run(
+def _run_program(ws: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """``PROGRAM`` on ``ws`` in a child process whose path is ``env``'s."""
+    return subprocess.run(
         [sys.executable, "-c", PROGRAM, str(ws)],
         capture_output=True,
         text=True,
         timeout=60,
-        env=_env(site, OUTBOX_TOY_SIZE="3"),
+        env=env,
         check=False,
     )
+
+
+def test_a_plugin_backend_reads_its_section_and_its_variables(site: Path, tmp_path: Path) -> None:
+    ws = _workspace(tmp_path, '[outbox]\ntransport = "toy"\n[toy]\ncolour = "green"\n')
+    result = _run_program(ws, _env(site, OUTBOX_TOY_SIZE="3"))
     assert result.returncode == 0, result.stderr
     assert json.loads(result.stdout) == {
         "type": "ToyOptions",
@@ -116,14 +121,7 @@ def test_without_the_plugin_its_section_is_not_read(tmp_path: Path) -> None:
     """The control: the same program without the distribution on the path fails to find the
     backend (so the test above proves the entry point, not something else, brought it)."""
     ws = _workspace(tmp_path, '[outbox]\ntransport = "toy"\n[toy]\ncolour = "green"\n')
-    result = subprocess.run(
-        [sys.executable, "-c", PROGRAM, str(ws)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=_env(tmp_path / "nothing-here"),
-        check=False,
-    )
+    result = _run_program(ws, _env(tmp_path / "nothing-here"))
     assert result.returncode != 0
     assert "'toy' is not a transport" in result.stderr
 
