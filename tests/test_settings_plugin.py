@@ -24,9 +24,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from outbox.core.settings_sections import BackendOptions
-from outbox.core.settings_values import setting
-from outbox.wiring import Backend
+from outbox.plugins import Backend, BackendOptions, setting
 
 
 @dataclass(frozen=True)
