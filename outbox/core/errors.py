@@ -74,6 +74,10 @@ class ConcurrencyError(StoreError):
     """A document changed since it was read (optimistic concurrency); nothing was written."""
 
 
+class DocumentNotFoundError(StoreError):
+    """A unit of work named a document that does not exist (never created, or deleted)."""
+
+
 class CommitConflictError(StoreError):
     """A Delta commit kept conflicting with concurrent writers after every allowed retry."""
 

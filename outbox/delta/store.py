@@ -232,6 +232,7 @@ class DeltaDocumentStore:
         self, ids: Sequence[str], *, barrier: bool = True
     ) -> tuple[int, dict[str, DocumentRow]]:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at.
+        A tombstone (``deleted``) is a row too: the dispatcher sends its last messages.
 
         ``barrier=False`` (a unit of work's read) skips the flush of unwritten watermarks: a
         save that keeps an already-sent message is harmless (the dispatcher skips what a waiting
@@ -245,7 +246,7 @@ class DeltaDocumentStore:
             if not ids:
                 return int(self._dt.version()), {}
             scanned = self._scan(ids)
-            rows = S.rows_from_table(versions.latest_rows(scanned))
+            rows = S.rows_from_table(versions.latest_rows(scanned, include_deleted=True))
             version = int(self._dt.version())
             damaged = versions.duplicated(scanned)  # a save of one re-checks, and is refused
             self._seen.remember(version, [i for i in ids if i not in damaged], rows)
@@ -402,11 +403,11 @@ class DeltaDocumentStore:
         """Re-read versions at the current snapshot. A ticket with a stale document fails with
         ``ConcurrencyError`` (nothing of it is written); the others go on, refreshed."""
         ids = [w.row.id for t in tickets for w in t.writes]
-        scanned = self._scan(ids, S.CONTROL_COLUMNS)
+        scanned = self._scan(ids, S.RECHECK_COLUMNS)
         damaged = versions.duplicated(scanned)
         if damaged:
             tickets = self._refuse_damaged(tickets, damaged)
-        rows = versions.latest_rows(scanned)
+        rows = versions.latest_rows(scanned, include_deleted=True)
         current = {r["id"]: r for r in rows.to_pylist()}
         return recheck(tickets, current, int(self._dt.version()))
 
@@ -467,7 +468,9 @@ class DeltaDocumentStore:
         unchecked = [i for i, m in marks.items() if not m[1]]
         if unchecked:  # stamp each with the document's life now; a missing document has none
             self._update()
-            now = versions.latest_rows(self._scan(unchecked, S.CONTROL_COLUMNS))
+            now = versions.latest_rows(
+                self._scan(unchecked, S.RECHECK_COLUMNS), include_deleted=True
+            )
             lives |= {r["id"]: r[S.INCARNATION] for r in now.to_pylist()}
         rows = {i: (marks[i][0], life) for i, life in lives.items()}
         if not rows:
