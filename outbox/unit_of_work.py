@@ -327,6 +327,8 @@ class UnitOfWork:
             )
         tomb = self._tombstones.get(doc_id)
         if tomb is not None and tomb.has_pending:
+            tomb = self._tombstone_now(doc_id)
+        if tomb is not None and tomb.has_pending:
             raise ConcurrencyError(
                 f"document {doc_id!r} was deleted and its last messages are not sent yet",
                 hint="retry the unit of work shortly: the dispatcher sends them, then the id "
@@ -355,6 +357,23 @@ class UnitOfWork:
         self._docs[doc_id] = doc
         self._absent.pop(doc_id, None)
         return doc
+
+    def _tombstone_now(self, doc_id: str) -> DocumentRow | None:
+        """The id's tombstone read again, after this process's unwritten watermarks (the read's
+        barrier): a delete's last messages sent a moment ago by this process are marked only
+        there, and a create right after the delete must not wait for the next watermark write."""
+        version, rows = self._store.read([doc_id])
+        row = rows.get(doc_id)
+        self._absent[doc_id] = version
+        if row is not None and not row.deleted:
+            raise ConcurrencyError(
+                f"document {doc_id!r} already exists", hint="use uow.get() to change it"
+            )
+        if row is None:
+            self._tombstones.pop(doc_id, None)
+            return None
+        self._tombstones[doc_id] = row
+        return row
 
     # --- finishing --------------------------------------------------------------------------
 

@@ -44,7 +44,7 @@ from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import ClosedError, CommitConflictError, StoreError
 from outbox.core.model import DocumentRow, bucket_of
-from outbox.delta import appends, reads, versions
+from outbox.delta import appends, group_commit, reads, versions
 from outbox.delta import schema as S
 from outbox.delta.file_ids import FileIds
 from outbox.delta.group_commit import (
@@ -53,7 +53,6 @@ from outbox.delta.group_commit import (
     Ticket,
     coalesce_marks,
     finish,
-    recheck,
     take_batch,
 )
 from outbox.delta.handle import TableHandle
@@ -409,7 +408,8 @@ class DeltaDocumentStore:
             tickets = self._refuse_damaged(tickets, damaged)
         rows = versions.latest_rows(scanned, include_deleted=True)
         current = {r["id"]: r for r in rows.to_pylist()}
-        return recheck(tickets, current, int(self._dt.version()))
+        # looked up at each call, so a test can patch it (tests/test_mutations.py)
+        return group_commit.recheck(tickets, current, int(self._dt.version()))
 
     def _refuse_damaged(self, tickets: list[Ticket], damaged: dict[str, int]) -> list[Ticket]:
         """Fail the tickets that save a document whose version is held by two rows."""

@@ -6,6 +6,7 @@ messages left, and governs what a create of the id may do (docs/design.md, secti
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -396,3 +397,34 @@ def test_a_foreign_append_with_a_null_deleted_is_a_live_document(ob: Outbox) -> 
         assert doc.state == {"by": "spark"}
         uow.delete(doc)
     assert ob.store.read(["ext"])[1]["ext"].deleted is True
+
+
+DELTA_MD = Path(__file__).resolve().parents[2] / "docs" / "delta.md"
+
+
+def test_a_foreign_delete_meeting_a_mark_append_retries_as_the_docs_say(ob: Outbox) -> None:
+    """A retention job's DELETE on a handle opened before the dispatcher's mark append: the
+    documented failure, then the documented retry (docs/delta.md's block, run as it is)
+    deletes every row of the life, the mark rows that caused the conflict included."""
+    from deltalake.exceptions import CommitFailedError
+
+    found = re.search(r"```python foreign-delete\n(.*?)```", DELTA_MD.read_text(), flags=re.S)
+    assert found is not None
+    namespace: dict[str, Any] = {"__name__": "delta_md"}
+    exec(compile(found.group(1), "docs/delta.md foreign-delete block", "exec"), namespace)
+    delete_document = namespace["delete_document"]
+    _device(ob)
+    _device(ob, "dev-2")
+    life = ob.store.read(["dev-1"])[1]["dev-1"].incarnation
+    assert life is not None
+    bucket = ob.store.bucket("dev-1")
+    stale = DeltaTable(ob.store.uri)
+    _mark_sent(ob)  # the dispatcher's mark row lands after the job's snapshot
+    with pytest.raises(CommitFailedError, match="concurrent transaction"):
+        stale.delete(f"bucket = {bucket} AND id = 'dev-1' AND incarnation = '{life}'")
+    assert [r["version"] for r in _raw(ob, "dev-1")] == [0, 1]  # nothing was deleted
+    stale = DeltaTable(ob.store.uri)
+    _mark_sent(ob)
+    assert delete_document(stale, bucket, "dev-1", life) == 2
+    assert _raw(ob, "dev-1") == []
+    assert ob.store.read(["dev-1", "dev-2"])[1].keys() == {"dev-2"}
