@@ -152,7 +152,7 @@ def test_the_last_message_is_delivered_and_the_fold_then_removes_the_document(
         assert report.rows_removed == 4  # version 1, the tombstone and two mark rows
         assert _raw(ob, "dev-1") == []
         with ob.unit_of_work() as uow:  # the id is free: a new life, back at version 1
-            uow.create("dev-1", type="Device").send("Registered", {"again": True})
+            uow.create("dev-1", type="Device").send("Registered", {"again": True}, destination="q")
         row = ob.store.read(["dev-1"])[1]["dev-1"]
         assert (row.version, row.deleted) == (1, False)
         assert row.incarnation != tomb.incarnation
