@@ -10,6 +10,10 @@ last ones. Why not a physical delete: the tombstone races saves exactly as a sav
 re-check and per-document application transaction), and its last messages leave like any other,
 through the dispatcher or, after a crash, the rescuer; the fold removes its rows once they have
 (docs/design.md, section 2).
+
+Why one module: a ``Document`` is a view into its unit of work (it checks the unit of work is
+open, numbers its messages with the unit of work's table id and clock, and the unit of work reads
+its private state to commit it); split, each half would reach into the other's internals.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from outbox.core.errors import (
     ConcurrencyError,
     DocumentNotFoundError,
     SerializationError,
+    TombstoneNotSentError,
     ValidationError,
 )
 from outbox.core.model import (
@@ -403,7 +408,10 @@ class UnitOfWork:
                 if not writes:
                     return None
                 retries = self._store.commit_retries
-                version = self._store.save(writes)
+                try:
+                    version = self._store.save(writes)
+                except TombstoneNotSentError as e:
+                    version = self._save_after_marks(writes, e)
                 span.set_attribute("outbox.commit.retries", self._store.commit_retries - retries)
                 self.committed_version = version
                 self.saved = [w.row for w in writes]
@@ -420,6 +428,15 @@ class UnitOfWork:
         if self._on_commit is not None:
             self._on_commit(self.saved, version)
         return version
+
+    def _save_after_marks(self, writes: list[DocumentWrite], error: Exception) -> int:
+        """A create met a tombstone whose last messages are not marked sent: this process may
+        have sent them a moment ago, its marks not written yet. The read's barrier writes them;
+        if that marks the tombstone sent, save again (once), else the error stands."""
+        _, rows = self._store.read([w.row.id for w in writes if w.expected_version == 0])
+        if any(r.deleted and r.has_pending for r in rows.values()):
+            raise error
+        return self._store.save(writes)
 
     def discard(self) -> None:
         self._closed = True

@@ -564,6 +564,17 @@ MUTATIONS = [
         _with_outbox(test_delete.test_a_create_over_an_unsent_tombstone_is_refused),
         "with pytest.raises(ConcurrencyError, match=unsent), ob.unit_of_work() as uow:",
     ),
+    SourceMutation(
+        "a create right after a delete does not write this process's marks before it gives up",
+        "outbox.unit_of_work:UnitOfWork._save_after_marks",
+        (("if any(r.deleted and r.has_pending for r in rows.values()):", "if True:"),),
+        "tests/write_path/test_delete.py::"
+        "test_a_create_right_after_a_delete_in_this_process_needs_no_wait",
+        lambda tmp: test_delete.test_a_create_right_after_a_delete_in_this_process_needs_no_wait(
+            tmp / "ws", ManualClock()
+        ),
+        "assert create(ob, read_first) is None",
+    ),
 ]
 
 

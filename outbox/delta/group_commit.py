@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from outbox.core.errors import ConcurrencyError
+from outbox.core.errors import ConcurrencyError, TombstoneNotSentError
 from outbox.core.model import DocumentRow
 from outbox.delta import schema as S
 
@@ -151,10 +151,10 @@ def coalesce_marks(tickets: Iterable[Ticket]) -> dict[str, tuple[int, bool, str 
     return merged
 
 
-def unsent_tombstone(doc_id: str) -> ConcurrencyError:
+def unsent_tombstone(doc_id: str) -> TombstoneNotSentError:
     """A create over a tombstone whose last messages are not sent: the new life's newer row
     would hide the old life's pending tail from every reader and the rescuer (a loss)."""
-    return ConcurrencyError(
+    return TombstoneNotSentError(
         f"document {doc_id!r} was deleted and its last messages are not sent yet; nothing "
         "was written",
         hint="retry the unit of work shortly: the dispatcher sends them, then the id is free",

@@ -428,3 +428,30 @@ def test_a_foreign_delete_meeting_a_mark_append_retries_as_the_docs_say(ob: Outb
     assert delete_document(stale, bucket, "dev-1", life) == 2
     assert _raw(ob, "dev-1") == []
     assert ob.store.read(["dev-1", "dev-2"])[1].keys() == {"dev-2"}
+
+
+def test_a_create_right_after_a_delete_in_this_process_needs_no_wait(
+    workspace: Path, clock: ManualClock
+) -> None:
+    """The delete's last message went out with its commit; its mark may still wait in this
+    process's watermark writer. A create of the id (read first or not) writes it and goes on."""
+
+    def create(ob: Outbox, read_first: bool) -> ConcurrencyError | None:
+        try:
+            with ob.unit_of_work() as uow:
+                if read_first:
+                    assert uow.get("dev-1") is None
+                uow.create("dev-1", type="Device")
+        except ConcurrencyError as e:
+            return e
+        return None
+
+    with Outbox.open(workspace, clock=clock, transport=InMemoryTransport()) as ob:
+        for n, read_first in enumerate((False, True)):
+            _device(ob)
+            _delete(ob)
+            assert create(ob, read_first) is None
+            row = ob.store.read(["dev-1"])[1]["dev-1"]
+            assert (row.version, row.deleted) == (3 + 4 * n, False)
+            with ob.unit_of_work() as uow:
+                uow.delete("dev-1")
