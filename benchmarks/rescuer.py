@@ -127,6 +127,7 @@ def build_table(path: Path, docs: int) -> tuple[DeltaDocumentStore, int]:
             "updated_at": pa.array([now] * docs, S.TS),
             "bucket": pa.array([bucket_of(i, BUCKETS) for i in ids], pa.int32()),
             "incarnation": pa.nulls(docs, pa.string()),
+            "deleted": pa.nulls(docs, pa.bool_()),
         },
         schema=S.DOCUMENT_SCHEMA,
     )

@@ -1,14 +1,16 @@
 """The Delta side of ``outbox migrate``: create the document table, or bring an old one up to date.
 
 Upgrading means: turn the change data feed on, add the ``incarnation`` column to a table created
-before it, and record the outbox metadata (schema version, bucket count, table id) in the table
+before it, add the ``deleted`` column (schema version 3: deletes as tombstone versions), and
+record the outbox metadata (schema version, bucket count, table id) in the table
 description. A table whose columns are not the document schema is refused rather than altered: it
 is somebody else's table.
 
 Adding the column is ``DeltaTable.alter.add_columns`` (deltalake 1.6.6): one metadata-only commit,
 no data rewritten and no protocol upgrade; the change data feed reads across it, with a null
 ``incarnation`` in the images written before (tests/write_path/test_incarnation.py checks both).
-Existing rows keep a null incarnation, so their message ids keep the old formula exactly.
+Existing rows keep a null incarnation, so their message ids keep the old formula exactly. The
+``deleted`` column is added the same way; existing rows read null, i.e. live documents.
 """
 
 from __future__ import annotations
@@ -70,15 +72,10 @@ def ensure_table(
         if missing:
             dt.alter.set_table_properties(missing)
             done += [f"set {k} = {v!r} on {uri} ({_WHY[k]})" for k, v in missing.items()]
-        if S.is_legacy(pa.schema(dt.schema().to_arrow())):
-            _add_incarnation(dt)
-            done.append(
-                f"added the {S.INCARNATION!r} column to {uri} (existing rows keep their "
-                "message ids; documents created from now on get ids a re-created document "
-                "never repeats)"
-            )
+        done += _add_columns(dt, uri)
         outbox_meta = S.parse_description(meta.description)
-        if not outbox_meta or int(outbox_meta.get(S.SCHEMA_VERSION_KEY, 0)) < S.SCHEMA_VERSION:
+        was = int(outbox_meta.get(S.SCHEMA_VERSION_KEY, 0)) if outbox_meta else 0
+        if was < S.SCHEMA_VERSION:
             n = int(outbox_meta.get(S.BUCKETS_KEY, buckets))
             _check_buckets(dt, uri, n)
             dt.alter.set_table_description(
@@ -86,9 +83,12 @@ def ensure_table(
                     S.SCHEMA_VERSION, n, str(outbox_meta.get(S.TABLE_ID_KEY) or uuid.uuid4())
                 )
             )
+            now = "deletes write a tombstone version from now on"
+            if was < 2:
+                now = "saves append a row per document version and " + now
             done.append(
-                f"recorded outbox schema version {S.SCHEMA_VERSION} on {uri} (saves append a "
-                "row per document version from now on; the rows already there read the same)"
+                f"recorded outbox schema version {S.SCHEMA_VERSION} on {uri} ({now}; the rows "
+                "already there read the same; releases before it refuse the table)"
             )
     except (DeltaError, OSError, ValueError) as e:
         raise StoreError(f"upgrading the Delta table at {uri} failed: {_first_line(e)}") from e
@@ -112,8 +112,28 @@ def _first_line(e: BaseException) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0]
 
 
-def _add_incarnation(dt: Any) -> None:
-    """Add the nullable ``incarnation`` column (at the end, where new tables have it too).
+def _add_columns(dt: Any, uri: str) -> list[str]:
+    """Add ``incarnation`` and ``deleted`` where missing, in that order; what was done."""
+    done = []
+    if S.is_legacy(pa.schema(dt.schema().to_arrow())):
+        _add_column(dt, S.INCARNATION, "string")
+        done.append(
+            f"added the {S.INCARNATION!r} column to {uri} (existing rows keep their "
+            "message ids; documents created from now on get ids a re-created document "
+            "never repeats)"
+        )
+    if not S.has_deleted(pa.schema(dt.schema().to_arrow())):
+        _add_column(dt, S.DELETED, "boolean")
+        done.append(
+            f"added the {S.DELETED!r} column to {uri} (uow.delete writes a tombstone "
+            "version; the rows already there are live documents)"
+        )
+    return done
+
+
+def _add_column(dt: Any, name: str, kind: str) -> None:
+    """Add a nullable column at the end, where new tables have it too (``incarnation`` before
+    ``deleted``, as ``DOCUMENT_SCHEMA`` orders them).
 
     Two migrations racing: the loser's commit fails; if the column is there now, that is done.
     """
@@ -121,10 +141,10 @@ def _add_incarnation(dt: Any) -> None:
     from deltalake.schema import Field, PrimitiveType
 
     try:
-        dt.alter.add_columns([Field(S.INCARNATION, PrimitiveType("string"), nullable=True)])
+        dt.alter.add_columns([Field(name, PrimitiveType(kind), nullable=True)])
     except DeltaError:
         dt.update_incremental()
-        if S.is_legacy(pa.schema(dt.schema().to_arrow())):
+        if name not in pa.schema(dt.schema().to_arrow()).names:
             raise
 
 

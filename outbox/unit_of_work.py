@@ -3,6 +3,17 @@
 A unit of work is one Delta commit. Documents it touched are saved together with their new
 messages, or nothing is: an exception inside the ``with`` block discards everything, and a stale
 document raises ``ConcurrencyError`` before anything is written.
+
+A delete (``UnitOfWork.delete``) is a save too: the document's next version, a *tombstone*
+(``deleted``, no state) carrying its unsent messages and any sent on it in this unit of work, its
+last ones. Why not a physical delete: the tombstone races saves exactly as a save does (the same
+re-check and per-document application transaction), and its last messages leave like any other,
+through the dispatcher or, after a crash, the rescuer; the fold removes its rows once they have
+(docs/design.md, section 2).
+
+Why one module: a ``Document`` is a view into its unit of work (it checks the unit of work is
+open, numbers its messages with the unit of work's table id and clock, and the unit of work reads
+its private state to commit it); split, each half would reach into the other's internals.
 """
 
 from __future__ import annotations
@@ -16,7 +27,14 @@ from typing import TYPE_CHECKING, Any
 
 from outbox.core import telemetry
 from outbox.core.clock import Clock, utc
-from outbox.core.errors import ClosedError, ConcurrencyError, SerializationError, ValidationError
+from outbox.core.errors import (
+    ClosedError,
+    ConcurrencyError,
+    DocumentNotFoundError,
+    SerializationError,
+    TombstoneNotSentError,
+    ValidationError,
+)
 from outbox.core.model import (
     DocumentRow,
     OutboxMessage,
@@ -49,6 +67,7 @@ class Document:
         self._original_type = row.type
         self.state: dict[str, Any] = row.state
         self.new_messages: list[OutboxMessage] = []
+        self._deleted_at: str | None = None  # the state's encoding when deleted (None: live)
 
     @property
     def id(self) -> str:
@@ -94,6 +113,12 @@ class Document:
         defaults to the document id, which gives per-document order (a Service Bus session).
         """
         self._uow._check_open()
+        if self._deleted_at is not None:
+            raise ValidationError(
+                f"document {self.id!r} was deleted in this unit of work; nothing can be sent on "
+                "it now",
+                hint="send its last messages before uow.delete(...): they leave with the delete",
+            )
         if not isinstance(type, str) or not type.strip():
             raise ValidationError(f"message type must be a non-empty string, got {type!r}")
         dest = validate_destination(destination or self._uow.default_destination)
@@ -159,6 +184,14 @@ class Document:
 
     def _changed(self) -> bool:
         self._check_state()
+        if self._deleted_at is not None:
+            if encode_json(self.state, f"state of document {self.id!r}") != self._deleted_at:
+                raise ValidationError(
+                    f"the state of document {self.id!r} changed after it was deleted in this "
+                    "unit of work; nothing was written",
+                    hint="change a document before deleting it, or not at all",
+                )
+            return True
         if self._is_new or self.new_messages:
             return True
         self._encoded = encode_json(self.state, f"state of document {self.id!r}")
@@ -175,7 +208,11 @@ class Document:
             )
 
     def _write(self, now: datetime) -> DocumentWrite:
-        encoded = self._encoded or encode_json(self.state, f"state of document {self.id!r}")
+        deleted = self._deleted_at is not None
+        if deleted:
+            encoded = "{}"  # a tombstone keeps no state
+        else:
+            encoded = self._encoded or encode_json(self.state, f"state of document {self.id!r}")
         row = self._row
         # Drop what the dispatcher already sent (at or below the watermark we read): a save never
         # brings a sent message back (I4).
@@ -183,13 +220,14 @@ class Document:
         new_row = DocumentRow(
             id=row.id,
             type=row.type,
-            version=(0 if self._is_new else row.version) + 1,
-            state=self.state,
+            version=row.version + 1,  # a create's row holds 0, or the tombstone it follows
+            state={} if deleted else self.state,
             last_seq=self.last_seq,
             dispatched_seq=row.dispatched_seq,
             outbox=kept + self.new_messages,
             updated_at=now,
             incarnation=row.incarnation,
+            deleted=deleted,
         )
         return DocumentWrite(new_row, self.version, self._read_at, encoded)
 
@@ -213,6 +251,7 @@ class UnitOfWork:
         self.table_id = store.table_id
         self._docs: dict[str, Document] = {}
         self._absent: dict[str, int] = {}  # id -> version at which it was seen missing
+        self._tombstones: dict[str, DocumentRow] = {}  # absent ids whose newest row is one
         self._closed = False
         self.committed_version: int | None = None
         self.saved: list[DocumentRow] = []
@@ -230,11 +269,11 @@ class UnitOfWork:
     # --- loading ----------------------------------------------------------------------------
 
     def get(self, doc_id: str) -> Document | None:
-        """The document, or None when it does not exist."""
+        """The document, or None when it does not exist (or was deleted)."""
         return self.get_many([doc_id]).get(doc_id)
 
     def get_many(self, ids: Sequence[str]) -> dict[str, Document]:
-        """Load several documents with one read."""
+        """Load several documents with one read. A deleted one is absent."""
         self._check_open()
         for i in ids:
             validate_id(i)
@@ -242,11 +281,39 @@ class UnitOfWork:
         if missing:
             version, rows = self._store.read(missing, barrier=False)
             for i in missing:
-                if i in rows:
-                    self._docs[i] = Document(self, rows[i], is_new=False, read_at=version)
+                row = rows.get(i)
+                if row is not None and not row.deleted:
+                    self._docs[i] = Document(self, row, is_new=False, read_at=version)
                 else:
                     self._absent[i] = version
-        return {i: self._docs[i] for i in ids if i in self._docs}
+                    if row is not None:
+                        self._tombstones[i] = row
+        docs = self._docs
+        return {i: docs[i] for i in ids if i in docs and docs[i]._deleted_at is None}
+
+    def delete(self, doc_or_id: Document | str) -> None:
+        """Delete a document: on commit, its next version is a tombstone (no state) carrying its
+        unsent messages and those sent on it in this unit of work, its last. It races saves as a
+        save does (``ConcurrencyError`` for the later one). Afterwards, this unit of work can
+        neither change nor create it; ``DocumentNotFoundError`` when it does not exist."""
+        self._check_open()
+        if isinstance(doc_or_id, Document):
+            if doc_or_id._uow is not self:
+                raise ValidationError(
+                    f"document {doc_or_id.id!r} belongs to another unit of work",
+                    hint="delete it by id, or in the unit of work that read it",
+                )
+            doc_id = doc_or_id.id
+        else:
+            doc_id = validate_id(doc_or_id)
+        doc = self.get(doc_id)
+        if doc is None:
+            what = "was deleted" if doc_id in self._docs or doc_id in self._tombstones else ""
+            raise DocumentNotFoundError(
+                f"document {doc_id!r} {what or 'does not exist'}; nothing to delete",
+                hint="a unit of work deletes a document once, and only one that exists",
+            )
+        doc._deleted_at = encode_json(doc.state, f"state of document {doc_id!r}")
 
     def create(self, doc_id: str, *, type: str, state: dict[str, Any] | None = None) -> Document:
         """A new document; the commit fails with ``ConcurrencyError`` if the id exists by then."""
@@ -254,8 +321,23 @@ class UnitOfWork:
         validate_id(doc_id)
         validate_id(type, "document type")
         if doc_id in self._docs:
+            if self._docs[doc_id]._deleted_at is not None:
+                raise ValidationError(
+                    f"document {doc_id!r} was deleted in this unit of work; it cannot be "
+                    "created again in it",
+                    hint="commit the delete, then create it in a new unit of work",
+                )
             raise ConcurrencyError(
                 f"document {doc_id!r} already exists", hint="use uow.get() to change it"
+            )
+        tomb = self._tombstones.get(doc_id)
+        if tomb is not None and tomb.has_pending:
+            tomb = self._tombstone_now(doc_id)
+        if tomb is not None and tomb.has_pending:
+            raise ConcurrencyError(
+                f"document {doc_id!r} was deleted and its last messages are not sent yet",
+                hint="retry the unit of work shortly: the dispatcher sends them, then the id "
+                "is free",
             )
         if state is not None and not isinstance(state, dict):
             raise ValidationError(
@@ -267,7 +349,7 @@ class UnitOfWork:
         row = DocumentRow(
             id=doc_id,
             type=type,
-            version=0,
+            version=tomb.version if tomb is not None else 0,  # a new life continues numbering
             state=json.loads(encoded) if state else {},  # a private copy (faster than deepcopy)
             last_seq=0,
             dispatched_seq=0,
@@ -280,6 +362,23 @@ class UnitOfWork:
         self._docs[doc_id] = doc
         self._absent.pop(doc_id, None)
         return doc
+
+    def _tombstone_now(self, doc_id: str) -> DocumentRow | None:
+        """The id's tombstone read again, after this process's unwritten watermarks (the read's
+        barrier): a delete's last messages sent a moment ago by this process are marked only
+        there, and a create right after the delete must not wait for the next watermark write."""
+        version, rows = self._store.read([doc_id])
+        row = rows.get(doc_id)
+        self._absent[doc_id] = version
+        if row is not None and not row.deleted:
+            raise ConcurrencyError(
+                f"document {doc_id!r} already exists", hint="use uow.get() to change it"
+            )
+        if row is None:
+            self._tombstones.pop(doc_id, None)
+            return None
+        self._tombstones[doc_id] = row
+        return row
 
     # --- finishing --------------------------------------------------------------------------
 
@@ -309,7 +408,10 @@ class UnitOfWork:
                 if not writes:
                     return None
                 retries = self._store.commit_retries
-                version = self._store.save(writes)
+                try:
+                    version = self._store.save(writes)
+                except TombstoneNotSentError as e:
+                    version = self._save_after_marks(writes, e)
                 span.set_attribute("outbox.commit.retries", self._store.commit_retries - retries)
                 self.committed_version = version
                 self.saved = [w.row for w in writes]
@@ -326,6 +428,15 @@ class UnitOfWork:
         if self._on_commit is not None:
             self._on_commit(self.saved, version)
         return version
+
+    def _save_after_marks(self, writes: list[DocumentWrite], error: Exception) -> int:
+        """A create met a tombstone whose last messages are not marked sent: this process may
+        have sent them a moment ago, its marks not written yet. The read's barrier writes them;
+        if that marks the tombstone sent, save again (once), else the error stands."""
+        _, rows = self._store.read([w.row.id for w in writes if w.expected_version == 0])
+        if any(r.deleted and r.has_pending for r in rows.values()):
+            raise error
+        return self._store.save(writes)
 
     def discard(self) -> None:
         self._closed = True

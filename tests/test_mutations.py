@@ -41,6 +41,7 @@ from tests.mutate import CHILD, mutated
 from tests.queue import test_inbox_pruning, test_selection, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
+    test_delete,
     test_file_ids,
     test_one_maintainer,
     test_save_guards,
@@ -527,6 +528,52 @@ MUTATIONS = [
             test_one_maintainer.test_a_second_maintain_while_the_first_folds_skips_in_one_plain_line
         ),
         'assert not [m for m in said if "meanwhile" in m or "Snapshot Isolation" in m]',
+    ),
+    SourceMutation(
+        "a delete appends without its per-document application transaction",
+        "outbox.delta.store:DeltaDocumentStore._append_documents",
+        (
+            (
+                "documents=[(w.row.id, w.row.version) for w in writes],",
+                "documents=[(w.row.id, w.row.version) for w in writes if not w.row.deleted],",
+            ),
+        ),
+        "tests/write_path/test_delete.py::test_a_delete_and_a_save_appending_at_once_one_wins",
+        _in_workspace(test_delete.test_a_delete_and_a_save_appending_at_once_one_wins),
+        'assert sorted(type(e).__name__ for e in errors) == ["ConcurrencyError", "NoneType"]',
+    ),
+    SourceMutation(
+        "the fold removes a tombstone whose messages are not sent",
+        "outbox.delta.fold:_sent_tombstones",
+        (
+            (
+                'sent = top.filter(pc.greater_equal(top["dispatched_seq_max"], top["last_seq"]))',
+                "sent = top",
+            ),
+        ),
+        "tests/write_path/test_delete.py::"
+        "test_the_fold_keeps_a_tombstone_until_its_messages_are_sent",
+        _with_outbox(test_delete.test_the_fold_keeps_a_tombstone_until_its_messages_are_sent),
+        'assert [(r["version"], r["deleted"]) for r in _raw(ob, "dev-1")] == [(2, True)]',
+    ),
+    SourceMutation(
+        "a create over a tombstone whose messages are not sent is let through",
+        "outbox.delta.group_commit:recheck",
+        (('if int(found["last_seq"]) > int(found["dispatched_seq"]):', "if False:"),),
+        "tests/write_path/test_delete.py::test_a_create_over_an_unsent_tombstone_is_refused",
+        _with_outbox(test_delete.test_a_create_over_an_unsent_tombstone_is_refused),
+        "with pytest.raises(ConcurrencyError, match=unsent), ob.unit_of_work() as uow:",
+    ),
+    SourceMutation(
+        "a create right after a delete does not write this process's marks before it gives up",
+        "outbox.unit_of_work:UnitOfWork._save_after_marks",
+        (("if any(r.deleted and r.has_pending for r in rows.values()):", "if True:"),),
+        "tests/write_path/test_delete.py::"
+        "test_a_create_right_after_a_delete_in_this_process_needs_no_wait",
+        lambda tmp: test_delete.test_a_create_right_after_a_delete_in_this_process_needs_no_wait(
+            tmp / "ws", ManualClock()
+        ),
+        "assert create(ob, read_first) is None",
     ),
 ]
 

@@ -74,6 +74,14 @@ class ConcurrencyError(StoreError):
     """A document changed since it was read (optimistic concurrency); nothing was written."""
 
 
+class DocumentNotFoundError(StoreError):
+    """A unit of work named a document that does not exist (never created, or deleted)."""
+
+
+class TombstoneNotSentError(ConcurrencyError):
+    """A create named the id of a deleted document whose last messages are not sent yet."""
+
+
 class CommitConflictError(StoreError):
     """A Delta commit kept conflicting with concurrent writers after every allowed retry."""
 

@@ -220,6 +220,10 @@ class DocumentRow:
     #: before incarnations existed (their message ids keep the old formula). See
     #: ``new_incarnation``.
     incarnation: str | None = None
+    #: A tombstone: the document's last version, written by ``UnitOfWork.delete``. It carries
+    #: the document's last messages (they leave like any other) and no state; readers of
+    #: current documents skip it, the dispatcher does not (docs/design.md, section 2).
+    deleted: bool = False
 
     def pending(self) -> list[OutboxMessage]:
         """Messages not yet accepted by a transport, in seq order (``dispatched_seq < seq``)."""

@@ -87,6 +87,7 @@ def mark_rows(
         "updated_at": pa.array([now] * n, S.TS),
         "bucket": pa.array([bucket(i) for i in ids], pa.int32()),
         S.INCARNATION: pa.array([marks[i][1] for i in ids], pa.string()),
+        S.DELETED: pa.array([False] * n, pa.bool_()),  # a mark is no tombstone
     }
     return pa.table(columns, schema=S.DOCUMENT_SCHEMA)
 

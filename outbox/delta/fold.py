@@ -16,7 +16,14 @@ commits (docs/delta.md, "The versions layout").
 The fold's change rows are ``delete`` rows of superseded versions and post-images of kept rows
 whose watermark it raised; the rescuer's planners read a delete as the end of a document only
 when it removes the document's newest version (``rescuer.planner``), so a fold never hides a
-pending document. Saves are appends, which never make a fold fail; a save that was about to
+pending document.
+
+A tombstone (``uow.delete``'s last version, ``deleted``) is the end of a document, and once its
+last messages are sent (its life's watermark reached its ``last_seq``) nothing needs its rows: the
+fold removes every row of the id, the tombstone included, and counts them in the share that makes
+a bucket due. An undispatched tombstone stays, with its life's rows, until the dispatcher or the
+rescuer has sent its messages: removing it would end a document with messages pending (a loss).
+Saves are appends, which never make a fold fail; a save that was about to
 commit when a fold landed retries on the new snapshot (it removed data). A fold that conflicts
 with another writer (another fold, a Spark MERGE) is skipped: the next upkeep tries again.
 """
@@ -62,12 +69,18 @@ class FoldReport:
 
 
 def superseded_share(query: Any) -> dict[int, tuple[int, int]]:
-    """Per bucket: (rows, documents), through ``query`` (SQL over the table ``t``). A fold keeps
-    one row per document; every other row (superseded versions, mark rows) goes."""
+    """Per bucket: (rows, documents kept), through ``query`` (SQL over the table ``t``). A fold
+    keeps one row per document; every other row (superseded versions, mark rows, the rows of a
+    dispatched tombstone) goes. A tombstone counts as sent when the highest watermark of its id
+    reaches its id's highest ``last_seq``: exact for one life, an estimate across lives (only
+    when the bucket is due; ``fold_source`` decides on each life's own watermark)."""
     counts = query(
-        "SELECT bucket, count(*) AS n, "
-        f"count(DISTINCT CASE WHEN version > {MARK_VERSION} THEN id END) AS ids "
-        "FROM t GROUP BY bucket"
+        "SELECT bucket, sum(n) AS n, sum(CASE WHEN stays THEN 1 ELSE 0 END) AS ids FROM ("
+        "SELECT bucket, id, count(*) AS n, "
+        f"max(version) > {MARK_VERSION} AND NOT (coalesce("
+        f"max(CASE WHEN {S.DELETED} THEN version END) = max(version), false) "
+        "AND max(dispatched_seq) >= max(last_seq)) AS stays "
+        "FROM t GROUP BY bucket, id) AS g GROUP BY bucket"
     )
     return {
         int(b): (int(n), int(i))
@@ -86,9 +99,10 @@ def due(counts: dict[int, tuple[int, int]], *, at: float = FOLD_AT) -> list[int]
 
 
 def fold_source(rows: pa.Table, bucket: int) -> pa.Table:
-    """The fold MERGE's source for one bucket's control rows (id, version, dispatched_seq,
-    incarnation): each superseded row to delete, and each kept row whose watermark is below its
-    life's highest, to raise. Empty when the bucket has nothing to fold."""
+    """The fold MERGE's source for one bucket's control rows (id, version, last_seq,
+    dispatched_seq, incarnation, deleted): each superseded row to delete, and each kept row
+    whose watermark is below its life's highest, to raise. Empty when the bucket has nothing to
+    fold."""
     life = pc.fill_null(pc.cast(rows[S.INCARNATION], pa.string()), "\x00")
     keyed = rows.append_column("_life", life)
     newest = keyed.group_by(["id"], use_threads=False).aggregate([("version", "max")])
@@ -96,11 +110,15 @@ def fold_source(rows: pa.Table, bucket: int) -> pa.Table:
         [("dispatched_seq", "max")]
     )
     joined = keyed.join(newest, keys="id").join(highest, keys=["id", "_life"])
-    # The newest version stays; superseded versions and mark rows go (an id whose rows are all
-    # mark rows, of a document deleted since, loses them all).
-    kept = pc.and_(
+    newest_row = pc.and_(
         pc.equal(joined["version"], joined["version_max"]),
         pc.greater(joined["version_max"], MARK_VERSION),
+    )
+    # The newest version stays; superseded versions and mark rows go (an id whose rows are all
+    # mark rows, of a document deleted since, loses them all), and so does every row of an id
+    # whose newest row is a tombstone its life's watermark has passed (its last messages left).
+    kept = pc.and_(
+        newest_row, pc.invert(pc.is_in(joined["id"], value_set=_sent_tombstones(joined)))
     )
     delete = pc.invert(kept)
     raise_ = pc.and_(kept, pc.less(joined["dispatched_seq"], joined["dispatched_seq_max"]))
@@ -125,6 +143,21 @@ def fold_source(rows: pa.Table, bucket: int) -> pa.Table:
     return pa.table(
         {name: unique[name] for name in ("id", "bucket", "version", "_fold")}
     ).append_column("_ds", unique["_ds_max"])
+
+
+def _sent_tombstones(joined: pa.Table) -> pa.Array:
+    """The ids of ``joined`` whose newest row is a tombstone whose life's watermark
+    (``dispatched_seq_max``) reached its ``last_seq``."""
+    if S.DELETED not in joined.column_names:
+        return pa.array([], pa.string())
+    top = joined.filter(
+        pc.and_(
+            pc.equal(joined["version"], joined["version_max"]),
+            pc.fill_null(joined[S.DELETED], False),
+        )
+    )
+    sent = top.filter(pc.greater_equal(top["dispatched_seq_max"], top["last_seq"]))
+    return pc.unique(pc.cast(sent["id"], pa.string()))
 
 
 def fold_merge(dt: Any, source: pa.Table, bucket: int, commit_properties: Any) -> tuple[int, int]:
@@ -162,7 +195,8 @@ def fold_table(store: DeltaDocumentStore, *, at: float = FOLD_AT) -> FoldReport:
         store.refresh()
         for b in due(superseded_share(store._query), at=at):
             rows = store._query(
-                f"SELECT id, version, dispatched_seq, {S.INCARNATION} FROM t WHERE bucket = {b}"
+                f"SELECT id, version, last_seq, dispatched_seq, {S.INCARNATION}, {S.DELETED} "
+                f"FROM t WHERE bucket = {b}"
             )
             source = fold_source(rows, b)
             if source.num_rows == 0:

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from outbox.core.errors import ConcurrencyError
+from outbox.core.errors import ConcurrencyError, TombstoneNotSentError
 from outbox.core.model import DocumentRow
 from outbox.delta import schema as S
 
@@ -103,6 +103,20 @@ def recheck(
         for w in t.writes:
             found = current.get(w.row.id)
             have = int(found["version"]) if found else 0
+            if found is not None and found.get(S.DELETED):  # a tombstone: the id is free...
+                if w.expected_version:  # ...but not to update: it was deleted since read
+                    t.error, t.done = stale(w, have, deleted=True), True
+                    break
+                if int(found["last_seq"]) > int(found["dispatched_seq"]):
+                    t.error, t.done = unsent_tombstone(w.row.id), True
+                    break
+                # A create: a new life continues the numbering ("the highest version is the
+                # newest" holds), and the tombstone's rows are superseded, not in its way.
+                w.row.version = have + 1
+                fresh.append(DocumentWrite(w.row, 0, version_now, w.state_json))
+                continue
+            if w.expected_version == 0 and found is None:
+                w.row.version = 1  # not a tombstone's + 1 when the fold removed it meanwhile
             reborn = (  # a create names a new life: only an update can find its own gone
                 found is not None
                 and w.expected_version > 0
@@ -137,7 +151,19 @@ def coalesce_marks(tickets: Iterable[Ticket]) -> dict[str, tuple[int, bool, str 
     return merged
 
 
-def stale(w: DocumentWrite, found: int | None, *, reborn: bool = False) -> ConcurrencyError:
+def unsent_tombstone(doc_id: str) -> TombstoneNotSentError:
+    """A create over a tombstone whose last messages are not sent: the new life's newer row
+    would hide the old life's pending tail from every reader and the rescuer (a loss)."""
+    return TombstoneNotSentError(
+        f"document {doc_id!r} was deleted and its last messages are not sent yet; nothing "
+        "was written",
+        hint="retry the unit of work shortly: the dispatcher sends them, then the id is free",
+    )
+
+
+def stale(
+    w: DocumentWrite, found: int | None, *, reborn: bool = False, deleted: bool = False
+) -> ConcurrencyError:
     if w.expected_version == 0 and not reborn:  # a create: the id is taken, nothing was "read"
         return ConcurrencyError(
             f"document {w.row.id!r} already exists; nothing was written",
@@ -146,6 +172,8 @@ def stale(w: DocumentWrite, found: int | None, *, reborn: bool = False) -> Concu
     what = "already exists" if w.expected_version == 0 else "was changed"
     if reborn and w.expected_version:
         what = "was deleted and created again"
+    if deleted:
+        what = "was deleted"
     seen = "" if found is None else f", found {found}"
     return ConcurrencyError(
         f"document {w.row.id!r} {what} since it was read (expected version "

@@ -12,6 +12,13 @@ metadata-only commit; the change data feed reads across it, older images with a 
 a writer of the previous release keeps working on an upgraded table (its inserts carry a null
 incarnation, i.e. the old ids).
 
+The ``deleted`` column (schema version 3) marks a *tombstone*: the version ``uow.delete`` writes.
+Unlike ``incarnation`` it does raise ``schemaVersion``: a release before it would read a tombstone
+as a live document (and save over it), so it must refuse the table, which it does for a version
+higher than its own. ``outbox migrate`` adds the column (metadata only, like ``incarnation``);
+null reads as false, so rows written before it, and a foreign writer's append that leaves it
+out, are live documents.
+
 Why the description and not table properties: deltalake 1.6.6 refuses every table property it
 does not know ("Error parsing property 'outbox.buckets'"), even under a ``delta.`` prefix.
 """
@@ -30,8 +37,9 @@ from outbox.core.model import DocumentRow, OutboxMessage, encode_headers
 #: 1: one row per document, updated in place. 2: one row per document *version*: a save appends
 #: the new version and the upkeep folds the superseded ones away (docs/delta.md, "The versions
 #: layout"). A table at 1 is one at 2 with every document at its first and only row, so
-#: ``outbox migrate`` upgrades it by recording 2 (metadata only).
-SCHEMA_VERSION = 2
+#: ``outbox migrate`` upgrades it by recording 2 (metadata only). 3: the ``deleted`` column, and
+#: deletes through the library as tombstone versions; migrate adds the column (metadata only).
+SCHEMA_VERSION = 3
 CDF_PROPERTY = "delta.enableChangeDataFeed"
 #: How long an application transaction stays in the table's state. A save's own are written
 #: already expired (``outbox.delta.appends``), so this day is for other writers' idempotent
@@ -58,6 +66,7 @@ SCHEMA_VERSION_KEY = "schemaVersion"
 BUCKETS_KEY = "buckets"
 TABLE_ID_KEY = "tableId"
 INCARNATION = "incarnation"
+DELETED = "deleted"
 
 TS = pa.timestamp("us", tz="UTC")
 
@@ -90,14 +99,21 @@ DOCUMENT_SCHEMA = pa.schema(
         pa.field("bucket", pa.int32(), nullable=False),
         # Last, where ``ALTER TABLE ADD COLUMNS`` puts it on an upgraded table: both layouts agree.
         pa.field(INCARNATION, pa.string()),
+        # Null or false: a live document; true: a tombstone (schema version 3, added last).
+        pa.field(DELETED, pa.bool_()),
     ]
 )
 
-#: The columns every outbox table has, upgraded or not (all but ``incarnation``).
-LEGACY_SCHEMA = pa.schema([f for f in DOCUMENT_SCHEMA if f.name != INCARNATION])
+#: The columns every outbox table has, upgraded or not (all but ``incarnation`` and
+#: ``deleted``).
+LEGACY_SCHEMA = pa.schema([f for f in DOCUMENT_SCHEMA if f.name not in (INCARNATION, DELETED)])
+#: The columns of a table at schema version 2 (before ``deleted``).
+V2_SCHEMA = pa.schema([f for f in DOCUMENT_SCHEMA if f.name != DELETED])
 
 #: Columns a pending check and a watermark update need; never the (large) outbox or state.
 CONTROL_COLUMNS = ["id", "version", "last_seq", "dispatched_seq", "bucket", INCARNATION]
+#: What a save's re-check reads: the control columns and whether the newest row is a tombstone.
+RECHECK_COLUMNS = [*CONTROL_COLUMNS, DELETED]
 
 
 def describe_table(schema_version: int, buckets: int, table_id: str) -> str:
@@ -180,6 +196,7 @@ def rows_from_table(table: pa.Table) -> list[DocumentRow]:
                 outbox=[message_from_struct(m) for m in (r.get("outbox") or [])],
                 updated_at=_ts(r.get("updated_at")),
                 incarnation=r.get(INCARNATION),
+                deleted=bool(r.get(DELETED)),
             )
         )
     return rows
@@ -211,6 +228,7 @@ def table_from_rows(
         cols["updated_at"].append(row.updated_at)
         cols["bucket"].append(bucket)
         cols[INCARNATION].append(row.incarnation)
+        cols[DELETED].append(row.deleted)
     arrays = [pa.array(cols[f.name], type=f.type) for f in DOCUMENT_SCHEMA]
     fields = list(DOCUMENT_SCHEMA)
     for name, (dtype, values) in extra.items():
@@ -222,14 +240,14 @@ def table_from_rows(
 def describe_mismatch(actual: pa.Schema) -> str | None:
     """None when ``actual`` has the document columns with compatible types, else what differs.
 
-    The legacy layout (no ``incarnation``) passes: it is ours, ``outbox migrate`` upgrades it;
-    ``is_legacy`` tells the two apart.
+    The legacy layouts (no ``incarnation``, no ``deleted``) pass: they are ours, ``outbox
+    migrate`` upgrades them; ``is_legacy`` and ``has_deleted`` tell them apart.
     """
     problems: list[str] = []
     names = set(actual.names)
     for f in DOCUMENT_SCHEMA:
         if f.name not in names:
-            if f.name != INCARNATION:
+            if f.name not in (INCARNATION, DELETED):
                 problems.append(f"missing column {f.name!r}")
             continue
         got = actual.field(f.name).type
@@ -241,6 +259,11 @@ def describe_mismatch(actual: pa.Schema) -> str | None:
 def is_legacy(actual: pa.Schema) -> bool:
     """True for a table created before incarnations (``outbox migrate`` adds the column)."""
     return INCARNATION not in actual.names
+
+
+def has_deleted(actual: pa.Schema) -> bool:
+    """True for a table with the ``deleted`` column (schema version 3)."""
+    return DELETED in actual.names
 
 
 def _compatible(got: pa.DataType, want: pa.DataType) -> bool:
@@ -259,6 +282,8 @@ def _compatible_leaf(got: pa.DataType, want: pa.DataType) -> bool:
         return bool(pa.types.is_integer(got))
     if pa.types.is_timestamp(want):
         return bool(pa.types.is_timestamp(got))
+    if pa.types.is_boolean(want):
+        return bool(pa.types.is_boolean(got))
     return False
 
 

@@ -44,7 +44,7 @@ from outbox.core import telemetry
 from outbox.core.clock import Clock, SystemClock
 from outbox.core.errors import ClosedError, CommitConflictError, StoreError
 from outbox.core.model import DocumentRow, bucket_of
-from outbox.delta import appends, reads, versions
+from outbox.delta import appends, group_commit, reads, versions
 from outbox.delta import schema as S
 from outbox.delta.file_ids import FileIds
 from outbox.delta.group_commit import (
@@ -53,7 +53,6 @@ from outbox.delta.group_commit import (
     Ticket,
     coalesce_marks,
     finish,
-    recheck,
     take_batch,
 )
 from outbox.delta.handle import TableHandle
@@ -232,6 +231,7 @@ class DeltaDocumentStore:
         self, ids: Sequence[str], *, barrier: bool = True
     ) -> tuple[int, dict[str, DocumentRow]]:
         """Current rows for ``ids`` (absent ones are missing) and the version they were read at.
+        A tombstone (``deleted``) is a row too: the dispatcher sends its last messages.
 
         ``barrier=False`` (a unit of work's read) skips the flush of unwritten watermarks: a
         save that keeps an already-sent message is harmless (the dispatcher skips what a waiting
@@ -245,7 +245,7 @@ class DeltaDocumentStore:
             if not ids:
                 return int(self._dt.version()), {}
             scanned = self._scan(ids)
-            rows = S.rows_from_table(versions.latest_rows(scanned))
+            rows = S.rows_from_table(versions.latest_rows(scanned, include_deleted=True))
             version = int(self._dt.version())
             damaged = versions.duplicated(scanned)  # a save of one re-checks, and is refused
             self._seen.remember(version, [i for i in ids if i not in damaged], rows)
@@ -402,13 +402,14 @@ class DeltaDocumentStore:
         """Re-read versions at the current snapshot. A ticket with a stale document fails with
         ``ConcurrencyError`` (nothing of it is written); the others go on, refreshed."""
         ids = [w.row.id for t in tickets for w in t.writes]
-        scanned = self._scan(ids, S.CONTROL_COLUMNS)
+        scanned = self._scan(ids, S.RECHECK_COLUMNS)
         damaged = versions.duplicated(scanned)
         if damaged:
             tickets = self._refuse_damaged(tickets, damaged)
-        rows = versions.latest_rows(scanned)
+        rows = versions.latest_rows(scanned, include_deleted=True)
         current = {r["id"]: r for r in rows.to_pylist()}
-        return recheck(tickets, current, int(self._dt.version()))
+        # looked up at each call, so a test can patch it (tests/test_mutations.py)
+        return group_commit.recheck(tickets, current, int(self._dt.version()))
 
     def _refuse_damaged(self, tickets: list[Ticket], damaged: dict[str, int]) -> list[Ticket]:
         """Fail the tickets that save a document whose version is held by two rows."""
@@ -467,7 +468,9 @@ class DeltaDocumentStore:
         unchecked = [i for i, m in marks.items() if not m[1]]
         if unchecked:  # stamp each with the document's life now; a missing document has none
             self._update()
-            now = versions.latest_rows(self._scan(unchecked, S.CONTROL_COLUMNS))
+            now = versions.latest_rows(
+                self._scan(unchecked, S.RECHECK_COLUMNS), include_deleted=True
+            )
             lives |= {r["id"]: r[S.INCARNATION] for r in now.to_pylist()}
         rows = {i: (marks[i][0], life) for i, life in lives.items()}
         if not rows:

@@ -119,12 +119,23 @@ def validate(dt: Any, uri: str) -> TableInfo:
             hint="upgrade delta-outbox",
         )
     if schema_version < S.SCHEMA_VERSION:
+        was = (
+            "one row per document, updated in place"
+            if schema_version < 2
+            else f"no {S.DELETED!r} column, so no deletes through the library"
+        )
         raise SchemaMismatchError(
-            f"the table at {uri} is at outbox schema version {schema_version} (one row per "
-            f"document, updated in place); this version of delta-outbox writes version "
-            f"{S.SCHEMA_VERSION} (a row per document version)",
-            hint="run `outbox migrate`: the upgrade records the new version (metadata only, no "
-            "row rewritten), and the rows already there read the same",
+            f"the table at {uri} is at outbox schema version {schema_version} ({was}); this "
+            f"version of delta-outbox writes version {S.SCHEMA_VERSION} (a row per document "
+            "version, a delete as a tombstone version)",
+            hint="run `outbox migrate`: the upgrade adds the column and records the new version "
+            "(metadata only, no row rewritten), and the rows already there read the same",
+        )
+    if not S.has_deleted(pa.schema(dt.schema().to_arrow())):
+        raise SchemaMismatchError(
+            f"the table at {uri} records outbox schema version {schema_version} but has no "
+            f"{S.DELETED!r} column",
+            hint="run `outbox migrate` to add it (metadata only)",
         )
     return TableInfo(uri, table_id, buckets, schema_version, dt.version())
 

@@ -25,7 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.core.errors import DuplicateRowsError
-from outbox.delta.schema import INCARNATION
+from outbox.delta.schema import DELETED, INCARNATION
 
 #: The ``version`` of a watermark's mark row (``outbox.delta.appends``); documents start at 1.
 MARK_VERSION = 0
@@ -33,10 +33,19 @@ MARK_VERSION = 0
 _NULL_LIFE = "\x00"  # stands for a null incarnation in group keys (never a real token)
 
 
-def latest_rows(table: pa.Table) -> pa.Table:
+def latest_rows(table: pa.Table, *, include_deleted: bool = False) -> pa.Table:
     """One row per id: the highest version, with ``dispatched_seq`` the highest over the rows of
     that version's incarnation. ``table`` needs ``id``, ``version``, ``dispatched_seq`` and
-    ``incarnation``; other columns come from the chosen row. Order: by id."""
+    ``incarnation``; other columns come from the chosen row. Order: by id. An id whose newest
+    row is a tombstone (``deleted``) holds no current document; ``include_deleted`` keeps it
+    (the store's own view: its last messages must still leave)."""
+    latest = _latest(table)
+    if include_deleted or DELETED not in latest.column_names or latest.num_rows == 0:
+        return latest
+    return latest.filter(pc.invert(pc.fill_null(latest[DELETED], False)))
+
+
+def _latest(table: pa.Table) -> pa.Table:
     if table.num_rows == 0:
         return table
     life = pc.fill_null(pc.cast(table[INCARNATION], pa.string()), _NULL_LIFE)

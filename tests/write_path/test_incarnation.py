@@ -276,7 +276,7 @@ def test_the_change_feed_reads_across_the_added_column(workspace: Path) -> None:
         rows = pa.RecordBatchReader.from_stream(reader).read_all().to_pylist()
         return sorted((str(r["id"]), r["incarnation"], int(r["_commit_version"])) for r in rows)
 
-    # versions 2 to 4: the transaction retention set, the column added, the versions layout
-    # recorded (all metadata only)
-    assert feed(0) == [("new-1", "c" * 32, 5), ("old-1", None, 1), ("old-2", None, 1)]
+    # versions 2 to 5: the transaction retention set, the two columns added, the schema
+    # version recorded (all metadata only)
+    assert feed(0) == [("new-1", "c" * 32, 6), ("old-1", None, 1), ("old-2", None, 1)]
     assert feed(1, 1) == [("old-1", None, 1), ("old-2", None, 1)]  # a range before the column

@@ -49,8 +49,9 @@ def test_migrate_turns_the_feed_on_for_an_existing_document_table(tmp_path: Path
         "set delta.deletedFileRetentionDuration = 'interval 15 minutes' on "
         f"{tmp_path / 't'} (how long a removed file's tombstone stays in the checkpoints; the "
         "log trim deletes removed files, so a vacuum of your own should be `outbox maintain`)",
-        f"recorded outbox schema version 2 on {tmp_path / 't'} (saves append a row per document "
-        "version from now on; the rows already there read the same)",
+        f"recorded outbox schema version 3 on {tmp_path / 't'} (saves append a row per document "
+        "version and deletes write a tombstone version from now on; the rows already there read "
+        "the same; releases before it refuse the table)",
     ]
     store = DeltaDocumentStore(str(tmp_path / "t"))
     assert store.table_id == "tid"
@@ -129,7 +130,7 @@ def test_migrate_refuses_to_record_a_bucket_count_the_rows_do_not_follow(tmp_pat
         for name, value in (
             ("id", i), ("type", "T"), ("version", 1), ("state", "{}"), ("last_seq", 0),
             ("dispatched_seq", 0), ("outbox", []), ("updated_at", None),
-            ("bucket", bucket_of(i, 8)), ("incarnation", None),
+            ("bucket", bucket_of(i, 8)), ("incarnation", None), ("deleted", None),
         ):  # fmt: skip
             rows[name].append(value)
     write_deltalake(uri, pa.table(rows, schema=S.DOCUMENT_SCHEMA), mode="append")

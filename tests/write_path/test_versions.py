@@ -330,8 +330,9 @@ def test_a_table_of_the_previous_layout_is_refused_until_migrated_and_then_reads
         DeltaDocumentStore(uri)
     done = ensure_table(uri, buckets=4)
     assert done == [
-        f"recorded outbox schema version 2 on {uri} (saves append a row per document version "
-        "from now on; the rows already there read the same)"
+        f"recorded outbox schema version 3 on {uri} (saves append a row per document version "
+        "and deletes write a tombstone version from now on; the rows already there read the "
+        "same; releases before it refuse the table)"
     ]
     upgraded = DeltaDocumentStore(uri)
     try:

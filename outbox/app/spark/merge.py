@@ -22,6 +22,14 @@ version, another life, or no row at all), and that row's clause is ``raise_error
 (``ConcurrentAppendException``: the MERGE read those buckets), also retried. So a superseded row is
 never updated, and an insert never lands beside a row it did not see.
 
+A tombstone (the version ``uow.delete`` writes, ``deleted`` true) is the newest row of a deleted
+document. An update of it (``expected_version`` above 0) matches no clause: it is not written and
+``apply`` reports it in ``conflicts``. A create (``expected_version`` 0 or null) over it starts
+a new life *in place* once the tombstone's last messages are sent (its life's watermark reached
+its ``last_seq``): the row becomes version + 1 with a new incarnation, so "the highest version is
+the newest" holds, as after a Python create over a tombstone. Over an unsent tombstone it is a
+conflict too: the new life would hide the old one's pending tail (docs/design.md, section 2).
+
 The predicate carries a literal ``t.bucket IN (...)`` filter, like the Python store's, so this
 commit does not conflict with deltalake writers on other buckets.
 
@@ -101,8 +109,11 @@ def _new_messages(table_id: str, base: str, incarnation: str) -> str:
     )
 
 
-def merge_actions(table_id: str, token: str, now_sql: str) -> tuple[dict[str, str], dict[str, str]]:
-    """The SET list of the matched update and the VALUES of the insert, as SQL.
+def merge_actions(
+    table_id: str, token: str, now_sql: str
+) -> tuple[dict[str, str], dict[str, str], dict[str, str]]:
+    """The SET list of the matched update, the VALUES of the insert and the SET list of a new
+    life over a sent tombstone (the insert's values, in place), as SQL.
 
     The update carries the document's watermark as ``with_newest`` read it (``s._watermark``:
     the highest ``dispatched_seq`` over the rows of the newest row's life, mark rows included,
@@ -123,6 +134,7 @@ def merge_actions(table_id: str, token: str, now_sql: str) -> tuple[dict[str, st
         "dispatched_seq": watermark,
         "outbox": f"concat({kept}, {_new_messages(table_id, 't.last_seq', f't.{inc}')})",
         "updated_at": now_sql,
+        S.DELETED: "false",
     }
     new_inc = incarnation_sql(token, "s.id")
     insert = {
@@ -136,8 +148,15 @@ def merge_actions(table_id: str, token: str, now_sql: str) -> tuple[dict[str, st
         "updated_at": now_sql,
         "bucket": "s.bucket",
         inc: new_inc,
+        S.DELETED: "false",
     }
-    return update, insert
+    reborn = {k: v for k, v in insert.items() if k not in ("id", "bucket")}
+    return update, insert, {**reborn, "version": "t.version + 1"}
+
+
+def tombstone_sent(watermark: str) -> str:
+    """SQL: the matched row ``t`` is a tombstone whose last messages were sent."""
+    return f"coalesce(t.{S.DELETED}, false) AND {watermark} >= t.last_seq"
 
 
 def with_newest(source: Any, table: Any, buckets: list[int]) -> Any:
@@ -189,8 +208,9 @@ def run_merge(
     returns Delta's row metrics. Raises (``is_stale_newest``) when a document moved since
     ``source`` read its newest version: nothing is committed then."""
     in_list = ", ".join(str(int(b)) for b in buckets) or "-1"
-    update, insert = merge_actions(table_id, token, now_sql)
+    update, insert, reborn = merge_actions(table_id, token, now_sql)
     read = f"t.version = s._newest AND t.{S.INCARNATION} IS NOT DISTINCT FROM s._life"
+    sent = tombstone_sent("greatest(t.dispatched_seq, coalesce(s._watermark, t.dispatched_seq))")
     result = (
         target.alias("t")
         .merge(
@@ -200,7 +220,14 @@ def run_merge(
         )
         # a newer version, another life, or a row where none was: the read is stale
         .whenMatchedUpdate(condition=f"s._newest IS NULL OR NOT ({read})", set={"version": _STALE})
-        .whenMatchedUpdate(condition="s._expected IS NULL OR t.version = s._expected", set=update)
+        # a create over a tombstone whose last messages left: a new life, in place
+        .whenMatchedUpdate(condition=f"coalesce(s._expected, 0) = 0 AND {sent}", set=reborn)
+        # a tombstone is updated by nothing else: such a change is a conflict
+        .whenMatchedUpdate(
+            condition=f"NOT coalesce(t.{S.DELETED}, false) "
+            "AND (s._expected IS NULL OR t.version = s._expected)",
+            set=update,
+        )
         # the newest row read is gone (the document was deleted since): stale too
         .whenNotMatchedInsert(
             condition="s._newest IS NOT NULL", values={**insert, "version": _STALE}
