@@ -223,8 +223,11 @@ class CosmosAdapter:
 
     Why the first request goes alone: azure-cosmos fills a container's caches on its first
     request without a lock, and racing first requests from several threads can fail inside the
-    SDK. Subclasses set ``unavailable`` (retryable), ``failed`` and ``subject`` (what the errors
-    say is being read or written).
+    SDK. A query fills caches of its own (a point write before it does not), so the first query
+    also goes alone: eight threads' first queries after one create raised ``OrderedDict mutated
+    during iteration`` inside the SDK's query feed once in a run of the checkpoint contract.
+    Subclasses set ``unavailable`` (retryable), ``failed`` and ``subject`` (what the errors say
+    is being read or written).
     """
 
     unavailable: ClassVar[type[OutboxError]] = OutboxError
@@ -238,7 +241,7 @@ class CosmosAdapter:
         self._endpoint = endpoint or "the configured account"
         self._client = client
         self._guard = threading.Lock()
-        self._warm = False
+        self._warm: set[str] = set()  # the kinds of request that completed once
 
     @classmethod
     def _open(cls, settings: Settings, container: str, *args: Any) -> Self:
@@ -263,20 +266,21 @@ class CosmosAdapter:
     def _error(self, what: str, e: Exception) -> OutboxError:
         return translate(e, what, self._endpoint, unavailable=self.unavailable, failed=self.failed)
 
-    def _once_warm(self, call: Callable[[], T]) -> T:
-        """``call()``, alone if no request has completed yet (see the class docstring)."""
-        if self._warm:
+    def _once_warm(self, call: Callable[[], T], kind: str = "point") -> T:
+        """``call()``, alone if no request of its ``kind`` has completed yet (see the class
+        docstring)."""
+        if kind in self._warm:
             return call()
         with self._guard:
             out = call()
-            self._warm = True
+            self._warm.add(kind)
             return out
 
-    def _call(self, what: str, call: Callable[[], T]) -> T:
+    def _call(self, what: str, call: Callable[[], T], *, kind: str = "point") -> T:
         """``call()`` (one SDK request) through the first-request guard, an SDK error raised as
         ours (its ``__cause__`` the SDK's error, whose status ``_refused`` reads)."""
         try:
-            return self._once_warm(call)
+            return self._once_warm(call, kind)
         except OutboxError:
             raise
         except Exception as e:
@@ -306,6 +310,7 @@ class CosmosAdapter:
             lambda: list(
                 self._container.query_items(sql, parameters=parameters, **scope, **self._request)
             ),
+            kind="query" if pk is not None else "cross-partition query",
         )
 
     def _find(self, item_id: str) -> dict[str, Any] | None:
