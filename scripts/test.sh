@@ -2,7 +2,8 @@
 # Runs every check on a fresh machine: installs what is missing (venv, Python packages, Delta JARs
 # and a Kafka broker's JARs via Maven, PostgreSQL, mosquitto and Chromium with its driver via apt, the Cosmos DB-protocol test server and Azurite via
 # npm, the S3 test server (moto) with the Python packages), then ruff,
-# import-linter (the layers), mypy (strict) and the whole pytest suite.
+# import-linter (the layers), mypy (strict) and the whole pytest suite, measuring the shipped
+# packages' coverage (the run fails below fail_under in pyproject.toml).
 #
 # scripts/test.sh --fast is the inner loop's lane (a few minutes): the same checks, then only the
 # tests that start no JVM, broker, browser or child processes (tests/fastlane.py chooses them), and
@@ -42,7 +43,9 @@ if [[ $fast == 1 ]]; then
   .venv/bin/pytest -n 2 --dist loadgroup --fast "$@"
   exit
 fi
-echo "==> pytest (2 workers; the Spark tests share one, the checker's seed pools one)"
+echo "==> pytest (2 workers; the Spark tests share one, the checker's seed pools one), with coverage"
 # -n 2: much of the suite waits on child processes, a JVM or a server, so two workers overlap
 # those waits on the 2 cores; tests/conftest.py groups the tests that must share a worker.
-.venv/bin/pytest -n 2 --dist loadgroup "$@"
+# --cov: the shipped packages ([tool.coverage] in pyproject.toml); below its fail_under the run
+# fails. The fast lane above measures nothing: it is the inner loop's few minutes.
+.venv/bin/pytest -n 2 --dist loadgroup --cov --cov-report=term:skip-covered "$@"

@@ -34,6 +34,13 @@ from testkit.browser import (
 )
 from tests.console.conftest import ConsoleWorkspace
 
+#: What the browser adds does not depend on the database: the tests of the locks, the cookies,
+#: the token, the read-only mode and the icon run on SQLite only; the page tour and the requeue
+#: (the two that read and write the queue through the pages) run on PostgreSQL too. The test
+#: client's tests of the same (test_console_app.py, test_console_session.py) run on both. Each
+#: test here starts Chromium and a console process, about 15 s on a loaded machine.
+sqlite_only = pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
+
 
 def _need_chromium() -> None:
     if chromium_available():
@@ -120,6 +127,7 @@ def test_a_dead_letter_requeued_through_the_page_is_back_in_its_queue(
     assert left == {"ship-0", "ship-2"}
 
 
+@sqlite_only
 def test_an_action_without_the_token_is_refused_in_the_browser(
     console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
 ) -> None:
@@ -133,6 +141,7 @@ def test_an_action_without_the_token_is_refused_in_the_browser(
         assert q.count_dead_letters(all=True) == 4
 
 
+@sqlite_only
 def test_a_read_only_console_offers_no_action(console_ws: ConsoleWorkspace, browser: Any) -> None:
     _quiet(console_ws.path)
     read_only = start_console(console_ws.path, "--read-only")
@@ -170,6 +179,7 @@ def _unlock_in(browser: Any, console: RunningConsole) -> None:
     assert by(browser, "#mode").text == "unlocked"
 
 
+@sqlite_only
 def test_lock_in_the_browser_locks_every_copy_of_its_cookie(
     console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
 ) -> None:
@@ -194,6 +204,7 @@ def test_lock_in_the_browser_locks_every_copy_of_its_cookie(
         assert q.count_dead_letters(all=True) == 4
 
 
+@sqlite_only
 def test_two_consoles_on_one_host_do_not_log_each_other_out(
     console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
 ) -> None:
@@ -210,6 +221,7 @@ def test_two_consoles_on_one_host_do_not_log_each_other_out(
         assert other.stop() == 0
 
 
+@sqlite_only
 def test_the_first_page_load_logs_no_error_in_the_browser(
     console: RunningConsole, tmp_path: Path
 ) -> None:

@@ -1,7 +1,7 @@
 """Per-key order across documents and processes, against a real Kafka broker killed under load
 (issue 42, item 5).
 
-Four writer processes commit documents on keys of their own (three each), with immediate
+Three writer processes commit documents on keys of their own (three each), with immediate
 dispatch; a command worker (``run-dispatcher``'s loop, one command per batch) runs beside them.
 The broker is killed after the first phase, the second phase is committed while it is down (every
 send fails: keys pause, documents are held), and the third right after it is back (new documents
@@ -33,7 +33,11 @@ from tests.kafka import key_order_procs as procs
 
 pytestmark = pytest.mark.slow
 ctx = multiprocessing.get_context("spawn")
-WRITERS, PER_PHASE = 4, 6
+#: Three writers of four units of work a phase (four writers of six before issue 43's suite
+#: time): every kind of unit (a new document, a later message of a document held two
+#: commits back) meets a paused key in phases 2 and 3, and two writers send the shared key's later
+#: messages the mutation lets overtake writer 0's.
+WRITERS, PER_PHASE = 3, 4
 DEADLINE = 300.0
 #: Each key's messages (their bodies), in the order they were first delivered.
 Delivered = dict[str, list[dict[str, Any]]]
@@ -175,7 +179,7 @@ def test_held_documents_leave_in_commit_order_whoever_sends_them(
 def test_with_paused_keys_in_each_process_alone_the_order_breaks(
     tmp_path: Path, broker: KafkaBroker
 ) -> None:
-    """The mutation: with the lines in each process's memory, writers 1 to 3 never learn that
+    """The mutation: with the lines in each process's memory, the other writers never learn that
     writer 0 paused the shared key, and send their later messages of it ahead of its gate."""
     delivered = run_scenario(tmp_path, broker, local_lines=True)
     assert out_of_order(delivered) > 0, delivered
