@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
-from sqlalchemy import func, insert, inspect, select, update
+from sqlalchemy import delete, func, insert, inspect, select, update
 
 from dispatcher.replay_handler import ReplayMessages, finish_if_done
 from migrations.sql.tables import replay_chunks, replays
@@ -195,7 +195,12 @@ class Replays:
                     updated_at=now,
                 )
             )
-        return self._plan(replay_id, rng, request)
+        try:
+            return self._plan(replay_id, rng, request)
+        except OutboxError:  # a predicate that does not apply, say: nothing to resume
+            with self.db.write("forget a replay that could not be planned") as c:
+                c.execute(delete(replays).where(replays.c.replay_id == replay_id))
+            raise
 
     def resume(self, replay_id: str) -> PlannedReplay:
         """Plan again a replay whose planner stopped; ``enqueue`` goes on from its cursor."""
@@ -350,7 +355,14 @@ def open_replays(settings: Settings, clock: Clock) -> Iterator[Replays]:
 
     with Backends(settings, clock=clock) as backends:
         store = backends.document_store()
-        yield Replays(settings, store, backends.sql_queue.database, backends.command_queue(), clock)
+        yield Replays(
+            settings,
+            store,
+            backends.sql_queue.database,
+            backends.command_queue(),
+            clock,
+            chunk_messages=CHUNK_MESSAGES,  # read now: a test makes chunks small
+        )
 
 
 # --- what the others ask -----------------------------------------------------------------------
