@@ -196,6 +196,9 @@ SPARK_SMOKES: dict[str, Smoke] = {
             "dispatch_over_python_path",
         )
     ),
+    "replay": Smoke(
+        _keys("messages", "dispatcher", "replay", "replay_over_dispatcher", "meets_goal")
+    ),
     "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
     # on the suite's broker: the Spark tests' worker starts one anyway (tests/spark's executors
     # send to it), and a second broker's start cost this smoke run most of its 100 s in CI
