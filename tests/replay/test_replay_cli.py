@@ -26,10 +26,11 @@ def history(tmp_path: Path) -> History:
     return build_history(tmp_path / "ws")
 
 
-def _later(monkeypatch: pytest.MonkeyPatch, hours: float) -> None:
-    """The CLI's clock, an hour on: a crashed worker's locks have expired (no sleep)."""
+def _later(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The CLI's clock moved on (no sleep): past a crashed worker's locks (``lock_duration``,
+    30 s), inside the queue's duplicate-detection window (10 minutes)."""
     real = SystemClock.now
-    monkeypatch.setattr(SystemClock, "now", lambda self: real(self) + timedelta(hours=hours))
+    monkeypatch.setattr(SystemClock, "now", lambda self: real(self) + timedelta(seconds=seconds))
 
 
 def test_the_dry_run_counts_the_messages_first_committed_in_the_range(history: History) -> None:
@@ -95,7 +96,7 @@ def test_a_replay_survives_a_worker_crash_and_delivers_every_message_once(
     mid = cli_json(h.ws, "replay", "--status")["replays"][0]
     assert (mid["replay_id"], mid["status"], mid["sent_chunks"]) == (rid, "enqueued", 2)
 
-    _later(monkeypatch, 1)  # the dead worker's lock on the third chunk has expired
+    _later(monkeypatch, 120)  # the dead worker's locks have expired
     _run_until_idle(h.ws)
     done = cli_json(h.ws, "replay", "--status")["replays"][0]
     assert (done["status"], done["sent_chunks"], done["sent_messages"]) == ("done", chunks, 13)
