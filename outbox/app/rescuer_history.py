@@ -94,11 +94,16 @@ def _replays_holding(
     """The versions the unfinished replays of the table hold (``outbox.app.replay``)."""
     from datetime import UTC
 
+    from pathlib import Path
+
     from outbox.app.replay import DEFAULT_REPLAY_RETENTION, holding_versions
-    from outbox.core.sql import make_engine, read_only_url
+    from outbox.core.sql import make_engine, parse_url, read_only_url
 
     if not sql_url:
         return []
+    parsed = parse_url(sql_url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
+        return []  # no database, no replay (the checkpoints may live in Cosmos DB)
     retention = float(getattr(settings, "replay_retention", DEFAULT_REPLAY_RETENTION))
     engine = make_engine(read_only_url(sql_url))
     try:
