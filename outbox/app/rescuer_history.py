@@ -93,7 +93,6 @@ def _replays_holding(
 ) -> list[int]:
     """The versions the unfinished replays of the table hold (``outbox.app.replay``)."""
     from datetime import UTC
-
     from pathlib import Path
 
     from outbox.app.replay import DEFAULT_REPLAY_RETENTION, holding_versions
