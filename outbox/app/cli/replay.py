@@ -61,7 +61,17 @@ def replay(
 
     ctx = click.get_current_context()
     _check_options(
-        ctx, start, end, predicate, destination, new_ids, dry_run, resume_id, show_status
+        ctx,
+        {
+            "--from": start is not None,
+            "--to": end is not None,
+            "--where": predicate is not None,
+            "--destination": destination is not None,
+            "--new-ids": new_ids,
+            "--dry-run": dry_run,
+        },
+        resume_id=resume_id,
+        show_status=show_status,
     )
     settings = cli.settings()
     clock = SystemClock()
