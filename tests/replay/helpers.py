@@ -90,7 +90,9 @@ def build_history(ws: Path, *, checkpoint_after_a: bool = False) -> History:
 
 def cli(ws: Path, *args: str) -> Result:
     """``outbox -w WS ARGS`` in this process (so a test's crash points and patches apply)."""
-    return CliRunner().invoke(main, ["-w", str(ws), *args], catch_exceptions=False)
+    return CliRunner().invoke(
+        main, ["-w", str(ws), *args], catch_exceptions=False, prog_name="outbox"
+    )
 
 
 def cli_json(ws: Path, *args: str) -> Any:
