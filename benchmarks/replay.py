@@ -58,8 +58,8 @@ def write(ob: Any, messages: int, per_doc: int, per_commit: int) -> tuple[int, i
 def run(messages: int, per_doc: int, per_commit: int, batch_size: int) -> dict[str, Any]:
     from dispatcher.worker import DispatcherWorker
     from outbox import Outbox
-    from outbox.app import replay as replay_module
     from outbox.app.replay import ReplayRequest, Replays
+    from outbox.app.replay_plan import CHUNK_MESSAGES
 
     with tempfile.TemporaryDirectory(prefix="outbox-bench-replay-") as tmp:
         ws = Path(tmp) / "ws"
@@ -83,7 +83,7 @@ def run(messages: int, per_doc: int, per_commit: int, batch_size: int) -> dict[s
                 ob.runtime.queue.database,
                 ob.runtime.commands,
                 ob.clock,
-                chunk_messages=replay_module.CHUNK_MESSAGES,
+                chunk_messages=CHUNK_MESSAGES,
             )
             t = time.perf_counter()
             planned = replays.start(ReplayRequest(str(first), str(last), new_ids=True))

@@ -27,7 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from dispatcher.replay_handler import first_appearances, read_feed
+from dispatcher.replay_feed import first_appearances, read_feed
 from outbox.core.durations import format_duration
 from outbox.core.errors import OutboxError, ValidationError
 

@@ -47,7 +47,7 @@ def oldest_needed_version(
     trailing slash, ``file://``, a symlink, ``az://`` vs ``abfss://``) must hold history too.
 
     The replays are read from the SQL database (``settings.sql_url``, else ``sql_url``); one
-    older than ``replay_retention`` no longer holds (``outbox.app.replay.holding_versions``).
+    older than ``replay_retention`` no longer holds (``outbox.app.replay_status.holding_versions``).
 
     Fails closed: when the checkpoints or the replays cannot be read, the vacuum is refused
     rather than run blind, since it could delete the history a rescuer is about to read.
@@ -95,7 +95,7 @@ def _replays_holding(
     from datetime import UTC
     from pathlib import Path
 
-    from outbox.app.replay import DEFAULT_REPLAY_RETENTION, holding_versions
+    from outbox.app.replay_status import holding_versions, replay_retention
     from outbox.core.sql import make_engine, parse_url, read_only_url
 
     if not sql_url:
@@ -103,7 +103,7 @@ def _replays_holding(
     parsed = parse_url(sql_url)
     if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
         return []  # no database, no replay (the checkpoints may live in Cosmos DB)
-    retention = float(getattr(settings, "replay_retention", DEFAULT_REPLAY_RETENTION))
+    retention = replay_retention(settings)
     engine = make_engine(read_only_url(sql_url))
     try:
         return holding_versions(engine, table_uri, table_id, datetime.now(UTC), retention)

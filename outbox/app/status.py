@@ -16,7 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox.app.keys import PAUSED_KEYS_LISTED, PausedKey, paused_keys
-from outbox.app.replay import status_section as replay_status_section
+from outbox.app.replay_status import status_section as replay_status_section
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
@@ -141,8 +141,7 @@ class StatusReport:
     #: None when the queue database could not be read.
     paused_key_count: int | None = None
     paused_keys: list[PausedKey] = field(default_factory=list)
-    #: ``outbox replay``'s replays not done, and those done in the last day (outbox.app.replay).
-    replays: list[Any] = field(default_factory=list)
+    replays: list[Any] = field(default_factory=list)  # outbox.app.replay_status's section
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

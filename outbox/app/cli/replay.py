@@ -11,7 +11,7 @@ from outbox.app.cli.output import echo_err, emit_json, print_kv, print_table, pr
 from outbox.app.cli.support import CliContext, json_option, pass_cli
 
 if TYPE_CHECKING:
-    from outbox.app.replay import ReplayStatus
+    from outbox.app.replay_status import ReplayStatus
 
 
 @click.command()
@@ -56,7 +56,8 @@ def replay(
     """Re-send the messages committed between two table versions (or times), from the table's
     retained history, through the command queue: the workers (`outbox run-dispatcher`) send them
     in commit order per document, with their own ids unless --new-ids. Start with --dry-run."""
-    from outbox.app.replay import ReplayRequest, make_plan, open_replays, statuses
+    from outbox.app.replay import ReplayRequest, make_plan, open_replays
+    from outbox.app.replay_status import statuses
     from outbox.core.clock import SystemClock
 
     ctx = click.get_current_context()
