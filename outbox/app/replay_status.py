@@ -121,10 +121,13 @@ def holding_versions(
 
 
 def status_section(report: Any, settings: Settings, clock: Clock) -> None:
-    """``outbox status``'s replays: the unfinished ones, and those finished in the last day
-    (a problem line, not a failure, when they cannot be read)."""
+    """``outbox status``'s replays: the unfinished ones, and those finished in the last day; a
+    problem line when they cannot be read (none when the queues' line already says that the
+    database cannot be read)."""
     from outbox.wiring import Backends
 
+    if any(p.startswith("queues:") for p in report.problems):
+        return  # the same database: the queues' problem line already says it cannot be read
     try:
         with Backends(settings, clock=clock) as backends:
             db = backends.sql_queue.database
