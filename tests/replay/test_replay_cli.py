@@ -171,3 +171,50 @@ def test_a_range_given_by_times_is_the_commits_between_them(history: History) ->
     assert (
         cli_json(h.ws, "replay", "--from", naive, "--to", str(h.c), "--dry-run")["messages"] == 13
     )
+
+
+def test_a_chunk_delivered_again_after_it_was_recorded_is_completed_without_a_send(
+    history: History, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chunk whose command comes again once the queue has forgotten its id (past the
+    duplicate-detection window): recorded as sent, so it is completed and nothing goes out."""
+    from dispatcher.queue.sql_queue import SqlQueue
+    from outbox.core.settings import Settings
+
+    h = history
+    rid = cli_json(h.ws, "replay", "--from", str(h.b), "--to", str(h.c))["replay_id"]
+    _run_until_idle(h.ws)
+    before = delivered(h.ws)
+    assert len(before) == 13
+    sent = cli_json(h.ws, "replay", "--status")["replays"][0]
+    _later(monkeypatch, 3600)  # the queue no longer drops the id as a repeat
+    queue = SqlQueue.from_settings(Settings.load(h.ws), clock=SystemClock())
+    try:
+        [first] = [m for m in _chunk_commands(h, rid) if m.message_id == f"rp-{rid}-0"]
+        assert queue.send("outbox-commands", first) == [first.message_id]  # taken again
+    finally:
+        queue.close()
+    _run_until_idle(h.ws)
+    assert delivered(h.ws) == before  # completed, not sent again
+    assert cli_json(h.ws, "replay", "--status")["replays"][0] == sent
+
+
+def _chunk_commands(h: History, rid: str) -> list[Any]:
+    """The replay's commands as its planner made them (the same plan every time)."""
+    from dispatcher.replay_handler import ReplayMessages
+    from outbox.app.replay import ReplayRequest, plan_range
+    from outbox.app.replay_plan import Range
+    from outbox.core.settings import Settings
+    from outbox.wiring.backends import open_document_store
+
+    store = open_document_store(Settings.load(h.ws))
+    try:
+        plan = plan_range(store, Range(h.b, h.c), ReplayRequest(str(h.b), str(h.c)))
+        return [
+            ReplayMessages(
+                store.table_id, rid, i, ch.bucket, ch.start, ch.end, ch.message_ids
+            ).to_queue_message()
+            for i, ch in enumerate(plan.chunks())
+        ]
+    finally:
+        store.close()

@@ -22,6 +22,14 @@ def _dry_run(tmp_path: Path) -> None:
     )
 
 
+def _recorded(tmp_path: Path) -> None:
+    tmp_path.mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as patch:
+        test_replay_cli.test_a_chunk_delivered_again_after_it_was_recorded_is_completed_without_a_send(
+            build_history(tmp_path / "ws"), patch
+        )
+
+
 def _holds(tmp_path: Path) -> None:
     tmp_path.mkdir(parents=True)
     test_replay_history.test_an_unfinished_replay_holds_the_log_trim_and_a_finished_one_lets_it_go(
@@ -44,6 +52,15 @@ MUTATIONS = [
         "test_the_dry_run_counts_the_messages_first_committed_in_the_range",
         _dry_run,
         'assert out["by_destination_type"] == [',
+    ),
+    SourceMutation(
+        "a worker sends a chunk again that it recorded as sent",
+        "dispatcher.replay_handler:ReplayHandler._one",
+        (("if self.chunks.sent(cmd.replay, cmd.chunk):", "if False:"),),
+        "tests/replay/test_replay_cli.py::"
+        "test_a_chunk_delivered_again_after_it_was_recorded_is_completed_without_a_send",
+        _recorded,
+        "assert delivered(h.ws) == before",
     ),
     SourceMutation(
         "the log trim ignores the replays that still read the history",
