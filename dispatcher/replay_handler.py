@@ -153,9 +153,9 @@ class ChunkLog:
             ).first()
         return found is not None
 
-    def record(self, replay_id: str, chunk: int, messages: int, at: datetime) -> None:
+    def record(self, replay_id: str, chunk: int, messages: int, at: datetime) -> str:
         """Record the chunk sent (once: a repeat is a no-op), and the replay done when every
-        planned chunk is."""
+        planned chunk is; returns the replay's progress in words, for the worker's log line."""
         with self.db.write("record a replayed chunk") as c:
             exists = c.execute(
                 select(replay_chunks.c.chunk).where(
@@ -168,7 +168,18 @@ class ChunkLog:
                         replay_id=replay_id, chunk=chunk, messages=messages, sent_at=at
                     )
                 )
-            finish_if_done(c, replay_id, at)
+            done = finish_if_done(c, replay_id, at)
+            sent, total = c.execute(
+                select(
+                    func.coalesce(func.sum(replay_chunks.c.messages), 0),
+                    select(replays.c.messages)
+                    .where(replays.c.replay_id == replay_id)
+                    .scalar_subquery(),
+                ).where(replay_chunks.c.replay_id == replay_id)
+            ).one()
+        return f"{sent} of {'?' if total is None else total} message(s) sent" + (
+            ", done" if done else ""
+        )
 
 
 def finish_if_done(conn: Any, replay_id: str, at: datetime) -> bool:
@@ -266,7 +277,7 @@ class ReplayHandler:
                 s._complete(batch, held, msg)
                 return True
             sent = self.send(cmd)
-            self.chunks.record(cmd.replay, cmd.chunk, sent, self.clock.now())
+            progress = self.chunks.record(cmd.replay, cmd.chunk, sent, self.clock.now())
         except PermanentTransportError as e:
             s._dead_letter(batch, held, msg, "PermanentTransportError", str(e))
             return False
@@ -275,7 +286,9 @@ class ReplayHandler:
             return False
         batch.messages_sent += sent
         s._complete(batch, held, msg)
-        log.info("replay %s: chunk %d sent (%d message(s))", cmd.replay, cmd.chunk, sent)
+        log.info(
+            "replay %s: chunk %d sent (%d message(s)); %s", cmd.replay, cmd.chunk, sent, progress
+        )
         return True
 
     def send(self, cmd: ReplayMessages) -> int:
