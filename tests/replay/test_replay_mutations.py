@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.mutate import mutated
-from tests.replay import test_replay_cli, test_replay_history
+from tests.replay import test_replay_cli, test_replay_fold, test_replay_history
 from tests.replay.helpers import build_history
 from tests.test_mutations import SourceMutation, _failing_source_line, _owner_function
 
@@ -20,6 +20,11 @@ def _dry_run(tmp_path: Path) -> None:
     test_replay_cli.test_the_dry_run_counts_the_messages_first_committed_in_the_range(
         build_history(tmp_path / "ws")
     )
+
+
+def _fold(tmp_path: Path) -> None:
+    tmp_path.mkdir(parents=True)
+    test_replay_fold.test_marks_and_a_fold_in_the_range_add_no_message(tmp_path)
 
 
 def _recorded(tmp_path: Path) -> None:
@@ -52,6 +57,19 @@ MUTATIONS = [
         "test_the_dry_run_counts_the_messages_first_committed_in_the_range",
         _dry_run,
         'assert out["by_destination_type"] == [',
+    ),
+    SourceMutation(
+        "a replay counts the messages a fold's post-images repeat (no before-range filter)",
+        "outbox.app.replay_plan:committed_in_range",
+        (
+            (
+                'keep = pc.greater(joined["seq"], pc.fill_null(joined["before_seq"], 0))',
+                'keep = pc.greater(joined["seq"], 0)',
+            ),
+        ),
+        "tests/replay/test_replay_fold.py::test_marks_and_a_fold_in_the_range_add_no_message",
+        _fold,
+        'assert (after["messages"], after["by_destination_type"]) == (0, [])',
     ),
     SourceMutation(
         "a worker sends a chunk again that it recorded as sent",
