@@ -25,14 +25,14 @@ class History:
     ids: dict[tuple[str, int], str] = field(default_factory=dict)
     #: destination, type of each (doc, seq)
     kinds: dict[tuple[str, int], tuple[str, str]] = field(default_factory=dict)
+    #: the version that first committed each (doc, seq)
+    versions: dict[tuple[str, int], int] = field(default_factory=dict)
 
     def committed(self, start: int, end: int) -> dict[str, tuple[str, int]]:
         """message id -> (doc, seq) of the messages first committed in versions start..end."""
         return {
             self.ids[k]: k for k, v in self.versions.items() if start <= v <= end and k in self.ids
         }
-
-    versions: dict[tuple[str, int], int] = field(default_factory=dict)
 
 
 def build_history(ws: Path, *, checkpoint_after_a: bool = False) -> History:
