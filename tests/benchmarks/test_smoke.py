@@ -149,6 +149,9 @@ SMOKES: dict[str, Smoke] = {
         ),
         needs="kafka",
     ),
+    "replay": Smoke(
+        _keys("messages", "dispatcher", "replay", "replay_over_dispatcher", "meets_goal")
+    ),
     "rescuer": Smoke(_RESCUER, args=("--no-spark",)),  # its Spark passes: SPARK_SMOKES
     # HEAD against itself: the trees come from `git archive`, so the clone's commits only
     "object_store": Smoke(_keys("stores", "sizes", "dispatch_vs_local"), needs="objectstore"),
@@ -195,9 +198,6 @@ SPARK_SMOKES: dict[str, Smoke] = {
             "python_path_same_batch",
             "dispatch_over_python_path",
         )
-    ),
-    "replay": Smoke(
-        _keys("messages", "dispatcher", "replay", "replay_over_dispatcher", "meets_goal")
     ),
     "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
     # on the suite's broker: the Spark tests' worker starts one anyway (tests/spark's executors
