@@ -2,9 +2,10 @@
 
 It receives ``ProcessDocument`` commands (session = document id, so one worker at a time holds a
 document) and hands each batch to the ``CommandHandler`` (``dispatcher.command_handler``: read the
-current rows, send what is pending, one watermark MERGE, settle each command by outcome). Several
-workers, in threads or processes, can share a queue: the session lock keeps each document with one
-of them at a time.
+current rows, send what is pending, one watermark MERGE, settle each command by outcome). The
+chunks of ``outbox replay`` (subject ``ReplayMessages``) go to ``dispatcher.replay_handler``
+instead. Several workers, in threads or processes, can share a queue: the session lock keeps each
+document with one of them at a time.
 
 Each thread runs the shared ``outbox.core.runloop.RunLoop``: a receive that returns nothing waits
 ``poll_interval`` by the clock (and is a good moment for the queue's housekeeping).
@@ -30,6 +31,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, TypedDict, Unpack
 
 from dispatcher.command_handler import CommandHandler, WorkerStats
+from dispatcher.replay_handler import REPLAY_SUBJECT, ReplayHandler
 from outbox.core.backoff import ExponentialBackoff
 from outbox.core.errors import ValidationError
 from outbox.core.runloop import RunLoop, run_loops
@@ -135,6 +137,7 @@ class DispatcherWorker:
         self.handler = CommandHandler(
             runtime, backoff=self.backoff, renew_check_interval=opts.renew_check_interval
         )
+        self.replays = ReplayHandler(runtime, self.handler)  # ``outbox replay``'s chunks
         self._stop = threading.Event()
         self._stats_lock = threading.Lock()
         self.stats = WorkerStats()
@@ -237,7 +240,12 @@ class DispatcherWorker:
     def handle_batch(self, received: Sequence[ReceivedMessage]) -> WorkerStats:
         """Handle locked commands: read, send, one watermark MERGE, settle each. Never raises
         ``Exception`` (a failure abandons); ``InjectedCrash`` passes through like a real crash."""
-        batch = self.handler.handle(received)
+        replays = [m for m in received if m.subject == REPLAY_SUBJECT]
+        commands = [m for m in received if m.subject != REPLAY_SUBJECT] if replays else received
+        batch = self.handler.handle(commands) if commands else WorkerStats()
+        if replays:
+            batch.add(self.replays.handle(replays))
+            batch.batches = 1
         with self._stats_lock:
             self.stats.add(batch)
         return batch

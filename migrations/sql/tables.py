@@ -1,5 +1,6 @@
 """The SQL schema as SQLAlchemy Core tables: the queue, its dead letters and duplicate-detection
-ids, the rescuer's checkpoints, the consumer inbox and the claim log of two regions.
+ids, the rescuer's checkpoints, the consumer inbox, the claim log of two regions and the replays
+from the table's history.
 
 Code builds queries from these objects; the Alembic revisions create the same tables, and a test
 checks the two never drift apart. Times are stored timezone-aware (UTC) so SQLite and PostgreSQL
@@ -217,4 +218,41 @@ key_holds = Table(
     Column("reason", Text, nullable=False, default=""),
     Index("ix_outbox_key_holds_key", "destination", "ordering_key", "id"),
     sqlite_autoincrement=True,
+)
+
+# Replays from the table's history (0009; outbox.app.replay): one row per ``outbox replay``, with
+# its range, predicate and flags, the chunks planned and the cursor of those enqueued; a chunk's
+# row is written by the worker that sent it (so a redelivered chunk is not sent twice and the
+# progress is a count). A replay not finished holds the log trim at its range's start.
+replays = Table(
+    "outbox_replays",
+    metadata,
+    Column("replay_id", String(64), nullable=False),
+    Column("table_id", String(64), nullable=False),
+    Column("table_uri", String(1024), nullable=False),
+    Column("from_version", BigInteger, nullable=False),
+    Column("to_version", BigInteger, nullable=False),
+    Column("predicate", Text, nullable=True),
+    Column("destination", String(NAME), nullable=True),
+    Column("new_ids", Boolean, nullable=False, default=False, server_default=false()),
+    # planning -> enqueued -> done
+    Column("status", String(16), nullable=False),
+    Column("chunks", BigInteger, nullable=True),  # planned (None until the plan is made)
+    Column("messages", BigInteger, nullable=True),
+    Column("enqueued", BigInteger, nullable=False, default=0),  # the cursor: chunks enqueued
+    Column("details", Text, nullable=True),  # JSON: the counts per destination and type
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("replay_id", name="pk_outbox_replays"),
+)
+
+replay_chunks = Table(
+    "outbox_replay_chunks",
+    metadata,
+    Column("replay_id", String(64), nullable=False),
+    Column("chunk", BigInteger, nullable=False),
+    Column("messages", BigInteger, nullable=False),
+    Column("sent_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("replay_id", "chunk", name="pk_outbox_replay_chunks"),
 )

@@ -1,9 +1,10 @@
-"""What history the rescuer still needs, and the vacuum's guard over it.
+"""What history the rescuer (and a replay) still needs, and the vacuum's guard over it.
 
 The rescuer reads the change data feed from its checkpoint onward, so a vacuum whose retention
 would reach into that window (or into ``rescue_delay`` plus a margin) is refused with an error
 that says what to do instead (``check_vacuum``); the log trim stops at the same version
-(``oldest_needed_version``).
+(``oldest_needed_version``). An unfinished ``outbox replay`` holds the same way: it reads the
+table as of the version before its range and the feed of the range (``outbox.app.replay``).
 
 Why apart from ``maintenance``: this is the one question upkeep asks the rescuer's side (its
 checkpoints, in SQL or Cosmos DB, and the table's commit times), and it answers it the same for
@@ -35,7 +36,8 @@ def oldest_needed_version(
     *,
     settings: Settings | None = None,
 ) -> int | None:
-    """The oldest table version any rescuer of the table still has to read, or None.
+    """The oldest table version any rescuer or unfinished replay of the table still has to
+    read, or None.
 
     The checkpoints are read from ``settings``' checkpoint store (``checkpoint_store``: SQL or
     Cosmos DB) when given, else from the SQL database at ``sql_url``.
@@ -44,15 +46,22 @@ def oldest_needed_version(
     written for that table id: the same table reached through another spelling of its URI (a
     trailing slash, ``file://``, a symlink, ``az://`` vs ``abfss://``) must hold history too.
 
-    Fails closed: when the checkpoints cannot be read, the vacuum is refused rather than run
-    blind, since it could delete the history a rescuer is about to read. Read-only (SQLite:
-    ``read_only_url``), so it never waits for the write lock, nor creates a missing database.
+    The replays are read from the SQL database (``settings.sql_url``, else ``sql_url``); one
+    older than ``replay_retention`` no longer holds (``outbox.app.replay_status.holding_versions``).
+
+    Fails closed: when the checkpoints or the replays cannot be read, the vacuum is refused
+    rather than run blind, since it could delete the history a rescuer is about to read.
+    Read-only (SQLite: ``read_only_url``), so it never waits for the write lock, nor creates a
+    missing database.
     """
     from outbox.core.sql import read_only_url
     from outbox.wiring import Backends
     from rescuer.checkpoint import SqlCheckpointStore
 
     try:
+        held = _replays_holding(
+            settings.sql_url if settings else sql_url, table_uri, table_id, settings
+        )
         if settings is not None:
             reading = settings.replace(sql_url=read_only_url(settings.sql_url))
             with Backends(reading) as backends:
@@ -70,12 +79,36 @@ def oldest_needed_version(
             "`outbox migrate`), so the rescuer checkpoints can be read",
         ) from e
     versions = [
-        cp.version
+        cp.version + 1
         for cp in rows
         if cp.version is not None
         and (cp.table_uri == table_uri or (table_id is not None and cp.table_id == table_id))
     ]
-    return min(versions) + 1 if versions else None
+    versions += held
+    return min(versions) if versions else None
+
+
+def _replays_holding(
+    sql_url: str, table_uri: str, table_id: str | None, settings: Settings | None
+) -> list[int]:
+    """The versions the unfinished replays of the table hold (``outbox.app.replay``)."""
+    from datetime import UTC
+    from pathlib import Path
+
+    from outbox.app.replay_status import holding_versions, replay_retention
+    from outbox.core.sql import make_engine, parse_url, read_only_url
+
+    if not sql_url:
+        return []
+    parsed = parse_url(sql_url)
+    if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
+        return []  # no database, no replay (the checkpoints may live in Cosmos DB)
+    retention = replay_retention(settings)
+    engine = make_engine(read_only_url(sql_url))
+    try:
+        return holding_versions(engine, table_uri, table_id, datetime.now(UTC), retention)
+    finally:
+        engine.dispose()
 
 
 def commit_time(store: DeltaDocumentStore, version: int) -> datetime | None:

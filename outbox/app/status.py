@@ -16,6 +16,7 @@ from datetime import datetime
 from typing import Any
 
 from outbox.app.keys import PAUSED_KEYS_LISTED, PausedKey, paused_keys
+from outbox.app.replay_status import status_section as replay_status_section
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
@@ -140,6 +141,7 @@ class StatusReport:
     #: None when the queue database could not be read.
     paused_key_count: int | None = None
     paused_keys: list[PausedKey] = field(default_factory=list)
+    replays: list[Any] = field(default_factory=list)  # outbox.app.replay_status's section
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -213,6 +215,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
         _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
     except OutboxError as e:
         report.problems.append(f"queues: {e}")
+    replay_status_section(report, reading, clock)
     return report
 
 

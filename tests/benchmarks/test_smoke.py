@@ -149,6 +149,9 @@ SMOKES: dict[str, Smoke] = {
         ),
         needs="kafka",
     ),
+    "replay": Smoke(
+        _keys("messages", "dispatcher", "replay", "replay_over_dispatcher", "meets_goal")
+    ),
     "rescuer": Smoke(_RESCUER, args=("--no-spark",)),  # its Spark passes: SPARK_SMOKES
     # HEAD against itself: the trees come from `git archive`, so the clone's commits only
     "object_store": Smoke(_keys("stores", "sizes", "dispatch_vs_local"), needs="objectstore"),

@@ -21,6 +21,7 @@ from outbox.app.cli import (
     maintain,
     migrate,
     queues,
+    replay,
     rescue,
     status,
 )
@@ -88,6 +89,7 @@ for _module in (
     check,
     status,
     console,
+    replay,
 ):
     _module.register(main)
 

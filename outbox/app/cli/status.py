@@ -8,6 +8,7 @@ import click
 
 from outbox.app.cli import exit_codes
 from outbox.app.cli.output import echo_err, emit_json, print_kv, print_table
+from outbox.app.cli.replay import print_replays
 from outbox.app.cli.support import DURATION_OR_ZERO, CliContext, json_option, pass_cli
 from outbox.core.durations import format_duration
 
@@ -163,6 +164,8 @@ def _print_status(report: StatusReport) -> None:
             "(`outbox keys list`, `outbox keys resume`)",
             report.paused_keys,
         )
+    if report.replays:
+        print_replays(report.replays, "replays (`outbox replay --status`)")
     d = report.oldest_dead_letter
     if d is not None:
         print_kv(

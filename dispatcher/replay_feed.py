@@ -1,0 +1,101 @@
+"""The change data feed of a range, as the messages its document rows carry: what ``outbox
+replay`` plans from (``outbox.app.replay_plan``) and what its chunks are sent from
+(``dispatcher.replay_handler``). One reading for both, so the planner and the worker agree on
+which rows hold a message and which appearance of it counts.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from outbox.delta.reads import plain_strings
+
+#: The change types that carry a row as written (a fold's deletes and the pre-images do not).
+_IMAGES = ("insert", "update_postimage")
+#: The columns the feed is read with: the planner's and the handler's.
+FEED_COLUMNS = [
+    "id",
+    "version",
+    "bucket",
+    "incarnation",
+    "outbox",
+    "_change_type",
+    "_commit_version",
+]
+
+
+def read_feed(
+    delta_table: Any, start: int, end: int, *, predicate: str | None, full: bool
+) -> pa.Table:
+    """The messages the document rows committed in versions ``start..end`` carry, one row each:
+    ``_commit_version, bucket, id, incarnation, seq, message_id, destination, type`` and, with
+    ``full``, ``message`` (the stored struct, body included). Only images of document rows (an
+    insert or an update's post-image, version above 0); a message a later version (or a fold,
+    or a Spark MERGE) repeats is in it once per row: ``first_appearances`` keeps one.
+
+    Read batch by batch, so the planner holds the small columns of a big range, not its bodies.
+    Driver errors pass through: the caller knows what they mean to it."""
+    reader = delta_table.load_cdf(
+        starting_version=start, ending_version=end, columns=FEED_COLUMNS, predicate=predicate
+    )
+    parts = [_explode(b, full) for b in pa.RecordBatchReader.from_stream(reader)]
+    parts = [p for p in parts if p.num_rows]
+    return pa.concat_tables(parts) if parts else _explode(None, full)
+
+
+def _explode(batch: pa.RecordBatch | None, full: bool) -> pa.Table:
+    columns = ["_commit_version", "bucket", "id", "incarnation", "seq", "message_id"]
+    columns += ["destination", "type"] + (["message"] if full else [])
+    if batch is None or batch.num_rows == 0:
+        return _empty(columns)
+    t = plain_strings(pa.Table.from_batches([batch]))
+    keep = pc.and_(
+        pc.is_in(t["_change_type"], value_set=pa.array(_IMAGES)),
+        pc.greater(pc.cast(t["version"], pa.int64()), 0),
+    )
+    t = t.filter(keep)
+    if t.num_rows == 0:
+        return _empty(columns)
+    outbox = t["outbox"].combine_chunks()
+    flat = pc.list_flatten(outbox)
+    if len(flat) == 0:
+        return _empty(columns)
+    parents = pc.list_parent_indices(outbox)
+    out: dict[str, Any] = {
+        "_commit_version": pc.cast(t["_commit_version"].take(parents), pa.int64()),
+        "bucket": pc.cast(t["bucket"].take(parents), pa.int64()),
+        "id": t["id"].take(parents),
+        "incarnation": pc.cast(t["incarnation"].take(parents), pa.string()),
+        "seq": pc.cast(flat.field("seq"), pa.int64()),
+        "message_id": flat.field("message_id"),
+        "destination": flat.field("destination"),
+        "type": flat.field("type"),
+    }
+    if full:
+        out["message"] = flat
+    return pa.table(out)
+
+
+def _empty(columns: list[str]) -> pa.Table:
+    from outbox.delta.schema import MESSAGE_TYPE
+
+    types = {"_commit_version": pa.int64(), "bucket": pa.int64(), "seq": pa.int64()}
+    types["message"] = MESSAGE_TYPE
+    return pa.table({c: pa.array([], types.get(c, pa.string())) for c in columns})
+
+
+def first_appearances(messages: pa.Table) -> pa.Table:
+    """Each message id once, at the first commit that wrote it, ordered by (commit, document,
+    seq): the order a replay sends them in, which keeps each document's messages in seq order
+    (a document's seq k+1 is never first written before its seq k)."""
+    if messages.num_rows == 0:
+        return messages
+    order = [("_commit_version", "ascending"), ("id", "ascending"), ("seq", "ascending")]
+    ordered = messages.sort_by(order)
+    ordered = ordered.append_column("_row", pa.array(range(ordered.num_rows), pa.int64()))
+    firsts = ordered.group_by("message_id", use_threads=False).aggregate([("_row", "min")])
+    keep = pc.sort_indices(firsts["_row_min"])
+    return ordered.take(pc.take(firsts["_row_min"], keep)).drop_columns(["_row"])
