@@ -50,6 +50,7 @@ _ERRORS = {
     "UnknownDestinationError",
     "RescuerError",
     "EngineError",
+    "HistoryGoneError",
 }
 
 #: The public import paths and exactly what each exports.
@@ -65,6 +66,7 @@ PUBLIC: dict[str, set[str]] = {
         "Clock",
         "ManualClock",
         "SystemClock",
+        "read_documents",
         *_ERRORS,
     },
     "outbox.spark": {"SparkOutbox", "ApplyResult", "local_session"},
