@@ -22,6 +22,7 @@ from outbox.app.cli import (
     migrate,
     queues,
     rescue,
+    sql,
     status,
 )
 from outbox.app.cli.output import setup_logging
@@ -88,6 +89,7 @@ for _module in (
     check,
     status,
     console,
+    sql,
 ):
     _module.register(main)
 

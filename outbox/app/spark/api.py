@@ -23,6 +23,7 @@ from dispatcher.transports.base import Transport
 from outbox.app.spark import dispatch as D
 from outbox.app.spark import executors as E
 from outbox.app.spark import merge as M
+from outbox.app.spark import views
 from outbox.app.spark.executors import HookFactory, SendFrom
 from outbox.app.spark.session import require_delta
 from outbox.app.spark.validate import check_rows, normalize
@@ -271,6 +272,23 @@ class SparkOutbox:
             )
             .localCheckpoint(eager=True)
         )
+
+    # --- reading ------------------------------------------------------------------------
+
+    def documents(self, as_of: Any = None) -> Any:
+        """The current documents as a DataFrame, now or ``as_of`` a version or time
+        (``outbox.app.spark.views``: the library's own rule, docs/readers.md)."""
+        return views.documents(self, as_of)
+
+    def register_view(
+        self,
+        name: str = views.DEFAULT_VIEW,
+        *,
+        persistent: bool = False,
+        database: str | None = None,
+    ) -> str:
+        """``CREATE OR REPLACE [TEMP] VIEW`` of the current documents; returns its name."""
+        return views.register_view(self, name, persistent=persistent, database=database)
 
     # --- after the commit -----------------------------------------------------------------
 
