@@ -161,7 +161,9 @@ class TableStates:
 
         store = self.ob.store
         store.refresh()
-        store.delta_table.alter.add_columns(Field(DELETED, PrimitiveType("boolean"), nullable=True))
+        if DELETED not in pa.schema(store.delta_table.schema().to_arrow()).names:  # v3 has it
+            field = Field(DELETED, PrimitiveType("boolean"), nullable=True)
+            store.delta_table.alter.add_columns(field)
         self.has_deleted_column = True
         self.record("deleted column")
 
