@@ -106,10 +106,11 @@ def current_sql(
     )
     hidden = f" AND NOT coalesce({DELETED}, false)" if has_deleted and not include_deleted else ""
     return (
-        f"SELECT {select} FROM (SELECT *, "
-        "row_number() OVER (PARTITION BY id ORDER BY version DESC) AS _rn, "
-        f"max(dispatched_seq) OVER (PARTITION BY id, {INCARNATION}) AS _ds "
-        f"FROM {source}) AS _v "
+        f"SELECT {select}\n"
+        "FROM (SELECT *,\n"
+        "             row_number() OVER (PARTITION BY id ORDER BY version DESC) AS _rn,\n"
+        f"             max(dispatched_seq) OVER (PARTITION BY id, {INCARNATION}) AS _ds\n"
+        f"      FROM {source}) AS _v\n"
         f"WHERE _rn = 1 AND version > {MARK_VERSION}{hidden}"
     )
 
