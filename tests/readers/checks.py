@@ -9,6 +9,7 @@ mutation replaces the module's function, and every reader here must see the repl
 
 from __future__ import annotations
 
+import itertools
 import json
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -98,7 +99,7 @@ def check_documents_by_time(t: TableStates) -> None:
     times = commit_times(t)
     versions = sorted(times)
     tie = next(
-        (v for v, w in zip(versions, versions[1:], strict=False) if times[w] <= times[v]),
+        (v for v, w in itertools.pairwise(versions) if times[w] <= times[v]),
         versions[-1],
     )
     checked = [v for v in versions if v < tie]
