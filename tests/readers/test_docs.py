@@ -41,4 +41,3 @@ def test_the_guide_links_the_page_and_table_md_no_longer_holds_a_query_of_its_ow
     table = (ROOT / "docs" / "table.md").read_text()
     assert "(readers.md)" in table
     assert "row_number()" not in table
-    assert "<=>" not in table

@@ -105,6 +105,7 @@ def _failing_line(error: BaseException, owner: Callable[..., object]) -> str:
 
 
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
+@pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_reader_check_catches_the_mutation(
     m: ReaderMutation, states: TableStates, monkeypatch: pytest.MonkeyPatch
 ) -> None:
