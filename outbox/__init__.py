@@ -5,9 +5,9 @@
 
 The public API is this package and a few modules beside it, each a list of names re-exported from
 where they live (tests/test_exported_members.py pins every list; docs/design.md, "Layers", "The
-public API"): ``outbox`` (the outbox, its unit of work, ``read_documents``, settings, clocks and
-the error tree), ``outbox.spark`` (``SparkOutbox`` and a local Delta-enabled session),
-``outbox.queue`` (the SQL queue, its consumer and inboxes), ``outbox.kafka``,
+public API"): ``outbox`` (the outbox, its unit of work, ``read_documents`` and ``current_sql``,
+settings, clocks and the error tree), ``outbox.spark`` (``SparkOutbox`` and a local Delta-enabled
+session), ``outbox.queue`` (the SQL queue, its consumer and inboxes), ``outbox.kafka``,
 ``outbox.transports``, ``outbox.rescuer`` and ``outbox.testing`` (contract suites and fakes).
 Everything else is internal and may move.
 
@@ -64,12 +64,14 @@ if TYPE_CHECKING:
     )
     from outbox.core.model import OutboxMessage
     from outbox.core.settings import Settings
+    from outbox.delta.current import current_sql
     from outbox.unit_of_work import Document, UnitOfWork
     from outbox.wiring.backends import Backends
 
 _EXPORTS = {
     "Outbox": "outbox.app.facade",
     "read_documents": "outbox.app.facade",
+    "current_sql": "outbox.delta.current",
     "Backends": "outbox.wiring.backends",
     "DispatchReport": "dispatcher.dispatch",
     "Clock": "outbox.core.clock",
@@ -148,6 +150,7 @@ __all__ = [
     "UnprocessableMessageError",
     "ValidationError",
     "WorkspaceError",
+    "current_sql",
     "read_documents",
 ]
 

@@ -67,6 +67,7 @@ PUBLIC: dict[str, set[str]] = {
         "ManualClock",
         "SystemClock",
         "read_documents",
+        "current_sql",
         *_ERRORS,
     },
     "outbox.spark": {"SparkOutbox", "ApplyResult", "local_session"},

@@ -23,7 +23,7 @@ from outbox.core.errors import ClosedError, ConfigurationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.core.shutdown import close_at_exit
-from outbox.delta import current
+from outbox.delta import reads
 from outbox.delta.store import DeltaDocumentStore
 from outbox.unit_of_work import UnitOfWork
 from outbox.wiring import Backends
@@ -163,7 +163,7 @@ class Outbox:
         ids: Sequence[str] | None = None,
         *,
         type: str | None = None,
-        as_of: current.AsOf | None = None,
+        as_of: reads.AsOf | None = None,
         columns: Sequence[str] | None = None,
         include_deleted: bool = False,
     ) -> pa.Table:
@@ -179,7 +179,7 @@ class Outbox:
         before it; before the history the table keeps, ``HistoryGoneError``."""
         if self._closed:
             raise ClosedError("this Outbox is closed", hint="open a new one with Outbox.open(...)")
-        return current.read_store(
+        return reads.read_store(
             self.store,
             ids,
             as_of=as_of,
@@ -217,7 +217,7 @@ def read_documents(
     ids: Sequence[str] | None = None,
     *,
     type: str | None = None,
-    as_of: current.AsOf | None = None,
+    as_of: reads.AsOf | None = None,
     columns: Sequence[str] | None = None,
     include_deleted: bool = False,
     settings: Settings | None = None,
@@ -238,7 +238,7 @@ def read_documents(
         settings = settings.replace(**overrides)
     store = open_document_store(settings)
     try:
-        return current.read_store(
+        return reads.read_store(
             store,
             ids,
             as_of=as_of,

@@ -15,7 +15,7 @@ import pytest
 
 import outbox
 from outbox.core.clock import ManualClock
-from outbox.delta import current
+from outbox.delta import reads
 from testkit.table_states import DELETED, MODELLED, STEPS, TableStates
 from tests.readers import checks
 from tests.write_path.conftest import bare_outbox
@@ -190,7 +190,7 @@ def test_a_version_or_time_before_the_kept_history_names_the_oldest_readable(
             needed=None,
         )
         assert report.keep_from == kept
-        assert current.oldest_readable(ob.store.uri) == kept
+        assert reads.oldest_readable(ob.store.uri) == kept
         for gone in (0, kept - 1, datetime(2020, 1, 1, tzinfo=UTC)):
             with pytest.raises(outbox.HistoryGoneError) as caught:
                 ob.documents(as_of=gone)

@@ -273,24 +273,9 @@ class SparkOutbox:
             .localCheckpoint(eager=True)
         )
 
-    # --- reading ------------------------------------------------------------------------
-
-    def documents(self, as_of: Any = None) -> Any:
-        """The current documents as a DataFrame, now or ``as_of`` a version or time
-        (``outbox.app.spark.views``: the library's own rule, docs/readers.md)."""
-        return views.documents(self, as_of)
-
-    def register_view(
-        self,
-        name: str = views.DEFAULT_VIEW,
-        *,
-        persistent: bool = False,
-        database: str | None = None,
-    ) -> str:
-        """``CREATE OR REPLACE [TEMP] VIEW`` of the current documents; returns its name."""
-        return views.register_view(self, name, persistent=persistent, database=database)
-
     # --- after the commit -----------------------------------------------------------------
+
+    documents, register_view = views.documents, views.register_view  # docs/readers.md
 
     def pending_in_commit(self, version: int) -> list[DocumentRow]:
         """The documents commit ``version`` left pending, from its change data only."""

@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from outbox.core.errors import HistoryGoneError, StoreError, ValidationError
-from outbox.delta import current
+from outbox.delta import current, reads
 from outbox.delta.table import open_table
 
 #: The name ``register_view`` gives by default.
@@ -43,14 +43,14 @@ def table_has_deleted(sob: Any) -> bool:
     return current.has_deleted(pa.schema(sob.store.delta_table.schema().to_arrow()))
 
 
-def documents(sob: Any, as_of: current.AsOf | None = None) -> Any:
+def documents(sob: Any, as_of: reads.AsOf | None = None) -> Any:
     """The current documents of ``sob``'s table as a Spark DataFrame (now, or ``as_of`` a
     version or a time, resolved as ``Outbox.documents`` resolves it)."""
     reader, uri = sob._reader(), sob.table_uri
     tombstones = table_has_deleted(sob)
     if as_of is not None:
         storage = sob.settings.storage_options
-        version = current.resolve_version(
+        version = reads.resolve_version(
             open_table(uri, storage),
             uri,
             as_of,
