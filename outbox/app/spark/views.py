@@ -47,7 +47,6 @@ def documents(sob: Any, as_of: reads.AsOf | None = None) -> Any:
     """The current documents of ``sob``'s table as a Spark DataFrame (now, or ``as_of`` a
     version or a time, resolved as ``Outbox.documents`` resolves it)."""
     reader, uri = sob._reader(), sob.table_uri
-    tombstones = table_has_deleted(sob)
     if as_of is not None:
         storage = sob.settings.storage_options
         version = reads.resolve_version(
@@ -60,6 +59,7 @@ def documents(sob: Any, as_of: reads.AsOf | None = None) -> Any:
         reader = reader.option("versionAsOf", version)
     try:
         rows = reader.load(uri)
+        tombstones = current.DELETED in rows.columns  # at that version (the column came later)
         return sob.spark.sql(current.current_sql("{rows}", has_deleted=tombstones), rows=rows)
     except Exception as e:
         text = str(e)
