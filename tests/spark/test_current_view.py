@@ -102,7 +102,7 @@ def test_a_persistent_view_in_the_sessions_catalog(
     sob, t = table
     name = sob.register_view("outbox_documents", persistent=True, database="default")
     assert name == "default.outbox_documents"
-    listed = [r.tableName for r in spark.sql("SHOW VIEWS IN default").collect()]
+    listed = [r.viewName for r in spark.sql("SHOW VIEWS IN default").collect()]
     assert "outbox_documents" in listed
     assert _model(spark.table(name).collect()) == t.documents(max(t.at))
     text = spark.sql(f"SHOW CREATE TABLE {name}").first()[0]
