@@ -151,3 +151,68 @@ def test_the_spark_blocks_of_the_readers_page_run(
             exec(compile(block, f"docs/readers.md block {i + 1}", "exec"), namespace)
         except Exception as e:  # pragma: no cover - the failure message is the point
             pytest.fail(f"docs/readers.md block {i + 1} failed: {type(e).__name__}: {e}\n{block}")
+
+
+#: A child program: a local session on a Hive metastore (pyspark's bundled Hive and Derby) in
+#: ``warehouse``; ``create`` registers the persistent view of the workspace's table, ``read``
+#: (a later session, another process) prints the ids the view shows.
+_HIVE_CHILD = """
+import sys
+from rescuer.cdf_spark import delta_jars, local_session_config, start_session
+
+ws, warehouse, action = sys.argv[1:4]
+spark = start_session({
+    **local_session_config(delta_jars()),
+    "spark.sql.catalogImplementation": "hive",
+    "spark.sql.warehouse.dir": warehouse + "/warehouse",
+    "spark.hadoop.javax.jdo.option.ConnectionURL":
+        "jdbc:derby:;databaseName=" + warehouse + "/metastore_db;create=true",
+})
+if action == "create":
+    from outbox.app.spark import SparkOutbox
+    with SparkOutbox(spark, ws, transport="memory", create=False) as sob:
+        print(sob.register_view(persistent=True, database="default"))
+else:
+    print(sorted(r.id for r in spark.table("default.documents_current").collect()))
+spark.stop()
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1500)
+def test_a_persistent_view_in_a_hive_metastore_outlives_its_session(
+    table: tuple[Any, TableStates], tmp_path: Path
+) -> None:
+    """Two processes, one Derby metastore: the first creates the view, the second (a new
+    session) reads the current documents through it by name."""
+    import subprocess
+    import sys
+
+    from tests.spark.jvm import child_jvm_env
+
+    _, t = table
+    env = child_jvm_env()
+    env["PYTHONPATH"] = f"{REPO}:{env.get('PYTHONPATH', '')}"
+
+    def child(action: str) -> str:
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                _HIVE_CHILD,
+                str(t.ob.settings.workspace),
+                str(tmp_path),
+                action,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=1200,
+            env=env,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout.strip().splitlines()[-1]
+
+    assert child("create") == "default.documents_current"
+    assert child("read") == str(sorted(t.documents(max(t.at))))
