@@ -44,8 +44,9 @@ from outbox.delta.schema import DOCUMENT_SCHEMA, INCARNATION
 MARK_VERSION = 0
 #: The tombstone column: true on the version that deletes its document (null or false: live).
 DELETED = "deleted"
-#: What a reader gets by default: the document columns, in the table's order.
-DOCUMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in DOCUMENT_SCHEMA)
+#: What a reader gets by default: the document columns, in the table's order (``deleted`` only
+#: with tombstones: a reader of the current documents has none).
+DOCUMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in DOCUMENT_SCHEMA if f.name != DELETED)
 
 _NULL_LIFE = "\x00"  # stands for a null incarnation in group keys (never a real token)
 
