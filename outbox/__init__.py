@@ -5,10 +5,11 @@
 
 The public API is this package and a few modules beside it, each a list of names re-exported from
 where they live (tests/test_exported_members.py pins every list; docs/design.md, "Layers", "The
-public API"): ``outbox`` (the outbox, its unit of work, settings, clocks and the error tree),
-``outbox.spark`` (``SparkOutbox`` and a local Delta-enabled session), ``outbox.queue`` (the SQL
-queue, its consumer and inboxes), ``outbox.kafka``, ``outbox.transports``, ``outbox.rescuer``
-and ``outbox.testing`` (contract suites and fakes). Everything else is internal and may move.
+public API"): ``outbox`` (the outbox, its unit of work, ``read_documents`` and ``current_sql``,
+settings, clocks and the error tree), ``outbox.spark`` (``SparkOutbox`` and a local Delta-enabled
+session), ``outbox.queue`` (the SQL queue, its consumer and inboxes), ``outbox.kafka``,
+``outbox.transports``, ``outbox.rescuer`` and ``outbox.testing`` (contract suites and fakes).
+Everything else is internal and may move.
 
 The package reads floor to roof: ``outbox.core`` (the kernel: model, errors, settings, clock),
 ``outbox.delta`` (the document table), ``outbox.unit_of_work``, then ``outbox.wiring`` (settings to
@@ -29,7 +30,7 @@ from outbox.core.lazy import guard, lazy_exports
 
 if TYPE_CHECKING:
     from dispatcher.dispatch import DispatchReport
-    from outbox.app.facade import Outbox
+    from outbox.app.facade import Outbox, read_documents
     from outbox.core.clock import Clock, ManualClock, SystemClock
     from outbox.core.errors import (
         ChangeDataFeedDisabledError,
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
         ConfigurationError,
         DeltaNotConfiguredError,
         EngineError,
+        HistoryGoneError,
         LockLostError,
         MessageTooLargeError,
         MissingDependencyError,
@@ -62,11 +64,14 @@ if TYPE_CHECKING:
     )
     from outbox.core.model import OutboxMessage
     from outbox.core.settings import Settings
+    from outbox.delta.current import current_sql
     from outbox.unit_of_work import Document, UnitOfWork
     from outbox.wiring.backends import Backends
 
 _EXPORTS = {
     "Outbox": "outbox.app.facade",
+    "read_documents": "outbox.app.facade",
+    "current_sql": "outbox.delta.current",
     "Backends": "outbox.wiring.backends",
     "DispatchReport": "dispatcher.dispatch",
     "Clock": "outbox.core.clock",
@@ -98,6 +103,7 @@ _EXPORTS = {
     "PermanentTransportError": "outbox.core.errors",
     "UnknownDestinationError": "outbox.core.errors",
     "RescuerError": "outbox.core.errors",
+    "HistoryGoneError": "outbox.core.errors",
     "EngineError": "outbox.core.errors",
     "OutboxMessage": "outbox.core.model",
     "Settings": "outbox.core.settings",
@@ -117,6 +123,7 @@ __all__ = [
     "DispatchReport",
     "Document",
     "EngineError",
+    "HistoryGoneError",
     "LockLostError",
     "ManualClock",
     "MessageTooLargeError",
@@ -143,6 +150,8 @@ __all__ = [
     "UnprocessableMessageError",
     "ValidationError",
     "WorkspaceError",
+    "current_sql",
+    "read_documents",
 ]
 
 

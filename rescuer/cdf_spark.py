@@ -1,11 +1,11 @@
 """The Spark engine: the same plan as ``cdf_local``, computed as a Spark job (delta-spark).
 
 Why Spark at all: for tables beyond one machine, or where the job already runs on Databricks.
-The planning is DataFrame operations end to end, by the rule of ``cdf_local`` (the versions layout:
-a document is its life's newest version, its watermark the highest of that life's rows):
-aggregations with ``max_by`` pick each id's document from the feed (``feed_plan``), window
-functions from the rows for a sweep (``sweep_frame``), and only the pending ids (a few rows) come
-back to the driver; the feed itself is never collected.
+The planning runs in Spark end to end, by the rule of ``cdf_local`` (the versions layout: a
+document is its life's newest version, its watermark the highest of that life's rows):
+aggregations with ``max_by`` pick each id's document from the feed (``feed_plan``), and the sweep
+(``sweep_frame``) runs the window query of ``outbox.delta.current`` as Spark SQL; only the pending
+ids (a few rows) come back to the driver; the feed itself is never collected.
 
 Where the Delta JARs come from, in order:
 1. an active SparkSession that already has Delta (a Databricks runtime has it built in);
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from outbox.core.errors import EngineError, MissingDependencyError
-from outbox.delta.versions import MARK_VERSION
+from outbox.delta.versions import MARK_VERSION, pending_sql
 from rescuer.planner import (
     FEED_COLUMNS,
     FeedWindow,
@@ -395,25 +395,16 @@ def feed_plan(feed: Any, end: int) -> Any:
 
 
 def sweep_frame(table: Any) -> Any:
-    """``outbox.delta.versions.pending_sql`` as DataFrame operations: each pending document of
-    ``table`` (its rows) as its highest version, with the highest ``dispatched_seq`` over that
-    version's life; only the ids with some row pending are read twice (id, last_seq,
-    dispatched_seq, incarnation)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
+    """``outbox.delta.versions.pending_sql`` run by Spark SQL over ``table`` (the rows at one
+    version): each pending document as its highest version, with the highest ``dispatched_seq``
+    over that version's life (id, last_seq, dispatched_seq, incarnation). The same text the local
+    sweep runs (``outbox.delta.current``), so the two engines cannot drift; only the ids with
+    some row pending are read twice."""
+    sql = pending_sql(_SWEEP_COLUMNS, source="{rows}")  # the frame, as a temporary view
+    return table.sparkSession.sql(sql, rows=table)
 
-    pending_ids = table.filter(F.col("last_seq") > F.col("dispatched_seq")).select("id").distinct()
-    rows = table.select("id", "version", "last_seq", "dispatched_seq", "incarnation").join(
-        pending_ids, "id", "left_semi"
-    )
-    newest = Window.partitionBy("id").orderBy(F.col("version").desc())
-    life = Window.partitionBy(F.col("id"), _life())
-    return (
-        rows.withColumn("_rn", F.row_number().over(newest))
-        .withColumn("_ds", F.max("dispatched_seq").over(life))
-        .filter((F.col("_rn") == 1) & (F.col("last_seq") > F.col("_ds")))
-        .select("id", "last_seq", F.col("_ds").alias("dispatched_seq"), "incarnation")
-    )
+
+_SWEEP_COLUMNS = ["id", "last_seq", "dispatched_seq", "incarnation"]
 
 
 class SparkEngine:

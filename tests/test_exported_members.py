@@ -50,6 +50,7 @@ _ERRORS = {
     "UnknownDestinationError",
     "RescuerError",
     "EngineError",
+    "HistoryGoneError",
 }
 
 #: The public import paths and exactly what each exports.
@@ -65,6 +66,8 @@ PUBLIC: dict[str, set[str]] = {
         "Clock",
         "ManualClock",
         "SystemClock",
+        "read_documents",
+        "current_sql",
         *_ERRORS,
     },
     "outbox.spark": {"SparkOutbox", "ApplyResult", "local_session"},

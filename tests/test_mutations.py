@@ -210,7 +210,7 @@ def _sharing_lines(test: Callable[[Callable[[], Any]], None]) -> Callable[[Path]
 MUTATIONS = [
     SourceMutation(
         "a document reads its newest row's watermark, not its life's highest (mark rows lost)",
-        "outbox.delta.versions:latest_rows",
+        "outbox.delta.current:current_rows",
         (("if latest.num_rows == keyed.num_rows:", "if True:"),),
         "tests/write_path/test_versions.py::"
         "test_a_document_is_its_newest_version_with_its_lifes_highest_watermark",

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from dispatcher.runtime import DispatcherRuntime
 from dispatcher.transports.base import Transport
@@ -23,9 +23,13 @@ from outbox.core.errors import ClosedError, ConfigurationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.core.shutdown import close_at_exit
+from outbox.delta import reads
 from outbox.delta.store import DeltaDocumentStore
 from outbox.unit_of_work import UnitOfWork
 from outbox.wiring import Backends
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger("outbox")
 
@@ -154,6 +158,37 @@ class Outbox:
             raise ClosedError("this Outbox is closed", hint="open a new one with Outbox.open(...)")
         return UnitOfWork(self.store, self.settings, self.clock, on_commit=self._after_commit)
 
+    def documents(
+        self,
+        ids: Sequence[str] | None = None,
+        *,
+        type: str | None = None,
+        as_of: reads.AsOf | None = None,
+        columns: Sequence[str] | None = None,
+        include_deleted: bool = False,
+    ) -> pa.Table:
+        """The current documents as an Arrow table, one row per document, ordered by id
+        (docs/readers.md): all of them, those of ``ids``, or those of one ``type``; now, or
+        ``as_of`` a table version (int) or a time (a datetime, naive meaning UTC, or ISO 8601
+        text). ``columns``: a subset of the document columns. ``include_deleted``: tombstones
+        too (with a ``deleted`` column). pandas: ``.to_pandas()``; polars:
+        ``polars.from_arrow(...)``.
+
+        The rule is the library's own (``outbox.delta.current``): the rows of ids are read as
+        ``uow.get`` reads them. A time is resolved once to the newest version committed at or
+        before it; before the history the table keeps, ``HistoryGoneError``."""
+        if self._closed:
+            raise ClosedError("this Outbox is closed", hint="open a new one with Outbox.open(...)")
+        return reads.read_store(
+            self.store,
+            ids,
+            as_of=as_of,
+            log_retention=self.settings.log_retention,
+            type=type,
+            columns=columns,
+            include_deleted=include_deleted,
+        )
+
     def close(self) -> None:
         if self._closed:
             return
@@ -175,3 +210,54 @@ class Outbox:
         tb: TracebackType | None,
     ) -> None:
         self.close()
+
+
+def read_documents(
+    workspace_or_uri: str | Path | None = None,
+    ids: Sequence[str] | None = None,
+    *,
+    type: str | None = None,
+    as_of: reads.AsOf | None = None,
+    columns: Sequence[str] | None = None,
+    include_deleted: bool = False,
+    settings: Settings | None = None,
+    **overrides: Any,
+) -> pa.Table:
+    """``Outbox.documents`` without an outbox: for a notebook or a reporting job that only reads.
+
+    ``workspace_or_uri``: a workspace folder (its settings are loaded as ``Outbox.open`` loads
+    them), or the table's own location (a URI, or a folder holding ``_delta_log``). ``settings``
+    and ``overrides`` (``storage_options=...``) as for ``Outbox.open``. Opens the table only: no
+    SQL database, no dispatcher, nothing written."""
+    from outbox.wiring.backends import open_document_store
+
+    if settings is None:
+        workspace, given = _workspace_and_table(workspace_or_uri, overrides)
+        settings = Settings.load(workspace, **given)
+    elif overrides:
+        settings = settings.replace(**overrides)
+    store = open_document_store(settings)
+    try:
+        return reads.read_store(
+            store,
+            ids,
+            as_of=as_of,
+            log_retention=settings.log_retention,
+            type=type,
+            columns=columns,
+            include_deleted=include_deleted,
+        )
+    finally:
+        store.close()
+
+
+def _workspace_and_table(
+    where: str | Path | None, overrides: dict[str, Any]
+) -> tuple[str | Path | None, dict[str, Any]]:
+    """(workspace, settings overrides): a table's location becomes ``table_uri``."""
+    text = None if where is None else str(where)
+    if text is not None and "table_uri" not in overrides:
+        is_table = "://" in text or (Path(text) / "_delta_log").is_dir()
+        if is_table:
+            return None, {**overrides, "table_uri": text}
+    return where, overrides

@@ -97,6 +97,11 @@ class VacuumRefusedError(StoreError):
     """A vacuum would delete change-feed history that the rescuer has not read yet."""
 
 
+class HistoryGoneError(StoreError):
+    """A read as of a table version or time that the table's retained history no longer holds
+    (the log trim keeps ``log_retention`` of it); the message names the oldest readable version."""
+
+
 class ClosedError(OutboxError):
     """A unit of work, store, queue or outbox was used after it was closed."""
 

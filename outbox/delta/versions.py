@@ -14,98 +14,52 @@ the table is rewritten, so a commit's cost follows the documents it changes, not
   incarnation**: mark rows, the watermark each saved version carried from its read, and what a
   fold or an older writer raised in place.
 
-Every reader applies this rule: the store's reads (``latest_rows``), the sweeps of both rescuer
-engines (``pending_sql``, and its Spark twin), the planners' feed images, the checker. A
-table written at schema version 1 holds one row per document, which the rule reads unchanged.
+The rule is written once, in ``outbox.delta.current`` (its SQL text and its Arrow form, with
+tombstones); the store's reads (``latest_rows``), the sweeps of both rescuer engines
+(``pending_sql``, run as SQL by each), the Spark views and ``Outbox.documents`` use it. The
+planners' feed images read the change feed, not rows, and keep their own twin of it. A table
+written at schema version 1 holds one row per document, which the rule reads unchanged.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.core.errors import DuplicateRowsError
-from outbox.delta.schema import DELETED, INCARNATION
+from outbox.delta import current
 
 #: The ``version`` of a watermark's mark row (``outbox.delta.appends``); documents start at 1.
-MARK_VERSION = 0
-
-_NULL_LIFE = "\x00"  # stands for a null incarnation in group keys (never a real token)
+MARK_VERSION = current.MARK_VERSION
 
 
-def latest_rows(table: pa.Table, *, include_deleted: bool = False) -> pa.Table:
+def latest_rows(table: pa.Table, *, include_deleted: bool = True) -> pa.Table:
     """One row per id: the highest version, with ``dispatched_seq`` the highest over the rows of
-    that version's incarnation. ``table`` needs ``id``, ``version``, ``dispatched_seq`` and
-    ``incarnation``; other columns come from the chosen row. Order: by id. An id whose newest
-    row is a tombstone (``deleted``) holds no current document; ``include_deleted`` keeps it
-    (the store's own view: its last messages must still leave)."""
-    latest = _latest(table)
-    if include_deleted or DELETED not in latest.column_names or latest.num_rows == 0:
-        return latest
-    return latest.filter(pc.invert(pc.fill_null(latest[DELETED], False)))
+    that version's incarnation (``outbox.delta.current.current_rows``, the rule's Arrow form).
+    ``table`` needs ``id``, ``version``, ``dispatched_seq`` and ``incarnation``; other columns
+    come from the chosen row. Order: by id. Tombstones stay unless ``include_deleted`` is False:
+    the store's reads must see a deleted document's last messages."""
+    return current.current_rows(table, include_deleted=include_deleted)
 
 
-def _latest(table: pa.Table) -> pa.Table:
-    if table.num_rows == 0:
-        return table
-    life = pc.fill_null(pc.cast(table[INCARNATION], pa.string()), _NULL_LIFE)
-    keyed = table.append_column("_life", life)
-    order = pc.sort_indices(keyed, sort_keys=[("id", "ascending"), ("version", "descending")])
-    ids = keyed["id"].take(order).to_pylist()
-    first = [int(order[0].as_py())]
-    for n in range(1, len(ids)):
-        if ids[n] != ids[n - 1]:
-            first.append(int(order[n].as_py()))
-    latest = keyed.take(pa.array(first, pa.int64()))
-    if latest.num_rows == keyed.num_rows:  # one row per id: nothing to fold
-        return _documents(table.take(pa.array(first, pa.int64())))
-    highest = keyed.group_by(["id", "_life"], use_threads=False).aggregate(
-        [("dispatched_seq", "max")]
+def pending_sql(columns: Sequence[str], *, source: str = "t", has_deleted: bool = True) -> str:
+    """SQL over the rows in ``source`` (DataFusion's ``t``; Spark's sweep passes its frame): the
+    documents with messages not yet sent, as their latest rows with the folded
+    ``dispatched_seq`` (``current.current_sql`` with tombstones: a deleted document's last
+    messages are pending like any other). Only ids with some row pending are folded (a document
+    whose every row has ``last_seq <= dispatched_seq`` cannot be pending: its latest row's
+    ``last_seq`` is at most its own ``dispatched_seq``)."""
+    wanted = list(dict.fromkeys([*columns, "last_seq", "dispatched_seq"]))
+    rows = (
+        f"(SELECT * FROM {source} WHERE id IN "
+        f"(SELECT id FROM {source} WHERE last_seq > dispatched_seq)) AS _p"
     )
-    most = {
-        (i, life): int(ds)
-        for i, life, ds in zip(
-            highest["id"].to_pylist(),
-            highest["_life"].to_pylist(),
-            highest["dispatched_seq_max"].to_pylist(),
-            strict=True,
-        )
-    }
-    folded = [
-        most[(i, life)]
-        for i, life in zip(latest["id"].to_pylist(), latest["_life"].to_pylist(), strict=True)
-    ]
-    out = table.take(pa.array(first, pa.int64()))
-    return _documents(
-        out.set_column(
-            out.schema.get_field_index("dispatched_seq"),
-            out.schema.field("dispatched_seq"),
-            pa.array(folded, out.schema.field("dispatched_seq").type),
-        )
+    documents = current.current_sql(
+        rows, columns=wanted, include_deleted=True, has_deleted=has_deleted
     )
-
-
-def _documents(latest: pa.Table) -> pa.Table:
-    """Without the ids whose newest row is a mark row (``MARK_VERSION``): marks of a document
-    deleted since, which the next fold removes; such an id holds no document."""
-    if pc.all(pc.greater(latest["version"], MARK_VERSION)).as_py() is not False:
-        return latest
-    return latest.filter(pc.greater(latest["version"], MARK_VERSION))
-
-
-def pending_sql(columns: list[str]) -> str:
-    """DataFusion SQL over table ``t``: the documents with messages not yet sent, as their latest
-    rows with the folded ``dispatched_seq``. Only ids with some row pending are folded (a
-    document whose every row has ``last_seq <= dispatched_seq`` cannot be pending: its latest
-    row's ``last_seq`` is at most its own ``dispatched_seq``)."""
-    cols = ", ".join("_ds AS dispatched_seq" if c == "dispatched_seq" else c for c in columns)
-    return (
-        f"SELECT {cols} FROM ("
-        "SELECT *, row_number() OVER (PARTITION BY id ORDER BY version DESC) AS _rn, "
-        f"max(dispatched_seq) OVER (PARTITION BY id, {INCARNATION}) AS _ds "
-        "FROM t WHERE id IN (SELECT id FROM t WHERE last_seq > dispatched_seq)"
-        ") AS v WHERE _rn = 1 AND last_seq > _ds"
-    )
+    return f"SELECT {', '.join(columns)} FROM ({documents}) AS _c WHERE last_seq > dispatched_seq"
 
 
 def duplicated(table: pa.Table) -> dict[str, int]:

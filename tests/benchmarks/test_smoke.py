@@ -110,6 +110,9 @@ SMOKES: dict[str, Smoke] = {
         _keys("sizes", "requests", "pages", "all_within_200ms", "sample", "build_s", "wall_s"),
         check=_console_report_renders,
     ),
+    "current_documents": Smoke(
+        _keys("sizes", "ids_100", "whole_table", "ratio_ids", "ratio_whole_table", "goal")
+    ),
     "doc_table": Smoke(
         _keys("sizes", "changed_per_commit", "buckets", "writers", "txn_state", "disk")
     ),

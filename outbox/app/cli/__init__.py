@@ -23,6 +23,7 @@ from outbox.app.cli import (
     queues,
     replay,
     rescue,
+    sql,
     status,
 )
 from outbox.app.cli.output import setup_logging
@@ -90,6 +91,7 @@ for _module in (
     status,
     console,
     replay,
+    sql,
 ):
     _module.register(main)
 

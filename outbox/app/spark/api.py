@@ -23,6 +23,7 @@ from dispatcher.transports.base import Transport
 from outbox.app.spark import dispatch as D
 from outbox.app.spark import executors as E
 from outbox.app.spark import merge as M
+from outbox.app.spark import views
 from outbox.app.spark.executors import HookFactory, SendFrom
 from outbox.app.spark.session import require_delta
 from outbox.app.spark.validate import check_rows, normalize
@@ -273,6 +274,8 @@ class SparkOutbox:
         )
 
     # --- after the commit -----------------------------------------------------------------
+
+    documents, register_view = views.documents, views.register_view  # docs/readers.md
 
     def pending_in_commit(self, version: int) -> list[DocumentRow]:
         """The documents commit ``version`` left pending, from its change data only."""
