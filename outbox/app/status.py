@@ -140,6 +140,9 @@ class StatusReport:
     #: None when the queue database could not be read.
     paused_key_count: int | None = None
     paused_keys: list[PausedKey] = field(default_factory=list)
+    #: What is kept and for how long, item by item (``outbox.app.retention``): ``{item,
+    #: setting, setting_s, rows, oldest_age_s}``; rows None where an item is not counted.
+    retention: list[dict[str, Any]] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -207,13 +210,28 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             table=store.delta_table,
             files=files,
         )
+        unread = _retention(report, reading, clock, store)
     finally:
         store.close()
     try:
         _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
     except OutboxError as e:
         report.problems.append(f"queues: {e}")
+    if not any(p.startswith("queues:") for p in report.problems):  # else the same database
+        report.problems.extend(f"retention: {e}" for e in unread)
     return report
+
+
+def _retention(report: StatusReport, reading: Settings, clock: Clock, store: Any) -> list[str]:
+    """The retention section (``outbox.app.retention``); returns what could not be read."""
+    from outbox.app.retention import Place, describe_all
+
+    place = Place(reading, clock, store=store)
+    try:
+        report.retention, unread = describe_all(place)
+    finally:
+        place.close()
+    return unread
 
 
 def _queues(

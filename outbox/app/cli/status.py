@@ -72,6 +72,12 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else format_duration(seconds)
 
 
+def _setting(name: str, seconds: float | None) -> str:
+    if seconds is None:
+        return name
+    return f"{name} = {format_duration(seconds) if seconds else 'keep'}"
+
+
 def _print_status(report: StatusReport) -> None:
     # A part that could not be read is never shown as empty: "(empty)" or "(no rescue pass yet)"
     # would read as all clear at 3 a.m. while the database is down.
@@ -162,6 +168,20 @@ def _print_status(report: StatusReport) -> None:
             f"{report.paused_key_count} paused ordering key(s): their later messages wait "
             "(`outbox keys list`, `outbox keys resume`)",
             report.paused_keys,
+        )
+    if report.retention:
+        print_table(
+            "retention (what is kept: docs/operations.md, Retention)",
+            ["kept", "setting", "rows", "oldest"],
+            [
+                (
+                    r["item"],
+                    _setting(r["setting"], r["setting_s"]),
+                    "-" if r["rows"] is None else r["rows"],
+                    _age(r["oldest_age_s"]),
+                )
+                for r in report.retention
+            ],
         )
     d = report.oldest_dead_letter
     if d is not None:
