@@ -252,13 +252,23 @@ class Samples(Item):
     pruned_by = "each sampler as it writes (bounded), `outbox maintain`"
 
     def prune(self, place: Place, now: datetime) -> int | None:
-        from sqlalchemy import delete
+        """In batches of the sampler's ``PRUNE_BATCH`` (the oldest first), one short write
+        each: weeks of samples left by a long pause never hold SQLite's write lock for long."""
+        from sqlalchemy import delete, func, select
 
         from migrations.sql.tables import samples as T
+        from outbox.app.history import PRUNE_BATCH
 
         cutoff = int((now - timedelta(seconds=place.settings.sample_retention)).timestamp())
-        with place.queue.database.write("prune console samples") as conn:
-            return int(conn.execute(delete(T).where(T.c.taken_at_s < cutoff)).rowcount)
+        old = select(T.c.taken_at_s).where(T.c.taken_at_s < cutoff)
+        batch = old.order_by(T.c.taken_at_s).limit(PRUNE_BATCH).subquery()
+        done = 0
+        while True:
+            with place.queue.database.write("prune console samples") as conn:
+                last = conn.execute(select(func.max(batch.c.taken_at_s))).scalar()
+                if last is None:
+                    return done
+                done += int(conn.execute(delete(T).where(T.c.taken_at_s <= last)).rowcount)
 
     def describe(self, place: Place, now: datetime) -> Kept:
         from sqlalchemy import func, select

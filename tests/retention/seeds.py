@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from click.testing import CliRunner, Result
-from sqlalchemy import func, select
+from sqlalchemy import delete, func, select
 
 from dispatcher.claims.sql import SqlClaimLog
 from dispatcher.queue import QueueMessage, SqlQueue
@@ -77,14 +77,18 @@ def seed(seeded: Seeded) -> None:
     _old_history(seeded)
     now = datetime.now(UTC)
     url = seeded.url
-    for name, at in (("old", now - 2 * DAY), ("young", now - HOUR)):
-        with SqlQueue(url, clock=ManualClock(at), duplicate_detection_window=DAY) as queue:
-            queue.send("orders", QueueMessage(b"x", message_id=f"dup-{name}"))
     for name, at in (("old", now - 31 * DAY), ("young", now - DAY)):
-        with SqlQueue(url, clock=ManualClock(at), max_delivery_count=5) as queue:
+        with SqlQueue(url, clock=ManualClock(at)) as queue:
             queue.send("poison", QueueMessage(b"x", message_id=f"dead-{name}"))
             (got,) = queue.receive("poison")
             queue.dead_letter(got, "Bad", "kept for the retention test")
+    with SqlQueue(url) as queue, queue.database.write("forget the sends' ids") as conn:
+        conn.execute(delete(duplicate_ids))  # those sends' own ids: only the two below count
+    # young first: a send forgets the ids older than its own time less the window
+    for name, at in (("young", now - HOUR), ("old", now - 2 * DAY)):
+        window = DAY.total_seconds()
+        with SqlQueue(url, clock=ManualClock(at), duplicate_detection_window=window) as queue:
+            queue.send("orders", QueueMessage(b"x", message_id=f"dup-{name}"))
     with SqlQueue(url) as queue:
         billing = SqlInbox(queue.database, "billing")
         billing.record("inbox-old", at=now - 8 * DAY)
