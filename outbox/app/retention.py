@@ -94,6 +94,8 @@ class Item:
     name = ""
     setting = ""
     pruned_by = ""
+    #: In the Delta table (else in the SQL database or Cosmos DB).
+    table = False
 
     def seconds(self, settings: Settings) -> float | None:
         """The setting in seconds (None when it is not a duration); 0 keeps for ever."""
@@ -115,6 +117,7 @@ class SupersededVersions(Item):
     name = "superseded versions and mark rows"
     setting = "compact_every"
     pruned_by = "the fold: writers every `compact_every` versions, `outbox maintain`"
+    table = True
 
     def seconds(self, settings: Settings) -> float | None:
         return None  # a number of versions, and a share (FOLD_AT) per bucket: not a duration
@@ -142,6 +145,7 @@ class TableHistory(Item):
         "the log trim, never past a rescuer's checkpoint: writers every `compact_every` "
         "versions, `outbox maintain`"
     )
+    table = True
 
     def prune(self, place: Place, now: datetime) -> int | None:
         trim = (place.upkeep or {}).get("log_trim") or {}
@@ -342,19 +346,25 @@ def prune_all(place: Place, *, dry_run: bool = False) -> list[dict[str, Any]]:
     return out
 
 
-def describe_all(place: Place) -> tuple[list[dict[str, Any]], list[str]]:
-    """What every item holds (``outbox status``): ``[{item, setting, setting_s, rows,
-    oldest_age_s}]``, and the errors of the items that could not be read (their ``rows`` None),
-    each distinct error once: a database that is down is one line, not one per item."""
+def describe_all(
+    place: Place, *, table: bool, read: bool = True
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """What the table's items (``table``) or the others hold (``outbox status``): ``[{item,
+    setting, setting_s, rows, oldest_age_s}]``, and the errors of those that could not be read
+    (their ``rows`` None). ``read=False``: none is read (their store is known to be down). The
+    first error stops the reads of the rest: they share the store, and each read of a locked
+    SQLite file waits for its lock, which a health check cannot afford five times."""
     now = utc(place.clock.now())
     out: list[dict[str, Any]] = []
     errors: list[str] = []
     for item in ITEMS:
-        try:
-            kept = item.describe(place, now)
-        except OutboxError as e:
-            kept = Kept(None)
-            if str(e) not in errors:
+        if item.table != table:
+            continue
+        kept = Kept(None)
+        if read and not errors:
+            try:
+                kept = item.describe(place, now)
+            except OutboxError as e:
                 errors.append(str(e))
         out.append(
             {

@@ -210,27 +210,40 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             table=store.delta_table,
             files=files,
         )
-        unread = _retention(report, reading, clock, store)
+        unread = _retention(report, reading, clock, store, table=True)
     finally:
         store.close()
     try:
         _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
     except OutboxError as e:
         report.problems.append(f"queues: {e}")
-    if not any(p.startswith("queues:") for p in report.problems):  # else the same database
-        report.problems.extend(f"retention: {e}" for e in unread)
+    # the other items live in the queues' database: not read again when it could not be
+    queues_read = not any(p.startswith("queues:") for p in report.problems)
+    unread += _retention(report, reading, clock, None, table=False, read=queues_read)
+    report.problems.extend(f"retention: {e}" for e in unread)
     return report
 
 
-def _retention(report: StatusReport, reading: Settings, clock: Clock, store: Any) -> list[str]:
-    """The retention section (``outbox.app.retention``); returns what could not be read."""
-    from outbox.app.retention import Place, describe_all
+def _retention(
+    report: StatusReport,
+    reading: Settings,
+    clock: Clock,
+    store: Any,
+    *,
+    table: bool,
+    read: bool = True,
+) -> list[str]:
+    """The retention section's items in the table (``table``) or the others, in the registry's
+    order (``outbox.app.retention``); returns what could not be read."""
+    from outbox.app.retention import ITEMS, Place, describe_all
 
     place = Place(reading, clock, store=store)
     try:
-        report.retention, unread = describe_all(place)
+        found, unread = describe_all(place, table=table, read=read)
     finally:
         place.close()
+    order = [i.name for i in ITEMS]
+    report.retention = sorted([*report.retention, *found], key=lambda r: order.index(r["item"]))
     return unread
 
 
