@@ -3,7 +3,7 @@ what prunes it, and what is kept right now (issue 44, item 4).
 
 ``ITEMS`` is the registry. Each item names its setting, prunes through ``prune(place, now)``
 (called by ``outbox maintain``: ``prune_all``) and says what it holds through
-``describe(place, now)`` (called by ``outbox status``: ``describe_all``). The retention table
+``describe(place, now)`` (called by ``outbox status``: ``retention_section``). The retention table
 in docs/operations.md is checked against it (tests/retention), so an item without a pruner or a
 docs row fails a test.
 
@@ -16,8 +16,10 @@ time; the writers run both every ``compact_every`` versions too (``AutoCompactor
 long-running processes already prune where it is cheap (the sender: duplicate ids; a consumer:
 its inbox, hourly; a sampler: the samples, as it writes), and that ``maintain`` prunes in full.
 
-Why a registry and not a list in the docs: an item added without a pruner, a setting or a docs
-row is the way a store grows for ever unnoticed; here that is a failing test.
+Why one module: the point is one place. Every item's setting, pruner and description meet here,
+so the docs table, ``outbox maintain``, ``outbox status`` and the tests all walk the same list;
+an item added without a pruner, a setting or a docs row (the way a store grows for ever
+unnoticed) is a failing test.
 """
 
 from __future__ import annotations
@@ -38,7 +40,16 @@ if TYPE_CHECKING:
     from outbox.delta.store import DeltaDocumentStore
     from outbox.wiring import Backends
 
-__all__ = ["ITEMS", "Item", "Kept", "Place", "describe_all", "docs_table", "prune_all"]
+__all__ = [
+    "ITEMS",
+    "Item",
+    "Kept",
+    "Place",
+    "describe_all",
+    "docs_table",
+    "prune_all",
+    "retention_section",
+]
 
 log = logging.getLogger("outbox.maintain")
 
@@ -376,6 +387,26 @@ def describe_all(
             }
         )
     return out, errors
+
+
+def retention_section(
+    settings: Settings, clock: Clock, store: DeltaDocumentStore, problems: list[str]
+) -> list[dict[str, Any]]:
+    """``outbox status``'s section: every item, ``{item, setting, setting_s, rows,
+    oldest_age_s}`` (rows None where not counted), what could not be read added to ``problems``
+    as ``retention: ...``. The items in the SQL database are not read when ``problems`` already
+    says the queues' database could not be (``queues: ...``): it is the same database, and each
+    read of a locked SQLite file waits for the lock."""
+    place = Place(settings, clock, store=store)
+    read = not any(p.startswith("queues:") for p in problems)
+    try:
+        table, unread = describe_all(place, table=True)
+        rest, more = describe_all(place, table=False, read=read)
+    finally:
+        place.close()
+    problems.extend(f"retention: {e}" for e in [*unread, *more])
+    order = [i.name for i in ITEMS]
+    return sorted([*table, *rest], key=lambda r: order.index(r["item"]))
 
 
 def docs_table() -> str:

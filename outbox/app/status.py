@@ -140,9 +140,7 @@ class StatusReport:
     #: None when the queue database could not be read.
     paused_key_count: int | None = None
     paused_keys: list[PausedKey] = field(default_factory=list)
-    #: What is kept and for how long, item by item (``outbox.app.retention``): ``{item,
-    #: setting, setting_s, rows, oldest_age_s}``; rows None where an item is not counted.
-    retention: list[dict[str, Any]] = field(default_factory=list)
+    retention: list[dict[str, Any]] = field(default_factory=list)  # outbox.app.retention
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -154,6 +152,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     An unreadable table raises (there is nothing to report without it); an unreadable checkpoint
     or queue database is recorded in ``problems`` and the rest is still reported.
     """
+    from outbox.app.retention import retention_section
     from outbox.core.sql import read_only_url, redact_url
     from outbox.delta import schema as S
     from outbox.delta.log import list_log
@@ -210,41 +209,14 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             table=store.delta_table,
             files=files,
         )
-        unread = _retention(report, reading, clock, store, table=True)
+        try:
+            _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
+        except OutboxError as e:
+            report.problems.append(f"queues: {e}")
+        report.retention = retention_section(reading, clock, store, report.problems)
     finally:
         store.close()
-    try:
-        _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
-    except OutboxError as e:
-        report.problems.append(f"queues: {e}")
-    # the other items live in the queues' database: not read again when it could not be
-    queues_read = not any(p.startswith("queues:") for p in report.problems)
-    unread += _retention(report, reading, clock, None, table=False, read=queues_read)
-    report.problems.extend(f"retention: {e}" for e in unread)
     return report
-
-
-def _retention(
-    report: StatusReport,
-    reading: Settings,
-    clock: Clock,
-    store: Any,
-    *,
-    table: bool,
-    read: bool = True,
-) -> list[str]:
-    """The retention section's items in the table (``table``) or the others, in the registry's
-    order (``outbox.app.retention``); returns what could not be read."""
-    from outbox.app.retention import ITEMS, Place, describe_all
-
-    place = Place(reading, clock, store=store)
-    try:
-        found, unread = describe_all(place, table=table, read=read)
-    finally:
-        place.close()
-    order = [i.name for i in ITEMS]
-    report.retention = sorted([*report.retention, *found], key=lambda r: order.index(r["item"]))
-    return unread
 
 
 def _queues(
