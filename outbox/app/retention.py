@@ -235,30 +235,24 @@ class DeadLetters(Item):
 class FinishedClaims(Item):
     name = "geo claim log: completed and failed claims"
     setting = "claim_retention"
-    pruned_by = "`outbox maintain` (SQL claim log)"
+    pruned_by = "`outbox maintain` (SQL and Cosmos DB claim logs)"
 
     def prune(self, place: Place, now: datetime) -> int | None:
         before = self.cutoff(place, now)
-        log_ = self._sql(place)
-        return None if before is None or log_ is None else log_.prune(before)
+        found = place.backends.claim_log() if before is not None else None
+        prune = getattr(found, "prune", None)  # a claim log of a third party may not prune
+        return None if before is None or prune is None else int(prune(before))
 
     def describe(self, place: Place, now: datetime) -> Kept:
-        log_ = self._sql(place)
-        if log_ is None:
-            return Kept(None)
-        rows, oldest = log_.oldest_finished()
-        return Kept(rows, _age(now, oldest))
-
-    @staticmethod
-    def _sql(place: Place) -> Any:
-        """The SQL claim log, or None for another one (Cosmos DB: its container's time-to-live,
-        docs/geo.md)."""
         from dispatcher.claims.sql import SqlClaimLog
 
         if place.settings.claim_log != "sql":
-            return None
+            return Kept(None)  # Cosmos DB: a cross-partition count is not a health check's read
         found = place.backends.claim_log()
-        return found if isinstance(found, SqlClaimLog) else None
+        if not isinstance(found, SqlClaimLog):
+            return Kept(None)
+        rows, oldest = found.oldest_finished()
+        return Kept(rows, _age(now, oldest))
 
 
 class Samples(Item):
