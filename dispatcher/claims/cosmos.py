@@ -212,8 +212,6 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
         ``_PRUNE_CHUNK`` items, then a delete per item with ``If-Match: <etag>`` (an item moved
         since the query is left). As ``SqlClaimLog.prune``: a finished claim blocks nothing,
         only a late copy of its message would run again; counters and live claims stay."""
-        from azure.core import MatchConditions
-
         where = (
             "c.kind = 'claim' AND (c.status = 'completed' OR c.status = 'failed') "
             "AND c.updated_at < @before"  # ISO 8601 UTC texts of one format order as times do
@@ -225,27 +223,32 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                 f"SELECT TOP {chunk} c.id, c._etag FROM c WHERE {where}",
                 {"@before": utc(before).isoformat()},
             )
-            gone = 0
-            for item in found:
-                try:
-                    self._call(
-                        "pruning the claim log",
-                        lambda item=item: self._container.delete_item(
-                            item["id"],
-                            partition_key=item["id"],
-                            etag=item["_etag"],
-                            match_condition=MatchConditions.IfNotModified,
-                            **self._request,
-                        ),
-                    )
-                    gone += 1
-                except self.failed as e:
-                    if not self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
-                        raise
+            gone = sum(self._delete_if_unchanged(item) for item in found)
             done += gone
             if len(found) < chunk or gone == 0:
                 return done
         return done
+
+    def _delete_if_unchanged(self, item: dict[str, Any]) -> bool:
+        """Delete ``item`` if it is as read; False when it changed or is gone."""
+        from azure.core import MatchConditions
+
+        try:
+            self._call(
+                "pruning the claim log",
+                lambda: self._container.delete_item(
+                    item["id"],
+                    partition_key=item["id"],
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                    **self._request,
+                ),
+            )
+        except self.failed as e:
+            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
+                return False
+            raise
+        return True
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
         found = self._query(
