@@ -139,14 +139,19 @@ class SupersededVersions(Item):
         return None if removed is None else int(removed)
 
     def describe(self, place: Place, now: datetime) -> Kept:
-        from outbox.delta.fold import superseded_share
-
+        """Every row of the table, current documents included (the fold leaves one per
+        document), from the log's file statistics: the exact superseded count is a scan of the
+        whole table (416 ms of a 1.35 s status at 20,000 documents), too much for a health check
+        run every few seconds; ``outbox maintain`` reports what the fold removed."""
         if place.store is None:
             return Kept(None)
         with place.store._lock:
             place.store.refresh()
-            counts = superseded_share(place.store._query)
-        return Kept(sum(n - ids for n, ids in counts.values()))
+            actions = place.store.delta_table.get_add_actions(flatten=True)
+        if "num_records" not in actions.column_names:
+            return Kept(None)  # a writer that records no statistics
+        counts = actions.column("num_records").to_pylist()
+        return Kept(None if None in counts else sum(int(n) for n in counts))
 
 
 class TableHistory(Item):
