@@ -359,10 +359,11 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
         1,
         "error: unknown setting 'rescue_dely' (did you mean 'rescue_delay'?) (fix: known "
-        "settings: buckets, checkpoint_store, claim_log, claim_log_timeout, "
+        "settings: buckets, checkpoint_store, claim_log, claim_log_timeout, claim_retention, "
         "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
         "cosmos_claims_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
+        "dead_letter_retention, "
         "default_destination, destinations, dispatch, duplicate_detection_window, group_commit, "
         "inbox_retention, inbox_store, kafka_bootstrap_servers, kafka_connection_string, "
         "kafka_options, "
@@ -370,6 +371,7 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         "kafka_security_protocol, kafka_send_timeout, lock_duration, log_retention, "
         "max_commit_retries, max_delivery_count, "
         "max_in_flight, max_message_bytes, mqtt_broker, mqtt_topic, "
+        "replay_retention, "
         "rescue_delay, rescue_interval, rescuer_engine, rescuer_name, sample_interval, "
         "sample_retention, servicebus_destinations, "
         "sql_url, "

@@ -33,12 +33,14 @@ from typing import Any
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter
+from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
 from outbox.core.errors import ClaimLogError, ClaimLogUnavailableError, ClaimLostError
 from outbox.core.settings import Settings
 
 #: Attempts at reserving positions on a session counter that other registrants keep moving.
 _CAS_ATTEMPTS = 20
+#: Claims one ``prune`` query selects at most.
+_PRUNE_CHUNK = 500
 
 
 def _h(text: str) -> str:
@@ -65,8 +67,8 @@ def _entry(item: dict[str, Any]) -> ClaimEntry:
 
 class CosmosClaimLog(CosmosAdapter, OwnedMoves):
     """A ``ClaimLog`` in ``container`` (an azure-cosmos ``ContainerProxy``, partition key
-    ``/pk``). Entries are never deleted; give the container a default time-to-live longer than
-    any resend or redelivery window if it should not grow forever."""
+    ``/pk``). ``prune`` (``outbox maintain``, ``claim_retention``) deletes finished claims;
+    counters and live claims stay."""
 
     unavailable = ClaimLogUnavailableError
     failed = ClaimLogError
@@ -203,6 +205,50 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
 
     def renew(self, key: str, owner: str, *, lease: timedelta, at: datetime) -> ClaimEntry:
         return self._move("renew", key, owner, at, {"lease_until": utc(at + lease).isoformat()})
+
+    def prune(self, before: datetime, *, limit: int | None = None) -> int:
+        """Delete the claims completed or failed before ``before`` (``claim_retention``, from
+        ``outbox maintain``), at most ``limit`` (None: all): cross-partition queries of
+        ``_PRUNE_CHUNK`` items, then a delete per item with ``If-Match: <etag>`` (an item moved
+        since the query is left). As ``SqlClaimLog.prune``: a finished claim blocks nothing,
+        only a late copy of its message would run again; counters and live claims stay."""
+        where = (
+            "c.kind = 'claim' AND (c.status = 'completed' OR c.status = 'failed') "
+            "AND c.updated_at < @before"  # ISO 8601 UTC texts of one format order as times do
+        )
+        done = 0
+        while limit is None or done < limit:
+            chunk = _PRUNE_CHUNK if limit is None else min(_PRUNE_CHUNK, limit - done)
+            found = self._query(
+                f"SELECT TOP {chunk} c.id, c._etag FROM c WHERE {where}",
+                {"@before": utc(before).isoformat()},
+            )
+            gone = sum(self._delete_if_unchanged(item) for item in found)
+            done += gone
+            if len(found) < chunk or gone == 0:
+                return done
+        return done
+
+    def _delete_if_unchanged(self, item: dict[str, Any]) -> bool:
+        """Delete ``item`` if it is as read; False when it changed or is gone."""
+        from azure.core import MatchConditions
+
+        try:
+            self._call(
+                "pruning the claim log",
+                lambda: self._container.delete_item(
+                    item["id"],
+                    partition_key=item["id"],
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                    **self._request,
+                ),
+            )
+        except self.failed as e:
+            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
+                return False
+            raise
+        return True
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
         found = self._query(

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, Row, and_, event, insert, select, update
+from sqlalchemy import Connection, Engine, Row, and_, delete, event, func, insert, select, update
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
@@ -46,6 +46,8 @@ from outbox.core.errors import (
 
 C = claims.c
 T = TypeVar("T")
+#: Claims one ``prune`` transaction deletes at most (a short write lock on SQLite).
+PRUNE_CHUNK = 500
 
 
 def _ms(seconds: float) -> int:
@@ -322,6 +324,43 @@ class SqlClaimLog(OwnedMoves):
 
     def renew(self, key: str, owner: str, *, lease: timedelta, at: datetime) -> ClaimEntry:
         return self._move("renew", key, owner, at, {"lease_until": at + lease})
+
+    def prune(self, before: datetime, *, limit: int | None = None) -> int:
+        """Delete the claims completed or failed before ``before`` (``claim_retention``, from
+        ``outbox maintain``), at most ``limit`` (None: all), in chunks of ``PRUNE_CHUNK``, one
+        short transaction each; returns how many. A finished entry blocks nothing (``blocker``
+        looks for unfinished ones), so only its duplicate check goes: a copy of its message
+        arriving later would run again. Pending and working claims and the session counters
+        stay. Why a guarded delete per chunk: a claim moved meanwhile is not finished any more."""
+        finished = [ClaimStatus.COMPLETED.value, ClaimStatus.FAILED.value]
+        done = 0
+        while limit is None or done < limit:
+            chunk = PRUNE_CHUNK if limit is None else min(PRUNE_CHUNK, limit - done)
+
+            def work(conn: Connection, chunk: int = chunk) -> int:
+                old = [C.status.in_(finished), C.updated_at < before]
+                keys = list(conn.execute(select(C.claim_key).where(*old).limit(chunk)).scalars())
+                if not keys:
+                    return 0
+                gone = conn.execute(delete(claims).where(C.claim_key.in_(keys), *old))
+                return int(gone.rowcount)
+
+            gone = self._run("prune finished claims", work)
+            done += gone
+            if gone < chunk:
+                break
+        return done
+
+    def oldest_finished(self) -> tuple[int, datetime | None]:
+        """How many claims are completed or failed, and when the oldest of them finished."""
+        finished = [ClaimStatus.COMPLETED.value, ClaimStatus.FAILED.value]
+
+        def work(conn: Connection) -> tuple[int, datetime | None]:
+            stmt = select(func.count(), func.min(C.updated_at)).where(C.status.in_(finished))
+            n, oldest = conn.execute(stmt).one()
+            return int(n), None if oldest is None else utc(oldest)
+
+        return self._run("count finished claims", work)
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
         def work(conn: Connection) -> ClaimEntry | None:

@@ -1,6 +1,6 @@
 """The queue's administration: depths (stats), dead letters (list, show, count, requeue, purge, by
 ids, by filter, by a console ``DeadLetterFilter`` or all) and housekeeping (pruning expired
-duplicate-detection ids).
+duplicate-detection ids, and dead letters older than ``dead_letter_retention``).
 
 Requeue and purge work in chunks of ``CHUNK`` rows, one short transaction each, so a large purge
 never holds SQLite's write lock for long and can report progress. Pruning is bounded the same way
@@ -241,6 +241,18 @@ class SqlQueueAdministration:
                 on_progress(len(ids))
 
     # --- housekeeping ----------------------------------------------------------------------
+
+    def prune_dead_letters(self, before: datetime) -> int:
+        """Delete the dead letters of every queue dead-lettered before ``before``
+        (``dead_letter_retention``, from ``outbox maintain``); returns how many. In ``CHUNK``s,
+        one short transaction each, skipping rows an operator's requeue holds (PostgreSQL)."""
+        return self._purge([D.c.dead_lettered_at < before], None)
+
+    def oldest_dead_letter(self) -> tuple[int, datetime | None]:
+        """How many dead letters there are, and when the oldest was dead-lettered."""
+        with self._db.read("count dead letters") as conn:
+            n, oldest = conn.execute(select(func.count(), func.min(D.c.dead_lettered_at))).one()
+        return int(n), oldest
 
     def forget_expired_duplicates(self, limit: int | None = DEDUP_CLEANUP_LIMIT) -> int:
         """Delete up to ``limit`` (None: all) duplicate-detection ids older than the window;

@@ -18,7 +18,7 @@ One ``outbox maintain`` works on a table at a time (``one_maintainer``, in ``mai
 the one-compactor rule, imported here under the same names): a second one started
 meanwhile says so in one line and skips the table's upkeep, instead of folding the same buckets
 and logging a commit conflict per bucket. ``forget_old_records`` is the SQL side of the upkeep:
-the queue's expired duplicate-detection ids and the consumer inboxes' old records.
+every item of ``outbox.app.retention`` (the registry of what is kept and for how long).
 
 Why one module: ``outbox maintain`` and the writers' own upkeep (``AutoCompactor``,
 ``AutoLogTrimmer``) run the same steps under the same guards (the rescuer's needed version, the
@@ -50,8 +50,6 @@ from outbox.app.rescuer_history import (
 )
 from outbox.core.clock import Clock
 from outbox.core.errors import (
-    OutboxError,
-    QueueError,
     StoreError,
     VacuumRefusedError,
     WorkspaceError,
@@ -272,38 +270,33 @@ def _upkeep(
         )
 
 
-def forget_old_records(settings: Settings, *, clock: Clock, dry_run: bool) -> dict[str, Any]:
-    """The SQL side of the upkeep: the queue's expired duplicate-detection ids, and every
-    consumer's inbox records older than ``inbox_retention`` (``PrunableInbox.prune``: a live
-    claim is never touched). A count is None when nothing was pruned: a dry run, no queue
-    database, or an inbox that cannot prune or be reached (logged)."""
-    from dispatcher.queue.inbox_pruning import PrunableInbox
-    from dispatcher.queue.sql_queue import SqlQueue
-    from outbox.wiring import Backends
+def forget_old_records(
+    settings: Settings,
+    *,
+    clock: Clock,
+    dry_run: bool,
+    upkeep: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The SQL side of the upkeep: every item of ``outbox.app.retention`` pruned (the queue's
+    expired duplicate ids, the inboxes' records older than ``inbox_retention``, dead letters,
+    finished claims, samples), with the table's items read from ``upkeep`` (this run's table
+    report). ``retention`` lists each; the two counts of before stay under their keys. A count
+    is None when nothing was pruned: a dry run, no queue database, or a store that cannot prune
+    or be reached (logged)."""
+    from outbox.app.retention import Place, prune_all
 
-    out: dict[str, Any] = {
-        "expired_duplicate_ids_deleted": None,
-        "inbox_records_deleted": None,
+    place = Place(settings, clock, upkeep=upkeep)
+    try:
+        items = prune_all(place, dry_run=dry_run)
+    finally:
+        place.close()
+    deleted = {i["setting"]: i["deleted"] for i in items}
+    return {
+        "expired_duplicate_ids_deleted": deleted["duplicate_detection_window"],
+        "inbox_records_deleted": deleted["inbox_retention"],
         "inbox_retention_seconds": settings.inbox_retention,
+        "retention": items,
     }
-    if dry_run:
-        return out
-    try:
-        with SqlQueue.from_settings(settings, clock=clock) as queue:
-            out["expired_duplicate_ids_deleted"] = queue.forget_expired_duplicates(limit=None)
-    except QueueError:  # no queue database (or not migrated): nothing to prune there
-        pass
-    try:
-        with Backends(settings, clock=clock) as backends:
-            inbox = backends.inbox("")
-            if isinstance(inbox, PrunableInbox):
-                before = clock.now() - timedelta(seconds=settings.inbox_retention)
-                out["inbox_records_deleted"] = inbox.prune(before, every_consumer=True)
-    except QueueError:  # the SQL inbox lives in the queue database: none, nothing to prune
-        pass
-    except OutboxError as e:
-        log.warning("pruning the inbox failed (the next `outbox maintain` tries again): %s", e)
-    return out
 
 
 def _writes(opts: MaintenanceOptions) -> bool:

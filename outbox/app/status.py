@@ -7,6 +7,10 @@ command was dead-lettered. Those last ones matter most: no rescue pass in feed m
 them again until they change (docs/rescuer.md), so only ``outbox dead-letters requeue`` re-drives
 them. Nothing here writes: it is safe to run as a health check every few seconds, next to running
 workers and rescuers.
+
+Why one module: it assembles one report; the sections with rules of their own already live
+beside it (``outbox.app.keys``, ``outbox.app.retention``, ``outbox.app.replay_status``), and what
+stays here is the table's and the queues' reads and the report's shape.
 """
 
 from __future__ import annotations
@@ -142,6 +146,7 @@ class StatusReport:
     paused_key_count: int | None = None
     paused_keys: list[PausedKey] = field(default_factory=list)
     replays: list[Any] = field(default_factory=list)  # outbox.app.replay_status's section
+    retention: list[dict[str, Any]] = field(default_factory=list)  # outbox.app.retention
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -153,6 +158,7 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
     An unreadable table raises (there is nothing to report without it); an unreadable checkpoint
     or queue database is recorded in ``problems`` and the rest is still reported.
     """
+    from outbox.app.retention import retention_section
     from outbox.core.sql import read_only_url, redact_url
     from outbox.delta import schema as S
     from outbox.delta.log import list_log
@@ -209,12 +215,13 @@ def collect_status(settings: Settings, clock: Clock) -> StatusReport:
             table=store.delta_table,
             files=files,
         )
+        try:
+            _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
+        except OutboxError as e:
+            report.problems.append(f"queues: {e}")
+        report.retention = retention_section(reading, clock, store, report.problems)
     finally:
         store.close()
-    try:
-        _queues(report, reading, clock, now=now, table_id=table_id, pending=pending)
-    except OutboxError as e:
-        report.problems.append(f"queues: {e}")
     replay_status_section(report, reading, clock)
     return report
 

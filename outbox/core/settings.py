@@ -229,6 +229,21 @@ class Settings(FlatNames):
         7 * 24 * 3600.0,
         "how long those samples are kept; older ones are deleted as new ones are written",
     )
+    dead_letter_retention: float = setting(
+        30 * 24 * 3600.0,
+        "how long the SQL queue keeps a dead letter; `outbox maintain` deletes older ones (and "
+        "logs how many); `0`: keep them until requeued or purged",
+    )
+    claim_retention: float = setting(
+        DEFAULT_INBOX_RETENTION,
+        "how long the geo claim log keeps a completed or failed claim (it drops the other "
+        "region's late copy); `outbox maintain` deletes older ones; `0`: keep them; else at "
+        "least `duplicate_detection_window` ([geo.md](geo.md))",
+    )
+    replay_retention: float = setting(
+        30 * 24 * 3600.0,
+        "how long `outbox maintain` keeps the records of finished replays; `0`: keep them",
+    )
     sections: Mapping[str, BackendOptions] = setting(
         {},
         "the backends' own settings, one section each: the tables below (`[cosmos]`, `[kafka]`, "
@@ -352,13 +367,23 @@ class Settings(FlatNames):
             object.__setattr__(self, "log_retention", self.rescue_delay)
 
     def _validate_sampling(self, bad: Any) -> None:
-        """A sample a second at most: each writes a row per metric and rescuer."""
+        """A sample a second at most (each writes a row per metric and rescuer); retentions."""
         if self.sample_interval < 0 or 0 < self.sample_interval < 1:
             raise bad(
                 "sample_interval", f"{self.sample_interval:g}s; must be 0 (off) or at least 1s"
             )
         if self.sample_retention <= 0:
             raise bad("sample_retention", "must be positive, e.g. 7d")
+        for name in ("dead_letter_retention", "claim_retention", "replay_retention"):
+            if getattr(self, name) < 0:
+                raise bad(name, f"{getattr(self, name):g}s; must be 0 (keep) or positive, e.g. 30d")
+        if 0 < self.claim_retention < self.duplicate_detection_window:
+            raise bad(
+                "claim_retention",
+                f"{self.claim_retention:g}s is shorter than duplicate_detection_window "
+                f"({self.duplicate_detection_window:g}s): a finished claim drops the copies that "
+                "detection lets through, so it must stay at least as long; e.g. 7d (or 0: keep)",
+            )
 
     def _validate_destinations(self, bad: Any) -> None:
         for name in self.destinations:

@@ -1,11 +1,11 @@
-"""``outbox maintain``: the table's upkeep (compaction, checkpoint, log trim, vacuum), the
-queue's expired duplicate-detection ids and the consumer inboxes' old records."""
+"""``outbox maintain``: the table's upkeep (compaction, checkpoint, log trim, vacuum) and every
+other item of the retention registry (``outbox.app.retention``)."""
 
 from __future__ import annotations
 
 import click
 
-from outbox.app.cli.output import emit_json, print_kv, snake_keys
+from outbox.app.cli.output import emit_json, print_kv, print_table, snake_keys
 from outbox.app.cli.support import DURATION, CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 
@@ -54,7 +54,8 @@ def maintain(
     """Fold superseded versions, compact small files, write a checkpoint, trim the Delta log
     and (optionally) vacuum, never deleting history the rescuer still needs; report (and with
     --repair, repair) document versions held by two rows; prune the queue's expired
-    duplicate-detection ids and inbox records older than inbox_retention."""
+    duplicate-detection ids, inbox records older than inbox_retention, dead letters, finished
+    geo claims and samples past their retention (docs/operations.md, "Retention")."""
     from outbox.app.maintenance import MaintenanceOptions, forget_old_records
     from outbox.app.maintenance import maintain as run
     from outbox.wiring.backends import open_document_store
@@ -79,11 +80,20 @@ def maintain(
         ),
     )
     result = snake_keys(report.to_dict(), "compacted")
-    result.update(forget_old_records(settings, clock=clock, dry_run=dry_run))
+    result.update(forget_old_records(settings, clock=clock, dry_run=dry_run, upkeep=result))
     if as_json:
         emit_json(result)
     else:
+        items = result.pop("retention")
         print_kv("maintenance", result.items())
+        print_table(
+            "retention (what went)",
+            ["kept", "setting", "deleted"],
+            [
+                (i["item"], i["setting"], "-" if i["deleted"] is None else i["deleted"])
+                for i in items
+            ],
+        )
 
 
 def register(group: click.Group) -> None:

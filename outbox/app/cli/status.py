@@ -73,6 +73,12 @@ def _age(seconds: float | None) -> str:
     return "-" if seconds is None else format_duration(seconds)
 
 
+def _setting(name: str, seconds: float | None) -> str:
+    if seconds is None:
+        return name
+    return f"{name} = {format_duration(seconds) if seconds else 'keep'}"
+
+
 def _print_status(report: StatusReport) -> None:
     # A part that could not be read is never shown as empty: "(empty)" or "(no rescue pass yet)"
     # would read as all clear at 3 a.m. while the database is down.
@@ -166,6 +172,20 @@ def _print_status(report: StatusReport) -> None:
         )
     if report.replays:
         print_replays(report.replays, "replays (`outbox replay --status`)")
+    if report.retention:
+        print_table(
+            "retention (what is kept: docs/operations.md, Retention)",
+            ["kept", "setting", "rows", "oldest"],
+            [
+                (
+                    r["item"],
+                    _setting(r["setting"], r["setting_s"]),
+                    "-" if r["rows"] is None else r["rows"],
+                    _age(r["oldest_age_s"]),
+                )
+                for r in report.retention
+            ],
+        )
     d = report.oldest_dead_letter
     if d is not None:
         print_kv(

@@ -1,0 +1,130 @@
+"""Retention in one place (issue 44, item 4): every item of ``outbox.app.retention`` gets an old
+row and a young one, ``outbox maintain`` (the CLI) deletes the old and keeps the young, on SQLite
+and PostgreSQL; ``outbox status`` shows what each holds (terminal, plain, ``--json``); the docs
+table is the registry's; and each pruner, disabled, fails its check."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from outbox import Outbox
+from outbox.app.cli import output
+from outbox.app.retention import ITEMS, Item, docs_table
+from tests.mutate import mutated
+from tests.retention.seeds import CHECKS, DAY, DISABLED, Seeded, cli, seed, workspace
+
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "operations.md"
+
+
+@pytest.fixture
+def seeded(tmp_path: Path, sql_url: str) -> Seeded:
+    s = workspace(tmp_path / "ws", sql_url)
+    seed(s)
+    return s
+
+
+def _maintain(seeded: Seeded) -> dict[str, Any]:
+    result = cli(seeded, "maintain", "--json")
+    assert result.exit_code == 0, result.output
+    report: dict[str, Any] = json.loads(result.stdout)
+    return report
+
+
+def test_outbox_maintain_prunes_every_item_and_keeps_the_young_rows(seeded: Seeded) -> None:
+    report = _maintain(seeded)
+    assert [i["setting"] for i in report["retention"]] == [i.setting for i in ITEMS]
+    for check in CHECKS.values():
+        check(seeded, report)
+    again = _maintain(seeded)  # nothing old is left: the young rows stay
+    for i in again["retention"]:
+        if i["setting"] not in ("compact_every", "log_retention"):
+            assert i["deleted"] in (0, None), i
+    CHECKS["dead_letter_retention"](seeded, report)
+
+
+def test_status_shows_what_each_item_holds(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
+    result = cli(seeded, "status", "--json")
+    assert result.exit_code == 0, result.output
+    status = json.loads(result.stdout)
+    by = {i["setting"]: i for i in status["retention"]}
+    assert list(by) == [i.setting for i in ITEMS]
+    assert set(by["dead_letter_retention"]) == {
+        "item",
+        "setting",
+        "setting_s",
+        "rows",
+        "oldest_age_s",
+    }
+    for setting, rows, older_than in [
+        ("duplicate_detection_window", 2, 2 * DAY),
+        ("inbox_retention", 2, 8 * DAY),
+        ("dead_letter_retention", 2, 31 * DAY),
+        ("claim_retention", 2, 8 * DAY),
+        ("sample_retention", 2, 9 * DAY),
+    ]:
+        assert by[setting]["rows"] == rows, by[setting]
+        age = by[setting]["oldest_age_s"]
+        assert older_than.total_seconds() <= age < (older_than + DAY).total_seconds(), by[setting]
+    assert by["dead_letter_retention"]["setting_s"] == 30 * DAY.total_seconds()
+    assert by["compact_every"]["setting_s"] is None
+    with Outbox.open(seeded.ws, transport="memory", sql_url=seeded.url, create=False) as ob:
+        rows = ob.store._query("SELECT count(*) AS n FROM t").column("n").to_pylist()
+    assert by["compact_every"]["rows"] == rows[0] > 4  # every row, before the fold
+    assert by["log_retention"]["rows"] > 0
+    assert by["log_retention"]["oldest_age_s"] >= DAY.total_seconds()
+    assert (by["replay_retention"]["rows"], by["replay_retention"]["oldest_age_s"]) == (None, None)
+    assert status["problems"] == []
+
+    plain = cli(seeded, "status")
+    assert plain.exit_code == 0, plain.output
+    lines = plain.stdout.splitlines()
+    start = lines.index("# retention (what is kept: docs/operations.md, Retention)")
+    rows = lines[start + 2 : start + 2 + len(ITEMS)]
+    assert re.match(
+        r"dead letters \(SQL queue\) +dead_letter_retention = 720h00m +2 +7\d\dh", rows[4]
+    )
+    assert rows[7].split() == ["replay", "records", "replay_retention", "=", "720h00m", "-", "-"]
+
+    monkeypatch.setattr(output, "is_terminal", lambda: True)
+    rich = cli(seeded, "status")
+    assert rich.exit_code == 0, rich.output
+    assert "retention (what is kept" in rich.stdout
+    assert re.search(
+        r"│ dead letters \(SQL queue\) +│ dead_letter_retention = 720h00m +│ 2 ", rich.stdout
+    )
+
+
+def test_the_docs_table_is_the_registry_and_every_item_has_a_pruner_and_a_check() -> None:
+    text = DOCS.read_text()
+    block = re.search(r"<!-- retention -->\n(.*?)<!-- /retention -->", text, re.S)
+    assert block is not None, "docs/operations.md has no retention block"
+    assert block.group(1) == docs_table(), "regenerate it from outbox.app.retention.docs_table()"
+    for item in ITEMS:
+        assert type(item).prune is not Item.prune, f"{item.name} has no pruner"
+        assert type(item).describe is not Item.describe, f"{item.name} has no describe"
+        assert item.setting in CHECKS, f"{item.name} has no test"
+    assert set(DISABLED) == set(CHECKS) - {"replay_retention"}  # replay's pruner is a no-op yet
+
+
+@pytest.mark.parametrize("setting", sorted(DISABLED))
+def test_a_disabled_pruner_fails_its_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str
+) -> None:
+    """Each pruner removed in turn (``tests.mutate``): its check fails, the others still pass
+    (so the check fails for the pruner, not for a broken seed)."""
+    s = workspace(tmp_path / "ws", f"sqlite:///{tmp_path / 'outbox.db'}")
+    seed(s)
+    target, edits = DISABLED[setting]
+    owner, attr, broken = mutated(target, edits)
+    monkeypatch.setattr(owner, attr, broken)
+    report = _maintain(s)
+    with pytest.raises(AssertionError):
+        CHECKS[setting](s, report)
+    for other, check in CHECKS.items():
+        if other != setting:
+            check(s, report)
