@@ -16,6 +16,7 @@ from outbox.app.cli import (
     demo,
     devices,
     dispatcher,
+    erase,
     gateway,
     keys,
     maintain,
@@ -88,6 +89,7 @@ for _module in (
     check,
     status,
     console,
+    erase,
 ):
     _module.register(main)
 

@@ -1,0 +1,42 @@
+"""The erasure proof: a marker in a document's state and messages is found in the table's data,
+its change data and the queue database before; after `outbox erase` no reader sees it; after
+`outbox maintain` past `log_retention`, no byte of any file holds it (raw and decoded Parquet)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from tests.erasure.scenario import ERASED, KEPT, Scene, build, maintain_later, places, readers_see
+
+
+def _prove(scene: Scene) -> None:
+    before = places(scene.table_hits())
+    assert {"data", "_change_data"} <= before, before
+    assert scene.sql_hits(), "the queue database holds the messages before"
+    assert scene.queue_rows() >= 2  # queue rows and the dead letter
+
+    erased = scene.cli("erase", "--id", ERASED, "--pending", "drop", "--json")
+    assert erased.exit_code == 0, erased.output
+    report = json.loads(erased.stdout)
+    assert report["erased"] == [ERASED], report
+    assert report["rows_removed"] == 3, report  # the folded row, the last version, its mark
+    assert readers_see(scene) == {"ids": [KEPT], "rows_with_marker": 0}
+    assert scene.queue_rows() == 0
+    assert scene.table_hits(), "history still holds it until the trim passes the erase"
+
+    status = json.loads(scene.cli("erase", "--status", "--json").stdout)["erasures"]
+    assert [(r["doc_id"], r["phase"]) for r in status] == [(ERASED, "erased")]
+
+    maintained = maintain_later(scene)
+    assert maintained["erasures"]["finished"] == 1, maintained
+    assert scene.table_hits() == []
+    assert scene.sql_hits() == []
+    assert readers_see(scene) == {"ids": [KEPT], "rows_with_marker": 0}
+    status = json.loads(scene.cli("erase", "--status", "--json").stdout)["erasures"]
+    assert [r["phase"] for r in status] == ["done"]
+    assert ERASED not in str(status)
+
+
+def test_erasure_leaves_the_marker_nowhere_on_local_disk(tmp_path: Path) -> None:
+    _prove(build(tmp_path / "ws"))
