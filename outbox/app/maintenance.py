@@ -41,7 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
-from outbox.app.erasure import advance as advance_erasures
+from outbox.app import erasure
 from outbox.app.maintainers import MAINTAIN_LOCK, exclusive, one_maintainer
 from outbox.app.rescuer_history import (
     VACUUM_MARGIN,
@@ -273,7 +273,7 @@ def _upkeep(
             settings=settings,
         )
         if not opts.dry_run:  # each erasure the trim has passed: finished (outbox.app.erasure)
-            report.erasures = advance_erasures(store, clock, sql_url, opts.log_retention_seconds)
+            report.erasures = erasure.advance(store, clock, sql_url, opts.log_retention_seconds)
 
 
 def forget_old_records(settings: Settings, *, clock: Clock, dry_run: bool) -> dict[str, Any]:

@@ -1,0 +1,74 @@
+"""The erasure proof fails when a mechanism it relies on is removed (tests/test_mutations.py's
+way: the one function recompiled with the edit, the owner passing on the intact code first, and
+failing on the named line)."""
+
+from __future__ import annotations
+
+import linecache
+import traceback
+from pathlib import Path
+
+import pytest
+
+from tests.erasure import test_proof
+from tests.mutate import mutated
+
+OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
+
+#: (name, target, edits, the owner's failing line)
+MUTATIONS = [
+    (
+        "no orphan sweep (a failed append's file stays)",
+        "outbox.app.erasure:advance",
+        (
+            (
+                "            storage_options=options,\n        )\n    )",
+                "            storage_options=options,\n            dry_run=True,\n        )\n    )",
+            ),
+        ),
+        "assert scene.table_hits() == []",
+    ),
+    (
+        "the log trim keeps the trimmed commits' change data",
+        "outbox.delta.log:change_files",
+        (("out.append(path)  # never anything outside the table", "pass"),),
+        "assert scene.table_hits() == []",
+    ),
+    (
+        "the SQL purge misses the dead letters",
+        "outbox.app.erasure_sql:purge",
+        (
+            (
+                "by_message_or_session = (T.queue_messages, T.dead_letters)",
+                "by_message_or_session = (T.queue_messages,)",
+            ),
+        ),
+        "assert scene.queue_rows() == 0",
+    ),
+]
+
+
+def _failing_line(error: BaseException) -> str:
+    owner_file = test_proof.__file__
+    frames = [
+        f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith("test_proof.py")
+    ]
+    assert frames, f"the failure did not come from the proof: {error!r}"
+    return linecache.getline(owner_file, frames[-1].lineno or 0).strip()
+
+
+@pytest.mark.parametrize("m", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+@pytest.mark.slow
+def test_the_erasure_proof_catches_the_mutation(
+    m: tuple[str, str, tuple[tuple[str, str], ...], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name, target, edits, line = m
+    OWNER(tmp_path / "intact")
+    owner, attr, broken = mutated(target, edits)
+    monkeypatch.setattr(owner, attr, broken)
+    with pytest.raises(AssertionError) as caught:
+        OWNER(tmp_path / "mutated")
+    monkeypatch.undo()
+    assert line in _failing_line(caught.value), f"{name}: failed elsewhere: {caught.value!r}"
