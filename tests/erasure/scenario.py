@@ -127,6 +127,7 @@ def maintain_later(scene: Scene, *, keep_saving: bool = True) -> dict[str, Any]:
                 sql_url=s.sql_url,
                 rescue_delay_seconds=s.rescue_delay,
                 settings=s,
+                storage_options=s.storage_options,
                 log_retention_seconds=s.log_retention,
             ).to_dict()
     return report

@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 
 from tests.erasure.scenario import ERASED, KEPT, Scene, build, maintain_later, places, readers_see
+from tests.objectstore.conftest import Remote
+from tests.objectstore.test_object_store import workspace_on
 
 
 def _prove(scene: Scene) -> None:
@@ -40,3 +42,12 @@ def _prove(scene: Scene) -> None:
 
 def test_erasure_leaves_the_marker_nowhere_on_local_disk(tmp_path: Path) -> None:
     _prove(build(tmp_path / "ws"))
+
+
+def test_erasure_leaves_the_marker_nowhere_on_azure_blob_storage(
+    azure_remote: Remote, tmp_path: Path
+) -> None:
+    """The same proof with the table in an Azurite container (the trim, the sweep and the scan
+    all go through deltalake's object-store layer)."""
+    ws = workspace_on(azure_remote, tmp_path / "ws")
+    _prove(build(ws))
