@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.erasure import test_proof
+from tests.erasure import test_late_marks, test_proof
 from tests.mutate import mutated
 
 OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
@@ -47,6 +47,8 @@ MUTATIONS = [
     ),
 ]
 
+LATE = test_late_marks.test_a_mark_row_committed_after_the_erase_merge_is_erased_too
+
 
 def _failing_line(error: BaseException) -> str:
     owner_file = test_proof.__file__
@@ -72,3 +74,28 @@ def test_the_erasure_proof_catches_the_mutation(
         OWNER(tmp_path / "mutated")
     monkeypatch.undo()
     assert line in _failing_line(caught.value), f"{name}: failed elsewhere: {caught.value!r}"
+
+
+@pytest.mark.slow
+def test_without_the_re_read_a_late_mark_row_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase's MERGE once per bucket, no re-read: the late mark row stays in the table."""
+    (tmp_path / "intact").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        LATE(tmp_path / "intact", patch)
+    owner, attr, broken = mutated(
+        "outbox.app.erasure:erase_rows",
+        (("if not _remaining(store, bucket, members):", "if _round > 0:"),),
+    )
+    monkeypatch.setattr(owner, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
+        LATE(tmp_path / "mutated", patch)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_late_marks.__file__
+    ]
+    assert frames, caught.value
+    assert 'assert _rows_of(ws, "p1") == 0' in (frames[-1].line or ""), caught.value

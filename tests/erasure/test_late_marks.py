@@ -1,0 +1,54 @@
+"""A dispatcher's mark row that commits just after the erase's MERGE (its writer read the
+document before the erase) is found by the re-read and erased by a second MERGE."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from outbox.app import erasure
+from outbox.app.cli import main
+from outbox.app.facade import Outbox
+from outbox.core.settings import Settings
+from outbox.wiring.backends import open_document_store
+
+
+def _rows_of(ws: Path, doc_id: str) -> int:
+    with Outbox.open(ws, compact_every=0) as ob:
+        found = ob.store._query(f"SELECT count(*) AS n FROM t WHERE id = '{doc_id}'")
+    return int(found["n"][0].as_py())
+
+
+def test_a_mark_row_committed_after_the_erase_merge_is_erased_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, default_destination="people", compact_every=0) as ob:
+        with ob.unit_of_work() as uow:
+            uow.create("p1", type="Person").send("Created", {"id": "p1"})
+        incarnation = ob.store.read(["p1"])[1]["p1"].incarnation
+    late_writer = open_document_store(Settings.load(ws))
+    merges: list[int] = []
+    merge = erasure._merge_delete
+
+    def merge_then_a_late_mark(*args: Any, **kwargs: Any) -> int:
+        removed = merge(*args, **kwargs)
+        if not merges:  # a dispatcher that read p1 before the erase writes its mark now
+            late_writer.advance_watermarks({"p1": 1}, {"p1": incarnation})
+        merges.append(removed)
+        return removed
+
+    monkeypatch.setattr(erasure, "_merge_delete", merge_then_a_late_mark)
+    result = CliRunner().invoke(
+        main,
+        ["erase", "--id", "p1", "--pending", "drop", "--json"],
+        env={"OUTBOX_WORKSPACE": str(ws)},
+    )
+    assert result.exit_code == 0, result.output
+    assert _rows_of(ws, "p1") == 0
+    assert merges == [2, 1]  # the version and its mark, then the late mark
+    assert json.loads(result.stdout)["rows_removed"] == 3
