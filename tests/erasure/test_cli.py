@@ -115,3 +115,20 @@ def test_documents_whose_messages_cannot_be_sent_are_left_for_the_next_run(
     again = _run(ws, "erase", "--id", "p1", "--id", "p2", "--json")
     assert again.exit_code == 0, again.output
     assert _ids(ws) == ["o1"]
+
+
+def test_a_table_with_deletion_vectors_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Another engine (Spark) enabled deletion vectors: a row one hides stays in its file, so the
+    erase refuses and names the Spark command that rewrites the files."""
+    import deltalake
+
+    ws = _workspace(tmp_path / "ws")
+    with Outbox.open(ws, compact_every=0) as ob:
+        uri = ob.store.uri
+    deltalake.DeltaTable(uri).alter.set_table_properties({"delta.enableDeletionVectors": "true"})
+    result = _run(ws, "erase", "--id", "p1")
+    assert result.exit_code == 1, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith(f"error: the table {uri} uses deletion vectors"), line
+    assert "REORG TABLE delta.`<uri>` APPLY (PURGE)" in line
+    assert _ids(ws) == ["o1", "p1", "p2"]
