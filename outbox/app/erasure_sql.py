@@ -8,11 +8,15 @@ its ordering key or, without one, its document's id), the documents' ``ProcessDo
 commands (the same two keys: ``command_id_for``, session = id), duplicate-detection ids and inbox
 records of those message ids, key holds of the documents, and their session and claim rows.
 
-Why ``secure_delete`` and a checkpoint on SQLite: a DELETE only marks a row's space free, and the
-bytes stay in the file until the page is reused; with ``PRAGMA secure_delete`` SQLite overwrites
-them with zeros, and in WAL mode the zeroed pages reach the database file at a checkpoint, after
-which ``TRUNCATE`` empties the WAL that still held the old ones. PostgreSQL keeps dead tuples
-until VACUUM (docs/erasure.md says so).
+Why ``secure_delete``, ``VACUUM`` and a checkpoint on SQLite: a DELETE only marks a row's space
+free, and the bytes stay in the file until the page is reused. ``PRAGMA secure_delete`` makes
+SQLite overwrite the purge's own rows with zeros; but rows deleted earlier on connections
+without it (the document's completed messages, a row moved to the dead letters: Debian's SQLite
+has it on by default, other builds do not) left their bytes in free space, which only a
+``VACUUM`` (a rebuilt file) removes. In WAL mode the new pages reach the database file at a
+checkpoint, after which ``TRUNCATE`` empties the WAL that still held the old ones.
+``secure_delete`` stays as the fallback for a VACUUM another writer refused. PostgreSQL keeps
+dead tuples until VACUUM (docs/erasure.md says so).
 """
 
 from __future__ import annotations
@@ -215,16 +219,27 @@ def _scrub(conn: Any) -> None:
 
 
 def checkpoint_wal(sql_url: str) -> None:
-    """SQLite: copy the zeroed pages into the database file and empty the WAL, which still holds
-    the pages as they were (logged, not raised, when a reader holds it: the next purge retries)."""
+    """SQLite: rebuild the file (``VACUUM``: free space still holds rows deleted earlier with
+    ``secure_delete`` off, e.g. the document's messages completed long ago, or a row moved to
+    the dead letters), then copy the new pages into the database file and empty the WAL, which
+    still holds the pages as they were. Logged, not raised, when another connection is in the
+    way: the finishing ``outbox maintain`` runs it again."""
+    import sqlite3
+
     with _engine(sql_url) as engine:
         if engine.dialect.name != "sqlite":
             return
-        raw = engine.raw_connection()  # outside any transaction: a checkpoint cannot run in one
+        raw = engine.raw_connection()  # outside any transaction: neither can run in one
         try:
             sqlite = raw.driver_connection
             assert sqlite is not None
             sqlite.commit()
+            try:
+                sqlite.execute("VACUUM")
+            except sqlite3.OperationalError as e:
+                log.warning(
+                    "VACUUM of %s failed (%s): the next `outbox maintain` retries", sql_url, e
+                )
             busy, *_ = sqlite.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
         finally:
             raw.close()

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.erasure import test_late_marks, test_proof
+from tests.erasure import test_late_marks, test_proof, test_purge
 from tests.mutate import mutated
 
 OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
@@ -99,3 +99,33 @@ def test_without_the_re_read_a_late_mark_row_stays(
     ]
     assert frames, caught.value
     assert 'assert _rows_of(ws, "p1") == 0' in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.parametrize(
+    ("target", "edit"),
+    [
+        ("outbox.app.erasure_sql:checkpoint_wal", ('sqlite.execute("VACUUM")', "pass")),
+        (
+            "outbox.app.erasure_sql:checkpoint_wal",
+            ('"PRAGMA wal_checkpoint(TRUNCATE)"', '"SELECT 0"'),
+        ),
+    ],
+    ids=["no VACUUM", "no WAL checkpoint"],
+)
+@pytest.mark.slow
+def test_without_zeroing_the_sqlite_file_keeps_the_bytes(
+    target: str, edit: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    test_purge.upgrade(url)
+    owner, attr, broken = mutated(target, (edit,))
+    monkeypatch.setattr(owner, attr, broken)
+    with pytest.raises(AssertionError) as caught:
+        test_purge.test_purge_by_message_id_and_session_keeps_other_documents(url)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_purge.__file__
+    ]
+    assert frames, caught.value
+    assert "assert scan_folder(folder, marker) == []" in (frames[-1].line or ""), caught.value
