@@ -323,25 +323,29 @@ def advance(
         return {}
     options = storage_options if storage_options is not None else store._storage_options
     oldest = oldest_commit(list_log(store.uri, fs=_filesystem(store.uri, options)))
-    passed = [
-        str(r["doc_id"])
+    passed = {
+        str(r["doc_id"]): int(r["erased_version"])
         for r in open_rows
         if r["phase"] == ERASED
         and r["erased_version"] is not None
         and oldest is not None
         and oldest > int(r["erased_version"])
-    ]
+    }
     out: dict[str, Any] = {"open": len(open_rows), "finished": 0, "erased_again": 0}
-    if not passed:
+    if not passed or oldest is None:
         return out
-    late = sorted(set(_rows_of(store, passed)["id"].to_pylist()))
+    late = sorted(set(_rows_of(store, list(passed))["id"].to_pylist()))
     if late:  # a mark row committed over the erase: erase again, and wait again
         report = EraseReport(ids=late)
         version = erase_rows(store, late, report, clock)
         _checkpoint(store)
         ledger.mark(sql_url, store.table_id, late, ERASED, now=clock.now(), version=version)
         out["erased_again"] = len(late)
-    done = [i for i in passed if i not in set(late)]
+    touched = _touched_since(store, passed, oldest, skip=set(late))
+    for doc_id, version in touched.items():  # rows came and went after the erase: wait for
+        ledger.mark(sql_url, store.table_id, [doc_id], ERASED, now=clock.now(), version=version)
+    out["waiting_again"] = len(touched)
+    done = [i for i in passed if i not in set(late) and i not in touched]
     if not done:
         return out
     out["orphan_files_deleted"] = len(
@@ -360,6 +364,35 @@ def advance(
         "finished %d erasure(s) of %s: no file holds their rows any more", len(done), store.uri
     )
     return out
+
+
+def _touched_since(
+    store: DeltaDocumentStore, erased: Mapping[str, int], oldest: int, *, skip: set[str]
+) -> dict[str, int]:
+    """The ids whose rows a retained commit after their erase added or removed (a late mark row
+    that a fold has removed since: its file goes only when the trim passes that fold), each with
+    the newest such commit; read from the change feed of the retained log."""
+    wanted = [i for i in erased if i not in skip]
+    if not wanted:
+        return {}
+    start = max(oldest, min(erased[i] for i in wanted) + 1)
+    if start > store.refresh():
+        return {}
+    try:
+        reader = store.delta_table.load_cdf(
+            starting_version=start, predicate=f"id IN ({quote_ids(wanted)})"
+        )
+        changes = reader.read_all()
+    except Exception as e:
+        raise store_error(f"reading the change feed of {store.uri} failed", e) from e
+    newest: dict[str, int] = {}
+    if changes.num_rows:
+        for doc_id, version in zip(
+            changes["id"].to_pylist(), changes["_commit_version"].to_pylist(), strict=True
+        ):
+            if doc_id in erased and int(version) > erased[doc_id]:
+                newest[doc_id] = max(newest.get(doc_id, 0), int(version))
+    return newest
 
 
 def status(store: DeltaDocumentStore, sql_url: str) -> list[dict[str, Any]]:

@@ -109,17 +109,17 @@ def build(ws: Path, **settings: Any) -> Scene:
     return Scene(ws, marker, conf)
 
 
-def maintain_later(scene: Scene, *, keep_saving: bool = True) -> dict[str, Any]:
+def maintain_later(scene: Scene, *, rounds: int = 2, fold: bool = True) -> list[dict[str, Any]]:
     """``outbox maintain`` as if ``log_retention`` had passed (an injected clock, no sleep),
-    twice, with a save of another document before each: the trim keeps a checkpoint and the
-    commits after it, so it passes the erase commit once a second checkpoint follows it."""
+    ``rounds`` times, with a save of another document before each (the trim keeps a checkpoint
+    and the commits after it, so it passes the erase commit once a second checkpoint follows
+    it); each run's ``erasures`` report. ``fold=False``: no fold nor compaction."""
     s = scene.settings
     later = ManualClock(datetime.now(UTC) + timedelta(seconds=s.log_retention + 3600))
-    report: dict[str, Any] = {}
-    for n in range(2):
-        if keep_saving:
-            with Outbox.open(scene.ws, compact_every=0) as ob:
-                _save(ob, KEPT, "kept@example.org", 10 + n)
+    reports = []
+    for n in range(rounds):
+        with Outbox.open(scene.ws, compact_every=0) as ob:
+            _save(ob, KEPT, "kept@example.org", 10 + n)
         with Outbox.open(scene.ws, compact_every=0) as ob:
             report = maintain(
                 ob.store,
@@ -129,8 +129,10 @@ def maintain_later(scene: Scene, *, keep_saving: bool = True) -> dict[str, Any]:
                 settings=s,
                 storage_options=s.storage_options,
                 log_retention_seconds=s.log_retention,
-            ).to_dict()
-    return report
+                do_compact=fold,
+            )
+        reports.append(report.erasures)
+    return reports
 
 
 def readers_see(scene: Scene) -> dict[str, Any]:

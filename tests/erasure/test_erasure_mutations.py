@@ -7,10 +7,11 @@ from __future__ import annotations
 import linecache
 import traceback
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.erasure import test_late_marks, test_proof, test_purge
+from tests.erasure import test_finish, test_late_marks, test_proof, test_purge
 from tests.mutate import mutated
 
 OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
@@ -129,3 +130,40 @@ def test_without_zeroing_the_sqlite_file_keeps_the_bytes(
     ]
     assert frames, caught.value
     assert "assert scan_folder(folder, marker) == []" in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.parametrize(
+    "m",
+    [
+        (
+            "outbox.app.erasure:advance",
+            ('late = sorted(set(_rows_of(store, list(passed))["id"].to_pylist()))', "late = []"),
+            test_finish.test_a_late_mark_still_there_at_the_finish_is_erased_again,
+            'assert (first, second["erased_again"], second["finished"]) == (',
+        ),
+        (
+            "outbox.app.erasure:advance",
+            ("touched = _touched_since(store, passed, oldest, skip=set(late))", "touched = {}"),
+            test_finish.test_a_late_mark_folded_away_is_waited_for_until_the_trim_passes_the_fold,
+            'assert (first["finished"], first["erased_again"], first["waiting_again"]) == (0, 0, 1',
+        ),
+    ],
+    ids=["the finish never re-reads the table", "the finish ignores commits after the erase"],
+)
+@pytest.mark.slow
+def test_the_finish_checks_catch_their_mutation(
+    m: tuple[str, tuple[str, str], Any, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target, edit, owner, line = m
+    owner(tmp_path / "intact")
+    broken_owner, attr, broken = mutated(target, (edit,))
+    monkeypatch.setattr(broken_owner, attr, broken)
+    with pytest.raises(AssertionError) as caught:
+        owner(tmp_path / "mutated")
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_finish.__file__
+    ]
+    assert frames, caught.value
+    assert line in (frames[-1].line or ""), caught.value

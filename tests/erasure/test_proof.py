@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 from tests.erasure.scenario import ERASED, KEPT, Scene, build, maintain_later, places, readers_see
+from tests.erasure.test_purge import sqlite_without_secure_delete
 from tests.objectstore.conftest import Remote
 from tests.objectstore.test_object_store import workspace_on
 
@@ -31,7 +32,7 @@ def _prove(scene: Scene) -> None:
     assert [(r["doc_id"], r["phase"]) for r in status] == [(ERASED, "erased")]
 
     maintained = maintain_later(scene)
-    assert maintained["erasures"]["finished"] == 1, maintained
+    assert [m["finished"] for m in maintained] == [0, 1], maintained
     assert scene.table_hits() == []
     assert scene.sql_hits() == []
     assert readers_see(scene) == {"ids": [KEPT], "rows_with_marker": 0}
@@ -41,7 +42,10 @@ def _prove(scene: Scene) -> None:
 
 
 def test_erasure_leaves_the_marker_nowhere_on_local_disk(tmp_path: Path) -> None:
-    _prove(build(tmp_path / "ws"))
+    """With SQLite's ``secure_delete`` off by default (builds other than Debian's), so the
+    queue rows the dispatch and the dead-lettering deleted before leave their bytes behind."""
+    with sqlite_without_secure_delete():
+        _prove(build(tmp_path / "ws"))
 
 
 def test_erasure_leaves_the_marker_nowhere_on_azure_blob_storage(

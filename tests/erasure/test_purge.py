@@ -44,7 +44,7 @@ def _count(url: str, table: str, where: str) -> int:
 
 
 @contextmanager
-def _sqlite_without_secure_delete() -> Iterator[None]:
+def sqlite_without_secure_delete() -> Iterator[None]:
     """Every new SQLite connection starts with ``secure_delete`` off, as in builds without
     ``SQLITE_SECURE_DELETE`` (Debian's has it on by default, which would hide a missing PRAGMA)."""
     real = sqlite3.connect
@@ -63,7 +63,7 @@ def _sqlite_without_secure_delete() -> Iterator[None]:
 def test_purge_by_message_id_and_session_keeps_other_documents(migrated_url: str) -> None:
     """A queue stays open meanwhile (a running worker's connections), so SQLite does not
     checkpoint and delete the WAL by itself when the purge's connections close."""
-    with _sqlite_without_secure_delete(), SqlQueue(migrated_url) as worker:
+    with sqlite_without_secure_delete(), SqlQueue(migrated_url) as worker:
         _purge_beside(worker, migrated_url)
 
 
