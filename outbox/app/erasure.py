@@ -25,6 +25,10 @@ dispatcher's own dispatch of those rows, as the command worker does) and erases 
 documents with nothing pending afterwards. A writer saving a document meanwhile is the
 operator's to stop: the erase removes the rows it finds, and a save after it creates the
 document again.
+
+Why one module: the finish step erases again with the very MERGE and re-read of the first step,
+and both read the ledger's phases; the SQL side (ledger, purge) and the file side (trim, sweep)
+are already apart (``erasure_sql``, ``outbox.delta.log``, ``outbox.delta.orphans``).
 """
 
 from __future__ import annotations
