@@ -261,22 +261,29 @@ def _merge_delete(
     report: EraseReport,
     clock: Clock,
 ) -> int:
-    """One MERGE deleting the rows of ``ids`` in ``bucket``, retried on a commit conflict."""
+    """One MERGE deleting the rows of ``ids`` in ``bucket``, retried on a commit conflict.
+
+    It joins on the ids' hashes (the ledger's ``sha256(table_id|id)``), not the ids: delta-rs
+    turns a join on a source column into a filter of the source's values (``id = 'x'``, or the
+    range of the ids) and writes it into the commit's ``commitInfo``, which would keep the id
+    in the log; on a hash of the target column it writes only the bucket."""
     from deltalake.exceptions import CommitFailedError
 
+    table_id = store.table_id
     source = pa.table(
         {
-            "id": pa.array(list(ids), pa.string()),
+            "h": pa.array([ledger.hashed(table_id, i) for i in ids], pa.string()),
             "bucket": pa.array([bucket] * len(ids), pa.int32()),
         }
     )
+    hashed_id = f"encode(sha256(concat({_sql_literal(table_id + '|')}, t.id)), 'hex')"
     for attempt in range(MAX_ATTEMPTS):
         try:
             metrics = (
                 store.delta_table.merge(
                     source,
                     predicate=f"t.bucket IN ({in_list([bucket])}) AND t.bucket = s.bucket "
-                    "AND t.id = s.id",
+                    f"AND {hashed_id} = s.h",
                     source_alias="s",
                     target_alias="t",
                     streamed_exec=False,
@@ -297,6 +304,10 @@ def _merge_delete(
         f"erasing from bucket {bucket} of {store.uri} lost {MAX_ATTEMPTS} commit races in a row",
         hint="run `outbox erase` again when the writers are quieter",
     )
+
+
+def _sql_literal(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"
 
 
 def _checkpoint(store: DeltaDocumentStore) -> None:

@@ -132,3 +132,23 @@ def test_a_table_with_deletion_vectors_is_refused_in_one_line(tmp_path: Path) ->
     assert line.startswith(f"error: the table {uri} uses deletion vectors"), line
     assert "REORG TABLE delta.`<uri>` APPLY (PURGE)" in line
     assert _ids(ws) == ["o1", "p1", "p2"]
+
+
+def test_the_erase_commit_and_its_checkpoint_name_no_erased_id(tmp_path: Path) -> None:
+    """delta-rs writes a MERGE's generalized join filter into ``commitInfo`` (``id = '...'``);
+    the erase joins on the ids' hashes, so its commit names only the bucket."""
+    from testkit.raw_scan import scan_table
+
+    ws = _workspace(tmp_path / "ws")
+    doc_id = "customer-4711@example.org"
+    with Outbox.open(ws, compact_every=0) as ob, ob.unit_of_work() as uow:
+        uow.create(doc_id, type="Person").send("Created", {"n": 1}, destination=QUEUE)
+    result = _run(ws, "erase", "--id", doc_id, "--json")
+    assert result.exit_code == 0, result.output
+    version = json.loads(result.stdout)["erased_version"]
+    with Outbox.open(ws, compact_every=0) as ob:
+        uri = ob.store.uri
+    hits = {h.path.rsplit("/", 1)[-1] for h in scan_table(uri, doc_id)}
+    assert f"{version:020d}.json" not in hits
+    assert f"{version:020d}.checkpoint.parquet" not in hits
+    assert any(h.endswith(".json") for h in hits)  # the scan sees the id in the older commits

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.erasure import test_finish, test_late_marks, test_proof, test_purge
+from tests.erasure import test_cli, test_finish, test_late_marks, test_proof, test_purge
 from tests.mutate import mutated
 
 OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
@@ -167,3 +167,34 @@ def test_the_finish_checks_catch_their_mutation(
     ]
     assert frames, caught.value
     assert line in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.slow
+def test_joining_on_the_ids_puts_an_id_in_the_erase_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = test_cli.test_the_erase_commit_and_its_checkpoint_name_no_erased_id
+    (tmp_path / "intact").mkdir()
+    owner(tmp_path / "intact")
+    target, attr, broken = mutated(
+        "outbox.app.erasure:_merge_delete",
+        (
+            (
+                '"h": pa.array([ledger.hashed(table_id, i) for i in ids], pa.string()),',
+                '"h": pa.array([ledger.hashed(table_id, i) for i in ids], pa.string()),'
+                ' "id": pa.array(list(ids), pa.string()),',
+            ),
+            ('f"AND {hashed_id} = s.h",', '"AND t.id = s.id",'),
+        ),
+    )
+    monkeypatch.setattr(target, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught:
+        owner(tmp_path / "mutated")
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_cli.__file__
+    ]
+    assert frames, caught.value
+    assert 'assert f"{version:020d}.json" not in hits' in (frames[-1].line or ""), caught.value
