@@ -44,14 +44,14 @@ class Scene:
     def cli(self, *args: str) -> Any:
         return CliRunner().invoke(cli_main, list(args), env={"OUTBOX_WORKSPACE": str(self.ws)})
 
-    def table_hits(self) -> list[Hit]:
+    def table_hits(self, text: str | None = None) -> list[Hit]:
         s = self.settings
-        return scan_table(s.table_uri, self.marker, dict(s.storage_options) or None)
+        return scan_table(s.table_uri, text or self.marker, dict(s.storage_options) or None)
 
-    def sql_hits(self) -> list[Hit]:
-        return scan_folder(
-            Path(str(self.settings.sql_url).removeprefix("sqlite:///")).parent, self.marker
-        )
+    def sql_hits(self, text: str | None = None) -> list[Hit]:
+        """The workspace folder: the SQLite database, its WAL (and a local table)."""
+        folder = Path(str(self.settings.sql_url).removeprefix("sqlite:///")).parent
+        return scan_folder(folder, text or self.marker)
 
     def queue_rows(self) -> int:
         import sqlalchemy as sa

@@ -46,6 +46,12 @@ MUTATIONS = [
         ),
         "assert scene.queue_rows() == 0",
     ),
+    (
+        "the finished ledger keeps the id instead of its hash",
+        "outbox.app.erasure_sql:mark",
+        (('"doc_id": hashed(table_id, doc_id)}', '"doc_id": doc_id}'),),
+        "assert scene.sql_hits(ERASED) == []",
+    ),
 ]
 
 LATE = test_late_marks.test_a_mark_row_committed_after_the_erase_merge_is_erased_too

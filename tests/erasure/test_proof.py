@@ -35,6 +35,9 @@ def _prove(scene: Scene) -> None:
     assert [m["finished"] for m in maintained] == [0, 1], maintained
     assert scene.table_hits() == []
     assert scene.sql_hits() == []
+    # nor the id: the ledger keeps its hash, the erase commit names none, older commits are gone
+    assert scene.table_hits(ERASED) == []
+    assert scene.sql_hits(ERASED) == []
     assert readers_see(scene) == {"ids": [KEPT], "rows_with_marker": 0}
     status = json.loads(scene.cli("erase", "--status", "--json").stdout)["erasures"]
     assert [r["phase"] for r in status] == ["done"]
