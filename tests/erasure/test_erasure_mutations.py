@@ -204,3 +204,33 @@ def test_joining_on_the_ids_puts_an_id_in_the_erase_commit(
     ]
     assert frames, caught.value
     assert 'assert f"{version:020d}.json" not in hits' in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.slow
+def test_without_the_retry_a_lost_commit_race_fails_the_erase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = test_late_marks.test_an_erase_that_loses_a_commit_race_to_a_fold_retries
+    (tmp_path / "intact").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        owner(tmp_path / "intact", patch)
+    target, attr, broken = mutated(
+        "outbox.app.erasure:_merge_delete",
+        (
+            (
+                'if not isinstance(e, CommitFailedError) and "concurrent" not in str(e).lower():',
+                "if True:",
+            ),
+        ),
+    )
+    monkeypatch.setattr(target, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
+        owner(tmp_path / "mutated", patch)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_late_marks.__file__
+    ]
+    assert frames, caught.value
+    assert "assert result.exit_code == 0, result.output" in (frames[-1].line or ""), caught.value

@@ -52,3 +52,39 @@ def test_a_mark_row_committed_after_the_erase_merge_is_erased_too(
     assert _rows_of(ws, "p1") == 0
     assert merges == [2, 1]  # the version and its mark, then the late mark
     assert json.loads(result.stdout)["rows_removed"] == 3
+
+
+def test_an_erase_that_loses_a_commit_race_to_a_fold_retries(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process folds the bucket between the erase's read and its MERGE (both remove the
+    same file): the erase's commit fails, and it retries on the new snapshot."""
+    from outbox.delta.fold import fold_table
+
+    ws = tmp_path / "ws"
+    with Outbox.open(ws, default_destination="people", compact_every=0) as ob:
+        for n in range(2):
+            with ob.unit_of_work() as uow:
+                doc = uow.get("p1") or uow.create("p1", type="Person")
+                doc.state["n"] = n
+    other = open_document_store(Settings.load(ws))
+    remaining = erasure._remaining
+    folded: list[int] = []
+
+    def read_then_a_fold(*args: Any, **kwargs: Any) -> int:
+        found = remaining(*args, **kwargs)
+        if not folded:
+            folded.append(fold_table(other, at=0).rows_removed)
+        return found
+
+    monkeypatch.setattr(erasure, "_remaining", read_then_a_fold)
+    result = CliRunner().invoke(
+        main,
+        ["erase", "--id", "p1", "--pending", "drop", "--json"],
+        env={"OUTBOX_WORKSPACE": str(ws)},
+    )
+    assert result.exit_code == 0, result.output
+    assert folded == [1]  # the superseded version went in the fold
+    report = json.loads(result.stdout)
+    assert report["conflicts"] >= 1
+    assert _rows_of(ws, "p1") == 0
