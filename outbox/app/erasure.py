@@ -101,10 +101,16 @@ def check_no_deletion_vectors(store: DeltaDocumentStore) -> None:
 
 
 def select_ids(
-    store: DeltaDocumentStore, *, ids: Sequence[str] = (), where: str | None = None
+    store: DeltaDocumentStore,
+    *,
+    ids: Sequence[str] = (),
+    where: str | None = None,
+    sql_url: str | None = None,
 ) -> list[str]:
-    """The ids to erase: ``ids`` as given (each must have rows in the table), or the current
-    documents matching ``where`` (SQL over the newest version of each document)."""
+    """The ids to erase: ``ids`` as given (each must have rows in the table, or an erasure still
+    requested in the ledger at ``sql_url``: one cut short after its MERGE, which a second run
+    completes), or the current documents matching ``where`` (SQL over the newest version of
+    each document)."""
     store.refresh()
     if where is not None:
         sql = (
@@ -122,6 +128,10 @@ def select_ids(
     wanted = list(dict.fromkeys(ids))
     present = set(_rows_of(store, wanted)["id"].to_pylist()) if wanted else set()
     unknown = [i for i in wanted if i not in present]
+    if unknown and sql_url is not None and ledger.ledger_ready(sql_url):
+        open_rows = ledger.ledger(sql_url, store.table_id, open_only=True)
+        requested = {str(r["doc_id"]) for r in open_rows if r["phase"] == REQUESTED}
+        unknown = [i for i in unknown if i not in requested]
     if unknown:
         shown = ", ".join(repr(i) for i in unknown[:5]) + (" ..." if len(unknown) > 5 else "")
         raise ValidationError(

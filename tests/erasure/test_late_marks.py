@@ -88,3 +88,36 @@ def test_an_erase_that_loses_a_commit_race_to_a_fold_retries(
     report = json.loads(result.stdout)
     assert report["conflicts"] >= 1
     assert _rows_of(ws, "p1") == 0
+
+
+def test_an_erase_cut_short_after_its_merge_is_completed_by_a_second_run(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The queue database fails after the rows are gone: the ledger still says requested, and
+    `outbox erase --id` again (the table no longer has the id) purges and records it."""
+    from outbox.app import erasure_sql
+    from outbox.core.errors import QueueError
+
+    ws = tmp_path / "ws"
+    with (
+        Outbox.open(ws, default_destination="people", compact_every=0) as ob,
+        ob.unit_of_work() as uow,
+    ):
+        uow.create("p1", type="Person").send("Created", {"id": "p1"})
+    purge = erasure_sql.purge
+
+    def unreachable(*_args: Any, **_kwargs: Any) -> dict[str, int]:
+        raise QueueError("the SQL queue is not reachable")
+
+    monkeypatch.setattr(erasure_sql, "purge", unreachable)
+    run = ["erase", "--id", "p1", "--pending", "drop", "--json"]
+    env = {"OUTBOX_WORKSPACE": str(ws)}
+    cut = CliRunner().invoke(main, run, env=env)
+    assert cut.exit_code == 1, cut.output
+    assert _rows_of(ws, "p1") == 0
+    monkeypatch.setattr(erasure_sql, "purge", purge)
+    again = CliRunner().invoke(main, run, env=env)
+    assert again.exit_code == 0, again.output
+    report = json.loads(again.stdout)
+    assert report["erased"] == ["p1"]
+    assert report["sql_rows_deleted"]["outbox_queue_messages"] == 1

@@ -66,7 +66,7 @@ def erase(
         _show_status(erasure.status(store, settings.sql_url), as_json)
         return
     clock = SystemClock()
-    selected = erasure.select_ids(store, ids=ids, where=where)
+    selected = erasure.select_ids(store, ids=ids, where=where, sql_url=settings.sql_url)
     report = erasure.erase(
         store,
         sql_url=settings.sql_url,
