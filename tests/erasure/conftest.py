@@ -1,5 +1,5 @@
-"""The object-store fixtures (Azurite) for the erasure proof on blob storage."""
+"""The object-store fixtures (Azurite, the S3 server) for the erasure proof."""
 
-from tests.objectstore.conftest import azure_remote, azurite_server
+from tests.objectstore.conftest import azurite_server, remote, s3_server
 
-__all__ = ["azure_remote", "azurite_server"]
+__all__ = ["azurite_server", "remote", "s3_server"]
