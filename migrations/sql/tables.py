@@ -256,3 +256,21 @@ replay_chunks = Table(
     Column("sent_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("replay_id", "chunk", name="pk_outbox_replay_chunks"),
 )
+
+# Erasures (0010; outbox.app.erasure): one row per document being erased from a table. The id is
+# the document's until the erasure is done, then ``sha256(table_id|id)`` (the ledger must not keep
+# what it erased); ``erased_version`` is the table version of the erase commit, which the log trim
+# must pass before the old files holding the rows may go.
+erasures = Table(
+    "outbox_erasures",
+    metadata,
+    Column("table_id", String(64), nullable=False),
+    Column("doc_id", String(ID), nullable=False),
+    Column("phase", String(16), nullable=False),  # requested -> erased -> done
+    Column("erased_version", BigInteger, nullable=True),
+    Column("requested_at", DateTime(timezone=True), nullable=False),
+    Column("erased_at", DateTime(timezone=True), nullable=True),
+    Column("finished_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("table_id", "doc_id", name="pk_outbox_erasures"),
+    Index("ix_outbox_erasures_phase", "table_id", "phase"),
+)

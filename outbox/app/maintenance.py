@@ -41,6 +41,7 @@ from dataclasses import dataclass, field, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypedDict, Unpack
 
+from outbox.app import erasure
 from outbox.app.maintainers import MAINTAIN_LOCK, exclusive, one_maintainer
 from outbox.app.rescuer_history import (
     VACUUM_MARGIN,
@@ -106,6 +107,7 @@ class MaintenanceReport:
     log_trim: dict[str, Any] | None = None
     #: Document versions held by more than one row (``outbox.delta.repair``), and the repair.
     duplicates: dict[str, Any] = field(default_factory=dict)
+    erasures: dict[str, Any] = field(default_factory=dict)  # outbox.app.erasure.advance
     seconds: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -268,6 +270,8 @@ def _upkeep(
             dry_run=opts.dry_run,
             settings=settings,
         )
+        if not opts.dry_run:  # each erasure the trim has passed: finished (outbox.app.erasure)
+            report.erasures = erasure.advance(store, clock, sql_url, opts.log_retention_seconds)
 
 
 def forget_old_records(

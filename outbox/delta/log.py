@@ -302,3 +302,40 @@ def _removed_data(uri: str, commit: LogFile, fs: Any, live: set[str]) -> list[st
         for p in removed - live
         if p and "://" not in p and not p.startswith("/") and ".." not in p
     )
+
+
+def oldest_commit(files: list[LogFile]) -> int | None:
+    """The oldest version whose commit file is still in the log (None: no commit file). A
+    version below it is gone for every reader: its commit, change data and time travel."""
+    return min((f.version for f in files if f.commit), default=None)
+
+
+def named_paths(uri: str, files: list[LogFile], fs: Any) -> set[str]:
+    """Every file path the retained log names (relative to the table): the ``add``, ``remove``
+    and ``cdc`` actions of each commit file and the ``add``/``remove`` entries of each
+    checkpoint. A file outside this set belongs to no version a reader can reach."""
+    import pyarrow.parquet as pq
+
+    named: set[str] = set()
+    for f in files:
+        try:
+            if f.commit:
+                for action in commit_actions(uri, f.version, fs):
+                    for kind in ("add", "remove", "cdc"):
+                        entry = action.get(kind)
+                        if isinstance(entry, dict) and entry.get("path"):
+                            named.add(unquote(str(entry["path"])))
+            elif f.checkpoint:
+                with fs.open_input_file(f.path) as stream:
+                    table = pq.read_table(stream)
+                for kind in ("add", "remove"):
+                    if kind not in table.column_names:
+                        continue
+                    for entry in table.column(kind).to_pylist():
+                        if isinstance(entry, dict) and entry.get("path"):
+                            named.add(unquote(str(entry["path"])))
+        except FileNotFoundError:
+            continue  # trimmed meanwhile: what it named is older than what stays
+        except (OSError, ValueError) as e:
+            raise StoreError(f"reading {f.path} of {uri} failed: {e}") from e
+    return named

@@ -16,6 +16,7 @@ from outbox.app.cli import (
     demo,
     devices,
     dispatcher,
+    erase,
     gateway,
     keys,
     maintain,
@@ -92,6 +93,7 @@ for _module in (
     console,
     replay,
     sql,
+    erase,
 ):
     _module.register(main)
 

@@ -16,7 +16,8 @@ code   name                 meaning
 2      USAGE                a malformed command line (unknown option, bad option value):
                             click's code, one ``error: ...`` line on stderr
 3      PENDING_TOO_OLD      ``status --fail-if-pending-older-than``: the oldest pending message
-                            is older than the limit
+                            is older than the limit; ``erase --pending send``: documents
+                            still have pending messages (run it again)
 4      DEAD_LETTERS         ``status --fail-if-dead-letters``: a queue holds dead letters
 5      INVARIANT_BROKEN     ``demo`` / ``check``: an invariant (I1-I6) broke; the report says
                             which

@@ -1,0 +1,236 @@
+"""The erasure proof fails when a mechanism it relies on is removed (tests/test_mutations.py's
+way: the one function recompiled with the edit, the owner passing on the intact code first, and
+failing on the named line)."""
+
+from __future__ import annotations
+
+import linecache
+import traceback
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.erasure import test_cli, test_finish, test_late_marks, test_proof, test_purge
+from tests.mutate import mutated
+
+OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
+
+#: (name, target, edits, the owner's failing line)
+MUTATIONS = [
+    (
+        "no orphan sweep (a failed append's file stays)",
+        "outbox.app.erasure:advance",
+        (
+            (
+                "            storage_options=options,\n        )\n    )",
+                "            storage_options=options,\n            dry_run=True,\n        )\n    )",
+            ),
+        ),
+        "assert scene.table_hits() == []",
+    ),
+    (
+        "the log trim keeps the trimmed commits' change data",
+        "outbox.delta.log:change_files",
+        (("out.append(path)  # never anything outside the table", "pass"),),
+        "assert scene.table_hits() == []",
+    ),
+    (
+        "the SQL purge misses the dead letters",
+        "outbox.app.erasure_sql:purge",
+        (
+            (
+                "by_message_or_session = (T.queue_messages, T.dead_letters)",
+                "by_message_or_session = (T.queue_messages,)",
+            ),
+        ),
+        "assert scene.queue_rows() == 0",
+    ),
+    (
+        "the finished ledger keeps the id instead of its hash",
+        "outbox.app.erasure_sql:mark",
+        (('"doc_id": hashed(table_id, doc_id)}', '"doc_id": doc_id}'),),
+        "assert scene.sql_hits(ERASED) == []",
+    ),
+]
+
+LATE = test_late_marks.test_a_mark_row_committed_after_the_erase_merge_is_erased_too
+
+
+def _failing_line(error: BaseException) -> str:
+    owner_file = test_proof.__file__
+    frames = [
+        f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith("test_proof.py")
+    ]
+    assert frames, f"the failure did not come from the proof: {error!r}"
+    return linecache.getline(owner_file, frames[-1].lineno or 0).strip()
+
+
+@pytest.mark.parametrize("m", MUTATIONS, ids=[m[0] for m in MUTATIONS])
+@pytest.mark.slow
+def test_the_erasure_proof_catches_the_mutation(
+    m: tuple[str, str, tuple[tuple[str, str], ...], str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    name, target, edits, line = m
+    OWNER(tmp_path / "intact")
+    owner, attr, broken = mutated(target, edits)
+    monkeypatch.setattr(owner, attr, broken)
+    with pytest.raises(AssertionError) as caught:
+        OWNER(tmp_path / "mutated")
+    monkeypatch.undo()
+    assert line in _failing_line(caught.value), f"{name}: failed elsewhere: {caught.value!r}"
+
+
+@pytest.mark.slow
+def test_without_the_re_read_a_late_mark_row_stays(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The erase's MERGE once per bucket, no re-read: the late mark row stays in the table."""
+    (tmp_path / "intact").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        LATE(tmp_path / "intact", patch)
+    owner, attr, broken = mutated(
+        "outbox.app.erasure:erase_rows",
+        (("if not _remaining(store, bucket, members):", "if _round > 0:"),),
+    )
+    monkeypatch.setattr(owner, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
+        LATE(tmp_path / "mutated", patch)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_late_marks.__file__
+    ]
+    assert frames, caught.value
+    assert 'assert _rows_of(ws, "p1") == 0' in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.parametrize(
+    ("target", "edit"),
+    [
+        ("outbox.app.erasure_sql:checkpoint_wal", ('sqlite.execute("VACUUM")', "pass")),
+        (
+            "outbox.app.erasure_sql:checkpoint_wal",
+            ('"PRAGMA wal_checkpoint(TRUNCATE)"', '"SELECT 0"'),
+        ),
+    ],
+    ids=["no VACUUM", "no WAL checkpoint"],
+)
+@pytest.mark.slow
+def test_without_zeroing_the_sqlite_file_keeps_the_bytes(
+    target: str, edit: tuple[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = f"sqlite:///{tmp_path / 'outbox.db'}"
+    test_purge.upgrade(url)
+    owner, attr, broken = mutated(target, (edit,))
+    monkeypatch.setattr(owner, attr, broken)
+    with pytest.raises(AssertionError) as caught:
+        test_purge.test_purge_by_message_id_and_session_keeps_other_documents(url)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_purge.__file__
+    ]
+    assert frames, caught.value
+    assert "assert scan_folder(folder, marker) == []" in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.parametrize(
+    "m",
+    [
+        (
+            "outbox.app.erasure:advance",
+            ('late = sorted(set(_rows_of(store, list(passed))["id"].to_pylist()))', "late = []"),
+            test_finish.test_a_late_mark_still_there_at_the_finish_is_erased_again,
+            'assert (first, second["erased_again"], second["finished"]) == (',
+        ),
+        (
+            "outbox.app.erasure:advance",
+            ("touched = _touched_since(store, passed, oldest, skip=set(late))", "touched = {}"),
+            test_finish.test_a_late_mark_folded_away_is_waited_for_until_the_trim_passes_the_fold,
+            'assert (first["finished"], first["erased_again"], first["waiting_again"]) == (0, 0, 1',
+        ),
+    ],
+    ids=["the finish never re-reads the table", "the finish ignores commits after the erase"],
+)
+@pytest.mark.slow
+def test_the_finish_checks_catch_their_mutation(
+    m: tuple[str, tuple[str, str], Any, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target, edit, owner, line = m
+    owner(tmp_path / "intact")
+    broken_owner, attr, broken = mutated(target, (edit,))
+    monkeypatch.setattr(broken_owner, attr, broken)
+    with pytest.raises(AssertionError) as caught:
+        owner(tmp_path / "mutated")
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_finish.__file__
+    ]
+    assert frames, caught.value
+    assert line in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.slow
+def test_joining_on_the_ids_puts_an_id_in_the_erase_commit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = test_cli.test_the_erase_commit_and_its_checkpoint_name_no_erased_id
+    (tmp_path / "intact").mkdir()
+    owner(tmp_path / "intact")
+    target, attr, broken = mutated(
+        "outbox.app.erasure:_merge_delete",
+        (
+            (
+                '"h": pa.array([ledger.hashed(table_id, i) for i in ids], pa.string()),',
+                '"h": pa.array([ledger.hashed(table_id, i) for i in ids], pa.string()),'
+                ' "id": pa.array(list(ids), pa.string()),',
+            ),
+            ('f"AND {hashed_id} = s.h",', '"AND t.id = s.id",'),
+        ),
+    )
+    monkeypatch.setattr(target, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught:
+        owner(tmp_path / "mutated")
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_cli.__file__
+    ]
+    assert frames, caught.value
+    assert 'assert f"{version:020d}.json" not in hits' in (frames[-1].line or ""), caught.value
+
+
+@pytest.mark.slow
+def test_without_the_retry_a_lost_commit_race_fails_the_erase(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    owner = test_late_marks.test_an_erase_that_loses_a_commit_race_to_a_fold_retries
+    (tmp_path / "intact").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        owner(tmp_path / "intact", patch)
+    target, attr, broken = mutated(
+        "outbox.app.erasure:_merge_delete",
+        (
+            (
+                'if not isinstance(e, CommitFailedError) and "concurrent" not in str(e).lower():',
+                "if True:",
+            ),
+        ),
+    )
+    monkeypatch.setattr(target, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
+        owner(tmp_path / "mutated", patch)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_late_marks.__file__
+    ]
+    assert frames, caught.value
+    assert "assert result.exit_code == 0, result.output" in (frames[-1].line or ""), caught.value
