@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING
 from outbox.core.lazy import guard, lazy_exports
 
 if TYPE_CHECKING:
-    from dispatcher.dispatch import DispatchReport
+    from dispatcher.outcomes import DispatchReport
     from outbox.app.facade import Outbox, read_documents
     from outbox.core.clock import Clock, ManualClock, SystemClock
     from outbox.core.errors import (
@@ -39,6 +39,7 @@ if TYPE_CHECKING:
         ConcurrencyError,
         ConfigurationError,
         DeltaNotConfiguredError,
+        DocumentNotFoundError,
         EngineError,
         HistoryGoneError,
         LockLostError,
@@ -55,6 +56,7 @@ if TYPE_CHECKING:
         ShadowedPackageError,
         StoreError,
         TableNotFoundError,
+        TombstoneNotSentError,
         TransportError,
         TransportUnavailableError,
         UnknownDestinationError,
@@ -73,7 +75,7 @@ _EXPORTS = {
     "read_documents": "outbox.app.facade",
     "current_sql": "outbox.delta.current",
     "Backends": "outbox.wiring.backends",
-    "DispatchReport": "dispatcher.dispatch",
+    "DispatchReport": "dispatcher.outcomes",
     "Clock": "outbox.core.clock",
     "ManualClock": "outbox.core.clock",
     "SystemClock": "outbox.core.clock",
@@ -104,6 +106,8 @@ _EXPORTS = {
     "UnknownDestinationError": "outbox.core.errors",
     "RescuerError": "outbox.core.errors",
     "HistoryGoneError": "outbox.core.errors",
+    "DocumentNotFoundError": "outbox.core.errors",
+    "TombstoneNotSentError": "outbox.core.errors",
     "EngineError": "outbox.core.errors",
     "OutboxMessage": "outbox.core.model",
     "Settings": "outbox.core.settings",
@@ -122,6 +126,7 @@ __all__ = [
     "DeltaNotConfiguredError",
     "DispatchReport",
     "Document",
+    "DocumentNotFoundError",
     "EngineError",
     "HistoryGoneError",
     "LockLostError",
@@ -143,6 +148,7 @@ __all__ = [
     "StoreError",
     "SystemClock",
     "TableNotFoundError",
+    "TombstoneNotSentError",
     "TransportError",
     "TransportUnavailableError",
     "UnitOfWork",

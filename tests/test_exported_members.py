@@ -51,6 +51,8 @@ _ERRORS = {
     "RescuerError",
     "EngineError",
     "HistoryGoneError",
+    "DocumentNotFoundError",
+    "TombstoneNotSentError",
 }
 
 #: The public import paths and exactly what each exports.
@@ -123,6 +125,16 @@ PUBLIC: dict[str, set[str]] = {
         "QueueSink",
         "InMemorySink",
     },
+    "outbox.plugins": {
+        "Backend",
+        "BackendOptions",
+        "setting",
+        "Registry",
+        "CosmosOptions",
+        "KafkaOptions",
+        "MqttOptions",
+        "ServiceBusOptions",
+    },
     "outbox.cli": {"main"},
 }
 
@@ -152,6 +164,7 @@ OLD_PATHS = {
     ("outbox.wiring", "Backends"): ("outbox", "Backends"),
     # before the renovation (issue 30) moved them under outbox.app
     ("outbox.app.cli", "main"): ("outbox.cli", "main"),
+    ("rescuer.spark_job", "main"): ("outbox.app.spark.rescue_job", "main"),
 }
 
 
