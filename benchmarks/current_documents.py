@@ -82,6 +82,7 @@ def _rows(ids: list[str], lives: dict[str, str], version: int, now: Any) -> pa.T
             "updated_at": pa.array([now] * n, S.TS),
             "bucket": pa.array([bucket_of(i, BUCKETS) for i in ids], pa.int32()),
             S.INCARNATION: pa.array([lives[i] for i in ids], pa.string()),
+            S.DELETED: pa.array([False] * n, pa.bool_()),
         },
         schema=S.DOCUMENT_SCHEMA,
     )

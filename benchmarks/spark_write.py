@@ -85,6 +85,7 @@ def _raw_source(spark: Any, n: int, round_no: int, buckets: int) -> Any:
         F.current_timestamp().alias("updated_at"),
         (F.crc32(doc_id) % buckets).cast("int").alias("bucket"),
         F.lit(None).cast("string").alias("incarnation"),
+        F.lit(False).alias("deleted"),  # the table's schema version 3 column (a live document)
     )
 
 
