@@ -3,6 +3,7 @@ rule that stopped choosing (everything in, or everything out) fails here."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ def _collected(*args: str) -> set[str]:
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", *args],
         cwd=ROOT,
+        # the outer run's PYTEST_ADDOPTS (``-v``, a JUnit file) would change the child's output
+        env={k: v for k, v in os.environ.items() if k != "PYTEST_ADDOPTS"},
         capture_output=True,
         text=True,
         check=False,

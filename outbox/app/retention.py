@@ -207,10 +207,13 @@ class InboxIds(Item):
         )
 
     def describe(self, place: Place, now: datetime) -> Kept:
+        from dispatcher.queue.inbox import SqlInbox
         from migrations.sql.tables import inbox as T
 
-        if place.settings.inbox_store != "sql":
-            return Kept(None)  # Cosmos DB: a cross-partition count per status is not cheap
+        # the built inbox, not its setting's name (only outbox.wiring reads names); Cosmos DB:
+        # a cross-partition count per status is not cheap, so not counted
+        if not isinstance(place.backends.inbox(""), SqlInbox):
+            return Kept(None)
         return _count(place, now, T, T.c.handled_at)
 
 
@@ -251,11 +254,9 @@ class FinishedClaims(Item):
     def describe(self, place: Place, now: datetime) -> Kept:
         from dispatcher.claims.sql import SqlClaimLog
 
-        if place.settings.claim_log != "sql":
-            return Kept(None)  # Cosmos DB: a cross-partition count is not a health check's read
         found = place.backends.claim_log()
         if not isinstance(found, SqlClaimLog):
-            return Kept(None)
+            return Kept(None)  # Cosmos DB: a cross-partition count is not a health check's read
         rows, oldest = found.oldest_finished()
         return Kept(rows, _age(now, oldest))
 
