@@ -33,7 +33,7 @@ from typing import Any
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from outbox.core.clock import utc
-from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
+from outbox.core.cosmos import CosmosAdapter
 from outbox.core.errors import ClaimLogError, ClaimLogUnavailableError, ClaimLostError
 from outbox.core.settings import Settings
 
@@ -223,32 +223,11 @@ class CosmosClaimLog(CosmosAdapter, OwnedMoves):
                 f"SELECT TOP {chunk} c.id, c._etag FROM c WHERE {where}",
                 {"@before": utc(before).isoformat()},
             )
-            gone = sum(self._delete_if_unchanged(item) for item in found)
+            gone = sum(self._delete_if_unchanged(item, "pruning the claim log") for item in found)
             done += gone
             if len(found) < chunk or gone == 0:
                 return done
         return done
-
-    def _delete_if_unchanged(self, item: dict[str, Any]) -> bool:
-        """Delete ``item`` if it is as read; False when it changed or is gone."""
-        from azure.core import MatchConditions
-
-        try:
-            self._call(
-                "pruning the claim log",
-                lambda: self._container.delete_item(
-                    item["id"],
-                    partition_key=item["id"],
-                    etag=item["_etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                    **self._request,
-                ),
-            )
-        except self.failed as e:
-            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
-                return False
-            raise
-        return True
 
     def blocker(self, session: str, position: int) -> ClaimEntry | None:
         found = self._query(

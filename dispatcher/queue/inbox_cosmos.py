@@ -41,7 +41,7 @@ from typing import Any
 
 from dispatcher.queue.inbox import PRUNE_CHUNK, ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
-from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
+from outbox.core.cosmos import CosmosAdapter
 from outbox.core.errors import QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 
@@ -185,29 +185,8 @@ class CosmosInbox(CosmosAdapter):
         while limit is None or deleted < limit:
             chunk = PRUNE_CHUNK if limit is None else min(PRUNE_CHUNK, limit - deleted)
             found = self._query(f"SELECT TOP {chunk} c.id, c._etag FROM c WHERE {where}", params)
-            gone = sum(self._delete(item) for item in found)
+            gone = sum(self._delete_if_unchanged(item, "pruning the inbox") for item in found)
             deleted += gone
             if len(found) < chunk or gone == 0:
                 break
         return deleted
-
-    def _delete(self, item: dict[str, Any]) -> bool:
-        """Delete ``item`` if it is as read; False when it changed or is gone."""
-        from azure.core import MatchConditions
-
-        try:
-            self._call(
-                "pruning the inbox",
-                lambda: self._container.delete_item(
-                    item["id"],
-                    partition_key=item["id"],
-                    etag=item["_etag"],
-                    match_condition=MatchConditions.IfNotModified,
-                    **self._request,
-                ),
-            )
-        except self.failed as e:
-            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
-                return False
-            raise
-        return True

@@ -357,6 +357,29 @@ class CosmosAdapter:
             raise
         return out
 
+    def _delete_if_unchanged(self, item: Mapping[str, Any], what: str) -> bool:
+        """Delete ``item`` (whose id is its partition key) if it is as read (its ``_etag``):
+        False when it changed or is gone since (412, 404). Pruning reads a page of items, then
+        deletes each only if nobody wrote it meanwhile."""
+        from azure.core import MatchConditions
+
+        try:
+            self._call(
+                what,
+                lambda: self._container.delete_item(
+                    item["id"],
+                    partition_key=item["id"],
+                    etag=item["_etag"],
+                    match_condition=MatchConditions.IfNotModified,
+                    **self._request,
+                ),
+            )
+        except self.failed as e:
+            if self._refused(e, (PRECONDITION_FAILED, NOT_FOUND)):
+                return False
+            raise
+        return True
+
     def _amend(self, item: Mapping[str, Any], **changes: Any) -> dict[str, Any] | None:
         """``item`` as read, with ``changes``, if nobody wrote it since it was read (its
         ``_etag``): the item written, or None (412). The system fields (``_etag``, ``_ts``, ...)

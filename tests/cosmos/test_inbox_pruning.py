@@ -32,6 +32,6 @@ def test_an_item_claimed_between_the_query_and_the_delete_stays(
     inbox.release("m", "a")
     [stale] = inbox._query("SELECT c.id, c._etag FROM c")
     assert inbox.claim("m", "b", lease=LEASE, at=T0).won
-    assert inbox._delete(stale) is False
+    assert inbox._delete_if_unchanged(stale, "pruning the inbox") is False
     assert inbox.claim("m", "c", lease=LEASE, at=T0).held
     assert stale["id"] == item_id("billing", "m")
