@@ -27,6 +27,7 @@ from benchmarks import (
     report_doc_table,
     report_kafka,
     report_object_store,
+    report_readers,
     report_table_state,
 )
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
@@ -181,6 +182,7 @@ def performance_rows() -> list[list[str]]:
     rows += _spark_rows(load("spark_write"))
     rows += report_kafka.readme_rows()
     rows += report_devices.readme_rows()
+    rows += report_readers.readme_rows()
     rows += report_console.readme_rows()
     return rows
 
@@ -666,6 +668,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_kafka.RENDERERS,
     **report_devices.RENDERERS,
     **report_console.RENDERERS,
+    **report_readers.RENDERERS,
     **report_table_state.RENDERERS,
 }
 
