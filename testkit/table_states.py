@@ -33,7 +33,7 @@ from outbox.core.model import DocumentRow, new_incarnation
 from outbox.delta import schema as S
 from outbox.delta.store import DocumentWrite
 
-#: The tombstone column (``outbox.delta.current.DELETED``, spelt out: the model does not import
+#: The tombstone column (``outbox.delta.schema.DELETED``, spelt out: the model does not import
 #: the rule it checks).
 DELETED = "deleted"
 #: The columns the model knows, as a reader returns them (``state`` parsed).

@@ -38,22 +38,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.core.errors import ValidationError
-from outbox.delta.schema import DOCUMENT_SCHEMA, INCARNATION
+from outbox.delta.schema import DELETED, DOCUMENT_SCHEMA, INCARNATION
 
 #: The ``version`` of a watermark's mark row (``outbox.delta.appends``); documents start at 1.
 MARK_VERSION = 0
-#: The tombstone column: true on the version that deletes its document (null or false: live).
-DELETED = "deleted"
 #: What a reader gets by default: the document columns, in the table's order (``deleted`` only
 #: with tombstones: a reader of the current documents has none).
 DOCUMENT_COLUMNS: tuple[str, ...] = tuple(f.name for f in DOCUMENT_SCHEMA if f.name != DELETED)
 
 _NULL_LIFE = "\x00"  # stands for a null incarnation in group keys (never a real token)
-
-
-def has_deleted(schema: pa.Schema) -> bool:
-    """True when a table (its Arrow schema) has the tombstone column."""
-    return DELETED in schema.names
 
 
 def output_columns(

@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from outbox.core.durations import format_duration
 from outbox.core.errors import HistoryGoneError, StoreError, ValidationError
 from outbox.delta import current, log
+from outbox.delta import schema as S
 from outbox.delta.schema import INCARNATION
 from outbox.delta.table import deltalake, open_table, store_error
 
@@ -124,11 +125,11 @@ def documents(
     its Arrow schema. With ``ids``: those ids' rows, folded by ``current_rows`` (what the store's
     ``read`` does); without: ``current_sql``. ``type`` filters on the document's newest row."""
     out = current.output_columns(columns, include_deleted=include_deleted)
-    tombstones = current.has_deleted(schema)
+    tombstones = S.has_deleted(schema)
     if ids is not None:
         wanted = _check_ids(ids)
-        needed = [*out, "id", "version", "dispatched_seq", INCARNATION, "type", current.DELETED]
-        read = [c for c in dict.fromkeys(needed) if c != current.DELETED or tombstones]
+        needed = [*out, "id", "version", "dispatched_seq", INCARNATION, "type", S.DELETED]
+        read = [c for c in dict.fromkeys(needed) if c != S.DELETED or tombstones]
         docs = current.current_rows(rows_of(wanted, read), include_deleted=include_deleted)
         if type is not None:
             docs = docs.filter(pc.equal(docs["type"], type))

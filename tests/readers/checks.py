@@ -20,6 +20,7 @@ import pytest
 
 from outbox.core.errors import HistoryGoneError
 from outbox.delta import current, reads
+from outbox.delta import schema as S
 from testkit.table_states import DELETED, MODELLED, TableStates
 
 TYPES = ("Order", "Invoice", "Legacy")
@@ -37,7 +38,7 @@ def as_model(table: pa.Table, *, include_deleted: bool = False) -> dict[str, dic
 
 def tombstones_at(t: TableStates, version: int) -> bool:
     """Whether the table has the ``deleted`` column at ``version``."""
-    return current.has_deleted(pa.schema(_at(t, version).schema().to_arrow()))
+    return S.has_deleted(pa.schema(_at(t, version).schema().to_arrow()))
 
 
 def _at(t: TableStates, version: int) -> Any:

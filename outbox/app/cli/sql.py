@@ -50,7 +50,8 @@ def sql(cli: CliContext, *, dialect: str, source: str | None, as_json: bool) -> 
     SparkOutbox.register_view (docs/readers.md)."""
     import pyarrow as pa
 
-    from outbox.delta.current import current_sql, has_deleted
+    from outbox.delta.current import current_sql
+    from outbox.delta.schema import has_deleted
     from outbox.delta.table import open_table
 
     settings = cli.settings()

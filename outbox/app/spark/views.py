@@ -23,6 +23,7 @@ import pyarrow as pa
 
 from outbox.core.errors import HistoryGoneError, StoreError, ValidationError
 from outbox.delta import current, reads
+from outbox.delta import schema as S
 from outbox.delta.table import open_table
 
 #: The name ``register_view`` gives by default.
@@ -40,7 +41,7 @@ _TOO_OLD = (
 
 def table_has_deleted(sob: Any) -> bool:
     """Whether the outbox's table has the tombstone column (schema version 3)."""
-    return current.has_deleted(pa.schema(sob.store.delta_table.schema().to_arrow()))
+    return S.has_deleted(pa.schema(sob.store.delta_table.schema().to_arrow()))
 
 
 def documents(sob: Any, as_of: reads.AsOf | None = None) -> Any:
@@ -59,7 +60,7 @@ def documents(sob: Any, as_of: reads.AsOf | None = None) -> Any:
         reader = reader.option("versionAsOf", version)
     try:
         rows = reader.load(uri)
-        tombstones = current.DELETED in rows.columns  # at that version (the column came later)
+        tombstones = S.DELETED in rows.columns  # at that version (the column came later)
         return sob.spark.sql(current.current_sql("{rows}", has_deleted=tombstones), rows=rows)
     except Exception as e:
         text = str(e)
