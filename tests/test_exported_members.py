@@ -328,3 +328,54 @@ def test_the_docs_check_finds_a_private_import() -> None:
     assert found == ["json", "dispatcher.queue", "outbox.app.facade, os"]
     assert not is_public("dispatcher.queue")
     assert not is_public("outbox.app.facade")
+
+
+#: A backticked dotted path in prose: `dispatcher.queue.SqlQueue`, `rescuer.checkpoint.X`.
+_PROSE_PATH = re.compile(r"`((?:dispatcher|rescuer|migrations|outbox)(?:\.\w+)+)`")
+
+
+def _public_home(path: str) -> str | None:
+    """The public path of the name a dotted prose path ends in, when the path is internal and a
+    public module exports that name (``outbox.queue.SqlQueue`` for
+    ``dispatcher.queue.SqlQueue``)."""
+    module, _, name = path.rpartition(".")
+    if is_public(module) or not name[:1].isupper():
+        return None  # already public, or a module/function named for what it is inside
+    homes = sorted(f"{m}.{name}" for m, names in PUBLIC.items() if name in names)
+    return homes[0] if homes else None
+
+
+def prose_paths(text: str) -> list[tuple[str, str]]:
+    """(internal path, public path) for each internal path in ``text``'s prose and tables whose
+    name a public module exports."""
+    out = []
+    for m in _PROSE_PATH.finditer(_FENCE.sub("", text)):
+        home = _public_home(m.group(1))
+        if home is not None:
+            out.append((m.group(1), home))
+    return out
+
+
+def test_the_docs_prose_names_public_paths() -> None:
+    """Prose and tables name a class by its public path where it has one (a user copies what the
+    text says as much as what a code block imports). design.md and development.md describe the
+    inside, by its inside paths."""
+    inside = {"design.md", "development.md"}
+    found = [
+        f"{path.name}: `{internal}` -> `{public}`"
+        for path in [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+        if path.name not in inside
+        for internal, public in prose_paths(path.read_text())
+    ]
+    assert found == [], "name the public path in the docs"
+
+
+def test_the_prose_check_finds_an_internal_path() -> None:
+    """The scan above can fail: an internal path to a public class is found, a public path, a
+    module path and an internal class nobody exports are not."""
+    text = (
+        "The queue (`dispatcher.queue.SqlQueue`) and `outbox.queue.SqlQueue` and "
+        "`dispatcher.queue.receiver` and `dispatcher.claims.ports.ClaimLog`.\n"
+        "```python\nx = `dispatcher.queue.Consumer`\n```\n"
+    )
+    assert prose_paths(text) == [("dispatcher.queue.SqlQueue", "outbox.queue.SqlQueue")]
