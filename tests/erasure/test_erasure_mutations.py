@@ -276,7 +276,7 @@ _OLD_WHERE = (
             "outbox.app.erasure:select_ids",
             (("include_deleted=True", "include_deleted=False"),),
             _where,
-            'assert _dry(ws, "type = \'Person\' AND deleted") == ["t1"]',
+            'assert _dry(ws, "type = \'Person\'") == ["s1", "t1", "u1"]',
         ),
         (
             "outbox.app.erasure:select_ids",

@@ -200,6 +200,7 @@ def test_where_selects_what_the_readers_show_tombstones_included(tmp_path: Path)
         with ob.unit_of_work() as uow:
             uow.delete("t1")
     docs = _documents(ws)
+    assert _dry(ws, "type = 'Person'") == ["s1", "t1", "u1"]  # t1 deleted, not erased yet
     assert _dry(ws, "type = 'Person' AND deleted") == ["t1"]
     pending = docs.filter(pc.less(docs["dispatched_seq"], docs["last_seq"]))
     assert _dry(ws, "dispatched_seq < last_seq") == pending["id"].to_pylist() == ["t1", "u1"]
