@@ -20,11 +20,16 @@ Three steps, each idempotent, recorded in a ledger (``outbox.app.erasure_sql``):
    a failed append's file), purge the queue database again and replace the ledger's id by its
    hash.
 
-Pending messages: ``pending="drop"`` erases at once; ``"send"`` first sends them (the
-dispatcher's own dispatch of those rows, as the command worker does) and erases only the
-documents with nothing pending afterwards. A writer saving a document meanwhile is the
-operator's to stop: the erase removes the rows it finds, and a save after it creates the
-document again.
+Pending messages: ``pending="drop"`` erases at once. ``"send"`` first deletes each document
+through the library (``write_tombstones``: ``uow.delete``, so the tombstone races saves by the
+optimistic rules), then sends what its tombstone carries (the dispatcher's own dispatch, as the
+command worker does) and erases only the documents with nothing pending afterwards. A save that
+lands between the erase's read and its tombstone makes the tombstone's commit fail; the erase
+reads again and writes the tombstone over that save (its messages are sent with the rest). A
+writer that read before the tombstone and commits after it gets ``ConcurrencyError``, so no
+version can follow the tombstone unnoticed; only a new life can (``uow.create``, once the
+tombstone's messages are sent): left for the next run while its own messages are pending at the
+re-read after the send, else erased with the rest (docs/erasure.md).
 
 Why one module: the finish step erases again with the very MERGE and re-read of the first step,
 and both read the ledger's phases; the SQL side (ledger, purge) and the file side (trim, sweep)
@@ -44,15 +49,17 @@ import pyarrow as pa
 from outbox.app import erasure_sql as ledger
 from outbox.app.erasure_sql import ERASED, REQUESTED, Lives
 from outbox.core.clock import Clock
-from outbox.core.errors import StoreError, ValidationError
+from outbox.core.errors import ConcurrencyError, StoreError, ValidationError
 from outbox.core.model import DocumentRow
+from outbox.core.settings import Settings
 from outbox.delta.appends import OPERATION_KEY
+from outbox.delta.current import current_sql, has_deleted
 from outbox.delta.log import _filesystem, list_log, oldest_commit
 from outbox.delta.orphans import sweep_orphans
 from outbox.delta.reads import in_list, quote_ids
 from outbox.delta.store import DeltaDocumentStore
 from outbox.delta.table import store_error
-from outbox.delta.versions import MARK_VERSION
+from outbox.unit_of_work import Document, UnitOfWork
 
 log = logging.getLogger("outbox.erase")
 
@@ -67,11 +74,14 @@ Send = Callable[[Sequence[DocumentRow]], None]
 @dataclass
 class EraseReport:
     """What ``erase`` did (or, with ``dry_run``, would do). ``still_pending``: ids left for the
-    next run because their messages could not all be sent."""
+    next run because their messages could not all be sent. ``tombstoned``: ids this run deleted
+    first (``pending="send"``); ``tombstone_conflicts``: saves that raced those tombstones."""
 
     ids: list[str] = field(default_factory=list)
     erased: list[str] = field(default_factory=list)
     still_pending: list[str] = field(default_factory=list)
+    tombstoned: list[str] = field(default_factory=list)
+    tombstone_conflicts: int = 0
     rows_removed: int = 0
     merges: int = 0
     conflicts: int = 0
@@ -109,14 +119,14 @@ def select_ids(
 ) -> list[str]:
     """The ids to erase: ``ids`` as given (each must have rows in the table, or an erasure still
     requested in the ledger at ``sql_url``: one cut short after its MERGE, which a second run
-    completes), or the current documents matching ``where`` (SQL over the newest version of
-    each document)."""
+    completes), or the current documents matching ``where``: SQL over ``current_sql``, the rows
+    every reader shows (``dispatched_seq`` the life's watermark, ``deleted`` never null), with
+    tombstones, so a document deleted but not erased yet is found too."""
     store.refresh()
     if where is not None:
-        sql = (
-            "SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY version DESC) "
-            f"AS _rn FROM t) AS v WHERE _rn = 1 AND version > {MARK_VERSION} AND ({where})"
-        )
+        schema = pa.schema(store.delta_table.schema().to_arrow())
+        current = current_sql("t", include_deleted=True, has_deleted=has_deleted(schema))
+        sql = f"SELECT id FROM ({current}) AS _c WHERE ({where})"
         try:
             found = store._query(sql)
         except StoreError as e:
@@ -181,26 +191,31 @@ def erase(
     clock: Clock,
     pending: str = "send",
     send: Send | None = None,
+    settings: Settings | None = None,
     dry_run: bool = False,
 ) -> EraseReport:
     """Erase ``ids`` (``select_ids``) from the current table and the queue database (steps 1 of
-    the module docstring); ``advance`` finishes the job. ``send`` sends rows' pending messages
-    (required with ``pending="send"``)."""
+    the module docstring); ``advance`` finishes the job. With ``pending="send"``, each document
+    is deleted first (``write_tombstones``, a unit of work with ``settings``), then ``send``
+    sends its tombstone's rows' pending messages."""
     if pending not in ("send", "drop"):
         raise ValidationError(f"--pending must be send or drop, not {pending!r}")
+    if pending == "send" and (send is None or settings is None):
+        raise ValidationError("erasing with pending='send' needs the settings and a sender")
     check_no_deletion_vectors(store)
     report = EraseReport(ids=list(ids), dry_run=dry_run)
-    _, rows = store.read(list(ids))
-    waiting = sorted(i for i, r in rows.items() if r.has_pending)
     if dry_run:
-        report.still_pending = waiting
+        _, rows = store.read(list(ids))
+        report.still_pending = sorted(i for i, r in rows.items() if r.has_pending)
         return report
     ledger.record(sql_url, store.table_id, ids, clock.now())
-    if waiting and pending == "send":
-        if send is None:
-            raise ValidationError("erasing with pending='send' needs a way to send")
-        send([rows[i] for i in waiting])
-        _, again = store.read(waiting)
+    if pending == "send" and send is not None and settings is not None:
+        write_tombstones(store, settings, ids, clock, report)
+        _, rows = store.read(list(ids))  # the tombstones, carrying what is still unsent
+        waiting = sorted(i for i, r in rows.items() if r.has_pending)
+        if waiting:
+            send([rows[i] for i in waiting])
+        _, again = store.read(list(ids))  # also a create of an id since its tombstone was sent
         report.still_pending = sorted(i for i, r in again.items() if r.has_pending)
     chosen = [i for i in ids if i not in set(report.still_pending)]
     if not chosen:
@@ -222,6 +237,48 @@ def erase(
         report.rows_removed,
     )
     return report
+
+
+def write_tombstones(
+    store: DeltaDocumentStore,
+    settings: Settings,
+    ids: Sequence[str],
+    clock: Clock,
+    report: EraseReport,
+) -> None:
+    """Delete each of ``ids`` still live through the library (``uow.delete``: a tombstone with
+    the document's per-document application transaction, carrying its unsent messages), a unit
+    of work per chunk. A save committed after the unit of work read a document makes the commit
+    fail with ``ConcurrencyError`` (nothing written); the chunk is read again and its tombstones
+    follow that save, up to ``MAX_ATTEMPTS`` times. Ids already tombstoned or gone are skipped."""
+    for start in range(0, len(ids), ledger.CHUNK):
+        chunk = list(ids[start : start + ledger.CHUNK])
+        for _attempt in range(MAX_ATTEMPTS):
+            uow = UnitOfWork(store, settings, clock)  # no dispatch on commit: the erase sends
+            docs = _live_documents(uow, chunk)
+            for doc in docs.values():
+                uow.delete(doc)
+            try:
+                uow.commit()
+            except ConcurrencyError:
+                report.tombstone_conflicts += 1
+                log.info("a save raced the erase's tombstones in %s; reading again", store.uri)
+                continue
+            report.tombstoned += sorted(docs)
+            break
+        else:
+            raise StoreError(
+                f"saves to {store.uri} raced the erase's tombstones {MAX_ATTEMPTS} times in a "
+                "row: nothing was erased",
+                hint="stop the writers saving these documents, then run `outbox erase` again",
+            )
+
+
+def _live_documents(uow: UnitOfWork, ids: Sequence[str]) -> dict[str, Document]:
+    """The documents of ``ids`` a tombstone must follow (absent: tombstoned or gone), read in
+    ``uow``. A function of its own so the race test can save between this read and the commit,
+    as tests/erasure/test_late_marks.py steps in around ``_merge_delete``."""
+    return uow.get_many(ids)
 
 
 def erase_rows(
@@ -428,7 +485,9 @@ def status(store: DeltaDocumentStore, sql_url: str) -> list[dict[str, Any]]:
     oldest = oldest_commit(list_log(store.uri, storage_options=store._storage_options))
     for row in rows:
         if row["phase"] == REQUESTED:
-            row["waiting_for"] = "pending messages to be sent (`outbox erase` again)"
+            row["waiting_for"] = (
+                "the messages its tombstone carries to be sent (`outbox erase --id` again)"
+            )
         elif row["phase"] == ERASED:
             row["waiting_for"] = (
                 f"the log trim to pass version {row['erased_version']} (oldest commit kept: "

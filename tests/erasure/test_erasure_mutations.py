@@ -11,7 +11,14 @@ from typing import Any
 
 import pytest
 
-from tests.erasure import test_cli, test_finish, test_late_marks, test_proof, test_purge
+from tests.erasure import (
+    test_cli,
+    test_finish,
+    test_late_marks,
+    test_proof,
+    test_purge,
+    test_tombstone,
+)
 from tests.mutate import mutated
 
 OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
@@ -234,3 +241,76 @@ def test_without_the_retry_a_lost_commit_race_fails_the_erase(
     ]
     assert frames, caught.value
     assert "assert result.exit_code == 0, result.output" in (frames[-1].line or ""), caught.value
+
+
+def _race(path: Path, patch: pytest.MonkeyPatch) -> None:
+    test_tombstone.test_a_racing_save_is_followed_by_the_tombstone_a_later_one_refused(path, patch)
+
+
+def _where(path: Path, _patch: pytest.MonkeyPatch) -> None:
+    test_tombstone.test_where_selects_what_the_readers_show_tombstones_included(path)
+
+
+_OLD_WHERE = (
+    'sql = f"SELECT id FROM (SELECT *, row_number() OVER (PARTITION BY id ORDER BY version DESC) '
+    'AS _rn FROM t) AS v WHERE _rn = 1 AND version > 0 AND ({where})"'
+)
+
+
+@pytest.mark.parametrize(
+    "m",
+    [
+        (
+            "outbox.app.erasure:write_tombstones",
+            (("uow.delete(doc)", "pass"),),
+            _race,
+            'assert outcome == ["refused"]',
+        ),
+        (
+            "outbox.app.erasure:write_tombstones",
+            (("continue", "raise"),),
+            _race,
+            "assert result.exit_code == 0, result.output",
+        ),
+        (
+            "outbox.app.erasure:select_ids",
+            (("include_deleted=True", "include_deleted=False"),),
+            _where,
+            'assert _dry(ws, "type = \'Person\'") == ["s1", "t1", "u1"]',
+        ),
+        (
+            "outbox.app.erasure:select_ids",
+            (('sql = f"SELECT id FROM ({current}) AS _c WHERE ({where})"', _OLD_WHERE),),
+            _where,
+            'assert _dry(ws, "dispatched_seq < last_seq")',
+        ),
+    ],
+    ids=[
+        "no tombstone (a save after the send is erased unsent)",
+        "no retry after a racing save",
+        "--where without tombstones",
+        "--where over the newest raw row (the erase's own query before current_sql)",
+    ],
+)
+@pytest.mark.slow
+def test_the_tombstone_and_the_where_catch_their_mutation(
+    m: tuple[str, tuple[tuple[str, str], ...], Any, str],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    target, edits, owner, line = m
+    (tmp_path / "intact").mkdir()
+    with pytest.MonkeyPatch.context() as patch:
+        owner(tmp_path / "intact", patch)
+    broken_owner, attr, broken = mutated(target, edits)
+    monkeypatch.setattr(broken_owner, attr, broken)
+    (tmp_path / "mutated").mkdir()
+    with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
+        owner(tmp_path / "mutated", patch)
+    frames = [
+        f
+        for f in traceback.extract_tb(caught.value.__traceback__)
+        if f.filename == test_tombstone.__file__
+    ]
+    assert frames, caught.value
+    assert line in (frames[-1].line or ""), caught.value

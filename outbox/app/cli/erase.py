@@ -31,8 +31,9 @@ if TYPE_CHECKING:
     type=click.Choice(["send", "drop"]),
     default="send",
     show_default=True,
-    help="Messages not sent yet: send them first (documents that still have some are left for "
-    "the next run, exit 3), or drop them.",
+    help="Messages not sent yet: send them first (each document is deleted, its tombstone's "
+    "messages sent, then erased; documents that still have some are left for the next run, "
+    "exit 3), or drop them.",
 )
 @click.option("--dry-run", is_flag=True, help="Change nothing: list the documents and pending.")
 @click.option("--status", "show_status", is_flag=True, help="List the erasures of this table.")
@@ -74,6 +75,7 @@ def erase(
         clock=clock,
         pending=pending,
         send=lambda rows: _send(settings, store, rows),
+        settings=settings,
         dry_run=dry_run,
     )
     result = report.to_dict()
