@@ -95,7 +95,12 @@ class PostgresServer:
         with psycopg.connect(
             f"host=127.0.0.1 port={self.port} user=outbox dbname=postgres", autocommit=True
         ) as c:
-            c.execute(f'CREATE DATABASE "{name}"')
+            # FILE_COPY (PostgreSQL 15+) copies the template's files instead of logging every
+            # page: about half the time per fresh database, and the suite makes hundreds (with
+            # fsync=off there is nothing it gives up).
+            pg15 = c.info.server_version >= 150000
+            strategy = " STRATEGY FILE_COPY" if pg15 else ""
+            c.execute(f'CREATE DATABASE "{name}"{strategy}')
         return f"postgresql+psycopg://outbox@127.0.0.1:{self.port}/{name}"
 
     def cleanup(self) -> None:
