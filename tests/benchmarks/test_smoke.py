@@ -87,6 +87,12 @@ def _table_state_report_renders(data: dict[str, Any]) -> None:
     assert "checkpoint" in r.readme_row(data)[1]
 
 
+def _spark_passes_ran(data: dict[str, Any]) -> None:
+    """The rescuer's Spark passes, the feed and the sweep, ran at its one size."""
+    (size,) = data["sizes"]
+    assert {"spark_pass_s", "spark_sweep_pass_s"} <= size.keys(), size
+
+
 def _keys(*names: str) -> frozenset[str]:
     return frozenset(names)
 
@@ -202,7 +208,13 @@ SPARK_SMOKES: dict[str, Smoke] = {
             "dispatch_over_python_path",
         )
     ),
-    "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
+    # the Spark passes alone: SMOKES' run (--no-spark, a process on another worker) makes the
+    # rest, so the Spark tests' worker does not repeat it
+    "rescuer": Smoke(
+        _keys("sizes", "changed_docs", "sweep_over_feed_at_200", "spark_over_local_at_200"),
+        args=("--spark-only",),
+        check=_spark_passes_ran,
+    ),
     # on the suite's broker: the Spark tests' worker starts one anyway (tests/spark's executors
     # send to it), and a second broker's start cost this smoke run most of its 100 s in CI
     "spark_kafka": Smoke(
