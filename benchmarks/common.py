@@ -24,7 +24,8 @@ import platform
 import statistics
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -166,3 +167,52 @@ def write_results(name: str, data: dict[str, Any], *, to: Path) -> Path:
     }
     path.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
     return path
+
+
+def add_object_store_options(parser: argparse.ArgumentParser, *, s3: bool = True) -> None:
+    """``--azurite URL`` (and ``--s3 URL``): a server already running, instead of one started
+    for the run (tests/benchmarks passes the suite's, as ``--pg-url`` passes its PostgreSQL)."""
+    parser.add_argument(
+        "--azurite", metavar="URL", help="use the Azurite at URL instead of starting one"
+    )
+    if s3:
+        parser.add_argument(
+            "--s3", metavar="URL", help="use moto's S3 server at URL instead of starting one"
+        )
+
+
+@contextmanager
+def object_store_servers(
+    azurite_url: str | None, s3_url: str | None = None, *, s3: bool = True
+) -> Iterator[tuple[Any, Any]]:
+    """Azurite (and moto's S3 server when ``s3``): the ones at the URLs given, else started
+    here and stopped at the end. Their methods (``create_container``, ``create_bucket``,
+    ``storage_options``) are tests/objectstore/servers.py's either way; deltalake finds Azurite
+    through ``AZURITE_BLOB_STORAGE_URL`` in this process's environment, set here."""
+    from tests.objectstore.servers import Azurite, MotoS3, azurite_bin, moto_bin
+
+    def running(cls: Any, url: str) -> Any:
+        server = cls.__new__(cls)  # no port, folder or process of its own: only the URL
+        server.url, server._made = url.rstrip("/"), set()
+        return server
+
+    def started(cls: Any, binary: Any, stack: ExitStack) -> Any:
+        if binary is None:
+            raise SystemExit(
+                "the object-store servers are not installed: run scripts/ensure-azurite.sh and "
+                "scripts/setup.sh --dev"
+            )
+        server = cls(binary)
+        server.start()
+        stack.callback(server.stop)
+        return server
+
+    with ExitStack() as stack:
+        azurite = (
+            running(Azurite, azurite_url) if azurite_url else started(Azurite, azurite_bin(), stack)
+        )
+        s3_server = None
+        if s3:
+            s3_server = running(MotoS3, s3_url) if s3_url else started(MotoS3, moto_bin(), stack)
+        os.environ.update(azurite.environment())
+        yield azurite, s3_server

@@ -2,7 +2,7 @@
 
     python -m benchmarks.dispatch            # the committed figures (results/dispatch.json)
     python -m benchmarks.dispatch --quick    # the same shape, fewer rounds, about a minute
-    python -m benchmarks.dispatch --smoke    # each variant at 10 documents, 2 rounds; 2 windows
+    python -m benchmarks.dispatch --smoke    # each variant at 10 documents, 1 round; 2 windows
     python -m benchmarks.dispatch --docs 100000 --rounds 1   # one size, all variants, printed
     python -m benchmarks.dispatch --profile  # where the time goes (results/dispatch_profile.json)
 
@@ -257,11 +257,12 @@ def main(argv: list[str] | None = None) -> None:
                     )
                 )
             return
-        # --smoke: every variant once at one size, the sweep's two paths (inline, deferred);
-        # each case is a fresh workspace, most of a smoke run's time
+        # --smoke: every variant once at one size, one round (after the warm-up unit of work),
+        # the sweep's two paths (inline, deferred); each case is a fresh workspace, most of a
+        # smoke run's time
         sizes = (10,) if args.smoke else SIZES
         rounds = (
-            dict.fromkeys(sizes, 2)
+            dict.fromkeys(sizes, 1)
             if args.smoke
             else {1: 20, 100: 5, 1000: 3}
             if args.quick
@@ -278,7 +279,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(_line(name, case))
         sweep = {}
         for window in (0.0, DEFERRED_WINDOW) if args.smoke else WINDOWS:
-            case = run_case(root, 1, 2 if args.smoke else rounds[1], coalesce=True, window=window)
+            case = run_case(root, 1, 1 if args.smoke else rounds[1], coalesce=True, window=window)
             sweep[f"{window:g}"] = case
             print(_line(f"1 doc, watermark_window {window:g}s", case))
         results["window_sweep"] = sweep

@@ -24,7 +24,6 @@ anything: a cloud store adds its network round trips to every figure.
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import statistics
 import tempfile
@@ -35,7 +34,14 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from benchmarks.common import add_output_options, rescue_pass_since, save, summarize_ms
+from benchmarks.common import (
+    add_object_store_options,
+    add_output_options,
+    object_store_servers,
+    rescue_pass_since,
+    save,
+    summarize_ms,
+)
 
 STORES = ("local", "azure", "s3")
 SIZES = {
@@ -47,8 +53,9 @@ SIZES = {
         "feed_commits": 20,
     },
     "quick": {"rounds": 20, "dispatch_units": 4, "commits": 400, "window": 100, "feed_commits": 20},
-    # every step once: two upkeep windows (each ends in a maintenance), a two-commit feed
-    "smoke": {"rounds": 2, "dispatch_units": 1, "commits": 6, "window": 3, "feed_commits": 2},
+    # every step once: one ratio round (both orders are the same two calls), one upkeep window
+    # (it ends in a maintenance), a one-commit feed
+    "smoke": {"rounds": 1, "dispatch_units": 1, "commits": 3, "window": 3, "feed_commits": 1},
 }
 
 
@@ -214,27 +221,17 @@ def run_store(kind: str, root: Path, server: Any, size: dict[str, int]) -> dict[
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer rounds and commits")
+    add_object_store_options(parser)
     add_output_options(parser)
     args = parser.parse_args(argv)
     kind = "smoke" if args.smoke else "quick" if args.quick else "full"
-    from tests.objectstore.servers import Azurite, MotoS3, azurite_bin, moto_bin
-
-    azurite_path, moto_path = azurite_bin(), moto_bin()
-    if azurite_path is None or moto_path is None:
-        raise SystemExit(
-            "the object-store servers are not installed: run scripts/ensure-azurite.sh and "
-            "scripts/setup.sh --dev"
-        )
-    azurite, s3 = Azurite(azurite_path), MotoS3(moto_path)
-    azurite.start()
-    s3.start()
-    os.environ.update(azurite.environment())
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-objectstore-"))
     try:
-        servers = {"local": None, "azure": azurite, "s3": s3}
-        data: dict[str, Any] = {"stores": {}, "sizes": SIZES[kind]}
-        for store in STORES:
-            data["stores"][store] = run_store(store, root, servers[store], SIZES[kind])
+        with object_store_servers(args.azurite, args.s3) as (azurite, s3):
+            servers = {"local": None, "azure": azurite, "s3": s3}
+            data: dict[str, Any] = {"stores": {}, "sizes": SIZES[kind]}
+            for store in STORES:
+                data["stores"][store] = run_store(store, root, servers[store], SIZES[kind])
         local = data["stores"]["local"]["dispatch"]["messages_per_second"]
         data["dispatch_vs_local"] = {
             s: round(data["stores"][s]["dispatch"]["messages_per_second"] / local, 3)
@@ -242,8 +239,6 @@ def main(argv: list[str] | None = None) -> None:
         }
         print(f"wrote {save(args, 'object_store', data)}")
     finally:
-        azurite.stop()
-        s3.stop()
         shutil.rmtree(root, ignore_errors=True)
 
 

@@ -3,11 +3,15 @@
     python -m benchmarks.rescuer            # 10k, 100k, 1M docs; local, sweep and Spark
     python -m benchmarks.rescuer --quick    # local engine at 10k and 100k, under a minute
     python -m benchmarks.rescuer --smoke    # every step of the full run at 200 and 1k docs
+    python -m benchmarks.rescuer --smoke --spark-only   # the Spark passes alone, at 200 docs
 
 Each table is built fast (one big append, CDF on), then 100 documents are changed in 10 MERGE
 commits after the checkpoint. A pass starts from a fresh checkpoint at the build version, so
 every repetition does the same work. The Spark passes run in a full run and in ``--smoke``
-unless ``--no-spark`` (they reuse the process's SparkSession when it has one).
+unless ``--no-spark`` (they reuse the process's SparkSession when it has one). tests/benchmarks
+runs ``--smoke --no-spark`` in a process of its own and ``--smoke --spark-only`` (the Spark passes
+and the local pass they are compared with, at the smallest size) on the Spark tests' session,
+so the Spark tests' worker does not repeat the local steps.
 
 A full run writes benchmarks/results/rescuer.json; ``--quick`` and ``--smoke`` write
 rescuer.quick.json / rescuer.smoke.json into a fresh temporary folder, never into
@@ -313,8 +317,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--quick", action="store_true", help="local engine, 10k and 100k only")
     parser.add_argument("--commits", type=int, default=10_000)
     parser.add_argument("--no-spark", action="store_true")
+    parser.add_argument(
+        "--spark-only",
+        action="store_true",
+        help="with --smoke: the Spark passes alone, at the smallest size (and the local pass "
+        "they are compared with); --smoke --no-spark runs the rest",
+    )
     add_output_options(parser)
     args = parser.parse_args(argv)
+    if args.spark_only and (not args.smoke or args.no_spark):
+        parser.error("--spark-only goes with --smoke, and not with --no-spark")
     # table sizes, planner feed rows, repetitions, commits of the many-commits run (0: none)
     sizes, planner_rows, repeat, commits = (
         ([200, 1_000], [400, 2_000], 2, 30)
@@ -323,6 +335,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.quick
         else ([10_000, 100_000, 1_000_000], [1_000, 100_000, 1_000_000], 5, args.commits)
     )
+    if args.spark_only:
+        sizes, planner_rows, commits = sizes[:1], [], 0
     spark = None
     if not args.quick and not args.no_spark:
         from rescuer.cdf_spark import find_jars, get_spark
@@ -360,7 +374,9 @@ def main(argv: list[str] | None = None) -> None:
         small, big = by[sizes[0]], by[sizes[-1]]
         span = f"{_label(small['docs'])}_to_{_label(big['docs'])}"
         key = _label(big["docs"])
-        results[f"feed_pass_growth_{span}"] = round(big["feed_pass_s"] / small["feed_pass_s"], 2)
+        if len(sizes) > 1:
+            growth = round(big["feed_pass_s"] / small["feed_pass_s"], 2)
+            results[f"feed_pass_growth_{span}"] = growth
         results[f"sweep_over_feed_at_{key}"] = round(big["sweep_pass_s"] / big["feed_pass_s"], 2)
         if "spark_pass_s" in big:
             results[f"spark_over_local_at_{key}"] = round(

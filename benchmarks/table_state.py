@@ -44,12 +44,18 @@ import pyarrow as pa
 
 from benchmarks import table_state_run as R
 from benchmarks import table_state_sim as S
-from benchmarks.common import add_output_options, save
+from benchmarks.common import (
+    add_object_store_options,
+    add_output_options,
+    object_store_servers,
+    save,
+)
 
 WINDOW_MIN = 5.0
 LOAD_CHUNK = 100_000
 #: Per kind of run: the table, the writer's minutes and sampling, the candidates' commits and
-#: pairs, the day's rounds x commits x app ids per commit, and Azurite's table and minutes.
+#: pairs, the day's rounds x commits x app ids per commit, Azurite's table and minutes, and the
+#: writer's units of work instead of its minutes (None: run the minutes).
 SIZES: dict[str, dict[str, Any]] = {
     "full": {
         "docs": 1_000_000,
@@ -60,6 +66,7 @@ SIZES: dict[str, dict[str, Any]] = {
         "day": (55, 100, 10_000),
         "azure_docs": 100_000,
         "azure_minutes": 10.0,
+        "units": None,
     },
     "quick": {
         "docs": 200_000,
@@ -70,16 +77,20 @@ SIZES: dict[str, dict[str, Any]] = {
         "day": (10, 100, 5_500),
         "azure_docs": 20_000,
         "azure_minutes": 2.0,
+        "units": None,
     },
+    # every part once: one commit and one pair a candidate, one unit of work a writer run (not
+    # a quarter of a minute of them: a unit takes seconds on a loaded machine)
     "smoke": {
-        "docs": 2_000,
+        "docs": 200,
         "minutes": 0.25,
         "sample_s": 5.0,
         "window_min": 0.1,
-        "candidates": (3, 2),
+        "candidates": (1, 1),
         "day": (2, 5, 200),
-        "azure_docs": 1_000,
+        "azure_docs": 100,
         "azure_minutes": 0.2,
+        "units": 1,
     },
 }
 
@@ -144,21 +155,21 @@ def run_local(root: Path, size: dict[str, Any], log_retention: float) -> dict[st
         rescuer=True,
         maintain_every=None,
         workspace=ws,
+        units=size["units"],
     )
     return {"store": "local", "seed_documents": size["docs"], "seed_s": round(built, 1), **out}
 
 
-def run_azure(root: Path, size: dict[str, Any], log_retention: float) -> dict[str, Any] | None:
-    from tests.objectstore.servers import Azurite, azurite_bin
+def run_azure(
+    root: Path, size: dict[str, Any], log_retention: float, url: str | None = None
+) -> dict[str, Any] | None:
+    """The Azurite run, on the server at ``url`` (``--azurite``) or one started for it."""
+    from tests.objectstore.servers import azurite_bin
 
-    binary = azurite_bin()
-    if binary is None:
+    if url is None and azurite_bin() is None:
         print("azure: skipped, Azurite is not installed (scripts/ensure-azurite.sh)", flush=True)
         return None
-    server = Azurite(binary)
-    server.start()
-    os.environ.update(server.environment())
-    try:
+    with object_store_servers(url, s3=False) as (server, _):
         container = f"b{uuid.uuid4().hex[:16]}"
         server.create_container(container)
         ws = root / "azure"
@@ -182,6 +193,7 @@ def run_azure(root: Path, size: dict[str, Any], log_retention: float) -> dict[st
             rescuer=False,
             maintain_every=R.MAINTAIN_EVERY,
             workspace=ws,
+            units=size["units"],
         )
         return {
             "store": "azure (Azurite)",
@@ -189,8 +201,6 @@ def run_azure(root: Path, size: dict[str, Any], log_retention: float) -> dict[st
             "seed_s": round(built, 1),
             **out,
         }
-    finally:
-        server.stop()
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -215,6 +225,7 @@ def main(argv: list[str] | None = None) -> None:
         default="candidates,day,local,azure",
         help="which parts to run, comma-separated (default: all)",
     )
+    add_object_store_options(parser, s3=False)
     add_output_options(parser)
     args = parser.parse_args(argv)
     kind = "smoke" if args.smoke else "quick" if args.quick else "full"
@@ -241,7 +252,7 @@ def main(argv: list[str] | None = None) -> None:
         if "local" in parts:
             data["local"] = run_local(root, size, retention)
         if "azure" in parts:
-            data["azure"] = run_azure(root, size, retention)
+            data["azure"] = run_azure(root, size, retention, args.azurite)
         data["load_average_after"] = list(os.getloadavg())
         data["wall_s"] = round(time.monotonic() - started, 1)
         print(f"wrote {save(args, 'table_state', data)}")

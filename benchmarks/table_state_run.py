@@ -272,8 +272,12 @@ def run_writer(
     rescuer: bool,
     maintain_every: int | None,
     workspace: Path,
+    units: int | None = None,
 ) -> dict[str, Any]:
-    """The run the module docstring describes, on the table ``settings`` name (already built)."""
+    """The run the module docstring describes, on the table ``settings`` name (already built).
+
+    ``units``: that many units of work instead of ``minutes`` of them (a smoke run: every step
+    once, however long a unit takes on a loaded machine)."""
     from outbox.app.facade import Outbox
 
     ctx = mp.get_context("spawn")
@@ -300,16 +304,16 @@ def run_writer(
     monitor.extra = lambda: {"consumed": consumed.value}
     monitor.take()
     monitor.start()
-    units = 0
+    done = 0
     try:
-        while time.monotonic() - start < minutes * 60:
+        while (done < units) if units is not None else (time.monotonic() - start < minutes * 60):
             t0 = time.monotonic()
             with ob.unit_of_work() as uow:
                 for i in range(DOCS_PER_UNIT):
                     doc = uow.create(f"dev-{uuid.uuid4().hex}", type="Device", state={"n": i})
                     doc.send("Created", {"n": i})
             commits[-1] = (*commits[-1][:2], time.monotonic() - t0)
-            units += 1
+            done += 1
             upkeep()
     finally:
         elapsed = time.monotonic() - start
@@ -323,16 +327,16 @@ def run_writer(
         stop.set()
         consumer.join(300)
     monitor.take()
-    sent = units * DOCS_PER_UNIT
+    sent = done * DOCS_PER_UNIT
     return {
         "minutes": minutes,
-        "units": units,
+        "units": done,
         "documents_created": sent,
         "messages_consumed": consumed.value,
         "nothing_lost": consumed.value == sent,
         "commit_retries": retries,
         "maintain_runs": upkeep.runs,
-        "commits_per_second": round(units / elapsed, 2),
+        "commits_per_second": round(done / elapsed, 2),
         "rescuer_exit": None if rescue is None else rescue.returncode,
         **_summary(
             commits, monitor.samples, elapsed=elapsed, minutes=minutes, window_min=window_min

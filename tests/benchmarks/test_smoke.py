@@ -12,9 +12,10 @@ modification time. ``--out DIR``, the other way to choose the folder, is checked
 helper and in every benchmark's ``--help``.
 
 The servers come from the suite: PostgreSQL from ``pg_url``, the broker from ``mqtt_url``, Kafka
-from ``kafka``. The Spark benchmarks run in this process on the ``spark_session`` fixture, so they
-reuse the Spark tests' JVM (tests/conftest.py puts them on that worker) and its Kafka broker
-instead of starting their own.
+from ``kafka``, Azurite and moto's S3 server from ``azurite_url`` and ``s3_url``. The Spark
+benchmarks run in this process on the ``spark_session`` fixture, so they reuse the Spark tests'
+JVM (tests/conftest.py puts them on that worker) and its Kafka broker instead of starting their
+own.
 """
 
 from __future__ import annotations
@@ -53,9 +54,8 @@ NOT_BENCHMARKS = {
 class Smoke:
     keys: frozenset[str]  # top-level keys the results file must have (as the full run's file)
     args: tuple[str, ...] = ()
-    #: "postgres", "mqtt" or "kafka": the suite's server is passed in (--pg-url, --broker,
-    #: --bootstrap);
-    #: "objectstore": the benchmark starts Azurite and moto itself, when they are installed
+    #: "postgres", "mqtt", "kafka", "azurite" or "objectstore" (Azurite and S3): the suite's
+    #: servers are passed in (--pg-url, --broker, --bootstrap, --azurite, --s3)
     needs: str = ""
     #: more to check on the smoke run's results (a report block renders from them, say)
     check: Callable[[dict[str, Any]], None] | None = None
@@ -82,9 +82,15 @@ def _table_state_report_renders(data: dict[str, Any]) -> None:
 
     assert "| **a transaction per document, born expired (chosen)** |" in r.candidates(data)
     assert "transactions born expired" in r.day(data)
-    assert "| local, from 2,000 documents" in r.runs(data)
+    assert "| local, from 200 documents" in r.runs(data)
     assert "| local |" in r.disk(data)
     assert "checkpoint" in r.readme_row(data)[1]
+
+
+def _spark_passes_ran(data: dict[str, Any]) -> None:
+    """The rescuer's Spark passes, the feed and the sweep, ran at its one size."""
+    (size,) = data["sizes"]
+    assert {"spark_pass_s", "spark_sweep_pass_s"} <= size.keys(), size
 
 
 def _keys(*names: str) -> frozenset[str]:
@@ -169,7 +175,7 @@ SMOKES: dict[str, Smoke] = {
     ),
     "table_state": Smoke(
         _keys("kind", "log_retention_s", "candidates", "day", "local", "azure"),
-        needs="objectstore",
+        needs="azurite",
         check=_table_state_report_renders,
     ),
     "telemetry": Smoke(
@@ -202,7 +208,13 @@ SPARK_SMOKES: dict[str, Smoke] = {
             "dispatch_over_python_path",
         )
     ),
-    "rescuer": Smoke(_RESCUER | {"spark_over_local_at_1k"}),
+    # the Spark passes alone: SMOKES' run (--no-spark, a process on another worker) makes the
+    # rest, so the Spark tests' worker does not repeat it
+    "rescuer": Smoke(
+        _keys("sizes", "changed_docs", "sweep_over_feed_at_200", "spark_over_local_at_200"),
+        args=("--spark-only",),
+        check=_spark_passes_ran,
+    ),
     # on the suite's broker: the Spark tests' worker starts one anyway (tests/spark's executors
     # send to it), and a second broker's start cost this smoke run most of its 100 s in CI
     "spark_kafka": Smoke(
@@ -296,12 +308,10 @@ def test_benchmark_runs_at_its_smoke_size(
         args += ["--broker", str(request.getfixturevalue("mqtt_url"))]
     elif smoke.needs == "kafka":
         args += ["--bootstrap", str(request.getfixturevalue("kafka").bootstrap)]
-    elif smoke.needs == "objectstore":
-        from tests.benchmarks.conftest import _unavailable
-        from tests.objectstore.servers import azurite_bin, moto_bin
-
-        if azurite_bin() is None or moto_bin() is None:
-            _unavailable("Azurite and moto (scripts/ensure-azurite.sh, scripts/setup.sh --dev)")
+    if smoke.needs in ("azurite", "objectstore"):
+        args += ["--azurite", str(request.getfixturevalue("azurite_url"))]
+    if smoke.needs == "objectstore":
+        args += ["--s3", str(request.getfixturevalue("s3_url"))]
     before = _results_state()
     started = time.monotonic()
     run = subprocess.run(
