@@ -22,6 +22,7 @@ from outbox.app.console import ConsoleConfig, create_app
 from outbox.app.history import History, Sample
 from outbox.core.clock import SystemClock
 from outbox.core.sql import read_only_url
+from tests.templates import MigratedTemplates
 
 #: The token the tests give the console (``--token`` / ``ConsoleConfig.token``).
 TOKEN = "console-test-token-0123456789"
@@ -44,19 +45,40 @@ def dead_letter(queue: SqlQueue, name: str, message_id: str, reason: str, **kw: 
     return d.id
 
 
-@pytest.fixture
-def console_ws(tmp_path: Path, sql_url: str) -> ConsoleWorkspace:
-    """On SQLite and on a real PostgreSQL server (the ``sql_url`` fixture)."""
-    return console_workspace(tmp_path, sql_url)
-
-
-def console_workspace(tmp_path: Path, sql_url: str) -> ConsoleWorkspace:
-    """The fixture's workspace, for a caller without fixtures (tests/test_mutations.py)."""
-    ws = tmp_path / "ws"
-    ws.mkdir()
-    (ws / "outbox.toml").write_text(f'sql_url = "{sql_url}"\n')
+def _migrate(ws: Path) -> None:
     result = CliRunner().invoke(main, ["-w", str(ws), "migrate"])
     assert result.exit_code == 0, result.output
+
+
+@pytest.fixture(scope="session")
+def migrated_templates(tmp_path_factory: pytest.TempPathFactory) -> MigratedTemplates:
+    """The console's migrated workspaces, built once a session per database kind and copied
+    for each test (a migration was most of a console test's set-up)."""
+    return MigratedTemplates(tmp_path_factory.mktemp("console-templates"), _migrate)
+
+
+@pytest.fixture
+def console_ws(
+    tmp_path: Path,
+    sql_url: str,
+    migrated_templates: MigratedTemplates,
+    request: pytest.FixtureRequest,
+) -> ConsoleWorkspace:
+    """On SQLite and on a real PostgreSQL server (the ``sql_url`` fixture)."""
+    sqlite = sql_url.startswith("sqlite")
+    pg_server = None if sqlite else request.getfixturevalue("pg_server")
+    migrated_templates.workspace(tmp_path / "ws", sql_url, pg_server)
+    return console_workspace(tmp_path, sql_url, migrated=True)
+
+
+def console_workspace(tmp_path: Path, sql_url: str, *, migrated: bool = False) -> ConsoleWorkspace:
+    """The fixture's workspace, for a caller without fixtures (tests/test_mutations.py);
+    ``migrated``: ``tmp_path / "ws"`` is already a migrated workspace on ``sql_url``."""
+    ws = tmp_path / "ws"
+    if not migrated:
+        ws.mkdir()
+        (ws / "outbox.toml").write_text(f'sql_url = "{sql_url}"\n')
+        _migrate(ws)
     url = sql_url
     dead: dict[int, tuple[str, str]] = {}
     with SqlQueue(url) as queue:

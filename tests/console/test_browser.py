@@ -38,7 +38,7 @@ from tests.console.conftest import ConsoleWorkspace
 #: the token, the read-only mode and the icon run on SQLite only; the page tour and the requeue
 #: (the two that read and write the queue through the pages) run on PostgreSQL too. The test
 #: client's tests of the same (test_console_app.py, test_console_session.py) run on both. Each
-#: test here starts Chromium and a console process, about 15 s on a loaded machine.
+#: test here starts a console process; one Chromium serves the module (``browser`` clears it).
 sqlite_only = pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
 
 
@@ -64,14 +64,28 @@ def console(console_ws: ConsoleWorkspace) -> Iterator[RunningConsole]:
     assert running.stop() == 0
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[Any]:
+@pytest.fixture(scope="module")
+def module_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Chromium for the module's tests (a start cost each test seconds)."""
     _need_chromium()
-    driver = chromium(tmp_path / "chromium")
+    driver = chromium(tmp_path_factory.mktemp("chromium"))
     try:
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture
+def browser(module_browser: Any) -> Any:
+    """The module's Chromium as a fresh one is: no cookie (cookies are the host's, whatever
+    the port: the last test's console's would be sent to this one's), no cache, no page, the
+    first window size (``screenshot`` grows it)."""
+    module_browser.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    module_browser.execute_cdp_cmd("Network.clearBrowserCache", {})
+    module_browser.get("about:blank")
+    module_browser.set_window_size(1280, 900)
+    assert module_browser.execute_cdp_cmd("Storage.getCookies", {})["cookies"] == []
+    return module_browser
 
 
 def test_each_page_opens_in_chromium(

@@ -46,6 +46,18 @@ def _write(ob: Outbox, prefix: str, n: int, *, dispatch: bool = True) -> None:
             doc.send("ShipmentStatusChanged", {"n": i}, destination="shipments")
 
 
+def _write_together(ob: Outbox, prefix: str, n: int) -> None:
+    """``n`` documents in one unit of work: one commit, with a file in each bucket it touches
+    (``_write``'s commit a document costs a table read and a commit on the store each)."""
+    ids = [f"{prefix}{i}" for i in range(n)]
+    with ob.unit_of_work() as uow:
+        found = uow.get_many(ids)
+        for i, doc_id in enumerate(ids):
+            doc = found.get(doc_id) or uow.create(doc_id, type="Shipment")
+            doc.state["n"] = i
+            doc.send("ShipmentStatusChanged", {"n": i}, destination="shipments")
+
+
 def _rescue_an_hour_later(ws: Path) -> int:
     """One rescue pass whose "now" is an hour ahead, so the documents are old enough."""
     from datetime import UTC, datetime, timedelta
@@ -64,8 +76,8 @@ def test_write_dispatch_rescue_maintain_and_status(remote: Remote, tmp_path: Pat
     assert cli(ws, "migrate")
     with Outbox.open(ws) as ob:
         assert ob.store.uri == remote.uri()
-        _write(ob, "a", 6)  # immediate dispatch to the SQL queue
-        _write(ob, "a", 3)  # a second version of three of them
+        _write_together(ob, "a", 6)  # immediate dispatch to the SQL queue
+        _write_together(ob, "a", 3)  # a second version of three of them
         _write(ob, "b", 2, dispatch=False)  # left for the rescuer
     status = cli(ws, "status")
     assert status["pending_documents"] == 2
@@ -92,7 +104,8 @@ def test_maintenance_takes_the_lease_and_a_second_maintainer_skips(
 
     ws = workspace_on(remote, tmp_path / "ws", default_destination="shipments")
     with Outbox.open(ws) as ob:
-        _write(ob, "d", 12)
+        _write_together(ob, "d", 12)
+        _write_together(ob, "d", 12)  # a second file in each bucket: something to compact
         settings, table_id = ob.settings, ob.store.table_id
     with maintenance_lease(settings.sql_url, table_id, clock=SystemClock()) as held:
         assert held is None  # this test is the other maintainer
@@ -113,7 +126,8 @@ def test_two_compactions_of_one_version_duplicate_rows_on_an_object_store(
 
     ws = workspace_on(remote, tmp_path / "ws", default_destination="shipments")
     with Outbox.open(ws) as ob:
-        _write(ob, "e", 12)
+        _write_together(ob, "e", 12)
+        _write_together(ob, "e", 12)  # a second file in each bucket: both compactions rewrite it
         opts = remote.storage_options
         first = DeltaTable(remote.uri(), storage_options=opts)
         second = DeltaTable(remote.uri(), storage_options=opts)
@@ -159,9 +173,9 @@ def test_two_maintainers_started_together_leave_no_duplicates(
     ws = workspace_on(remote, tmp_path / "ws", default_destination="shipments")
     env = {**os.environ, **remote.environment}
     for round_ in range(3):
-        with Outbox.open(ws) as ob:
-            _write(ob, f"r{round_}-", 8)
-            _write(ob, f"r{round_}-", 8)
+        with Outbox.open(ws) as ob:  # two commits: a file in each bucket of 8 documents each
+            _write_together(ob, f"r{round_}-", 8)
+            _write_together(ob, f"r{round_}-", 8)
         both = [
             subprocess.Popen(
                 [outbox, "-w", str(ws), "maintain", "--json"],

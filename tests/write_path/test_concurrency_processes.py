@@ -28,21 +28,28 @@ def _clock() -> Any:
     return SystemClock()
 
 
-def _race_same_document(ws: str, who: str, barrier: Any, results: Any) -> None:
-    ob = _open(ws)
-    uow = ob.unit_of_work()
-    doc = uow.get("a")
-    assert doc is not None
-    doc.state["winner"] = who
-    doc.send("Changed", {"by": who}, destination="q")
-    barrier.wait()
-    try:
-        uow.commit()
-        results.put((who, "ok"))
-    except ConcurrencyError:
-        results.put((who, "conflict"))
-    except Exception as e:  # pragma: no cover - reported to the parent
-        results.put((who, f"error: {type(e).__name__}: {e}"))
+def _race_same_document(ws: str, who: str, rounds: int, sync: tuple[Any, Any, Any]) -> None:
+    """``rounds`` races, each from a fresh outbox (a fresh read of the table, as a new process
+    has): both racers read ``a``, meet at ``start``, commit; then wait at ``checked`` while the
+    parent looks at the round's outcome (``sync``: the two barriers and the results queue)."""
+    start, checked, results = sync
+    for r in range(rounds):
+        ob = _open(ws)
+        uow = ob.unit_of_work()
+        doc = uow.get("a")
+        assert doc is not None
+        doc.state["winner"] = who
+        doc.send("Changed", {"by": who}, destination="q")
+        start.wait()
+        try:
+            uow.commit()
+            results.put((r, who, "ok"))
+        except ConcurrencyError:
+            results.put((r, who, "conflict"))
+        except Exception as e:  # pragma: no cover - reported to the parent
+            results.put((r, who, f"error: {type(e).__name__}: {e}"))
+        ob.close()
+        checked.wait()
 
 
 def _increment(ws: str, doc_id: str, times: int, barrier: Any, results: Any) -> None:
@@ -75,27 +82,41 @@ def seeded(workspace: Path) -> str:
 
 
 def test_two_processes_saving_one_document_one_wins(seeded: str) -> None:
+    """Three races, in the same two processes (a pair of processes each cost seconds to start):
+    each race starts from both racers' fresh read of the document."""
     ctx = mp.get_context("spawn")
-    for _ in range(3):
-        barrier, results = ctx.Barrier(2), ctx.Queue()
-        procs = [
-            ctx.Process(target=_race_same_document, args=(seeded, w, barrier, results))
-            for w in ("p1", "p2")
-        ]
-        for p in procs:
-            p.start()
+    rounds = 3
+    start, checked, results = ctx.Barrier(2, timeout=120), ctx.Barrier(3, timeout=120), ctx.Queue()
+    procs = [
+        ctx.Process(target=_race_same_document, args=(seeded, w, rounds, (start, checked, results)))
+        for w in ("p1", "p2")
+    ]
+    for p in procs:
+        p.start()
+    try:
+        for r in range(rounds):
+            got = [results.get(timeout=120) for _ in procs]
+            assert {g[0] for g in got} == {r}, got
+            outcomes = {who: outcome for _, who, outcome in got}
+            assert sorted(outcomes.values()) == ["conflict", "ok"], (r, outcomes)
+            winner = next(w for w, o in outcomes.items() if o == "ok")
+            ob = _open(seeded)
+            _, rows = ob.store.read(["a"])
+            ob.close()
+            row = rows["a"]
+            assert row.state["winner"] == winner
+            # exactly the winner's message was added: no lost update, no double write
+            assert [m.body for m in row.outbox][-1] == f'{{"by":"{winner}"}}'
+            assert row.last_seq == row.version - 1
+            checked.wait()
         for p in procs:
             p.join(120)
-        outcomes = dict(results.get(timeout=5) for _ in procs)
-        assert sorted(outcomes.values()) == ["conflict", "ok"], outcomes
-        winner = next(w for w, o in outcomes.items() if o == "ok")
-        ob = _open(seeded)
-        _, rows = ob.store.read(["a"])
-        row = rows["a"]
-        assert row.state["winner"] == winner
-        # exactly the winner's message was added: no lost update, no double write
-        assert [m.body for m in row.outbox][-1] == f'{{"by":"{winner}"}}'
-        assert row.last_seq == row.version - 1
+            assert p.exitcode == 0
+    finally:
+        for p in procs:
+            if p.is_alive():
+                p.kill()
+                p.join()
 
 
 def test_concurrent_increments_lose_nothing(seeded: str) -> None:
