@@ -7,6 +7,10 @@ run (``scripts/test.sh`` passes its arguments through unchanged), each seed is s
 fixture submits every collected seed at the start; each test waits for its own. Under xdist the
 seed tests of one pool share a worker (``tests/conftest.py`` groups them), so that worker's pool
 still sees them all.
+
+The broken builds of ``test_checker_mutations`` run in such a pool too, each pool process measured
+as the test process is when ``pytest --cov`` runs (``coverage_of_this_process``): those seeds run
+checker code in the supervisor that no other test does.
 """
 
 from __future__ import annotations
@@ -29,37 +33,117 @@ SEED_JOBS = int(os.environ.get("OUTBOX_CHECK_JOBS", "4"))
 RunSeed = Callable[[int], CheckReport]
 
 
-def _run_one(seed: int, workdir: str, kwargs: dict[str, Any]) -> CheckReport:
-    return run_check(seed, workdir, **kwargs)
+def _run_one(
+    seed: int, workdir: str, kwargs: dict[str, Any], measure: dict[str, Any] | None = None
+) -> CheckReport:
+    cov = None
+    if measure is not None:  # measured as the test process is (``coverage_of_this_process``)
+        import coverage
+
+        cov = coverage.Coverage(data_suffix=True, **measure)
+        cov.start()
+    try:
+        return run_check(seed, workdir, **kwargs)
+    finally:
+        if cov is not None:
+            cov.stop()
+            cov.save()
 
 
-class SeedPool:
-    """Runs ``run_check`` for a list of seeds in ``jobs`` processes, in seed order."""
+def coverage_of_this_process() -> dict[str, Any] | None:
+    """How ``pytest --cov`` measures this process (None when it does not), for a pool process to
+    measure its seed the same way: it saves a data file of its own beside this process's, and
+    pytest-cov combines every data file there at the end of the run. Without it, the checker's
+    code that only a pooled seed runs (a broken build's hooks in the supervisor) would leave
+    the coverage total when its tests moved into a pool."""
+    try:
+        import coverage
+    except ImportError:  # pragma: no cover - a dev dependency
+        return None
+    cov = coverage.Coverage.current()
+    if cov is None:
+        return None
+    c = cov.config
+    return {
+        "data_file": os.path.abspath(c.data_file),
+        "config_file": c.config_file or False,
+        "branch": c.branch,
+        "source": c.source,
+        "source_pkgs": c.source_pkgs,
+    }
 
-    def __init__(self, workdir: Path, kwargs: dict[str, Any], jobs: int) -> None:
-        self.workdir, self.kwargs, self.jobs = workdir, kwargs, jobs
+
+class CheckPool:
+    """Runs ``run_check`` calls in ``jobs`` processes, in the order submitted, each under a key
+    (a seed, a broken build's name) its test asks for. ``measure``: see
+    ``coverage_of_this_process``."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = jobs
         self._pool: ProcessPoolExecutor | None = None
-        self._futures: dict[int, Future[CheckReport]] = {}
+        self._futures: dict[Any, Future[CheckReport]] = {}
 
-    def submit(self, seeds: list[int]) -> None:
+    def submit(
+        self,
+        key: Any,
+        seed: int,
+        workdir: Path,
+        kwargs: dict[str, Any],
+        measure: dict[str, Any] | None = None,
+    ) -> None:
         if self._pool is None:
             # spawn: the pytest process may hold deltalake's runtime threads, and a forked
             # copy of them hangs
             ctx = multiprocessing.get_context("spawn")
             self._pool = ProcessPoolExecutor(self.jobs, mp_context=ctx)
+        if key not in self._futures:
+            self._futures[key] = self._pool.submit(_run_one, seed, str(workdir), kwargs, measure)
+
+    def submitted(self, key: Any) -> bool:
+        return key in self._futures
+
+    def result(self, key: Any) -> CheckReport:
+        return self._futures[key].result()
+
+    def close(self) -> None:
+        if self._pool is not None:  # after -x: runs not started yet are dropped
+            self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+@pytest.fixture(scope="session")
+def check_pool() -> Iterator[CheckPool]:
+    """The pool the CI seeds and the broken builds share: its processes (each with the fork
+    server it started once, its heavy imports done) run the builds once the seeds are done,
+    rather than a second pool paying those starts again."""
+    pool = CheckPool(SEED_JOBS)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+class SeedPool:
+    """Runs ``run_check`` for a list of seeds in ``jobs`` processes, in seed order (in
+    ``shared``, a pool someone else closes, if given)."""
+
+    def __init__(
+        self, workdir: Path, kwargs: dict[str, Any], jobs: int, shared: CheckPool | None = None
+    ) -> None:
+        self.workdir, self.kwargs = workdir, kwargs
+        self._own = shared is None
+        self._pool = CheckPool(jobs) if shared is None else shared
+
+    def submit(self, seeds: list[int]) -> None:
         for seed in seeds:
-            if seed not in self._futures:
-                self._futures[seed] = self._pool.submit(
-                    _run_one, seed, str(self.workdir), self.kwargs
-                )
+            self._pool.submit(seed, seed, self.workdir, self.kwargs)
 
     def result(self, seed: int) -> CheckReport:
         self.submit([seed])
-        return self._futures[seed].result()
+        return self._pool.result(seed)
 
     def close(self) -> None:
-        if self._pool is not None:  # after -x: seeds not started yet are dropped
-            self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._own:
+            self._pool.close()
 
 
 def collected_seeds(session: pytest.Session, test_name: str) -> list[int]:
@@ -80,14 +164,15 @@ def seed_runner(
     test_name: str,
     kwargs: dict[str, Any],
     jobs: int = SEED_JOBS,
+    shared: CheckPool | None = None,
 ) -> Iterator[RunSeed]:
     """A session fixture's body: every collected seed of ``test_name`` starts at once, ``jobs``
-    of them running at a time."""
+    of them running at a time (in ``shared``, when given)."""
     workdir = tmp_path_factory.mktemp(name)
     if jobs <= 1:
         yield lambda seed: run_check(seed, workdir, **kwargs)
         return
-    pool = SeedPool(workdir, kwargs, jobs)
+    pool = SeedPool(workdir, kwargs, jobs, shared)
     pool.submit(collected_seeds(request.session, test_name))
     try:
         yield pool.result

@@ -122,10 +122,16 @@ def test_seed_on_spark(seed: int, spark_for_checker: Any, tmp_path: Path) -> Non
     _holds(report)
 
 
-#: Seed 12's Spark writer is killed after its last batch's commit: one JVM start per seed (a
+#: Seed 548's Spark writer is killed after its last batch's commit: one JVM start per seed (a
 #: kill in an earlier batch restarts the driver, a second JVM; ``outbox check --writer spark``
-#: runs those seeds, e.g. seed 1).
-SPARK_WRITER_SEEDS = [12]
+#: runs those seeds, e.g. seed 1), and only the rescuer can deliver that batch's messages on the
+#: writer's own documents. It was seed 12 at scale 0.5 (three Python writers, two workers, four
+#: crash points beside the JVM); 548 at the smallest scale (every writer's least, 3 rounds) keeps
+#: the least a Spark writer's seed has, two batches (one MERGE racing the Python writers' commits
+#: on the one bucket), with two Python writers, one worker, one crash point, a worker kill and an
+#: outage (issue 43's suite time).
+SPARK_WRITER_SEEDS = [548]
+SPARK_WRITER_SCALE = 0.25
 
 
 @pytest.fixture(scope="session")
@@ -158,10 +164,10 @@ def spark_writer_parts() -> None:
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("seed", SPARK_WRITER_SEEDS)
 def test_seed_with_a_spark_writer(seed: int, spark_writer_parts: None, tmp_path: Path) -> None:
-    report = run_check(seed, tmp_path, scale=SCALE, drain_timeout=60, writer="spark")
+    report = run_check(seed, tmp_path, scale=SPARK_WRITER_SCALE, drain_timeout=60, writer="spark")
     assert report.writer == "spark"
     _holds(report)
-    plan = Scenario.from_seed(seed, scale=SCALE, writer="spark").spark
+    plan = Scenario.from_seed(seed, scale=SPARK_WRITER_SCALE, writer="spark").spark
     assert plan is not None
     # its crash right after a batch's commit was planned and fired (``_holds``: none unfired)
     assert report.faults[f"writer {plan.index} crash {plan.crash}"], report.faults

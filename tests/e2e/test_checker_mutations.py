@@ -5,6 +5,12 @@ field) that names the bug.
 Writer and worker mutations are applied inside the checker's child processes (the mutation's name
 travels in their configuration); rescuer mutations wrap the supervisor's own rescuer and sink, or
 break the production rescuer's code (its pass, sink or planner) in the supervisor for the seed.
+
+The broken builds' seeds run in the CI seeds' process pool, four at a time (``broken_builds``,
+``check_pool``): a broken build's seed is mostly waiting (the builds that lose messages never
+drain, so each waits out its drain's 8 s), and one after another they took about 200 s of a CI
+run. Each supervisor breaks the production rescuer in its own pool process, for its seed only,
+so two builds never meet.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from outbox.app.checker.mutations import MUTATIONS
 from outbox.app.checker.report import CheckReport
 from outbox.app.checker.run import run_check
 from outbox.app.checker.scenario import Scenario
+from tests.e2e.conftest import CheckPool, coverage_of_this_process
 
 #: The seed every broken build runs, chosen by its plan: each build's effect is forced by what
 #: the plan makes happen, not by timing (``test_the_seed_forces_every_broken_builds_effect``).
@@ -25,23 +32,94 @@ from outbox.app.checker.scenario import Scenario
 SEED = 598
 SCALE = 0.5
 #: A broken build's seed took 113 s on a 2-core machine at load 20 (issue 42), 15-30 s at rest.
+#: The pool runs the builds in the tests' order, so a test waits for about one build at most:
+#: the one before it was done when the test before it ended.
 LIMIT = 300
 
+#: The builds run in the pool (``""``: the intact build), each by the test named: the tests
+#: collected submit theirs, in their order, when the first of them starts, so ``-k`` still runs
+#: one alone. The intact build's test comes first: it drains twice, the longest run.
+BUILDS = {
+    "test_the_intact_build_survives_the_delete_and_re_create": "",
+    "test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages": "rescuer-enqueues-nothing",
+    "test_a_rescue_pass_that_checkpoints_past_its_window_loses_the_young_tail": (
+        "rescue-checkpoint-past-window"
+    ),
+    "test_a_production_sink_that_swallows_a_command_loses_its_document": "rescue-sink-swallows-one",
+    "test_a_planner_off_by_one_never_rescues_a_document_with_one_pending_message": (
+        "rescue-planner-off-by-one"
+    ),
+    "test_ids_without_the_incarnation_lose_the_re_created_documents_messages": (
+        "ids-ignore-incarnation"
+    ),
+    "test_a_watermark_merge_that_lowers_is_a_regression": "watermark-lowers",
+    "test_a_transport_that_reorders_breaks_order": "transport-reorders",
+    "test_sending_before_the_commit_delivers_phantoms": "sends-before-commit",
+    "test_a_rescuer_that_raises_fails_the_seed": "rescuer-raises",
+    "test_writers_that_die_at_start_commit_nothing_and_are_not_ok": "writers-die-at-start",
+}
 
-def _run(mutation: str, tmp_path: Path, seed: int = SEED) -> CheckReport:
-    return run_check(seed, tmp_path, scale=SCALE, drain_timeout=8, mutation=mutation)
+
+class BrokenBuilds:
+    """The pool's runs of ``SEED``, one per build, each in a folder of its own."""
+
+    def __init__(self, workdir: Path, pool: CheckPool) -> None:
+        self.workdir, self.pool = workdir, pool
+        self.measure = coverage_of_this_process()
+
+    def folder(self, mutation: str) -> Path:
+        return self.workdir / (mutation or "intact")
+
+    def submit(self, mutation: str) -> None:
+        # The intact build must drain completely twice: give it the CI seeds' drain time, not
+        # the short one the broken builds get (they are judged on what they break, not on
+        # draining).
+        drain = 60 if mutation == "" else 8
+        kwargs = {"scale": SCALE, "drain_timeout": drain, "mutation": mutation}
+        self.pool.submit(mutation, SEED, self.folder(mutation), kwargs, self.measure)
+
+    def report(self, mutation: str) -> CheckReport:
+        if not self.pool.submitted(mutation):
+            self.submit(mutation)
+        return self.pool.result(mutation)
+
+
+@pytest.fixture(scope="module")
+def broken_builds(
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    check_pool: CheckPool,
+) -> BrokenBuilds:
+    """Every collected build's seed starts at once in the CI seeds' pool (``check_pool``). Each
+    run is measured as this process is (``coverage_of_this_process``): the supervisor-side
+    hooks of the broken builds run there."""
+    collected = [
+        item.originalname
+        for item in request.session.items
+        if getattr(getattr(item, "module", None), "__name__", None) == __name__
+        and getattr(item, "originalname", None) in BUILDS
+    ]
+    builds = BrokenBuilds(tmp_path_factory.mktemp("checker-mutations"), check_pool)
+    for name in collected:
+        builds.submit(BUILDS[name])
+    return builds
+
+
+#: The pooled tests share the checker's seed worker under xdist: the fixture submits every
+#: collected build, so a pool on each worker would run them all twice (``tests/conftest.py``).
+pooled = pytest.mark.xdist_group("checker-seeds")
 
 
 def _broken(report: CheckReport) -> list[str]:
     return [name for name, held in report.invariants.items() if not held]
 
 
-def _who_delivered(tmp_path: Path, prefix: str) -> str:
+def _who_delivered(folder: Path, prefix: str) -> str:
     """For a miss: who delivered the documents whose ids start with ``prefix`` (role, pid, time
     from the broker log the failed seed keeps), so a broken build that escaped says how."""
     from outbox.app.checker.broker import read_log
 
-    log = read_log(tmp_path / f"seed-{SEED}" / "broker.log")
+    log = read_log(folder / f"seed-{SEED}" / "broker.log")
     lines = [
         f"{d.message.session_id} by {d.role} {d.pid} at {d.at:.3f}"
         for d in log
@@ -51,9 +129,21 @@ def _who_delivered(tmp_path: Path, prefix: str) -> str:
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages(tmp_path: Path) -> None:
-    report = _run("rescuer-enqueues-nothing", tmp_path)
+def test_the_intact_build_survives_the_delete_and_re_create(broken_builds: BrokenBuilds) -> None:
+    report = broken_builds.report("")  # the CI seeds' drain time (``BrokenBuilds.submit``)
+    assert report.ok, report.summary()
+    assert report.faults["external delete and re-create of a dispatched document"]
+
+
+@pytest.mark.slow
+@pooled
+@pytest.mark.timeout(LIMIT)
+def test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages(
+    broken_builds: BrokenBuilds,
+) -> None:
+    report = broken_builds.report("rescuer-enqueues-nothing")
     assert not report.ok
     assert "I1 no loss" in _broken(report), report.summary()
     assert report.lost
@@ -62,9 +152,10 @@ def test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages(tmp_path: P
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_a_rescuer_that_raises_fails_the_seed(tmp_path: Path) -> None:
-    report = _run("rescuer-raises", tmp_path)
+def test_a_rescuer_that_raises_fails_the_seed(broken_builds: BrokenBuilds) -> None:
+    report = broken_builds.report("rescuer-raises")
     assert not report.ok
     assert report.rescue_errors
     assert report.rescue_errors[0].startswith("MutationError: mutated rescuer")
@@ -75,36 +166,43 @@ def test_a_rescuer_that_raises_fails_the_seed(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
 def test_a_rescue_pass_that_checkpoints_past_its_window_loses_the_young_tail(
-    tmp_path: Path,
+    broken_builds: BrokenBuilds,
 ) -> None:
-    report = _run("rescue-checkpoint-past-window", tmp_path)
+    report = broken_builds.report("rescue-checkpoint-past-window")
     assert not report.ok
     assert "I1 no loss" in _broken(report), report.summary()
     assert report.not_dispatched, report.summary()
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_a_production_sink_that_swallows_a_command_loses_its_document(tmp_path: Path) -> None:
+def test_a_production_sink_that_swallows_a_command_loses_its_document(
+    broken_builds: BrokenBuilds,
+) -> None:
     """``QueueSink`` itself is broken: caught only because the checker's rescuer sends through
     it (a sink of the checker's own, as before issue 29, passed this seed)."""
-    report = _run("rescue-sink-swallows-one", tmp_path)
+    report = broken_builds.report("rescue-sink-swallows-one")
     assert not report.ok
     assert "I1 no loss" in _broken(report), report.summary()
     assert report.not_dispatched, report.summary()
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
 def test_a_planner_off_by_one_never_rescues_a_document_with_one_pending_message(
-    tmp_path: Path,
+    broken_builds: BrokenBuilds,
 ) -> None:
-    report = _run("rescue-planner-off-by-one", tmp_path)
+    report = broken_builds.report("rescue-planner-off-by-one")
     assert not report.ok
     assert "I1 no loss" in _broken(report), (
-        report.summary() + "; " + _who_delivered(tmp_path, "w0-s0-")
+        report.summary()
+        + "; "
+        + _who_delivered(broken_builds.folder("rescue-planner-off-by-one"), "w0-s0-")
     )
     assert report.not_dispatched, report.summary()
 
@@ -154,47 +252,54 @@ def test_the_checker_runs_the_production_rescuer(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_a_transport_that_reorders_breaks_order(tmp_path: Path) -> None:
-    report = _run("transport-reorders", tmp_path)
+def test_a_transport_that_reorders_breaks_order(broken_builds: BrokenBuilds) -> None:
+    report = broken_builds.report("transport-reorders")
     assert not report.ok
     assert "I2 order" in _broken(report), report.summary()
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_sending_before_the_commit_delivers_phantoms(tmp_path: Path) -> None:
+def test_sending_before_the_commit_delivers_phantoms(broken_builds: BrokenBuilds) -> None:
     """The conflicted round's first save sends, then loses its race: the premature send carries
     the id of the message that won, with other content. The seed's plan makes that send reach
     the broker (no send failures, no outage, writer 0 never crashes or is killed, and its
     conflicted round is on its own documents): one seed, where three used to be tried."""
-    report = _run("sends-before-commit", tmp_path)
+    report = broken_builds.report("sends-before-commit")
     assert not report.ok
     assert "I3 no phantom" in _broken(report), report.summary()
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_a_watermark_merge_that_lowers_is_a_regression(tmp_path: Path) -> None:
-    report = _run("watermark-lowers", tmp_path)
+def test_a_watermark_merge_that_lowers_is_a_regression(broken_builds: BrokenBuilds) -> None:
+    report = broken_builds.report("watermark-lowers")
     assert not report.ok
     assert "I4 no interference" in _broken(report), report.summary()
     assert report.watermark_regressions
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
-def test_writers_that_die_at_start_commit_nothing_and_are_not_ok(tmp_path: Path) -> None:
-    report = _run("writers-die-at-start", tmp_path)
+def test_writers_that_die_at_start_commit_nothing_and_are_not_ok(
+    broken_builds: BrokenBuilds,
+) -> None:
+    report = broken_builds.report("writers-die-at-start")
     assert report.committed == 0
     assert not report.ok
     assert "NOTHING COMMITTED" in report.summary()
 
 
 @pytest.mark.slow
+@pooled
 @pytest.mark.timeout(LIMIT)
 def test_ids_without_the_incarnation_lose_the_re_created_documents_messages(
-    tmp_path: Path,
+    broken_builds: BrokenBuilds,
 ) -> None:
     """The delete-and-re-create step: with ids from (table, id, seq) alone, the re-created
     document's messages carry the deleted one's ids (a dedup broker drops them).
@@ -202,21 +307,11 @@ def test_ids_without_the_incarnation_lose_the_re_created_documents_messages(
     The step runs whether or not the 8 s drain before it finished (issue 42: on a loaded
     machine it did not, and the step used to be skipped), and both invariants are read from
     the table's feed, so neither needs the second drain to deliver anything."""
-    report = _run("ids-ignore-incarnation", tmp_path)
+    report = broken_builds.report("ids-ignore-incarnation")
     assert report.faults["external delete and re-create of a dispatched document"], report.summary()
     assert not report.ok
     assert "I6 idempotence" in _broken(report), report.summary()
     assert "I1 no loss" in _broken(report), report.summary()
-
-
-@pytest.mark.slow
-@pytest.mark.timeout(LIMIT)
-def test_the_intact_build_survives_the_delete_and_re_create(tmp_path: Path) -> None:
-    # The intact build must drain completely twice: give it the CI seeds' drain time, not the
-    # short one the broken builds get (they are judged on what they break, not on draining).
-    report = run_check(SEED, tmp_path, scale=SCALE, drain_timeout=60, mutation="")
-    assert report.ok, report.summary()
-    assert report.faults["external delete and re-create of a dispatched document"]
 
 
 def _rounds(seed: int) -> list[list[Any]]:

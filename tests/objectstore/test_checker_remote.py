@@ -13,6 +13,10 @@ from outbox.app.checker.run import run_check
 from tests.objectstore.conftest import Remote
 
 SEEDS = (1,)
+#: The CI seeds' scale: seed 1's faults (its crash points, its writer kill, its two outages) at
+#: half the rounds (7, not 13); every commit and every rescue pass here goes over HTTP (issue
+#: 43's suite time).
+SCALE = 0.5
 
 
 @pytest.mark.slow
@@ -23,6 +27,7 @@ def test_seeds_hold_every_invariant_on_an_object_store(remote: Remote, tmp_path:
         report = run_check(
             seed,
             tmp_path,
+            scale=SCALE,
             table_root=remote.root,
             storage_options=remote.storage_options,
             # a drain ends as soon as everything is dispatched; the bound only has to outlast a
