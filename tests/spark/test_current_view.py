@@ -21,7 +21,9 @@ from testkit.table_states import MODELLED, TableStates
 from tests.readers import checks
 from tests.readers.conftest import build_states
 
-pytestmark = pytest.mark.spark
+# The module's table (a JVM, the states, a Spark MERGE) is built in the first test's set-up, which
+# pytest-timeout charges to that test: 235 s of it was seen on a loaded machine.
+pytestmark = [pytest.mark.spark, pytest.mark.timeout(900)]
 
 REPO = Path(__file__).resolve().parents[2]
 
