@@ -372,6 +372,9 @@ def test_every_mutation_has_a_test() -> None:
         "watermark-lowers",
         "writers-die-at-start",
         "ids-ignore-incarnation",
+        # the delete's two, tested in tests/e2e/test_checker_delete.py
+        "readers-show-tombstones",
+        "fold-removes-unsent-tombstones",
     }
     assert set(MUTATIONS) == names
 

@@ -63,6 +63,8 @@ class Run:
     next_pass: float = 0.0
     settings: Any = None  # outbox.core.settings.Settings of the seed's workspace
     recreated: str | None = None  # the document deleted outside the library and created again
+    kept_deleted: str | None = None  # deleted through the library by the supervisor, and kept so
+    reborn: str | None = None  # deleted through the library by the supervisor, then a new life
     clock: PassClock | None = None  # the rescuer's: told what each completed pass saw
 
     def elapsed(self) -> float:

@@ -302,6 +302,54 @@ class IdsIgnoreIncarnation(Mutation):
         return mock.patch("outbox.unit_of_work.message_id_for", without_incarnation)
 
 
+class ReadersShowTombstones(Mutation):
+    """The one definition of current documents (``outbox.delta.current``) keeps tombstones
+    whatever the reader asked: ``read_documents`` returns deleted documents. Broken in the
+    supervisor, where the verdict reads the documents; the supervisor's delete step leaves a
+    tombstone in the table (no fold runs after the writers), so it is there to be shown."""
+
+    def supervisor_rescue(self) -> contextlib.AbstractContextManager[Any]:
+        from outbox.delta import current
+
+        real_sql, real_rows = current.current_sql, current.current_rows
+
+        def current_sql(source: str, **options: Any) -> str:
+            return real_sql(source, **{**options, "include_deleted": True})
+
+        def current_rows(table: Any, *, include_deleted: bool = True) -> Any:
+            return real_rows(table, include_deleted=True)
+
+        stack = contextlib.ExitStack()
+        stack.enter_context(mock.patch.object(current, "current_sql", current_sql))
+        stack.enter_context(mock.patch.object(current, "current_rows", current_rows))
+        return stack
+
+
+class FoldRemovesUnsentTombstones(Mutation):
+    """The fold (``outbox.delta.fold``) removes every row of a deleted document whether or not
+    its tombstone's last messages were sent: they are never delivered. Broken in every process
+    that folds (the writers' upkeep, and the supervisor's fold right after its delete, whose
+    tombstone's last message is surely unsent then)."""
+
+    def patch_outbox(self, ob: Any) -> None:
+        self.supervisor_rescue().__enter__()
+
+    def supervisor_rescue(self) -> contextlib.AbstractContextManager[Any]:
+        import pyarrow as pa
+        import pyarrow.compute as pc
+
+        from outbox.delta import fold
+
+        def every_tombstone(joined: Any) -> Any:
+            if "deleted" not in joined.column_names:
+                return pa.array([], pa.string())
+            newest = pc.equal(joined["version"], joined["version_max"])
+            top = joined.filter(pc.and_(newest, pc.fill_null(joined["deleted"], False)))
+            return pc.unique(pc.cast(top["id"], pa.string()))
+
+        return mock.patch.object(fold, "_sent_tombstones", every_tombstone)
+
+
 class WritersDieAtStart(Mutation):
     def at_writer_start(self) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
@@ -343,6 +391,16 @@ MUTATIONS: dict[str, Mutation] = {
             "ids-ignore-incarnation",
             "I6 idempotence",
             "a re-created document's messages reuse the deleted one's ids",
+        ),
+        ReadersShowTombstones(
+            "readers-show-tombstones",
+            "documents",
+            "the current documents include deleted ones (tombstones)",
+        ),
+        FoldRemovesUnsentTombstones(
+            "fold-removes-unsent-tombstones",
+            "I1 no loss",
+            "the fold removes a deleted document's rows before its last messages are sent",
         ),
     )
 }

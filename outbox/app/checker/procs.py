@@ -32,10 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from unittest import mock
 
-from outbox.app.checker import mutations
+from outbox.app.checker import deleting, mutations
 
 if TYPE_CHECKING:
     from dispatcher.commands import DocRef
+    from outbox.app.checker.scenario import DeletePlan
     from outbox.testing.faulty import FaultyTransport
 
 DESTINATION = "shipments"
@@ -231,14 +232,26 @@ class _Writer:
 
         event: dict[str, Any] = {"event": "round", "round": rnd.index, "occ_retries": 0}
         event["stranded"] = rnd.stranded
+        delete = deleting.plan_for(self.cfg, rnd.index) if not rnd.stranded else None
         self.faulty.outage(rnd.stranded)
         self.retries.suppress = rnd.stranded
+        compete, attempts, refused_until = rnd.conflicted, 0, 0.0
         try:
-            for attempt in range(20):
+            while attempts < 20:
                 try:
-                    self._save(rnd, compete=rnd.conflicted and attempt == 0)
-                    return {**event, "saved": True}
-                except ConcurrencyError:
+                    done = self._save(rnd, compete=compete, delete=delete)
+                    return {**event, "saved": True, **self._delete(delete, rnd, done)}
+                except ConcurrencyError as e:
+                    compete = False
+                    # A create over another writer's tombstone whose last messages are not
+                    # sent yet is refused: wait for them (a worker or the rescuer sends them)
+                    # as a retrying application would, rather than spend the round's retries.
+                    refused_until = refused_until or time.monotonic() + deleting.REFUSED_WAIT_LIMIT
+                    if deleting.refused(e) and time.monotonic() < refused_until:
+                        event["refused"] = int(event.get("refused", 0)) + 1
+                        time.sleep(deleting.REFUSED_PAUSE)
+                        continue
+                    attempts += 1
                     event["occ_retries"] += 1  # another writer saved one of these first
                 except InjectedCrash as e:
                     # The commit happened, then the dispatcher "died": restart the application.
@@ -256,7 +269,10 @@ class _Writer:
             self.faulty.outage(False)
             self.retries.suppress = False
 
-    def _save(self, rnd: _Round, *, compete: bool = False) -> None:
+    def _save(
+        self, rnd: _Round, *, compete: bool = False, delete: DeletePlan | None = None
+    ) -> bool:
+        """The round's unit of work; True when it also made the planned delete (``last``)."""
         with self.ob.unit_of_work() as uow:
             docs = uow.get_many(rnd.ids)
             if compete:
@@ -267,18 +283,41 @@ class _Writer:
                     body = {"doc": doc_id, "writer": self.cfg["index"], "round": rnd.index, "k": k}
                     doc.send("StatusChanged", body, destination=DESTINATION)
                 doc.state["updates"] = int(doc.state.get("updates", 0)) + rnd.msgs
+            return deleting.in_round(uow, delete, rnd.ids, set(docs))
+
+    def _delete(self, plan: DeletePlan | None, rnd: _Round, done: bool) -> dict[str, Any]:
+        """The round's planned delete (and re-create) once it saved: what the journal keeps.
+        A crash point that fires in it is the round's (``crash``), as one in the save is."""
+        if plan is None:
+            return {}
+        out = deleting.after_round(self, plan, rnd.ids, done=done)
+        crash = out.pop("crash", None)
+        return {"delete": out, **({"crash": crash} if crash else {})}
 
     def _compete(self, rnd: _Round) -> None:
         """Another unit of work commits a message on the round's first document now, between
         the round's read and its commit; its dispatch fails (the round's retry carries it)."""
+        from outbox.core.errors import ConcurrencyError
+
         doc_id = rnd.ids[0]
         self.faulty.outage(True)
         suppress, self.retries.suppress = self.retries.suppress, True
+        deadline = time.monotonic() + deleting.REFUSED_WAIT_LIMIT
         try:
-            with self.ob.unit_of_work() as other:
-                doc = other.get_many([doc_id]).get(doc_id) or other.create(doc_id, type="package")
-                body = {"doc": doc_id, "writer": self.cfg["index"], "round": rnd.index}
-                doc.send("Competing", {**body, "competing": True}, destination=DESTINATION)
+            while True:
+                try:
+                    with self.ob.unit_of_work() as other:
+                        doc = other.get(doc_id) or other.create(doc_id, type="package")
+                        body = {"doc": doc_id, "writer": self.cfg["index"], "round": rnd.index}
+                        doc.send("Competing", {**body, "competing": True}, destination=DESTINATION)
+                    return
+                except ConcurrencyError:
+                    # another writer's delete left a tombstone whose last messages are not sent
+                    # (the create is refused), or a save came first: the competing save must
+                    # still commit, or the round would have no lost race
+                    if time.monotonic() >= deadline:
+                        raise
+                    time.sleep(deleting.REFUSED_PAUSE)
         finally:
             self.faulty.outage(rnd.stranded)
             self.retries.suppress = suppress

@@ -75,6 +75,18 @@ class CheckReport:
     writer: str = "python"  # python, or spark: a Spark driver among the writers
     spark_batches: int = 0  # batches the Spark writer committed (its crashed one included)
     spark_commit_retries: int = 0  # its MERGEs that lost a race to a concurrent commit
+    # Deletes through the library: counted from the table's feed (tombstones, new lives) and the
+    # journals (refusals, lost races); the current documents read against the feed's model.
+    tombstones: int = 0  # tombstones committed (``uow.delete``)
+    new_lives: int = 0  # documents created again over a tombstone whose last messages were sent
+    creates_refused: int = 0  # creates refused over a tombstone whose last messages were not
+    delete_conflicts: int = 0  # deletes that lost a race to a save and were retried
+    documents_current: int = 0  # what ``read_documents`` returned
+    documents_deleted: int = 0  # ids the model says are deleted (none may be returned)
+    documents_mismatched: list[str] = field(default_factory=list)  # reader vs model
+    #: A new life over an unsent tombstone, or the supervisor's delete step not going as the
+    #: rules say (its create over the unsent tombstone accepted, over the sent one refused).
+    delete_violations: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -103,8 +115,19 @@ class CheckReport:
             f"committed {self.committed} msgs in {self.documents} docs, delivered "
             f"{self.deliveries} ({self.duplicates} duplicates), lost {len(self.lost)}, "
             f"out of order {len(self.out_of_order)}, phantoms {len(self.phantoms)}, rescued "
-            f"first {self.rescued_first_deliveries}; {held}"
+            f"first {self.rescued_first_deliveries}; {self.tombstones} tombstones, "
+            f"{self.new_lives} new lives, {self.creates_refused} creates refused; {held}"
             + ("" if self.committed else "; NOTHING COMMITTED")
+            + (
+                f"; documents not as the model says: {self.documents_mismatched[:5]}"
+                if self.documents_mismatched
+                else ""
+            )
+            + (
+                f"; delete rules broken: {self.delete_violations[:5]}"
+                if self.delete_violations
+                else ""
+            )
             + (
                 ""
                 if self.drained
@@ -145,11 +168,24 @@ def aggregate(reports: list[CheckReport]) -> dict[str, Any]:
         "rescue_passes_failed",
         "rescue_commands",
         "dead_lettered",
+        "tombstones",
+        "new_lives",
+        "creates_refused",
+        "delete_conflicts",
     )
     total: dict[str, Any] = {k: sum(int(getattr(r, k)) for r in reports) for k in keys}
     total["seeds"] = len(reports)
     total["failed_seeds"] = [r.seed for r in reports if not r.ok]
-    for name in ("lost", "out_of_order", "phantoms", "mismatched", "saves_failed", "rescue_errors"):
+    for name in (
+        "lost",
+        "out_of_order",
+        "phantoms",
+        "mismatched",
+        "saves_failed",
+        "rescue_errors",
+        "documents_mismatched",
+        "delete_violations",
+    ):
         total[name] = sum(len(getattr(r, name)) for r in reports)
     total["watermark_regressions"] = sum(len(r.watermark_regressions) for r in reports)
     total["faults_planned"] = sum(len(r.faults) for r in reports)

@@ -16,7 +16,7 @@ import signal
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypedDict, Unpack
 
@@ -36,6 +36,7 @@ from outbox.app.checker.rescue import (
     run_rescue_pass,
 )
 from outbox.app.checker.scenario import Scenario, SparkPlan
+from outbox.app.checker.tombstones import delete_through_the_library
 from outbox.core.clock import SystemClock
 
 __all__ = ["CheckOptions", "InterruptedPass", "OffsetClock", "run_check", "run_rescue_pass"]
@@ -133,6 +134,7 @@ def run_check(
         drained = run.report.drained
         # whether or not the drain finished: the step must fire (it waits for its document)
         delete_and_recreate(run, broken, wait=opts.drain_timeout)
+        delete_through_the_library(run, broken, wait=opts.drain_timeout)
         if drained:  # a seed whose first drain timed out has failed; no second timeout to wait
             drain(run, opts.drain_timeout)
         run.children.stop()
@@ -317,6 +319,7 @@ def _writer_child(w: Any, base: dict[str, Any], sc: Scenario, root: Path) -> Chi
         "crash": w.crash,
         "stranded": list(w.stranded),
         "conflicted": list(w.conflicted),
+        "deletes": [asdict(d) for d in w.deletes],
         "pool": sc.pool,
         "private_share": sc.private_share,
         "docs_per_round": sc.docs_per_round,

@@ -9,10 +9,20 @@ same crash point, the same kill, the same outage), even though processes interle
 from __future__ import annotations
 
 import random
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 WRITER_POINTS = ("after_commit", "mid_batch", "after_send", "during_watermark")
+#: How a writer deletes (``outbox.app.checker.deleting``): ``last``, in the round's own unit of
+#: work, after the round's messages (its last ones); ``bare``, in a unit of work of its own with
+#: no message; ``raced``, the same, with another unit of work saving the document between the
+#: delete's read and its commit (the delete loses and is retried).
+DELETE_KINDS = ("last", "bare", "raced")
+#: The share of a writer's ordinary rounds followed by a delete.
+DELETE_RATE = 0.2
+#: XORed into the seed for the delete decisions' own generator: drawing them from the plan's
+#: generator would shift every later draw, and every seed's plan with it.
+DELETE_STREAM = 0xDE1E7E
 WORKER_POINTS = ("worker_holding", "mid_batch", "after_send", "during_watermark")
 ACTIONS = ("raise", "kill", "kill_soon:0.01")
 
@@ -32,6 +42,24 @@ class WriterPlan:
     #: raises ``ConcurrencyError`` and is retried. Without it a seed may have no failed commit,
     #: and nothing could show a message sent before its commit (I3).
     conflicted: tuple[int, ...] = ()
+    #: Deletes after some rounds (``DeletePlan``), drawn from a generator of their own.
+    deletes: tuple[DeletePlan, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class DeletePlan:
+    """A delete through the library after round ``round``: of the round's document
+    ``pick % len(ids)`` (one the round just saved), as ``kind`` says (``DELETE_KINDS``), then,
+    with ``recreate``, the id created again at once (a new life, or refused while the
+    tombstone's last messages are not sent: the writer waits and retries)."""
+
+    round: int
+    kind: str
+    pick: int
+    recreate: bool
+
+    def describe(self) -> str:
+        return f"round {self.round} {self.kind}" + (" +recreate" if self.recreate else "")
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,13 +130,17 @@ class Scenario:
     spark: SparkPlan | None = None  # ``--writer spark``: one Spark driver beside the writers
 
     @classmethod
-    def from_seed(cls, seed: int, *, scale: float = 1.0, writer: str = "python") -> Scenario:
+    def from_seed(
+        cls, seed: int, *, scale: float = 1.0, writer: str = "python", deletes: bool = True
+    ) -> Scenario:
         """``scale`` multiplies the work (rounds per writer); the soak uses more than the tests.
 
         Every fault is placed where it fires: crash points on an early hit, writer kills at a
         round the writer reaches, worker kills and outages no later than the end of the writes.
         ``writer="spark"`` adds a Spark writer, drawn from a generator of its own so that the
-        rest of the plan is the same seed's plan without it.
+        rest of the plan is the same seed's plan without it. ``deletes`` (the default) adds the
+        writers' deletes, also from a generator of their own (``_deletes``): the seed's other
+        operations are the same with or without them.
         """
         rng = random.Random(seed)
         n_writers = rng.randint(2, 3)
@@ -131,6 +163,8 @@ class Scenario:
         private_share = rng.choice((0.0, 0.3, 0.6))  # drawn in this order: seeds replay plans
         pool = rng.randint(6, 16)
         spark = _spark(seed, len(writers), pool, scale) if writer == "spark" else None
+        if deletes:
+            writers = _deletes(seed, writers)
         return cls(
             seed=seed,
             spark=spark,
@@ -173,7 +207,8 @@ class Scenario:
             f"{[(w.index, r) for w in self.writers for r in w.stranded]}; "
             f"outages {[(o.at, o.seconds) for o in self.outages]}; send failure rate "
             f"{self.failure_rate}, latency {self.latency_ms} ms, rescue failure rate "
-            f"{self.rescue_failure_rate}, private rounds {self.private_share:.0%}"
+            f"{self.rescue_failure_rate}, private rounds {self.private_share:.0%}; deletes "
+            f"{[(w.index, d.describe()) for w in self.writers for d in w.deletes]}"
             + (
                 f"; Spark writer {self.spark.index}: {self.spark.rounds} batches of "
                 f"{'/'.join(str(len(b)) for b in self.spark.batches)} docs, crash "
@@ -203,6 +238,32 @@ def _writer(rng: random.Random, index: int, scale: float) -> WriterPlan:
     normal = [r for r in range(rounds) if r not in stranded]
     conflicted = (rng.choice(normal),) if index == 0 else ()
     return WriterPlan(index, rng.randrange(2**31), rounds, crash, stranded, conflicted)
+
+
+def _deletes(seed: int, writers: list[WriterPlan]) -> list[WriterPlan]:
+    """The writers with their deletes: after a ``DELETE_RATE`` share of their ordinary rounds
+    (neither stranded nor conflicted: those are placed for the rescuer and for I3), of a kind
+    from ``DELETE_KINDS``, half of them re-created at once. Writer 1 (every seed has two writers
+    at least) always races one against a save, and some delete of the seed is re-created."""
+    rng = random.Random(seed ^ DELETE_STREAM)
+    out = []
+    for w in writers:
+        ordinary = [r for r in range(w.rounds) if r not in w.stranded and r not in w.conflicted]
+        plans = [
+            DeletePlan(r, rng.choice(DELETE_KINDS), rng.randrange(64), rng.random() < 0.5)
+            for r in ordinary
+            if rng.random() < DELETE_RATE
+        ]
+        if w.index == 1 and ordinary and not any(d.kind == "raced" for d in plans):
+            r = rng.choice([r for r in ordinary if r not in {d.round for d in plans}] or ordinary)
+            plans = [d for d in plans if d.round != r]
+            plans.append(DeletePlan(r, "raced", rng.randrange(64), rng.random() < 0.5))
+        out.append(replace(w, deletes=tuple(sorted(plans, key=lambda d: d.round))))
+    if not any(d.recreate for w in out for d in w.deletes):
+        w = out[1]
+        first = replace(w.deletes[0], recreate=True)
+        out[1] = replace(w, deletes=(first, *w.deletes[1:]))
+    return out
 
 
 def _spark(seed: int, index: int, pool: int, scale: float) -> SparkPlan:

@@ -25,10 +25,104 @@ FEED_COLUMNS = [
     "last_seq",
     "dispatched_seq",
     "outbox",
+    "type",
+    "state",
+    "deleted",
     "_change_type",
     "_commit_version",
     "_commit_timestamp",
 ]
+
+
+@dataclass
+class Image:
+    """A document as a commit wrote it (a version row: ``version`` > 0)."""
+
+    id: str
+    life: str  # the truth's key of its life (``_life``)
+    version: int
+    incarnation: str | None
+    type: str | None
+    state: str | None
+    last_seq: int
+    deleted: bool
+
+
+@dataclass
+class Documents:
+    """The model of the current documents, from the feed: what the commits *meant*, not a fold of
+    the rows the table keeps (the readers' rule, ``outbox.delta.current``, which this checks).
+
+    An id's document is the newest version any commit wrote for it (a fold's raised post-image
+    of that version rewrites it, an older version's image changes nothing); a tombstone
+    (``deleted``) means deleted; an id whose every row was removed (an erasure job's delete, or
+    the fold once a tombstone's last messages were sent) is deleted too. A new life written over a
+    tombstone must come after the tombstone's life's watermark reached its ``last_seq`` (a create
+    over an unsent tombstone is refused): anything else is a ``violations`` entry."""
+
+    images: dict[str, Image | None] = field(default_factory=dict)
+    rows: dict[str, int] = field(default_factory=dict)  # id -> rows present (marks included)
+    tombstones: int = 0  # tombstones written (a delete through the library)
+    new_lives: int = 0  # lives started over a tombstone whose last messages were sent
+    violations: list[str] = field(default_factory=list)
+    watermarks: dict[str, int] = field(default_factory=dict)  # life -> its highest watermark
+    _written: dict[str, Image] = field(default_factory=dict)  # this commit's newest, per id
+    _touched: set[str] = field(default_factory=set)
+
+    def row(self, r: dict[str, Any], life: str, *, written: bool) -> None:
+        """One change row of the commit being read."""
+        doc_id = str(r["id"])
+        self._touched.add(doc_id)
+        self.rows[doc_id] = self.rows.get(doc_id, 0) + (1 if written else -1)
+        version = int(r.get("version") or 0)
+        if not written or version <= 0:
+            return
+        image = Image(
+            id=doc_id,
+            life=life,
+            version=version,
+            incarnation=r.get("incarnation"),
+            type=r.get("type"),
+            state=r.get("state"),
+            last_seq=int(r["last_seq"]),
+            deleted=bool(r.get("deleted")),
+        )
+        before = self._written.get(doc_id)
+        if before is None or image.version >= before.version:
+            self._written[doc_id] = image
+
+    def end_commit(self, watermark: dict[str, int], version: int) -> None:
+        for doc_id in sorted(self._touched):
+            now = self.images.get(doc_id)
+            image = self._written.get(doc_id)
+            if image is not None and (now is None or image.version >= now.version):
+                self._replace(now, image, watermark, version)
+            if self.rows.get(doc_id, 0) <= 0:
+                self.images[doc_id] = None  # every row removed: no document
+        self._written.clear()
+        self._touched.clear()
+
+    def _replace(self, now: Image | None, image: Image, watermark: dict[str, int], v: int) -> None:
+        same = now is not None and (now.version, now.life) == (image.version, image.life)
+        if image.deleted and not same:
+            self.tombstones += 1
+        if now is not None and now.deleted and now.life != image.life:
+            sent = watermark.get(now.life, 0)
+            if sent < now.last_seq:
+                self.violations.append(
+                    f"{image.id}: a new life at version {v} over a tombstone whose last messages "
+                    f"were not sent (watermark {sent} < last_seq {now.last_seq})"
+                )
+            self.new_lives += 1
+        self.images[image.id] = image
+
+    def current(self) -> dict[str, Image]:
+        """The documents a reader must return: every id's document that is not deleted."""
+        return {i: m for i, m in sorted(self.images.items()) if m is not None and not m.deleted}
+
+    def deleted(self) -> list[str]:
+        """The ids a reader must not return: deleted through the library, or every row gone."""
+        return sorted(i for i, m in self.images.items() if m is None or m.deleted)
 
 
 @dataclass
@@ -43,6 +137,8 @@ class Truth:
     seq_gaps: list[str] = field(default_factory=list)  # a committed seq missing from every image
     changed_content: list[str] = field(default_factory=list)  # same message id, other content
     doc_ids: set[str] = field(default_factory=set)  # the table's document ids
+    #: The model of the current documents (``Documents``): what each id's commits made of it.
+    model: Documents = field(default_factory=Documents)
 
 
 WRITTEN = ("insert", "update_postimage")
@@ -147,11 +243,13 @@ def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
             rows[key] = rows.get(key, 0) + 1
             _messages(truth, seen, doc, r, message_from_struct)
             last[doc] = max(int(r["last_seq"]), last.get(doc, 0))
+        truth.model.row(r, doc, written=str(r.get("_change_type") or "insert") not in GONE)
         end_of_commit = n + 1 == len(ordered) or int(ordered[n + 1]["_commit_version"]) != version
         if end_of_commit:
             for d in touched:
                 _check_watermark(truth, watermark, d, live[d], version)
             touched.clear()
+            truth.model.end_commit(watermark, version)
     # Every life with a last_seq, not only those with a message of their own: a re-created
     # document whose new messages all carry an earlier life's ids (ids without the incarnation)
     # has none, and its seqs are missing all the same.
@@ -162,6 +260,7 @@ def truth_from_images(images: Iterable[dict[str, Any]]) -> Truth:
         if seqs != list(range(1, last_seq + 1)):
             truth.seq_gaps.append(f"{doc}: committed seqs {seqs[:8]}... vs last_seq {last_seq}")
     truth.versions = len(versions)
+    truth.model.watermarks = watermark
     return truth
 
 

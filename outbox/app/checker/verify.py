@@ -12,7 +12,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from outbox.app.checker import tombstones
 from outbox.app.checker.broker import Delivery, read_log
+from outbox.app.checker.documents import check_documents
 from outbox.app.checker.execute import Run
 from outbox.app.checker.reap import Child
 from outbox.app.checker.report import CheckReport, percentiles
@@ -55,12 +57,14 @@ def verify(run: Run, root: Path, first_command_at: dict[str, float]) -> None:
     report.not_dispatched = _not_dispatched(run.store, truth)
     _journals(report, run.children.writers, run.children.deaths)
     _faults(run)
+    check_documents(run, truth)
     report.invariants = {
         "I1 no loss": not report.lost and not report.not_dispatched and not truth.seq_gaps,
         "I2 order": not report.out_of_order,
         "I3 no phantom": not report.phantoms,
         "I4 no interference": not report.saves_failed and not report.watermark_regressions,
         "I6 idempotence": not report.mismatched and not truth.changed_content,
+        "documents": not report.documents_mismatched and not report.delete_violations,
     }
 
 
@@ -124,6 +128,9 @@ def _journals(report: CheckReport, writers: list[Child], deaths: dict[str, int])
                 crashes[key] = crashes.get(key, 0) + 1
             if not e.get("saved"):
                 report.saves_failed.append(f"{e.get('error')}: {e.get('message')}")
+            delete = e.get("delete") or {}
+            report.creates_refused += int(delete.get("refused", 0)) + int(e.get("refused", 0))
+            report.delete_conflicts += int(delete.get("conflicts", 0))
     report.crashes = dict(sorted(crashes.items()))
 
 
@@ -147,5 +154,7 @@ def _faults(run: Run) -> None:
         for r in w.stranded:
             fired[f"stranded writer {w.index} round {r}"] = (w.index, r) in stranded
     fired["external delete and re-create of a dispatched document"] = run.recreated is not None
+    fired[tombstones.KEPT] = run.kept_deleted is not None
+    fired[tombstones.REBORN] = run.reborn is not None
     run.report.faults = fired
     run.report.unfired_faults = [name for name, ok in fired.items() if not ok]
