@@ -53,10 +53,11 @@ from outbox.core.errors import ConcurrencyError, StoreError, ValidationError
 from outbox.core.model import DocumentRow
 from outbox.core.settings import Settings
 from outbox.delta.appends import OPERATION_KEY
-from outbox.delta.current import current_sql, has_deleted
+from outbox.delta.current import current_sql
 from outbox.delta.log import _filesystem, list_log, oldest_commit
 from outbox.delta.orphans import sweep_orphans
 from outbox.delta.reads import in_list, quote_ids
+from outbox.delta.schema import has_deleted
 from outbox.delta.store import DeltaDocumentStore
 from outbox.delta.table import store_error
 from outbox.unit_of_work import Document, UnitOfWork
