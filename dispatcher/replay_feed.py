@@ -6,6 +6,7 @@ which rows hold a message and which appearance of it counts.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -99,3 +100,40 @@ def first_appearances(messages: pa.Table) -> pa.Table:
     firsts = ordered.group_by("message_id", use_threads=False).aggregate([("_row", "min")])
     keep = pc.sort_indices(firsts["_row_min"])
     return ordered.take(pc.take(firsts["_row_min"], keep)).drop_columns(["_row"])
+
+
+# --- the worker's reading: several chunks at once ------------------------------------------------
+
+
+def spans(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Version ranges merged where they overlap or touch, in order: one feed read each. The
+    chunks a worker receives together are of different buckets (one per session) and mostly of
+    the same commits (the planner numbers them round-robin over the buckets), so one read serves
+    them all; ranges far apart (two replays) stay apart, so no read covers what none needs."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def chunk_rows(
+    feed: pa.Table, bucket: int, start: int, end: int, message_ids: Sequence[str]
+) -> tuple[pa.Table, list[str]]:
+    """The rows of ``message_ids``, in that order, among ``feed``'s rows of ``bucket`` written
+    in versions ``start..end``, and the ids not found there. ``feed`` sorted by commit: each is
+    taken at its first appearance in the range, as the planner counted it (a later row repeating
+    a message carries the same message)."""
+    versions = feed["_commit_version"]
+    keep = pc.and_(
+        pc.equal(feed["bucket"], bucket),
+        pc.and_(pc.greater_equal(versions, start), pc.less_equal(versions, end)),
+    )
+    part = feed.filter(keep)
+    wanted = pa.array(message_ids, pa.string())
+    at = pc.index_in(wanted, value_set=part["message_id"])  # the first match of each
+    if at.null_count:
+        return part.slice(0, 0), wanted.filter(pc.is_null(at)).to_pylist()
+    return part.take(at), []

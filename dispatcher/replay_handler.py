@@ -3,10 +3,10 @@
 ``outbox replay`` (``outbox.app.replay``) plans which messages were committed in a range of table
 versions and enqueues them in chunks, each a ``ReplayMessages`` command naming the message ids of
 one bucket and the commit versions they were first written in. The ``run-dispatcher`` worker
-hands those commands here (``DispatcherWorker`` routes by subject): the chunk's versions are read
-again from the change data feed (the command carries ids, not bodies), and its messages are sent
-through the transport in commit order, coalesced as the transport allows, with a header naming
-the replay. No watermark moves and no key gate is consulted: a replay re-sends what was already
+hands those commands here (``DispatcherWorker`` routes by subject): the chunks' versions are read
+again from the change data feed, once for the chunks received together (the command carries ids,
+not bodies), and each chunk's messages are sent through the transport in commit order, coalesced
+as the transport allows, with a header naming the replay. No watermark moves and no key gate is consulted: a replay re-sends what was already
 sent once, and the document's own dispatch goes on beside it.
 
 Why the design holds up under crashes:
@@ -41,7 +41,7 @@ from sqlalchemy import func, insert, select, update
 
 from dispatcher.command_handler import CommandHandler, WorkerStats
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
-from dispatcher.replay_feed import first_appearances, read_feed
+from dispatcher.replay_feed import chunk_rows, read_feed, spans
 from dispatcher.sending import coalesces
 from dispatcher.transports.base import TransportMessage
 from migrations.sql.tables import replay_chunks, replays
@@ -144,14 +144,19 @@ class ChunkLog:
     def __init__(self, db: Database) -> None:
         self.db = db
 
-    def sent(self, replay_id: str, chunk: int) -> bool:
+    def recorded(self, chunks: Iterable[tuple[str, int]]) -> set[tuple[str, int]]:
+        """Which of these (replay, chunk) are recorded as sent: one read for a batch."""
+        wanted = set(chunks)
+        if not wanted:
+            return set()
         with self.db.read("read a replay's chunks") as c:
-            found = c.execute(
-                select(replay_chunks.c.chunk).where(
-                    replay_chunks.c.replay_id == replay_id, replay_chunks.c.chunk == chunk
+            rows = c.execute(
+                select(replay_chunks.c.replay_id, replay_chunks.c.chunk).where(
+                    replay_chunks.c.replay_id.in_(sorted({r for r, _ in wanted})),
+                    replay_chunks.c.chunk.in_(sorted({n for _, n in wanted})),
                 )
-            ).first()
-        return found is not None
+            ).all()
+        return {(str(r), int(n)) for r, n in rows} & wanted
 
     def record(self, replay_id: str, chunk: int, messages: int, at: datetime) -> str:
         """Record the chunk sent (once: a repeat is a no-op), and the replay done when every
@@ -206,10 +211,20 @@ def finish_if_done(conn: Any, replay_id: str, at: datetime) -> bool:
 
 # --- the handler -------------------------------------------------------------------------------
 
+#: A span's feed, or why it could not be read (each of its chunks is retried with that error).
+Feeds = dict[tuple[int, int], pa.Table | Exception]
+#: Received commands with their chunks, in queue order.
+Chunks = list[tuple["ReceivedMessage", ReplayMessages]]
+
 
 class ReplayHandler:
     """Sends the chunks of ``ReplayMessages`` commands; settles each as ``CommandHandler`` does
-    (its retry, dead-letter and settle steps: one policy for every command)."""
+    (its retry, dead-letter and settle steps: one policy for every command).
+
+    A batch's chunks are read from the feed together: one read per span of versions they need
+    (``replay_feed.spans``), not one per chunk, for a read's fixed cost (the log's commits, the
+    query's plan) is most of a chunk's; each chunk then takes its rows from it, in its
+    command's order (the planner's), and is sent, recorded and completed on its own."""
 
     def __init__(self, runtime: DispatcherRuntime, settle: CommandHandler) -> None:
         self.runtime = runtime
@@ -236,12 +251,15 @@ class ReplayHandler:
         s = self.settle
         try:
             with LockRenewer(self.queue, held, self.clock, check_interval=s.renew_check_interval):
+                ordered = sorted(received, key=lambda m: m.sequence_number)
+                todo = self._unrecorded(batch, held, self._parsed(batch, held, ordered))
+                feeds = self._feeds([cmd for _, cmd in todo])
                 stopped: set[str | None] = set()
-                for msg in sorted(received, key=lambda m: m.sequence_number):
+                for msg, cmd in todo:
                     if msg.session_id in stopped:
                         self._release(batch, held, msg)
                         continue
-                    if not self._one(batch, held, msg):
+                    if not self._one(batch, held, msg, cmd, feeds):
                         stopped.add(msg.session_id)
         finally:
             held.clear()
@@ -254,29 +272,62 @@ class ReplayHandler:
             batch, held, msg, Settlement.ABANDON, lambda: self.queue.abandon(msg, 0)
         )
 
-    def _one(self, batch: WorkerStats, held: Unsettled, msg: ReceivedMessage) -> bool:
-        """Handle one command; False when its session must stop here."""
+    def _parsed(
+        self, batch: WorkerStats, held: Unsettled, received: Sequence[ReceivedMessage]
+    ) -> Chunks:
+        """The commands this worker can send; a malformed one or another table's is
+        dead-lettered."""
+        s = self.settle
+        out: Chunks = []
+        for msg in received:
+            try:
+                cmd = ReplayMessages.from_json(msg.body)
+            except OutboxError as e:
+                s._dead_letter(batch, held, msg, "MalformedCommand", str(e))
+                continue
+            if cmd.table != self.store.table_id:
+                s._dead_letter(
+                    batch,
+                    held,
+                    msg,
+                    "WrongTable",
+                    f"replay {cmd.replay} is for table {cmd.table}; this worker serves table "
+                    f"{self.store.table_id} at {self.store.uri}",
+                )
+                continue
+            out.append((msg, cmd))
+        return out
+
+    def _unrecorded(self, batch: WorkerStats, held: Unsettled, todo: Chunks) -> Chunks:
+        """The chunks not recorded as sent yet; one delivered again after its record is
+        completed without a send."""
         s = self.settle
         try:
-            cmd = ReplayMessages.from_json(msg.body)
-        except OutboxError as e:
-            s._dead_letter(batch, held, msg, "MalformedCommand", str(e))
-            return True
-        if cmd.table != self.store.table_id:
-            s._dead_letter(
-                batch,
-                held,
-                msg,
-                "WrongTable",
-                f"replay {cmd.replay} is for table {cmd.table}; this worker serves table "
-                f"{self.store.table_id} at {self.store.uri}",
-            )
-            return True
-        try:
-            if self.chunks.sent(cmd.replay, cmd.chunk):  # redelivered after its record
+            done = self.chunks.recorded((cmd.replay, cmd.chunk) for _, cmd in todo)
+        except Exception as e:  # retried with backoff, as a failed send
+            for msg, cmd in todo:
+                s._retry(batch, held, msg, f"replay chunk {cmd.chunk} of {cmd.replay}: {e}")
+            return []
+        rest: Chunks = []
+        for msg, cmd in todo:
+            if (cmd.replay, cmd.chunk) in done:
                 s._complete(batch, held, msg)
-                return True
-            sent = self.send(cmd)
+            else:
+                rest.append((msg, cmd))
+        return rest
+
+    def _one(
+        self,
+        batch: WorkerStats,
+        held: Unsettled,
+        msg: ReceivedMessage,
+        cmd: ReplayMessages,
+        feeds: Feeds,
+    ) -> bool:
+        """Send, record and complete one chunk; False when its session must stop here."""
+        s = self.settle
+        try:
+            sent = self.send(cmd, _feed_of(cmd, feeds))
             progress = self.chunks.record(cmd.replay, cmd.chunk, sent, self.clock.now())
         except PermanentTransportError as e:
             s._dead_letter(batch, held, msg, "PermanentTransportError", str(e))
@@ -291,10 +342,10 @@ class ReplayHandler:
         )
         return True
 
-    def send(self, cmd: ReplayMessages) -> int:
-        """Read the chunk's messages from the feed and send them; returns how many were sent.
-        Raises what the transport or the feed raised."""
-        messages = self.messages(cmd)
+    def send(self, cmd: ReplayMessages, feed: pa.Table) -> int:
+        """Send the chunk's messages from ``feed`` (its span's); returns how many were sent.
+        Raises what the transport raised, or that the feed lacks some of them."""
+        messages = self.messages(cmd, feed)
         transport = self.runtime.transport
         for part in _batches(
             messages,
@@ -305,24 +356,35 @@ class ReplayHandler:
             self.hook.hit("mid_batch")  # between two sends of a chunk: where a crash proves resume
         return len(messages)
 
-    def messages(self, cmd: ReplayMessages) -> list[TransportMessage]:
+    def messages(self, cmd: ReplayMessages, feed: pa.Table) -> list[TransportMessage]:
         """The chunk's messages as the transport takes them, in the planner's order."""
-        with self._lock:
-            dt = self._delta_table(cmd.to_version)
-            found = read_feed(
-                dt, cmd.from_version, cmd.to_version, predicate=f"bucket = {cmd.bucket}", full=True
-            )
-        wanted = pa.array(cmd.message_ids, pa.string())
-        found = first_appearances(found.filter(pc.is_in(found["message_id"], value_set=wanted)))
-        if found.num_rows != len(set(cmd.message_ids)):
-            missing = set(cmd.message_ids) - set(found["message_id"].to_pylist())
+        found, missing = chunk_rows(
+            feed, cmd.bucket, cmd.from_version, cmd.to_version, cmd.message_ids
+        )
+        if missing:
             raise OutboxError(
                 f"{len(missing)} message(s) of the chunk are not in versions "
                 f"{cmd.from_version}..{cmd.to_version} of bucket {cmd.bucket} (e.g. "
                 f"{sorted(missing)[0]})",
                 hint="the table's history was rewritten; replay the range again",
             )
-        return list(_transport_messages(found, cmd))
+        return _transport_messages(found, cmd)
+
+    def _feeds(self, cmds: Sequence[ReplayMessages]) -> Feeds:
+        """The feed of each span of versions the chunks need (of their buckets only), sorted
+        by commit; a span that cannot be read holds the error instead."""
+        out: Feeds = {}
+        for start, end in spans((c.from_version, c.to_version) for c in cmds):
+            inside = {c.bucket for c in cmds if start <= c.from_version and c.to_version <= end}
+            predicate = f"bucket IN ({', '.join(str(b) for b in sorted(inside))})"
+            try:
+                with self._lock:
+                    dt = self._delta_table(end)
+                    feed = read_feed(dt, start, end, predicate=predicate, full=True)
+                out[(start, end)] = feed.sort_by([("_commit_version", "ascending")])
+            except Exception as e:  # each chunk of the span is retried with it
+                out[(start, end)] = e
+        return out
 
     def _delta_table(self, version: int) -> Any:
         """One handle, moved forward only when a chunk needs a newer version."""
@@ -337,22 +399,64 @@ class ReplayHandler:
         return self._table
 
 
-def _transport_messages(found: pa.Table, cmd: ReplayMessages) -> Iterable[TransportMessage]:
-    for doc_id, m in zip(found["id"].to_pylist(), found["message"].to_pylist(), strict=True):
-        headers = json.loads(m["headers"]) if m.get("headers") else {}
-        headers[REPLAY_HEADER] = cmd.replay
-        original = str(m["message_id"])
-        yield TransportMessage(
-            message_id=replayed_id(cmd.replay, original) if cmd.new_ids else original,
-            destination=str(m["destination"]),
-            body=str(m["body"]).encode("utf-8"),
-            subject=str(m["type"]),
-            content_type=m.get("content_type") or "application/json",
-            session_id=m.get("ordering_key") or str(doc_id),
-            scheduled_at=m.get("deliver_at"),
-            correlation_id=m.get("correlation_id"),
-            headers=headers,
+def _feed_of(cmd: ReplayMessages, feeds: Feeds) -> pa.Table:
+    """The feed of the span holding the chunk's versions; raises its read's error."""
+    for (start, end), feed in feeds.items():
+        if start <= cmd.from_version and cmd.to_version <= end:
+            if isinstance(feed, Exception):
+                raise feed
+            return feed
+    raise AssertionError(f"no span read for versions {cmd.from_version}..{cmd.to_version}")
+
+
+def _transport_messages(found: pa.Table, cmd: ReplayMessages) -> list[TransportMessage]:
+    """The chunk's rows as the transport's messages. Read a column at a time (no dict per
+    message), bodies as bytes by a cast, and each distinct headers text parsed once: its dict,
+    with the replay's header, is shared by the messages that carry it, as the dispatcher shares
+    a stored message's (transports only read them: ``transports.base``)."""
+    if found.num_rows == 0:
+        return []
+    m = found["message"].combine_chunks()
+
+    def column(name: str) -> list[Any]:
+        return list(pc.struct_field(m, name).to_pylist())
+
+    bodies = pc.cast(pc.struct_field(m, "body"), pa.binary()).to_pylist()
+    shared: dict[str | None, dict[str, str]] = {}
+    out: list[TransportMessage] = []
+    rows = zip(
+        found["id"].to_pylist(),
+        column("message_id"),
+        column("destination"),
+        bodies,
+        column("type"),
+        column("content_type"),
+        column("headers"),
+        column("ordering_key"),
+        column("correlation_id"),
+        column("deliver_at"),
+        strict=True,
+    )
+    for doc_id, original, destination, body, subject, content_type, raw, key, corr, at in rows:
+        headers = shared.get(raw)
+        if headers is None:
+            headers = json.loads(raw) if raw else {}
+            headers[REPLAY_HEADER] = cmd.replay
+            shared[raw] = headers
+        out.append(
+            TransportMessage(
+                message_id=replayed_id(cmd.replay, original) if cmd.new_ids else original,
+                destination=destination,
+                body=body,
+                subject=subject,
+                content_type=content_type or "application/json",
+                session_id=key or doc_id,
+                scheduled_at=at,
+                correlation_id=corr,
+                headers=headers,
+            )
         )
+    return out
 
 
 def _batches(

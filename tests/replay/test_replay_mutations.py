@@ -73,8 +73,8 @@ MUTATIONS = [
     ),
     SourceMutation(
         "a worker sends a chunk again that it recorded as sent",
-        "dispatcher.replay_handler:ReplayHandler._one",
-        (("if self.chunks.sent(cmd.replay, cmd.chunk):", "if False:"),),
+        "dispatcher.replay_handler:ReplayHandler._unrecorded",
+        (("if (cmd.replay, cmd.chunk) in done:", "if False:"),),
         "tests/replay/test_replay_cli.py::"
         "test_a_chunk_delivered_again_after_it_was_recorded_is_completed_without_a_send",
         _recorded,
