@@ -6,14 +6,19 @@ which rows hold a message and which appearance of it counts.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dispatcher.transports.base import TransportMessage
 from outbox.delta.reads import plain_strings
 
+#: The header every replayed message carries: the replay's id.
+REPLAY_HEADER = "outbox-replay"
 #: The change types that carry a row as written (a fold's deletes and the pre-images do not).
 _IMAGES = ("insert", "update_postimage")
 #: The columns the feed is read with: the planner's and the handler's.
@@ -137,3 +142,59 @@ def chunk_rows(
     if at.null_count:
         return part.slice(0, 0), wanted.filter(pc.is_null(at)).to_pylist()
     return part.take(at), []
+
+
+def replayed_id(replay_id: str, message_id: str) -> str:
+    """A replayed message's id under ``--new-ids``: ``sha256(replay|message_id)`` cut to 32 hex
+    characters like ``message_id_for``'s, so every retry of the replay sends the same new id."""
+    return hashlib.sha256(f"{replay_id}|{message_id}".encode()).hexdigest()[:32]
+
+
+def transport_messages(found: pa.Table, replay: str, new_ids: bool) -> list[TransportMessage]:
+    """The chunk's rows as the transport's messages. Read a column at a time (no dict per
+    message), bodies as bytes by a cast, and each distinct headers text parsed once: its dict,
+    with the replay's header, is shared by the messages that carry it, as the dispatcher shares
+    a stored message's (transports only read them: ``transports.base``)."""
+    if found.num_rows == 0:
+        return []
+    m = found["message"].combine_chunks()
+
+    def column(name: str) -> list[Any]:
+        return list(pc.struct_field(m, name).to_pylist())
+
+    bodies = pc.cast(pc.struct_field(m, "body"), pa.binary()).to_pylist()
+    shared: dict[str | None, dict[str, str]] = {}
+    out: list[TransportMessage] = []
+    rows = zip(
+        found["id"].to_pylist(),
+        column("message_id"),
+        column("destination"),
+        bodies,
+        column("type"),
+        column("content_type"),
+        column("headers"),
+        column("ordering_key"),
+        column("correlation_id"),
+        column("deliver_at"),
+        strict=True,
+    )
+    for doc_id, original, destination, body, subject, content_type, raw, key, corr, at in rows:
+        headers = shared.get(raw)
+        if headers is None:
+            headers = json.loads(raw) if raw else {}
+            headers[REPLAY_HEADER] = replay
+            shared[raw] = headers
+        out.append(
+            TransportMessage(
+                message_id=replayed_id(replay, original) if new_ids else original,
+                destination=destination,
+                body=body,
+                subject=subject,
+                content_type=content_type or "application/json",
+                session_id=key or doc_id,
+                scheduled_at=at,
+                correlation_id=corr,
+                headers=headers,
+            )
+        )
+    return out
