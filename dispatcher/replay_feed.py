@@ -1,7 +1,9 @@
 """The change data feed of a range, as the messages its document rows carry: what ``outbox
 replay`` plans from (``outbox.app.replay_plan``) and what its chunks are sent from
 (``dispatcher.replay_handler``). One reading for both, so the planner and the worker agree on
-which rows hold a message and which appearance of it counts.
+which rows hold a message and which appearance of it counts. The worker's side too: the chunks
+received together read at once (``spans``, ``chunk_rows``), their rows as the transport's messages
+(``transport_messages``), and those packed into sends (``batches``, ``packed``).
 """
 
 from __future__ import annotations
@@ -198,3 +200,40 @@ def transport_messages(found: pa.Table, replay: str, new_ids: bool) -> list[Tran
             )
         )
     return out
+
+
+# --- the sends ----------------------------------------------------------------------------------
+
+
+def batches(
+    messages: list[TransportMessage], most: int, coalesce: bool
+) -> Iterable[list[TransportMessage]]:
+    """Sends of at most ``most`` messages; without coalescing, one session's run per send (as
+    the dispatcher sends one document per send to such a transport)."""
+    part: list[TransportMessage] = []
+    for m in messages:
+        if part and (len(part) >= most or (not coalesce and m.session_id != part[0].session_id)):
+            yield part
+            part = []
+        part.append(m)
+    if part:
+        yield part
+
+
+def packed(
+    chunks: list[list[TransportMessage]], most: int, coalesce: bool
+) -> list[tuple[list[TransportMessage], int]]:
+    """The sends of the chunks' messages, in order: each with how many chunks are wholly sent
+    once it is (a chunk of no message is finished by the send before it, or by an empty one)."""
+    sends: list[tuple[list[TransportMessage], int]] = []
+    part: list[TransportMessage] = []
+    for i, messages in enumerate(chunks):
+        for m in messages:
+            if part and (
+                len(part) >= most or (not coalesce and m.session_id != part[0].session_id)
+            ):
+                sends.append((part, i))  # chunks before i are wholly in the sends so far
+                part = []
+            part.append(m)
+    sends.append((part, len(chunks)))
+    return sends

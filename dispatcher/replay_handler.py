@@ -28,11 +28,9 @@ Message ids: the original ones by default (consumers' inboxes drop what they han
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -41,9 +39,12 @@ import pyarrow as pa
 from dispatcher.command_handler import CommandHandler, WorkerStats
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.replay_chunks import ChunkLog, finish_if_done
+from dispatcher.replay_command import REPLAY_SUBJECT, ReplayMessages
 from dispatcher.replay_feed import (
     REPLAY_HEADER,
+    batches,
     chunk_rows,
+    packed,
     read_feed,
     replayed_id,
     spans,
@@ -51,16 +52,15 @@ from dispatcher.replay_feed import (
 )
 from dispatcher.sending import coalesces
 from dispatcher.transports.base import TransportMessage
-from outbox.core.errors import OutboxError, PermanentTransportError, ValidationError
+from outbox.core.errors import OutboxError, PermanentTransportError
 from outbox.core.observers import Settlement
 
 if TYPE_CHECKING:
-    from dispatcher.queue.messages import QueueMessage, ReceivedMessage
+    from dispatcher.queue.messages import ReceivedMessage
     from dispatcher.runtime import DispatcherRuntime
 
 log = logging.getLogger("outbox.replay")
 
-REPLAY_SUBJECT = "ReplayMessages"
 #: What the planner and the tests import from here.
 __all__ = [
     "REPLAY_HEADER",
@@ -71,75 +71,6 @@ __all__ = [
     "finish_if_done",
     "replayed_id",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class ReplayMessages:
-    """One chunk of a replay: message ids of one bucket, first written in ``from_version`` to
-    ``to_version`` (both inclusive)."""
-
-    table: str  # the table id
-    replay: str
-    chunk: int
-    bucket: int
-    from_version: int
-    to_version: int
-    message_ids: tuple[str, ...]
-    new_ids: bool = False
-
-    @property
-    def command_id(self) -> str:
-        return f"rp-{self.replay}-{self.chunk}"
-
-    @property
-    def session_id(self) -> str:
-        return f"replay:{self.replay}:{self.bucket}"
-
-    def to_json(self) -> str:
-        return json.dumps(
-            {
-                "table": self.table,
-                "replay": self.replay,
-                "chunk": self.chunk,
-                "bucket": self.bucket,
-                "from_version": self.from_version,
-                "to_version": self.to_version,
-                "message_ids": list(self.message_ids),
-                "new_ids": self.new_ids,
-            },
-            separators=(",", ":"),
-        )
-
-    @classmethod
-    def from_json(cls, body: str | bytes) -> ReplayMessages:
-        try:
-            data: Any = json.loads(body)
-            return cls(
-                table=str(data["table"]),
-                replay=str(data["replay"]),
-                chunk=int(data["chunk"]),
-                bucket=int(data["bucket"]),
-                from_version=int(data["from_version"]),
-                to_version=int(data["to_version"]),
-                message_ids=tuple(str(m) for m in data["message_ids"]),
-                new_ids=bool(data.get("new_ids", False)),
-            )
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValidationError(
-                f"malformed ReplayMessages command: {e}",
-                hint="replay commands are written by `outbox replay`; requeue none by hand",
-            ) from e
-
-    def to_queue_message(self) -> QueueMessage:
-        from dispatcher.queue.messages import QueueMessage
-
-        return QueueMessage(
-            body=self.to_json(),
-            message_id=self.command_id,
-            session_id=self.session_id,
-            subject=REPLAY_SUBJECT,
-            content_type="application/json",
-        )
 
 
 # --- the handler -------------------------------------------------------------------------------
@@ -273,7 +204,7 @@ class ReplayHandler:
         transport = self.runtime.transport
         most = self.runtime.dispatcher.max_batch_messages
         recorded = 0
-        for part, finished in _packed(built, most, coalesces(transport)):
+        for part, finished in packed([m for _, _, m in built], most, coalesces(transport)):
             if part:
                 try:
                     transport.send(part)
@@ -310,7 +241,7 @@ class ReplayHandler:
         s = self.settle
         transport = self.runtime.transport
         try:
-            for part in _batches(
+            for part in batches(
                 messages, self.runtime.dispatcher.max_batch_messages, coalesces(transport)
             ):
                 transport.send(part)
@@ -440,40 +371,6 @@ def _feed_of(cmd: ReplayMessages, feeds: Feeds) -> pa.Table:
                 raise feed
             return feed
     raise AssertionError(f"no span read for versions {cmd.from_version}..{cmd.to_version}")
-
-
-def _batches(
-    messages: list[TransportMessage], most: int, coalesce: bool
-) -> Iterable[list[TransportMessage]]:
-    """Sends of at most ``most`` messages; without coalescing, one session's run per send (as
-    the dispatcher sends one document per send to such a transport)."""
-    part: list[TransportMessage] = []
-    for m in messages:
-        if part and (len(part) >= most or (not coalesce and m.session_id != part[0].session_id)):
-            yield part
-            part = []
-        part.append(m)
-    if part:
-        yield part
-
-
-def _packed(
-    built: list[Built], most: int, coalesce: bool
-) -> list[tuple[list[TransportMessage], int]]:
-    """The sends of the chunks' messages, in order: each with how many chunks are wholly sent
-    once it is (a chunk of no message is finished by the send before it, or by an empty one)."""
-    sends: list[tuple[list[TransportMessage], int]] = []
-    part: list[TransportMessage] = []
-    for i, (_, _, messages) in enumerate(built):
-        for m in messages:
-            if part and (
-                len(part) >= most or (not coalesce and m.session_id != part[0].session_id)
-            ):
-                sends.append((part, i))  # chunks before i are wholly in the sends so far
-                part = []
-            part.append(m)
-    sends.append((part, len(built)))
-    return sends
 
 
 def _why(cmd: ReplayMessages, e: BaseException) -> str:
