@@ -16,9 +16,10 @@ immediately as each unit of work commits (the default). Then, in this order:
 2. **replay**: the same versions replayed with new ids (with their own ids the queue would drop
    every one as a repeat of step 1's): planned and enqueued (``Replays.start`` + ``enqueue``,
    timed apart), then a ``DispatcherWorker`` (``--batch-size`` commands a receive, as
-   ``outbox run-dispatcher``) sends the chunks (read the chunk's versions from the change data
-   feed, send, record the chunk). The replay's rate is messages sent / the worker's wall time;
-   the rate with planning included is reported too.
+   ``outbox run-dispatcher``) sends the chunks (one change-feed read for the chunks received
+   together, their messages in shared sends of up to ``max_batch_messages``, the chunks each send
+   finished recorded and completed in one write). The replay's rate is messages sent / the
+   worker's wall time; the rate with planning included is reported too.
 
 The issue's goal is a replay rate of at least 0.8x the dispatcher's at 1,000,000 messages
 (``replay_over_dispatcher``; ``meets_goal``). A full run writes ``benchmarks/results/replay.json``;

@@ -1,18 +1,26 @@
 """The change data feed of a range, as the messages its document rows carry: what ``outbox
 replay`` plans from (``outbox.app.replay_plan``) and what its chunks are sent from
 (``dispatcher.replay_handler``). One reading for both, so the planner and the worker agree on
-which rows hold a message and which appearance of it counts.
+which rows hold a message and which appearance of it counts. The worker's side too: the chunks
+received together read at once (``spans``, ``chunk_rows``), their rows as the transport's messages
+(``transport_messages``), and those packed into sends (``batches``, ``packed``).
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from dispatcher.transports.base import TransportMessage
 from outbox.delta.reads import plain_strings
 
+#: The header every replayed message carries: the replay's id.
+REPLAY_HEADER = "outbox-replay"
 #: The change types that carry a row as written (a fold's deletes and the pre-images do not).
 _IMAGES = ("insert", "update_postimage")
 #: The columns the feed is read with: the planner's and the handler's.
@@ -99,3 +107,133 @@ def first_appearances(messages: pa.Table) -> pa.Table:
     firsts = ordered.group_by("message_id", use_threads=False).aggregate([("_row", "min")])
     keep = pc.sort_indices(firsts["_row_min"])
     return ordered.take(pc.take(firsts["_row_min"], keep)).drop_columns(["_row"])
+
+
+# --- the worker's reading: several chunks at once ------------------------------------------------
+
+
+def spans(ranges: Iterable[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Version ranges merged where they overlap or touch, in order: one feed read each. The
+    chunks a worker receives together are of different buckets (one per session) and mostly of
+    the same commits (the planner numbers them round-robin over the buckets), so one read serves
+    them all; ranges far apart (two replays) stay apart, so no read covers what none needs."""
+    out: list[tuple[int, int]] = []
+    for start, end in sorted(ranges):
+        if out and start <= out[-1][1] + 1:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def chunk_rows(
+    feed: pa.Table, bucket: int, start: int, end: int, message_ids: Sequence[str]
+) -> tuple[pa.Table, list[str]]:
+    """The rows of ``message_ids``, in that order, among ``feed``'s rows of ``bucket`` written
+    in versions ``start..end``, and the ids not found there. ``feed`` sorted by commit: each is
+    taken at its first appearance in the range, as the planner counted it (a later row repeating
+    a message carries the same message)."""
+    versions = feed["_commit_version"]
+    keep = pc.and_(
+        pc.equal(feed["bucket"], bucket),
+        pc.and_(pc.greater_equal(versions, start), pc.less_equal(versions, end)),
+    )
+    part = feed.filter(keep)
+    wanted = pa.array(message_ids, pa.string())
+    at = pc.index_in(wanted, value_set=part["message_id"])  # the first match of each
+    if at.null_count:
+        return part.slice(0, 0), wanted.filter(pc.is_null(at)).to_pylist()
+    return part.take(at), []
+
+
+def replayed_id(replay_id: str, message_id: str) -> str:
+    """A replayed message's id under ``--new-ids``: ``sha256(replay|message_id)`` cut to 32 hex
+    characters like ``message_id_for``'s, so every retry of the replay sends the same new id."""
+    return hashlib.sha256(f"{replay_id}|{message_id}".encode()).hexdigest()[:32]
+
+
+def transport_messages(found: pa.Table, replay: str, new_ids: bool) -> list[TransportMessage]:
+    """The chunk's rows as the transport's messages. Read a column at a time (no dict per
+    message), bodies as bytes by a cast, and each distinct headers text parsed once: its dict,
+    with the replay's header, is shared by the messages that carry it, as the dispatcher shares
+    a stored message's (transports only read them: ``transports.base``)."""
+    if found.num_rows == 0:
+        return []
+    m = found["message"].combine_chunks()
+
+    def column(name: str) -> list[Any]:
+        return list(pc.struct_field(m, name).to_pylist())
+
+    bodies = pc.cast(pc.struct_field(m, "body"), pa.binary()).to_pylist()
+    shared: dict[str | None, dict[str, str]] = {}
+    out: list[TransportMessage] = []
+    rows = zip(
+        found["id"].to_pylist(),
+        column("message_id"),
+        column("destination"),
+        bodies,
+        column("type"),
+        column("content_type"),
+        column("headers"),
+        column("ordering_key"),
+        column("correlation_id"),
+        column("deliver_at"),
+        strict=True,
+    )
+    for doc_id, original, destination, body, subject, content_type, raw, key, corr, at in rows:
+        headers = shared.get(raw)
+        if headers is None:
+            headers = json.loads(raw) if raw else {}
+            headers[REPLAY_HEADER] = replay
+            shared[raw] = headers
+        out.append(
+            TransportMessage(
+                message_id=replayed_id(replay, original) if new_ids else original,
+                destination=destination,
+                body=body,
+                subject=subject,
+                content_type=content_type or "application/json",
+                session_id=key or doc_id,
+                scheduled_at=at,
+                correlation_id=corr,
+                headers=headers,
+            )
+        )
+    return out
+
+
+# --- the sends ----------------------------------------------------------------------------------
+
+
+def batches(
+    messages: list[TransportMessage], most: int, coalesce: bool
+) -> Iterable[list[TransportMessage]]:
+    """Sends of at most ``most`` messages; without coalescing, one session's run per send (as
+    the dispatcher sends one document per send to such a transport)."""
+    part: list[TransportMessage] = []
+    for m in messages:
+        if part and (len(part) >= most or (not coalesce and m.session_id != part[0].session_id)):
+            yield part
+            part = []
+        part.append(m)
+    if part:
+        yield part
+
+
+def packed(
+    chunks: list[list[TransportMessage]], most: int, coalesce: bool
+) -> list[tuple[list[TransportMessage], int]]:
+    """The sends of the chunks' messages, in order: each with how many chunks are wholly sent
+    once it is (a chunk of no message is finished by the send before it, or by an empty one)."""
+    sends: list[tuple[list[TransportMessage], int]] = []
+    part: list[TransportMessage] = []
+    for i, messages in enumerate(chunks):
+        for m in messages:
+            if part and (
+                len(part) >= most or (not coalesce and m.session_id != part[0].session_id)
+            ):
+                sends.append((part, i))  # chunks before i are wholly in the sends so far
+                part = []
+            part.append(m)
+    sends.append((part, len(chunks)))
+    return sends

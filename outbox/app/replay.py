@@ -25,12 +25,13 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from sqlalchemy import delete, insert, select, update
 
 from dispatcher.replay_handler import ReplayMessages, finish_if_done
-from migrations.sql.tables import replays
+from migrations.sql.tables import replay_chunks, replays
 from outbox.app.replay_plan import (
     CHUNK_MESSAGES,
     Chunk,
@@ -52,6 +53,8 @@ if TYPE_CHECKING:
 
 #: Commands per send while enqueueing (and per cursor move).
 ENQUEUE_GROUP = 50
+#: Finished replays deleted per write while pruning (with their chunk rows).
+PRUNE_GROUP = 100
 
 
 @dataclass
@@ -272,6 +275,33 @@ class Replays:
         from outbox.app.replay_status import statuses
 
         return statuses(self.db, replay_id=replay_id)[0]
+
+
+def prune_finished(db: Database, before: datetime) -> int:
+    """Delete the replays that finished before ``before``, with their chunk rows (``outbox
+    maintain``, ``replay_retention``); returns how many replays went. A group per short write,
+    the oldest first. Never an unfinished replay: it holds the log trim, its row is the cursor
+    ``--resume`` goes on from, and its chunk rows are what its workers must not send again."""
+    gone = 0
+    while True:
+        with db.write("prune finished replays") as c:
+            ids = list(
+                c.execute(
+                    select(replays.c.replay_id)
+                    .where(replays.c.status == "done", replays.c.finished_at < before)
+                    .order_by(replays.c.finished_at)
+                    .limit(PRUNE_GROUP)
+                ).scalars()
+            )
+            if not ids:
+                return gone
+            c.execute(delete(replay_chunks).where(replay_chunks.c.replay_id.in_(ids)))
+            deleted = c.execute(
+                delete(replays).where(replays.c.replay_id.in_(ids), replays.c.status == "done")
+            ).rowcount
+        gone += int(deleted)
+        if not deleted:  # cannot happen in one transaction; never loop on it
+            return gone
 
 
 @contextmanager

@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from dispatcher.queue.database import Database
     from outbox.core.settings import Settings
 
-#: How long an unfinished replay holds the log trim (``replay_retention``, a setting of the
-#: retention part; this default stands until it exists): a replay abandoned half-way must not
-#: keep every commit for ever.
-DEFAULT_REPLAY_RETENTION = 7 * 24 * 3600.0
+#: ``replay_retention``'s default, for a caller without settings: how long an unfinished replay
+#: holds the log trim (a replay abandoned half-way must not keep every commit for ever) and how
+#: long ``outbox maintain`` keeps a finished one.
+DEFAULT_REPLAY_RETENTION = 30 * 24 * 3600.0
 
 
 @dataclass
@@ -53,7 +53,18 @@ class ReplayStatus:
 
 
 def replay_retention(settings: Settings | None) -> float:
-    return float(getattr(settings, "replay_retention", DEFAULT_REPLAY_RETENTION))
+    """``replay_retention`` in seconds (0: an unfinished replay holds the trim until done)."""
+    return DEFAULT_REPLAY_RETENTION if settings is None else float(settings.replay_retention)
+
+
+def finished_replays(db: Database) -> tuple[int, datetime | None]:
+    """The finished replays kept (``outbox status``'s retention row): how many, and when the
+    oldest finished."""
+    with db.read("count the finished replays") as c:
+        rows, oldest = c.execute(
+            select(func.count(), func.min(replays.c.finished_at)).where(replays.c.status == "done")
+        ).one()
+    return int(rows), oldest
 
 
 def statuses(db: Database, *, replay_id: str | None = None) -> list[ReplayStatus]:
@@ -103,20 +114,18 @@ def holding_versions(
 ) -> list[int]:
     """The oldest version each unfinished replay of the table still reads (the version before
     its range: the planner reads the table as of it), for the log trim's holder list. A replay
-    older than ``retention`` no longer holds. Nothing when the database predates replays."""
+    older than ``retention`` no longer holds (``retention`` 0: every unfinished one holds).
+    Nothing when the database predates replays."""
     with engine.connect() as c:
         if not inspect(c).has_table(replays.name):
             return []
         where = replays.c.table_uri == table_uri
         if table_id is not None:
             where = where | (replays.c.table_id == table_id)
-        rows = c.execute(
-            select(replays.c.from_version).where(
-                where,
-                replays.c.status != "done",
-                replays.c.created_at >= now - timedelta(seconds=retention),
-            )
-        ).all()
+        query = select(replays.c.from_version).where(where, replays.c.status != "done")
+        if retention > 0:
+            query = query.where(replays.c.created_at >= now - timedelta(seconds=retention))
+        rows = c.execute(query).all()
     return [max(0, int(r.from_version) - 1) for r in rows]
 
 

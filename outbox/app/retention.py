@@ -296,16 +296,36 @@ class Samples(Item):
         return Kept(int(rows), age)
 
 
-class ReplayRecords(Item):
-    name = "replay records"
+class FinishedReplays(Item):
+    name = "finished replays and their chunk records"
     setting = "replay_retention"
-    pruned_by = "`outbox maintain` (once `outbox replay` lands: nothing is recorded yet)"
+    pruned_by = (
+        "`outbox maintain`; never an unfinished replay (it holds the log trim, for at most "
+        "`replay_retention` after it started)"
+    )
 
     def prune(self, place: Place, now: datetime) -> int | None:
-        return None  # no replay records exist yet: the replay part prunes its table here
+        """By when each finished (its last chunk recorded); an unfinished one stays whatever
+        its age: its rows are the cursor of ``--resume`` and the chunks not to send again."""
+        from outbox.app.replay import prune_finished
+
+        before = self.cutoff(place, now)
+        if before is None:
+            return None
+        gone = prune_finished(place.queue.database, before)
+        if gone:
+            log.info(
+                "deleted %d finished replay(s) older than %s (replay_retention)",
+                gone,
+                format_duration(float(place.settings.replay_retention)),
+            )
+        return gone
 
     def describe(self, place: Place, now: datetime) -> Kept:
-        return Kept(None)
+        from outbox.app.replay_status import finished_replays
+
+        rows, oldest = finished_replays(place.queue.database)
+        return Kept(rows, _age(now, oldest))
 
 
 def _count(place: Place, now: datetime, table: Any, at: Any) -> Kept:
@@ -325,7 +345,7 @@ ITEMS: tuple[Item, ...] = (
     DeadLetters(),
     FinishedClaims(),
     Samples(),
-    ReplayRecords(),
+    FinishedReplays(),
 )
 
 

@@ -242,7 +242,9 @@ class Settings(FlatNames):
     )
     replay_retention: float = setting(
         30 * 24 * 3600.0,
-        "how long `outbox maintain` keeps the records of finished replays; `0`: keep them",
+        "how long `outbox maintain` keeps the records of finished replays, and the longest an "
+        "unfinished replay holds the log trim ([replay.md](replay.md)); `0`: keep them, and hold "
+        "until done",
     )
     sections: Mapping[str, BackendOptions] = setting(
         {},

@@ -8,8 +8,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from outbox.app.maintenance import trim_log_safely
+from outbox.app.replay_status import holding_versions
 from outbox.core.clock import ManualClock
 from outbox.core.settings import Settings
+from outbox.core.sql import make_engine
 from outbox.wiring.backends import open_document_store
 from tests.replay.helpers import build_history, cli, cli_json, more_versions
 
@@ -52,3 +54,25 @@ def test_an_unfinished_replay_holds_the_log_trim_and_a_finished_one_lets_it_go(
     assert gone.exit_code == 1
     assert f"which begins at version {latest - 1}" in gone.stderr
     assert rid  # the finished replay is still listed
+
+
+def test_an_unfinished_replay_holds_for_replay_retention_and_until_done_at_zero(
+    tmp_path: Path,
+) -> None:
+    """A replay abandoned half-way holds the history for ``replay_retention`` after it started;
+    ``replay_retention = 0`` keeps finished replays for ever, and an unfinished one then holds
+    until it is done (not: not at all)."""
+    h = build_history(tmp_path / "ws")
+    cli_json(h.ws, "replay", "--from", str(h.b), "--to", str(h.c))
+    settings = Settings.load(h.ws)
+    engine = make_engine(settings.sql_url)
+    now = datetime.now(UTC)
+    month = 30 * 24 * 3600.0
+    try:
+        uri = settings.table_uri
+        assert holding_versions(engine, uri, None, now, month) == [h.a]
+        later = now + timedelta(days=31)  # abandoned for longer than replay_retention
+        assert holding_versions(engine, uri, None, later, month) == []
+        assert holding_versions(engine, uri, None, later, 0) == [h.a]
+    finally:
+        engine.dispose()

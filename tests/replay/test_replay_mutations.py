@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 
 from tests.mutate import mutated
-from tests.replay import test_replay_cli, test_replay_fold, test_replay_history
+from tests.replay import (
+    test_replay_cli,
+    test_replay_fold,
+    test_replay_history,
+    test_replay_poison,
+)
 from tests.replay.helpers import build_history
 from tests.test_mutations import SourceMutation, _failing_source_line, _owner_function
 
@@ -40,6 +45,14 @@ def _holds(tmp_path: Path) -> None:
     test_replay_history.test_an_unfinished_replay_holds_the_log_trim_and_a_finished_one_lets_it_go(
         tmp_path
     )
+
+
+def _poison(tmp_path: Path) -> None:
+    tmp_path.mkdir(parents=True)
+    with pytest.MonkeyPatch.context() as patch:
+        test_replay_poison.test_a_refused_chunk_is_dead_lettered_alone_and_the_others_are_sent(
+            tmp_path, patch
+        )
 
 
 MUTATIONS = [
@@ -73,8 +86,8 @@ MUTATIONS = [
     ),
     SourceMutation(
         "a worker sends a chunk again that it recorded as sent",
-        "dispatcher.replay_handler:ReplayHandler._one",
-        (("if self.chunks.sent(cmd.replay, cmd.chunk):", "if False:"),),
+        "dispatcher.replay_handler:ReplayHandler._unrecorded",
+        (("if (cmd.replay, cmd.chunk) in done:", "if False:"),),
         "tests/replay/test_replay_cli.py::"
         "test_a_chunk_delivered_again_after_it_was_recorded_is_completed_without_a_send",
         _recorded,
@@ -94,6 +107,20 @@ MUTATIONS = [
         "test_an_unfinished_replay_holds_the_log_trim_and_a_finished_one_lets_it_go",
         _holds,
         'assert (held["keep_from_version"], held["held_by"]) == (h.a, "rescuer")',
+    ),
+    SourceMutation(
+        "a failed shared send fails every chunk in it (no fallback to a chunk at a time)",
+        "dispatcher.replay_handler:ReplayHandler._send_together",
+        (
+            (
+                "self._one_by_one(batch, held, built[recorded:])",
+                "[self.settle._retry(batch, held, m, str(e)) for m, _, _ in built[recorded:]]",
+            ),
+        ),
+        "tests/replay/test_replay_poison.py::"
+        "test_a_refused_chunk_is_dead_lettered_alone_and_the_others_are_sent",
+        _poison,
+        'assert "1 dead-lettered" in result.output',
     ),
 ]
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -23,7 +23,14 @@ from sqlalchemy import delete, func, select
 from dispatcher.claims.sql import SqlClaimLog
 from dispatcher.queue import QueueMessage, SqlQueue
 from dispatcher.queue.inbox import SqlInbox
-from migrations.sql.tables import duplicate_ids, inbox, samples
+from migrations.sql.tables import (
+    duplicate_ids,
+    inbox,
+    queue_messages,
+    replay_chunks,
+    replays,
+    samples,
+)
 from outbox import Outbox
 from outbox.app.cli import main
 from outbox.app.history import History, Sample
@@ -43,6 +50,8 @@ class Seeded:
     #: commit versions older than the log retention, and the first kept checkpoint's version
     old_commits: list[int]
     kept_from: int
+    #: the seeded replays' ids: "old" and "young" finished, "unfinished" (old)
+    replays: dict[str, str] = field(default_factory=dict)
 
 
 def cli(seeded: Seeded, *args: str) -> Result:
@@ -82,8 +91,10 @@ def seed(seeded: Seeded) -> None:
             queue.send("poison", QueueMessage(b"x", message_id=f"dead-{name}"))
             (got,) = queue.receive("poison")
             queue.dead_letter(got, "Bad", "kept for the retention test")
+    _replays(seeded, now)
     with SqlQueue(url) as queue, queue.database.write("forget the sends' ids") as conn:
         conn.execute(delete(duplicate_ids))  # those sends' own ids: only the two below count
+        conn.execute(delete(queue_messages).where(queue_messages.c.queue == PARKED))
     # young first: a send forgets the ids older than its own time less the window
     for name, at in (("young", now - HOUR), ("old", now - 2 * DAY)):
         window = DAY.total_seconds()
@@ -105,6 +116,43 @@ def seed(seeded: Seeded) -> None:
         claims.claim("claim-working", "east", lease=HOUR, at=now - 8 * DAY)  # live state: stays
     finally:
         claims.close()
+
+
+#: Where the seeded replays' commands go (no worker reads it; the seed empties it).
+PARKED = "retention-parked"
+
+
+def _replays(seeded: Seeded, now: datetime) -> None:
+    """Three replays of version 1 (one message, one chunk), planned and recorded by their own
+    code on a clock set to each one's time: an old finished one (31 days ago, past
+    ``replay_retention``), a young finished one (a day ago), and an old unfinished one whose
+    planner stopped before it marked the replay enqueued while its one chunk was sent and
+    recorded (31 days ago too: status ``planning``, with a chunk row)."""
+    from dispatcher.replay_handler import ChunkLog
+    from outbox.app.replay import ReplayRequest, Replays
+
+    for name, started, finished in (
+        ("old", now - 32 * DAY, now - 31 * DAY),
+        ("young", now - 2 * DAY, now - DAY),
+        ("unfinished", now - 32 * DAY, now - 31 * DAY),
+    ):
+        clock = ManualClock(started)
+        with Outbox.open(
+            seeded.ws,
+            transport="memory",
+            sql_url=seeded.url,
+            compact_every=0,
+            command_queue=PARKED,
+            clock=clock,
+        ) as ob:
+            db = ob.runtime.queue.database
+            runs = Replays(ob.settings, ob.store, db, ob.runtime.commands, clock)
+            run = runs.start(ReplayRequest("1", "1"))
+            assert (len(run.chunks), run.messages) == (1, 1), run
+            if name != "unfinished":
+                runs.enqueue(run)
+            ChunkLog(db).record(run.replay_id, 0, run.messages, finished)
+            seeded.replays[name] = run.replay_id
 
 
 def _old_history(seeded: Seeded) -> None:
@@ -183,7 +231,14 @@ def check_samples(seeded: Seeded, report: dict[str, Any]) -> None:
 
 
 def check_replays(seeded: Seeded, report: dict[str, Any]) -> None:
-    assert _deleted(report, "replay_retention") is None  # nothing is recorded before replay
+    r = seeded.replays
+    with SqlQueue(seeded.url) as queue, queue.database.read("read the replays") as conn:
+        left = dict(conn.execute(select(replays.c.replay_id, replays.c.status)).tuples().all())
+        chunks = set(conn.execute(select(replay_chunks.c.replay_id)).scalars())
+    # the old finished one went with its chunk row; the unfinished one stays, however old
+    assert left == {r["young"]: "done", r["unfinished"]: "planning"}, (left, r)
+    assert chunks == {r["young"], r["unfinished"]}, (chunks, r)
+    assert _deleted(report, "replay_retention") == 1
 
 
 def _ids(url: str, table: Any, column: Any) -> list[str]:
@@ -237,5 +292,14 @@ DISABLED: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "sample_retention": (
         "outbox.app.retention:Samples.prune",
         (("T.c.taken_at_s < cutoff", "T.c.taken_at_s < 0"),),
+    ),
+    "replay_retention": (
+        "outbox.app.replay:prune_finished",
+        (
+            (
+                "replays.c.finished_at < before)",
+                "replays.c.finished_at < before, replays.c.chunks < 0)",
+            ),
+        ),
     ),
 }

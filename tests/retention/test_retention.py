@@ -66,6 +66,7 @@ def test_status_shows_what_each_item_holds(seeded: Seeded, monkeypatch: pytest.M
         ("dead_letter_retention", 2, 31 * DAY),
         ("claim_retention", 2, 8 * DAY),
         ("sample_retention", 2, 9 * DAY),
+        ("replay_retention", 2, 31 * DAY),  # the finished ones; not the unfinished
     ]:
         assert by[setting]["rows"] == rows, by[setting]
         age = by[setting]["oldest_age_s"]
@@ -77,7 +78,6 @@ def test_status_shows_what_each_item_holds(seeded: Seeded, monkeypatch: pytest.M
     assert by["compact_every"]["rows"] == rows[0] > 4  # every row, before the fold
     assert by["log_retention"]["rows"] > 0
     assert by["log_retention"]["oldest_age_s"] >= DAY.total_seconds()
-    assert (by["replay_retention"]["rows"], by["replay_retention"]["oldest_age_s"]) == (None, None)
     assert status["problems"] == []
 
     plain = cli(seeded, "status")
@@ -88,7 +88,9 @@ def test_status_shows_what_each_item_holds(seeded: Seeded, monkeypatch: pytest.M
     assert re.match(
         r"dead letters \(SQL queue\) +dead_letter_retention = 720h00m +2 +7\d\dh", rows[4]
     )
-    assert rows[7].split() == ["replay", "records", "replay_retention", "=", "720h00m", "-", "-"]
+    assert re.match(
+        r"finished replays and their chunk records +replay_retention = 720h00m +2 +7\d\dh", rows[7]
+    )
 
     monkeypatch.setattr(output, "is_terminal", lambda: True)
     rich = cli(seeded, "status")
@@ -108,7 +110,7 @@ def test_the_docs_table_is_the_registry_and_every_item_has_a_pruner_and_a_check(
         assert type(item).prune is not Item.prune, f"{item.name} has no pruner"
         assert type(item).describe is not Item.describe, f"{item.name} has no describe"
         assert item.setting in CHECKS, f"{item.name} has no test"
-    assert set(DISABLED) == set(CHECKS) - {"replay_retention"}  # replay's pruner is a no-op yet
+    assert set(DISABLED) == set(CHECKS)
 
 
 @pytest.mark.parametrize("setting", sorted(DISABLED))
