@@ -1,5 +1,5 @@
-"""The readers' results blocks (``benchmarks/results/current_documents.json``, issue 44), for
-``benchmarks.report``."""
+"""The results blocks of the table's readers and its history (``current_documents.json`` and
+``replay.json``, issue 44), for ``benchmarks.report``."""
 
 # ruff: noqa: RUF001  (the docs print multiplication signs: their typography)
 
@@ -27,13 +27,34 @@ def _current_rows(c: dict[str, Any]) -> list[list[str]]:
     ]
 
 
+def _replay_rows(r: dict[str, Any]) -> list[list[str]]:
+    d, p = r["dispatcher"], r["replay"]
+    return [
+        [
+            f"`outbox replay` of {n(r['messages'])} messages ({r['per_doc']} a document, "
+            f"{n(r['per_commit'])} documents a commit) with new ids through a `run-dispatcher` "
+            "worker vs the dispatcher's immediate dispatch of the same messages, SQL transport "
+            "on SQLite, same run",
+            f"{n(p['messages_per_second'])} vs {n(d['messages_per_second'])} msg/s "
+            f"(**{n(r['replay_over_dispatcher'], 2)}×**, goal {n(r['goal'], 1)}×); planning "
+            f"and enqueueing included {n(p['messages_per_second_with_planning'])} msg/s "
+            f"({n(r['replay_with_planning_over_dispatcher'], 2)}×; {n(p['chunks'])} chunks)",
+            "`replay.json`",
+        ]
+    ]
+
+
 def readme_rows() -> list[list[str]]:
-    """The performance table's lines for the table's readers."""
-    return _current_rows(load("current_documents"))
+    """The performance table's lines for the table's readers and its replay."""
+    return _current_rows(load("current_documents")) + _replay_rows(load("replay"))
 
 
 def readers() -> str:
-    return table(["what", "figure", "source"], readme_rows())
+    return table(["what", "figure", "source"], _current_rows(load("current_documents")))
 
 
-RENDERERS = {"readers": readers}
+def replay() -> str:
+    return table(["what", "figure", "source"], _replay_rows(load("replay")))
+
+
+RENDERERS = {"readers": readers, "replay": replay}
