@@ -18,6 +18,10 @@ reads either: nothing here is imported outside the checker.
 Why in the checker, not the proving ground (``testkit``, which the wheel leaves out): the broken
 builds are part of what ``outbox check`` does (``OUTBOX_CHECK_MUTATION=name outbox check``), so an
 installed checker can show it fails on each of them.
+
+Why one module: it is the catalogue of broken builds, each a few lines, and ``MUTATIONS`` is the
+one list ``tests/e2e/test_checker_mutations.py`` holds against its tests; split by where each
+applies (supervisor, child, transport), the list would be assembled from three places.
 """
 
 from __future__ import annotations
