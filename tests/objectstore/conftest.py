@@ -28,6 +28,10 @@ def azurite_server() -> Iterator[Azurite]:
     try:
         yield server
     finally:
+        # Its data is thrown away: no graceful close, which takes Azurite 10 s once it has
+        # served requests (as tests/benchmarks/conftest.py's fixture does).
+        if server._proc is not None:
+            server._proc.kill()
         server.stop()
 
 
