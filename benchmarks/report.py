@@ -24,13 +24,18 @@ from typing import Any
 from benchmarks import (
     report_console,
     report_devices,
+    report_dispatch,
     report_doc_table,
     report_kafka,
     report_object_store,
+    report_queue,
     report_readers,
     report_table_state,
 )
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
+from benchmarks.report_common import sig as _sig
+from benchmarks.report_common import slash as _slash
+from benchmarks.report_queue import QUEUE_KEYS as _QUEUE_KEYS
 
 __all__ = ["RESULTS", "ROOT", "documents", "main", "render"]
 
@@ -39,10 +44,6 @@ BLOCK = re.compile(r"(<!-- results:([\w-]+) -->\n)(.*?)(<!-- /results:\2 -->)", 
 
 def ms(seconds: float, digits: int = 0) -> str:
     return f"{n(seconds * 1000, digits)} ms"
-
-
-def _slash(values: list[str]) -> str:
-    return " / ".join(values)
 
 
 _table = table
@@ -215,19 +216,6 @@ def spark_write() -> str:
     return _table(["what", "figure", "source"], _spark_rows(load("spark_write")))
 
 
-def _sig(value: float) -> str:
-    """Two significant figures for latencies that span 3 ms to 60 ms."""
-    return n(value, 1) if value < 10 else n(value)
-
-
-_QUEUE_KEYS = (
-    "send_single_per_s",
-    "send_batch100_per_s",
-    "receive_complete_1_per_s",
-    "receive_complete_4_per_s",
-)
-
-
 def _queue_row(b: dict[str, Any], label: str) -> list[str]:
     lat = b["queue"]["latency"]
     return [
@@ -340,132 +328,6 @@ def rescuer_planner() -> str:
     return _table(["change rows", "pyarrow", "polars", "polars / pyarrow"], rows)
 
 
-def sql_queue() -> str:
-    q = load("sql_queue")
-    labels = (
-        "send, single",
-        "send, batches of 100",
-        "receive + complete, 1 receiver",
-        "receive + complete, 4 threads",
-    )
-    rows = []
-    for key, label in zip(_QUEUE_KEYS, labels, strict=True):
-        row = [label]
-        for b in ("sqlite", "postgresql"):
-            row += [
-                f"{n(q[b]['queue'][key])}/s",
-                f"{n(q[b]['floor'][key])}/s",
-                f"{n(q[b]['floor_over_queue'][key], 2)}×",
-            ]
-        rows.append(row)
-    procs = "receive_complete_4_processes_per_s"
-    if all(procs in q[b]["queue"] for b in ("sqlite", "postgresql")):
-        row = ["receive + complete, 4 processes"]
-        for b in ("sqlite", "postgresql"):
-            row.append(f"{n(q[b]['queue'][procs])}/s")
-            if procs in q[b]["floor"]:  # the floor drains in processes on PostgreSQL only
-                row += [f"{n(q[b]['floor'][procs])}/s", f"{n(q[b]['floor_over_queue'][procs], 2)}×"]
-            else:
-                row += ["", ""]
-        rows.append(row)
-        scale = q["postgresql"].get("four_processes_over_one")
-        if scale:
-            rows.append(
-                [
-                    "4 processes over 1 receiver",
-                    "",
-                    "",
-                    "",
-                    f"{n(scale['queue'], 2)}×",
-                    f"{n(scale['floor'], 2)}×",
-                    "",
-                ]
-            )
-    lat = [q[b]["queue"]["latency"] for b in ("sqlite", "postgresql")]
-    rows.append(
-        [
-            "end-to-end latency p50 / p99",
-            f"{n(lat[0]['p50_ms'], 1)} / {n(lat[0]['p99_ms'], 1)} ms",
-            "",
-            "",
-            f"{n(lat[1]['p50_ms'], 1)} / {n(lat[1]['p99_ms'], 1)} ms",
-            "",
-            "",
-        ]
-    )
-    header = [
-        f"{n(q['sqlite']['messages'])} messages",
-        "SQLite queue",
-        "SQLite floor",
-        "floor/queue",
-        "PostgreSQL queue",
-        "PostgreSQL floor",
-        "floor/queue",
-    ]
-    return _table(header, rows)
-
-
-def sql_queue_profile() -> str:
-    """``python -m benchmarks.sql_queue --profile LABEL``: each operation under cProfile, the
-    code before and after issue 19 (docs/performance-queue.md)."""
-    p = load("sql_queue_profile")
-    rows = []
-    for b, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
-        for op in ("send_batch100", "send_single", "receive_complete"):
-            row = [f"{label}: {op.replace('_', ' ')}"]
-            for when in ("before", "after"):
-                r = p[when][b][op]
-                shares = r["share_of_profiled_time_pct"]
-                sa = shares.get("SQLAlchemy", 0.0)
-                db = sum(v for k, v in shares.items() if k.startswith("driver and database"))
-                row += [
-                    f"{n(r['client_cpu_us_per_message_profiled'], 1)} µs",
-                    n(r["statements_per_message"], 2),
-                    f"{n(sa, 1)}% / {n(db, 1)}%",
-                ]
-            rows.append(row)
-    header = [
-        "operation",
-        "before: client CPU per message",
-        "statements per message",
-        "SQLAlchemy / driver+database share",
-        "after: client CPU per message",
-        "statements per message",
-        "SQLAlchemy / driver+database share",
-    ]
-    return _table(header, rows)
-
-
-def dispatch() -> str:
-    d = load("dispatch")["cases"]
-    rows = []
-    for k in (1, 100, 1000):
-        inline, after = d[f"{k}_docs_coalesced_inline_watermark"], d[f"{k}_docs_coalesced"]
-        first = d.get(f"{k}_docs_per_document")
-        rows.append(
-            [
-                f"{n(k)} ({after['rounds']} commits)",
-                f"{n(first['messages_per_second'])} msg/s" if first else "-",
-                f"{n(inline['messages_per_second'])} msg/s, caller "
-                f"{_sig(inline['caller_ms']['p50_ms'])} ms",
-                f"{n(after['messages_per_second'])} msg/s, caller "
-                f"{_sig(after['caller_ms']['p50_ms'])} ms",
-                f"{n(inline['wall_messages_per_second'])} → "
-                f"{n(after['wall_messages_per_second'])} msg/s",
-                f"{after['watermark_merges']} (inline: {inline['watermark_merges']})",
-            ]
-        )
-    header = [
-        "documents per unit of work",
-        "one send per document",
-        "coalesced sends, watermark MERGE inline (p50 caller)",
-        "coalesced sends, watermarks coalesced (p50 caller)",
-        "whole loop, inline → coalesced",
-        "watermark MERGEs",
-    ]
-    return _table(header, rows)
-
-
 def checker_soak(name: str = "checker_soak") -> str:
     """The checker soak (``python -m benchmarks.checker_soak``): every count, its verdict."""
     c = load(name)
@@ -517,152 +379,16 @@ def checker_soak(name: str = "checker_soak") -> str:
     return _table(["soak", "result"], rows)
 
 
-def telemetry() -> str:
-    """``python -m benchmarks.telemetry``: off/on pairs per size, the median pair's slowdown."""
-    from benchmarks.telemetry import summarize  # stdlib only at import
-
-    t = load("telemetry")
-    rows = []
-    for k in (1, 100, 1000):
-        c = t["cases"][f"{k}_docs"]
-        s = summarize(c["off_runs"], c["on_runs"])
-        low, high = s["slowdown_quartiles_percent"]
-        off_range = _slash([n(v, 1) for v in s["off_range"]])
-        on_range = _slash([n(v, 1) for v in s["on_range"]])
-        rows.append(
-            [
-                n(k),
-                n(s["pairs"]),
-                f"{n(s['off_messages_per_second'], 1)} ({off_range})",
-                f"{n(s['on_messages_per_second'], 1)} ({on_range})",
-                f"{s['slowdown_percent']:.1f}% ({low:.1f}% to {high:.1f}%)",
-                s["verdict"],
-                _dispatch_alone(c),
-            ]
-        )
-    header = [
-        "documents per unit of work",
-        "off/on pairs",
-        "off msg/s, median (min / max)",
-        "on msg/s, median (min / max)",
-        "slowdown, median of pairs (quartiles)",
-        "verdict (goal 5%)",
-        "dispatch alone: slowdown (quartiles), verdict",
-    ]
-    before, after = t.get("load_average_before"), t.get("load_average_after")
-    machine_load = (
-        f"load average {before[0]:.2f} before, {after[0]:.2f} after"
-        if before and after
-        else "load average not recorded"
-    )
-    cpus = t.get("cpus") or t.get("machine", {}).get("cpus")
-    return _table(header, rows) + f"\nMeasured {t['started']} on {cpus} CPUs, {machine_load}.\n"
-
-
-def _dispatch_alone(case: dict[str, Any]) -> str:
-    d = case.get("dispatch_only")
-    if d is None:
-        return "-"
-    low, high = d["slowdown_quartiles_percent"]
-    return f"{d['slowdown_percent']:.1f}% ({low:.1f}% to {high:.1f}%), {d['verdict']}"
-
-
-#: (method timed, the name it had in results written before issue 31, the column's label)
-_PROFILE_PARTS = (
-    ("_recheck", "_recheck", "save: re-check scan"),
-    ("_append_documents", "_merge_documents", "save: commit"),
-    ("send_pending", "send_pending", "dispatch: sends (wall)"),
-    ("_send", "_send", "sends, summed over threads"),
-    ("_append_marks", "_merge_watermarks", "watermark commits"),
-)
-
-
-def dispatch_profile() -> str:
-    """``python -m benchmarks.dispatch --profile``: seconds inside each step, per case."""
-    p = load("dispatch_profile")
-    rows = []
-    for name, c in p["sizes"].items():
-        sec = c["seconds"]
-        rows.append(
-            [f"`{name}` ({c['rounds']} commits)"]
-            + [f"{sec.get(k, sec.get(old, 0.0)):,.3f} s" for k, old, _ in _PROFILE_PARTS]
-            + [
-                f"{_sig(c['caller_ms_p50'])} ms",
-                f"{n(c['messages_per_second'])} msg/s",
-                f"{n(c['wall_messages_per_second'])} msg/s",
-            ]
-        )
-    header = (
-        ["case"]
-        + [label for _, _, label in _PROFILE_PARTS]
-        + ["caller p50", "dispatch-only", "whole loop"]
-    )
-    return _table(header, rows)
-
-
-def dispatch_window() -> str:
-    """The single-document ``watermark_window`` sweep of ``dispatch.json``."""
-    sweep = load("dispatch")["window_sweep"]
-    rows = [
-        [
-            f"`{w}`" + (" (inline)" if float(w) == 0 else ""),
-            f"{_sig(c['caller_ms']['p50_ms'])} ms",
-            f"{_sig(c['caller_ms']['p99_ms'])} ms",
-            f"{n(c['wall_messages_per_second'], 1)} msg/s",
-            f"{c['watermark_merges']} for {c['rounds']} commits",
-        ]
-        for w, c in sweep.items()
-    ]
-    header = [
-        "watermark_window (s)",
-        "caller p50",
-        "caller p99",
-        "whole loop",
-        "watermark MERGEs of their own",
-    ]
-    return _table(header, rows)
-
-
-def dispatch_before() -> str:
-    """The dispatch figures before issue 19 (``dispatch_before_issue19.json``, quiet machine)."""
-    c = load("dispatch_before_issue19")["cases"]
-    rows = []
-    for k in (1, 100, 1000):
-        x = c[f"{k}_docs_coalesced"]
-        rows.append(
-            [
-                n(k),
-                f"{n(x['messages_per_second'], 1)} msg/s",
-                f"{n(x['dispatch_ms']['mean_ms'], 1)} ms",
-                f"{n(x['watermark_merge']['mean_ms'], 1)} ms",
-                f"{n(x['save_ms']['mean_ms'], 1)} ms",
-            ]
-        )
-    header = [
-        "documents per unit of work",
-        "dispatch-only",
-        "dispatch per commit (mean)",
-        "of which the watermark MERGE (mean)",
-        "the caller's unit of work (mean)",
-    ]
-    return _table(header, rows)
-
-
 RENDERERS: dict[str, Callable[[], str]] = {
     "performance": performance,
     "readme-headline": readme_headline,
     "rescuer-sizes": rescuer_sizes,
     "rescuer-planner": rescuer_planner,
-    "sql-queue": sql_queue,
-    "sql-queue-profile": sql_queue_profile,
-    "dispatch": dispatch,
-    "dispatch-profile": dispatch_profile,
-    "dispatch-before": dispatch_before,
-    "dispatch-window": dispatch_window,
     "spark-write": spark_write,
     "checker-soak": checker_soak,
-    "telemetry": telemetry,
     "checker-soak-before-recreate": lambda: checker_soak("checker_soak_before_recreate"),
+    **report_queue.RENDERERS,
+    **report_dispatch.RENDERERS,
     **report_doc_table.RENDERERS,
     **report_object_store.RENDERERS,
     **report_kafka.RENDERERS,

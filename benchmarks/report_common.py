@@ -25,3 +25,13 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
     return "\n".join(lines) + "\n"
+
+
+def sig(value: float) -> str:
+    """Two significant figures for latencies that span 3 ms to 60 ms."""
+    return n(value, 1) if value < 10 else n(value)
+
+
+def slash(values: list[str]) -> str:
+    """Figures of one row's cases, as the docs print them: ``1 / 100 / 1,000``."""
+    return " / ".join(values)
