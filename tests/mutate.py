@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import linecache
 import textwrap
+import traceback
 from typing import Any
 
 #: Compile the recompiled function as its module was compiled (postponed annotations).
@@ -62,3 +64,16 @@ def apply(name: str) -> None:
     target, edits = CHILD[name]
     owner, attr, broken = mutated(target, edits)
     setattr(owner, attr, broken)
+
+
+def failing_line(error: BaseException, filename: str, function: str | None = None) -> str:
+    """The source line in ``filename`` (and in ``function`` there, if given) that ``error`` was
+    raised from, its innermost frame there: a mutation's test checks its owner failed on the line
+    it names, not anywhere."""
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if f.filename == filename and (function is None or f.name == function)
+    ]
+    assert frames, f"the failure did not come from {function or filename}: {error!r}"
+    return linecache.getline(filename, frames[-1].lineno or 0).strip()

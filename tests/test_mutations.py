@@ -16,9 +16,7 @@ The end-to-end checker's broken builds are another set (``outbox.app.checker.mut
 from __future__ import annotations
 
 import importlib
-import linecache
 import logging
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +35,7 @@ from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
 from tests.dispatcher import test_key_order, test_transport_capabilities
 from tests.mqtt import test_places
-from tests.mutate import CHILD, mutated
+from tests.mutate import CHILD, failing_line, mutated
 from tests.queue import test_inbox_pruning, test_selection, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
@@ -581,10 +579,7 @@ MUTATIONS = [
 def _failing_source_line(error: BaseException, owner: Callable[..., Any]) -> str:
     """The owner's source line the failure was raised from (its innermost frame there)."""
     code = getattr(owner, "__code__", None)
-    owner_file = code.co_filename if code is not None else ""
-    frames = [f for f in traceback.extract_tb(error.__traceback__) if f.filename == owner_file]
-    assert frames, f"the failure did not come from the owner: {error!r}"
-    return linecache.getline(owner_file, frames[-1].lineno or 0).strip()
+    return failing_line(error, code.co_filename if code is not None else "")
 
 
 def _owner_function(m: SourceMutation) -> Callable[..., Any]:

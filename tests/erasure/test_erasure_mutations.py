@@ -4,8 +4,6 @@ failing on the named line)."""
 
 from __future__ import annotations
 
-import linecache
-import traceback
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +17,7 @@ from tests.erasure import (
     test_purge,
     test_tombstone,
 )
-from tests.mutate import mutated
+from tests.mutate import failing_line, mutated
 
 OWNER = test_proof.test_erasure_leaves_the_marker_nowhere_on_local_disk
 
@@ -64,15 +62,6 @@ MUTATIONS = [
 LATE = test_late_marks.test_a_mark_row_committed_after_the_erase_merge_is_erased_too
 
 
-def _failing_line(error: BaseException) -> str:
-    owner_file = test_proof.__file__
-    frames = [
-        f for f in traceback.extract_tb(error.__traceback__) if f.filename.endswith("test_proof.py")
-    ]
-    assert frames, f"the failure did not come from the proof: {error!r}"
-    return linecache.getline(owner_file, frames[-1].lineno or 0).strip()
-
-
 @pytest.fixture(scope="module")
 def intact_proof(tmp_path_factory: pytest.TempPathFactory) -> None:
     """The owner passes on the intact code, once for the module's mutations (as the readers'
@@ -97,7 +86,9 @@ def test_the_erasure_proof_catches_the_mutation(
         OWNER(tmp_path / "mutated")
     monkeypatch.undo()
     assert getattr(owner, attr) is original  # the intact code is back for the next one
-    assert line in _failing_line(caught.value), f"{name}: failed elsewhere: {caught.value!r}"
+    assert line in failing_line(caught.value, test_proof.__file__), (
+        f"{name}: failed elsewhere: {caught.value!r}"
+    )
 
 
 @pytest.mark.slow
@@ -116,13 +107,9 @@ def test_without_the_re_read_a_late_mark_row_stays(
     (tmp_path / "mutated").mkdir()
     with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
         LATE(tmp_path / "mutated", patch)
-    frames = [
-        f
-        for f in traceback.extract_tb(caught.value.__traceback__)
-        if f.filename == test_late_marks.__file__
-    ]
-    assert frames, caught.value
-    assert 'assert _rows_of(ws, "p1") == 0' in (frames[-1].line or ""), caught.value
+    assert 'assert _rows_of(ws, "p1") == 0' in failing_line(
+        caught.value, test_late_marks.__file__
+    ), caught.value
 
 
 @pytest.mark.parametrize(
@@ -146,13 +133,9 @@ def test_without_zeroing_the_sqlite_file_keeps_the_bytes(
     monkeypatch.setattr(owner, attr, broken)
     with pytest.raises(AssertionError) as caught:
         test_purge.test_purge_by_message_id_and_session_keeps_other_documents(url)
-    frames = [
-        f
-        for f in traceback.extract_tb(caught.value.__traceback__)
-        if f.filename == test_purge.__file__
-    ]
-    assert frames, caught.value
-    assert "assert scan_folder(folder, marker) == []" in (frames[-1].line or ""), caught.value
+    assert "assert scan_folder(folder, marker) == []" in failing_line(
+        caught.value, test_purge.__file__
+    ), caught.value
 
 
 @pytest.mark.parametrize(
@@ -183,13 +166,7 @@ def test_the_finish_checks_catch_their_mutation(
     monkeypatch.setattr(broken_owner, attr, broken)
     with pytest.raises(AssertionError) as caught:
         owner(tmp_path / "mutated")
-    frames = [
-        f
-        for f in traceback.extract_tb(caught.value.__traceback__)
-        if f.filename == test_finish.__file__
-    ]
-    assert frames, caught.value
-    assert line in (frames[-1].line or ""), caught.value
+    assert line in failing_line(caught.value, test_finish.__file__), caught.value
 
 
 @pytest.mark.slow
@@ -214,13 +191,9 @@ def test_joining_on_the_ids_puts_an_id_in_the_erase_commit(
     (tmp_path / "mutated").mkdir()
     with pytest.raises(AssertionError) as caught:
         owner(tmp_path / "mutated")
-    frames = [
-        f
-        for f in traceback.extract_tb(caught.value.__traceback__)
-        if f.filename == test_cli.__file__
-    ]
-    assert frames, caught.value
-    assert 'assert f"{version:020d}.json" not in hits' in (frames[-1].line or ""), caught.value
+    assert 'assert f"{version:020d}.json" not in hits' in failing_line(
+        caught.value, test_cli.__file__
+    ), caught.value
 
 
 @pytest.mark.slow
@@ -244,13 +217,9 @@ def test_without_the_retry_a_lost_commit_race_fails_the_erase(
     (tmp_path / "mutated").mkdir()
     with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
         owner(tmp_path / "mutated", patch)
-    frames = [
-        f
-        for f in traceback.extract_tb(caught.value.__traceback__)
-        if f.filename == test_late_marks.__file__
-    ]
-    assert frames, caught.value
-    assert "assert result.exit_code == 0, result.output" in (frames[-1].line or ""), caught.value
+    assert "assert result.exit_code == 0, result.output" in failing_line(
+        caught.value, test_late_marks.__file__
+    ), caught.value
 
 
 def _race(path: Path, patch: pytest.MonkeyPatch) -> None:
@@ -317,10 +286,4 @@ def test_the_tombstone_and_the_where_catch_their_mutation(
     (tmp_path / "mutated").mkdir()
     with pytest.raises(AssertionError) as caught, pytest.MonkeyPatch.context() as patch:
         owner(tmp_path / "mutated", patch)
-    frames = [
-        f
-        for f in traceback.extract_tb(caught.value.__traceback__)
-        if f.filename == test_tombstone.__file__
-    ]
-    assert frames, caught.value
-    assert line in (frames[-1].line or ""), caught.value
+    assert line in failing_line(caught.value, test_tombstone.__file__), caught.value

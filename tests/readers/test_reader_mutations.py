@@ -12,15 +12,13 @@ row for the write path); a life is (id, incarnation), not the id (both forms).
 
 from __future__ import annotations
 
-import linecache
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import pytest
 
 from testkit.table_states import TableStates
-from tests.mutate import mutated
+from tests.mutate import failing_line, mutated
 from tests.readers import checks
 
 
@@ -96,16 +94,6 @@ MUTATIONS = [
 ]
 
 
-def _failing_line(error: BaseException, owner: Callable[..., object]) -> str:
-    code = owner.__code__
-    frames = [
-        f for f in traceback.extract_tb(error.__traceback__) if f.filename == code.co_filename
-    ]
-    frames = [f for f in frames if f.name == owner.__name__]
-    assert frames, f"the failure did not come from {owner.__name__}: {error!r}"
-    return linecache.getline(code.co_filename, frames[-1].lineno or 0).strip()
-
-
 @pytest.fixture(scope="module")
 def intact(states: TableStates) -> Callable[[Callable[[TableStates], None]], None]:
     """Run an owning check on the intact rule, once per module for each check (its outcome,
@@ -142,5 +130,6 @@ def test_the_reader_check_catches_the_mutation(
     with pytest.raises(AssertionError) as caught:
         m.owner(states)
     monkeypatch.undo()
-    assert m.failing_line in _failing_line(caught.value, m.owner)
+    code = m.owner.__code__
+    assert m.failing_line in failing_line(caught.value, code.co_filename, m.owner.__name__)
     assert getattr(owner, attr) is original  # the intact rule is back for the next one
