@@ -123,6 +123,18 @@ class Item:
         seconds = self.seconds(place.settings)
         return None if not seconds else now - timedelta(seconds=seconds)
 
+    def logged(self, place: Place, gone: int, rows: str) -> int:
+        """``gone`` rows pruned, said in the log with the age that chose them; returns it."""
+        if gone:
+            log.info(
+                "deleted %d %s older than %s (%s)",
+                gone,
+                rows,
+                format_duration(float(getattr(place.settings, self.setting))),
+                self.setting,
+            )
+        return gone
+
 
 class SupersededVersions(Item):
     name = "superseded versions and mark rows"
@@ -226,14 +238,7 @@ class DeadLetters(Item):
         before = self.cutoff(place, now)
         if before is None:
             return None
-        gone = place.queue.admin.prune_dead_letters(before)
-        if gone:
-            log.info(
-                "deleted %d dead letter(s) older than %s (dead_letter_retention)",
-                gone,
-                format_duration(float(place.settings.dead_letter_retention)),
-            )
-        return gone
+        return self.logged(place, place.queue.admin.prune_dead_letters(before), "dead letter(s)")
 
     def describe(self, place: Place, now: datetime) -> Kept:
         rows, oldest = place.queue.admin.oldest_dead_letter()
@@ -313,13 +318,7 @@ class FinishedReplays(Item):
         if before is None:
             return None
         gone = prune_finished(place.queue.database, before)
-        if gone:
-            log.info(
-                "deleted %d finished replay(s) older than %s (replay_retention)",
-                gone,
-                format_duration(float(place.settings.replay_retention)),
-            )
-        return gone
+        return self.logged(place, gone, "finished replay(s)")
 
     def describe(self, place: Place, now: datetime) -> Kept:
         from outbox.app.replay_status import finished_replays
