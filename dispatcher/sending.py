@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from dispatcher.outcomes import Plan
+from dispatcher.queue.key_lines import Key
 from dispatcher.transports.base import Capabilities, Transport, TransportMessage
 from outbox.core.errors import TransportUnavailableError
 from outbox.core.model import OutboxMessage
@@ -52,6 +54,46 @@ def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessag
         message.headers,  # shared, not copied: transports only read them (base.py)
         message.created_at,
     )
+
+
+def keys_of(plans: Sequence[Plan]) -> set[Key]:
+    """The ordering keys of ``plans``' messages, each once (``dispatcher.keys.key_of``, inline:
+    a dispatch gathers them once for all its turns and its read of the paused keys)."""
+    return {(m.destination, m.ordering_key or row.id) for row, msgs in plans for m in msgs}
+
+
+def shared(plans: Sequence[Plan]) -> bool:
+    """May a key span documents here: has a message a session other than its own document's?
+    Only then does the order between documents matter (a session named after another document
+    is that document's key too, so "other than its own" is the test, not "a session at all")."""
+    return any(
+        m.ordering_key is not None and m.ordering_key != row.id for row, msgs in plans for m in msgs
+    )
+
+
+def written_at(plan: Plan) -> float:
+    """When the first pending message of a plan was written (``created_at``; 0 when unknown, so
+    such plans keep their order, the sort being stable)."""
+    at = plan[1][0].created_at
+    return 0.0 if at is None else at.timestamp()
+
+
+def chunked(plans: list[Plan], limit: int) -> list[list[Plan]]:
+    """Whole documents, in order, grouped into sends of at most ``limit`` messages (a document
+    with more goes alone: it is sent ``limit`` at a time on its own)."""
+    chunks: list[list[Plan]] = []
+    current: list[Plan] = []
+    count = 0
+    for plan in plans:
+        n = len(plan[1])
+        if current and count + n > limit:
+            chunks.append(current)
+            current, count = [], 0
+        current.append(plan)
+        count += n
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 class Outage:
