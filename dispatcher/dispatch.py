@@ -69,8 +69,10 @@ from dispatcher.sending import (
     chunked,
     coalesces,
     keys_of,
+    pending_plans,
     shared,
     to_transport_message,
+    transport_messages,
     written_at,
 )
 from dispatcher.transports.base import Transport, TransportMessage
@@ -196,10 +198,7 @@ class Dispatcher:
             for doc_id, seq in self.watermarks.covered_rows(unique).items():
                 if seq > unique[doc_id].dispatched_seq:
                     unique[doc_id] = replace(unique[doc_id], dispatched_seq=seq)
-        plans: list[Plan] = []
-        for r in unique.values():
-            if r.last_seq > r.dispatched_seq and (p := r.pending()):
-                plans.append((r, p))
+        plans = pending_plans(unique.values())
         report = DispatchReport()
         if not plans:
             self.keys.seen(unique.values())  # delivered elsewhere: a gate may pass
@@ -307,9 +306,12 @@ class Dispatcher:
         ``OVERLAP_MESSAGES`` when they may be in flight together."""
         if not self.coalesce:
             return [[p] for p in plans]
+        limit = self.max_batch_messages
         if not self.atomic and self.max_in_flight > 1:
-            return chunked(plans, min(self.max_batch_messages, OVERLAP_MESSAGES))
-        return chunked(plans, self.max_batch_messages)
+            limit = min(limit, OVERLAP_MESSAGES)
+        if len(plans) == 1 or sum([len(msgs) for _, msgs in plans]) <= limit:
+            return [plans]  # one send, the usual case
+        return chunked(plans, limit)
 
     def _run_concurrently(
         self, chunks: list[list[Plan]], started: float, outage: Outage
@@ -368,7 +370,7 @@ class Dispatcher:
             for m in msgs
         )
         if len(chunk) > 1 and not held_back:
-            batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
+            batch = transport_messages(chunk)
             try:
                 self._send(batch, started, outage)
             except Exception as e:

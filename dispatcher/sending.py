@@ -8,13 +8,13 @@ dispatcher decides which sends to make, in which order, and what their outcome m
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 from dispatcher.outcomes import Plan
 from dispatcher.queue.key_lines import Key
 from dispatcher.transports.base import Capabilities, Transport, TransportMessage
 from outbox.core.errors import TransportUnavailableError
-from outbox.core.model import OutboxMessage
+from outbox.core.model import DocumentRow, OutboxMessage
 
 
 def atomic_batches(transport: Transport) -> bool:
@@ -54,6 +54,44 @@ def to_transport_message(message: OutboxMessage, doc_id: str) -> TransportMessag
         message.headers,  # shared, not copied: transports only read them (base.py)
         message.created_at,
     )
+
+
+def transport_messages(plans: Sequence[Plan]) -> list[TransportMessage]:
+    """``to_transport_message`` of every message of ``plans``, in order, inline (one shared
+    send's batch: a call per message was a tenth of its cost)."""
+    return [
+        TransportMessage(
+            m.message_id,
+            m.destination,
+            m.body.encode("utf-8"),
+            m.type,
+            m.content_type,
+            m.ordering_key or row.id,
+            m.deliver_at,
+            m.correlation_id,
+            m.headers,
+            m.created_at,
+        )
+        for row, msgs in plans
+        for m in msgs
+    ]
+
+
+def pending_plans(rows: Iterable[DocumentRow]) -> list[Plan]:
+    """Each row with messages to send, with them (``DocumentRow.pending``; a row's one message,
+    the usual case, without building a comprehension for it)."""
+    plans: list[Plan] = []
+    for r in rows:
+        low, high = r.dispatched_seq, r.last_seq
+        if high <= low:
+            continue
+        out = r.outbox
+        if len(out) == 1:
+            if low < out[0].seq <= high:
+                plans.append((r, [out[0]]))
+        elif p := r.pending():
+            plans.append((r, p))
+    return plans
 
 
 def keys_of(plans: Sequence[Plan]) -> set[Key]:
