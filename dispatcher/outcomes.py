@@ -135,11 +135,6 @@ class DispatchReport:
         return {d: (o.sent_up_to, lives.get(d)) for d, o in self._outcomes.items() if o.progressed}
 
 
-def merge(report: DispatchReport, o: DocumentOutcome, row: DocumentRow) -> None:
-    """Record ``o`` in ``report`` (``DispatchReport.record``)."""
-    report.record(o, row)
-
-
 def _count_sent(
     outcome: DocumentOutcome, row: DocumentRow, before: DocumentOutcome | None = None
 ) -> int:
