@@ -28,6 +28,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from dispatcher.kafka import errors, mapping
@@ -212,7 +213,7 @@ class KafkaTransport:
         returns the destinations not known to be topics yet (None: all known)."""
         known = self._topics  # read without the lock: names are only ever added to it
         unknown: set[str] | None = None
-        now = None
+        now: datetime | None = None
         for m in batch:
             if m.destination not in known and (unknown is None or m.destination not in unknown):
                 problem = mapping.topic_problem(m.destination)
