@@ -18,7 +18,9 @@ while it waits for its own (librdkafka calls them only from ``poll``, on the pol
 report for another thread's send sets that send's event. No thread of its own: a background
 poller would take the GIL for every report while the sender produces, which cost a quarter of
 the throughput (benchmarks/kafka.py). Documents may share one send (``coalesce_sends``): many
-records per round trip, and a failed batch is re-sent per document with the same ids.
+records per round trip, and a failed batch is re-sent per document with the same ids. The
+dispatcher keeps several such sends in flight at once (never two of one ordering key), so one
+send's reports are often served by another's poll (``_Pending``).
 """
 
 from __future__ import annotations
