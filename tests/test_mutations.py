@@ -444,8 +444,13 @@ MUTATIONS = [
     ),
     SourceMutation(
         "the documents are not sorted when a session is named after another document",
-        "dispatcher.sending:shared",
-        (("m.ordering_key is not None and m.ordering_key != row.id", "False"),),
+        "dispatcher.dispatch:shared",  # the name the dispatch calls it by
+        (
+            (
+                "m.ordering_key != row.id",
+                "m.ordering_key not in {r.id for r, _ in plans}",  # no document's own key
+            ),
+        ),
         "tests/dispatcher/test_dispatch_fast_path.py::"
         "test_a_session_named_after_another_document_keeps_the_written_order",
         _plain(
