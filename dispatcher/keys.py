@@ -70,9 +70,8 @@ class KeyOrder:
         self.lines: KeyLines = lines if lines is not None else MemoryKeyLines()
         self._cond = threading.Condition()
         self._next = 0
-        #: The tickets in flight, in the order they were taken (a dict keeps it), each with its
-        #: send's keys: one entry per send, not one per key (a 1,000-document send took and
-        #: released 1,000 lines of turns).
+        #: The tickets in flight in the order taken, each with its send's keys: one entry per
+        #: send (a line per key made a 1,000-document send take and release 1,000 lines).
         self._tickets: dict[int, AbstractSet[Key]] = {}
         self._view: dict[Key, list[Hold]] = {}
         self._local = 0  # ids of holds kept only here while the store fails (negative)
@@ -81,8 +80,7 @@ class KeyOrder:
     # --- turns (this process) -----------------------------------------------------------------
 
     def take(self, keys: AbstractSet[Key]) -> int:
-        """A ticket at the end of the line of turns, for a send of ``keys`` (kept, not copied:
-        the caller does not change them)."""
+        """A ticket at the end of the line, for a send of ``keys`` (kept, not copied)."""
         with self._cond:
             ticket = self._next
             self._next += 1
@@ -90,9 +88,8 @@ class KeyOrder:
             return ticket
 
     def my_turn(self, ticket: int) -> bool:
-        """Is ``ticket`` first in line for each of its keys (no earlier ticket still in flight
-        shares one)? Tickets are kept in the order they were taken, so the scan stops at
-        ``ticket``; the usual dispatch, alone in line, looks at itself only."""
+        """Is ``ticket`` first in line for each of its keys (no earlier ticket in flight shares
+        one)? The scan stops at ``ticket``: a dispatch alone in line looks at itself only."""
         with self._cond:
             return self._first(ticket)
 
