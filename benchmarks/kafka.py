@@ -26,8 +26,8 @@ instead: the transport's own cost over the raw producer (``transport_alone_ratio
 the in-memory transport: the dispatcher's own time per message, which the outbox adds to the
 raw sends (``per_1000_messages`` sets the three side by side). Each outbox run also keeps
 every round's time (``round_dispatch_ms``: two slow rounds were half a mean once) and the
-collector's pauses during its rounds (``gc``, as benchmarks/dispatcher_cost.py). The broker runs with its full JIT
-and is warmed by a discarded raw run first. A full run writes
+collector's pauses during its rounds (``gc``, as benchmarks/dispatcher_cost.py). The broker
+runs with its full JIT and is warmed by a discarded raw run first. A full run writes
 ``benchmarks/results/kafka.json``; ``--quick`` and ``--smoke`` write into a fresh temporary
 folder, never into benchmarks/results/ (benchmarks/common.py says the rule).
 """

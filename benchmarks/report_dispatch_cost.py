@@ -23,8 +23,10 @@ def readme_row(data: dict[str, Any] | None = None) -> list[str]:
         f"**{n(us['mean'], 2)} µs** a message (goal ≤ {n(d['goal_us'], 0)} µs; p50 "
         f"{n(us['p50'], 2)}, p99 of rounds {n(us['p99'], 2)}), the hand loop "
         f"{n(floor['mean'], 2)} µs: the dispatcher's own {n(own['mean'], 2)} µs "
-        f"({n(d['dispatch_over_floor'], 2)}× the loop); {n(d['gc']['collections'])} collector "
-        f"pauses in its rounds, {n(d['gc']['total_ms'], 1)} ms",
+        f"({n(d['dispatch_over_floor'], 2)}× the loop); CPU on the calling thread "
+        f"{n(d['cpu_us']['dispatch']['mean'], 2)} vs {n(d['cpu_us']['floor']['mean'], 2)} µs; "
+        f"{n(d['gc']['collections'])} collector pauses in its rounds, "
+        f"{n(d['gc']['total_ms'], 1)} ms",
         "`dispatcher_cost.json`",
     ]
 

@@ -130,7 +130,9 @@ SMOKES: dict[str, Smoke] = {
         _keys("sizes", "ids_100", "whole_table", "ratio_ids", "ratio_whole_table", "goal")
     ),
     "dispatcher_cost": Smoke(
-        _keys("dispatch_us", "floor_us", "own_us", "dispatch_over_floor", "gc", "meets_goal"),
+        _keys(
+            "dispatch_us", "floor_us", "own_us", "dispatch_over_floor", "cpu_us", "gc", "meets_goal"
+        ),
         check=_dispatcher_cost_report_renders,
     ),
     "doc_table": Smoke(
