@@ -24,8 +24,10 @@ instead: the transport's own cost over the raw producer (``transport_alone_ratio
 
 ``ratio`` is outbox / raw (goal at least 0.8). ``memory_transport`` runs the outbox's loop on
 the in-memory transport: the dispatcher's own time per message, which the outbox adds to the
-raw sends (``per_1000_messages`` sets the three side by side). The broker runs with its full JIT
-and is warmed by a discarded raw run first. A full run writes
+raw sends (``per_1000_messages`` sets the three side by side). Each outbox run also keeps
+every round's time (``round_dispatch_ms``: two slow rounds were half a mean once) and the
+collector's pauses during its rounds (``gc``, as benchmarks/dispatcher_cost.py). The broker
+runs with its full JIT and is warmed by a discarded raw run first. A full run writes
 ``benchmarks/results/kafka.json``; ``--quick`` and ``--smoke`` write into a fresh temporary
 folder, never into benchmarks/results/ (benchmarks/common.py says the rule).
 """
@@ -41,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.common import add_output_options, save, summarize_ms
+from benchmarks.dispatcher_cost import GcPauses
 from dispatcher.kafka.config import KafkaConfig
 from dispatcher.kafka.mapping import headers_of
 from dispatcher.kafka.transport import KafkaTransport
@@ -76,11 +79,17 @@ def run_outbox(
         if runtime.watermarks is not None:
             assert runtime.watermarks.flush(60)
         runtime.metrics.reset()
-        for r in range(rounds):
-            with ob.unit_of_work() as uow:
-                for i in range(docs):
-                    doc = uow.create(f"r{r}-d{i}", type="Shipment", state={"status": "created"})
-                    doc.send("StatusChanged", {"status": "left Seattle", "i": i})
+        pauses = GcPauses()
+        gc.callbacks.append(pauses)
+        pauses.on = True  # the whole loop: the saves' collections fall on the dispatch too
+        try:
+            for r in range(rounds):
+                with ob.unit_of_work() as uow:
+                    for i in range(docs):
+                        doc = uow.create(f"r{r}-d{i}", type="Shipment", state={"status": "created"})
+                        doc.send("StatusChanged", {"status": "left Seattle", "i": i})
+        finally:
+            gc.callbacks.remove(pauses)
         flush = 0.0
         if runtime.watermarks is not None:
             t0 = time.perf_counter()
@@ -100,6 +109,9 @@ def run_outbox(
             ),
             "final_watermark_flush_ms": round(flush * 1000, 2),
             "dispatch_ms": summarize_ms(dispatch_s),
+            # each round's commit -> acknowledged: an outlier round is much of a mean
+            "round_dispatch_ms": [round(s * 1000, 2) for s in dispatch_s],
+            "gc": pauses.summary(),
             "settle": summarize_ms(list(m.settle_latency)),
             "send_calls": m["send_calls"],
         }

@@ -61,9 +61,20 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from dispatcher.keys import Key, KeyOrder, key_of
-from dispatcher.outcomes import DispatchReport, DocumentOutcome, merge
+from dispatcher.outcomes import DispatchReport, DocumentOutcome, Plan
 from dispatcher.queue.key_lines import KeyLines, Wait
-from dispatcher.sending import Outage, atomic_batches, coalesces, to_transport_message
+from dispatcher.sending import (
+    Outage,
+    atomic_batches,
+    chunked,
+    coalesces,
+    keys_of,
+    pending_plans,
+    shared,
+    to_transport_message,
+    transport_messages,
+    written_at,
+)
 from dispatcher.transports.base import Transport, TransportMessage
 from dispatcher.watermarks import MarkStore
 from outbox.core.errors import (
@@ -94,7 +105,10 @@ log = logging.getLogger("outbox.dispatcher")
 #: against 41 ms for two of 500, by hand (one fsync fewer; docs/performance-write-path.md).
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 
-Plan = tuple[DocumentRow, list[OutboxMessage]]
+#: A coalesced send's cap when the transport is not atomic (Kafka) and sends may overlap: a
+#: 1,000-document dispatch goes as four sends in flight together, the next one built and produced
+#: while the one before waits for its acknowledgements (with the GIL released).
+OVERLAP_MESSAGES = 250
 #: Rounds one dispatch gives the documents a key's line held back while it passed gates.
 PAUSED_ROUNDS = 8
 
@@ -132,6 +146,7 @@ class Dispatcher:
         self.max_in_flight = max_in_flight
         self.max_batch_messages = max_batch_messages
         self.coalesce = coalesces(transport) if coalesce is None else coalesce
+        self.atomic = atomic_batches(transport)
         self.observe = observer
         self._system = type(transport).__name__
         #: Where ``dispatch(..., defer_watermark=True)`` puts its marks; also consulted so this
@@ -141,11 +156,12 @@ class Dispatcher:
         self._pool_lock = threading.Lock()
         self.keys = KeyOrder(key_lines)
         self._line_lock = threading.Lock()  # tickets are taken in the order chunks are submitted
-        # Coalesced sends go one at a time. Why: an atomic batch is one database transaction, and
-        # on SQLite one writer at a time; 200 batches on 16 threads spent their time convoying on
-        # the write lock and the GIL (220 ms per 500-message send, against 38 ms sent one after
-        # the other: the superlinear cost of a 100,000-document unit of work). The pool still
-        # runs per-document sends concurrently (network transports).
+        # Atomic coalesced sends go one at a time. Why: an atomic batch is one database
+        # transaction, and on SQLite one writer at a time; 200 batches on 16 threads spent their
+        # time convoying on the write lock and the GIL (220 ms per 500-message send, against 38 ms
+        # sent one after the other: the superlinear cost of a 100,000-document unit of work).
+        # The pool still runs per-document sends concurrently (network transports), and the
+        # shared sends of a transport that is not atomic (Kafka) overlap (``OVERLAP_MESSAGES``).
         self._coalesced_slot = threading.Lock()
 
     # --- the whole job ----------------------------------------------------------------------
@@ -179,49 +195,53 @@ class Dispatcher:
         started = time.perf_counter() if started is None else started
         unique = {r.id: r for r in rows}  # a later row for the same id wins
         if self.watermarks is not None:  # accepted earlier, its mark not written yet: not again
-            covered = self.watermarks.covered((r.id, r.incarnation) for r in unique.values())
-            for doc_id, seq in covered.items():
+            for doc_id, seq in self.watermarks.covered_rows(unique).items():
                 if seq > unique[doc_id].dispatched_seq:
                     unique[doc_id] = replace(unique[doc_id], dispatched_seq=seq)
-        plans: list[Plan] = [
-            (r, p) for r in unique.values() if r.has_pending and (p := r.pending())
-        ]
-        if len(plans) > 1:
-            # One key's messages leave in the order they were written, whatever order the rows
-            # came in (a worker's batch reads its documents in the store's order).
-            plans.sort(key=_written_at)
+        plans = pending_plans(unique.values())
         report = DispatchReport()
         if not plans:
             self.keys.seen(unique.values())  # delivered elsewhere: a gate may pass
             self.observe.sends_done(0, 0, 0)
             return report
+        # every key once: its own document's (the usual case), or a session that may span
+        # documents; only then does the order between documents matter
+        keys = keys_of(plans)
+        if len(plans) > 1 and shared(plans):
+            # One key's messages leave in the order they were written, whatever order the rows
+            # came in (a worker's batch reads its documents in the store's order).
+            plans.sort(key=written_at)
         # the paused keys' lines as the store has them now (other processes pause and pass
         # gates too), then what the rows show delivered since
-        self.keys.refresh({key_of(m, r.id) for r, msgs in plans for m in msgs})
+        self.keys.refresh(keys)
         self.keys.seen(unique.values())
         outage = Outage()
         for _ in range(PAUSED_ROUNDS):
-            for outcomes in self._run(plans, started, outage):
+            for chunk, outcomes in self._run(plans, keys, started, outage):
+                if outcomes is None:
+                    report.sent_whole(chunk)
+                    continue
                 for o in outcomes:
-                    merge(report, o, unique[o.doc_id])
+                    report.record(o, unique[o.doc_id])
             # A document held behind a gate this dispatch passed (the gate's document came after
             # it here: rows written in one instant) goes again, from where it stopped.
             plans = self._passed_by(plans, report)
             if not plans:
                 break
-        complete = sum(o.complete for o in report.outcomes.values())
-        self.observe.sends_done(report.messages_sent, complete, len(report.outcomes) - complete)
+            keys = keys_of(plans)
+        complete, failed = report.tally()
+        self.observe.sends_done(report.messages_sent, complete, failed)
         return report
 
     def _run(
-        self, plans: list[Plan], started: float, outage: Outage
-    ) -> list[list[DocumentOutcome]]:
+        self, plans: list[Plan], keys: set[Key], started: float, outage: Outage
+    ) -> list[tuple[list[Plan], list[DocumentOutcome] | None]]:
+        """Each chunk with its outcomes (None: its one send took every message)."""
         chunks = self._chunks(plans)
-        if len(chunks) == 1:
-            keys = _keys(chunks[0])
+        if len(chunks) == 1:  # on the caller's thread, with the keys already gathered
             with self._line_lock:
                 ticket = self.keys.take(keys)
-            return [self._run_in_line(chunks[0], started, ticket, keys, outage)]
+            return [(plans, self._run_in_line(plans, started, ticket, outage))]
         return self._run_concurrently(chunks, started, outage)
 
     def _passed_by(self, plans: list[Plan], report: DispatchReport) -> list[Plan]:
@@ -244,10 +264,7 @@ class Dispatcher:
         """Step 3, later: hand the marks to the writer. Only ever after the sends returned, so a
         mark never covers a message the transport has not accepted."""
         assert self.watermarks is not None
-        lives = {r.id: r.incarnation for r in rows}
-        marks = {
-            d: (o.sent_up_to, lives.get(d)) for d, o in report.outcomes.items() if o.progressed
-        }
+        marks = report.marks(rows)
         if not marks:
             return
         self.observe.watermark_due()  # dying here: sent, never marked
@@ -285,26 +302,20 @@ class Dispatcher:
     # --- sending ----------------------------------------------------------------------------
 
     def _chunks(self, plans: list[Plan]) -> list[list[Plan]]:
-        """Whole documents grouped into sends of at most ``max_batch_messages`` (coalescing)."""
+        """Whole documents grouped into sends of at most ``max_batch_messages`` (coalescing);
+        ``OVERLAP_MESSAGES`` when they may be in flight together."""
         if not self.coalesce:
             return [[p] for p in plans]
-        chunks: list[list[Plan]] = []
-        current: list[Plan] = []
-        count = 0
-        for plan in plans:
-            n = len(plan[1])
-            if current and count + n > self.max_batch_messages:
-                chunks.append(current)
-                current, count = [], 0
-            current.append(plan)
-            count += n
-        if current:
-            chunks.append(current)
-        return chunks
+        limit = self.max_batch_messages
+        if not self.atomic and self.max_in_flight > 1:
+            limit = min(limit, OVERLAP_MESSAGES)
+        if len(plans) == 1 or sum([len(msgs) for _, msgs in plans]) <= limit:
+            return [plans]  # one send, the usual case
+        return chunked(plans, limit)
 
     def _run_concurrently(
         self, chunks: list[list[Plan]], started: float, outage: Outage
-    ) -> list[list[DocumentOutcome]]:
+    ) -> list[tuple[list[Plan], list[DocumentOutcome] | None]]:
         with self._pool_lock:  # application threads and worker threads share one dispatcher
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(
@@ -313,52 +324,53 @@ class Dispatcher:
             pool = self._pool
         # Tickets and submissions in one order: the pool starts tasks first in, first out, so a
         # task waiting for its turn only waits for tasks already running.
-        lined: list[tuple[int, set[Key]]] = []
-        futures: list[Future[list[DocumentOutcome]]] = []
+        tickets: list[int] = []
+        futures: list[Future[list[DocumentOutcome] | None]] = []
         with self._line_lock:
             for c in chunks:
-                keys = _keys(c)
-                ticket = self.keys.take(keys)
-                lined.append((ticket, keys))
-                futures.append(pool.submit(self._run_in_line, c, started, ticket, keys, outage))
+                ticket = self.keys.take(keys_of(c))
+                tickets.append(ticket)
+                futures.append(pool.submit(self._run_in_line, c, started, ticket, outage))
         # On a crash, cancel what has not started and wait for every send already running, so
         # nothing is still in flight when the crash reaches the caller.
         wait(futures, return_when=FIRST_EXCEPTION)
         for f in futures:
             f.cancel()
         wait(futures)
-        for f, (ticket, keys) in zip(futures, lined, strict=True):
+        for f, ticket in zip(futures, tickets, strict=True):
             if f.cancelled():  # never ran: its place in line is given up
-                self.keys.release(ticket, keys)
+                self.keys.release(ticket)
         for f in futures:
             error = None if f.cancelled() else f.exception()
             if error is not None:
                 raise error
-        return [f.result() for f in futures]
+        return [(c, f.result()) for c, f in zip(chunks, futures, strict=True)]
 
     def _run_in_line(
-        self, chunk: list[Plan], started: float, ticket: int, keys: set[Key], outage: Outage
-    ) -> list[DocumentOutcome]:
+        self, chunk: list[Plan], started: float, ticket: int, outage: Outage
+    ) -> list[DocumentOutcome] | None:
         """Send ``chunk`` once it is first in line for each of its keys."""
         try:
-            self.keys.wait_turn(ticket, keys)
-            if len(chunk) > 1:  # coalesced: one at a time (see __init__)
+            self.keys.wait_turn(ticket)
+            if self.atomic and len(chunk) > 1:  # atomic coalesced: one at a time (see __init__)
                 with self._coalesced_slot:
                     return self._run_chunk(chunk, started, outage)
             return self._run_chunk(chunk, started, outage)
         finally:
-            self.keys.release(ticket, keys)
+            self.keys.release(ticket)
 
     def _run_chunk(
         self, chunk: list[Plan], started: float, outage: Outage
-    ) -> list[DocumentOutcome]:
+    ) -> list[DocumentOutcome] | None:
+        """Send ``chunk``: None when one send took every message of it, else an outcome per
+        document."""
         held_back = self.keys.any_paused() and any(
             self.keys.blocking(key_of(m, row.id), row, m.seq) is not None
             for row, msgs in chunk
             for m in msgs
         )
         if len(chunk) > 1 and not held_back:
-            batch = [to_transport_message(m, row.id) for row, msgs in chunk for m in msgs]
+            batch = transport_messages(chunk)
             try:
                 self._send(batch, started, outage)
             except Exception as e:
@@ -373,12 +385,10 @@ class Dispatcher:
                     "a batch of %d documents failed (%s); sending each on its own", len(chunk), e
                 )
             else:
-                for row, msgs in chunk:
-                    self._delivered(row, msgs[-1].seq, msgs)
-                return [
-                    DocumentOutcome(row.id, row.dispatched_seq, msgs[-1].seq, msgs[-1].seq)
-                    for row, msgs in chunk
-                ]
+                if self.keys.any_paused():  # once per send: the usual view is empty
+                    for row, msgs in chunk:
+                        self.keys.delivered(row, msgs[-1].seq, {key_of(m, row.id) for m in msgs})
+                return None
         return [self._send_document(row, msgs, started, outage) for row, msgs in chunk]
 
     def _stop_all(self, chunk: list[Plan], error: Exception) -> list[DocumentOutcome]:
@@ -483,14 +493,3 @@ class Dispatcher:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
-
-
-def _written_at(plan: Plan) -> float:
-    """When the first pending message of a plan was written (``created_at``; 0 when unknown, so
-    such plans keep their order, the sort being stable)."""
-    at = plan[1][0].created_at
-    return 0.0 if at is None else at.timestamp()
-
-
-def _keys(chunk: list[Plan]) -> set[Key]:
-    return {key_of(m, row.id) for row, msgs in chunk for m in msgs}

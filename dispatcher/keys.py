@@ -5,8 +5,8 @@ Two things order one key's messages across documents (docs/dispatcher.md, "Order
 key"):
 
 * **Turns (one process).** ``take``/``wait_turn``/``release``: each dispatched chunk takes a
-  ticket in each of its keys' lines, so one key's sends leave in the order ``dispatch`` was
-  called.
+  ticket with its keys, and waits until no earlier ticket still in flight shares a key with it,
+  so one key's sends leave in the order ``dispatch`` was called.
 * **Paused keys (every process sharing the store).** When a document stops with unsent
   messages, each of their keys gets a line in the ``KeyLines`` store
   (``dispatcher.queue.key_lines``): the first hold is the gate, later messages of the key from
@@ -31,8 +31,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -70,37 +70,49 @@ class KeyOrder:
         self.lines: KeyLines = lines if lines is not None else MemoryKeyLines()
         self._cond = threading.Condition()
         self._next = 0
-        self._turns: dict[Key, deque[int]] = {}
+        #: The tickets in flight in the order taken, each with its send's keys: one entry per
+        #: send (a line per key made a 1,000-document send take and release 1,000 lines).
+        self._tickets: dict[int, AbstractSet[Key]] = {}
         self._view: dict[Key, list[Hold]] = {}
         self._local = 0  # ids of holds kept only here while the store fails (negative)
         self._warned = -60.0
 
     # --- turns (this process) -----------------------------------------------------------------
 
-    def take(self, keys: set[Key]) -> int:
-        """A ticket at the end of each key's line of turns."""
+    def take(self, keys: AbstractSet[Key]) -> int:
+        """A ticket at the end of the line, for a send of ``keys`` (kept, not copied)."""
         with self._cond:
             ticket = self._next
             self._next += 1
-            for k in keys:
-                self._turns.setdefault(k, deque()).append(ticket)
+            self._tickets[ticket] = keys
             return ticket
 
-    def wait_turn(self, ticket: int, keys: Iterable[Key]) -> None:
-        """Block until ``ticket`` is first in every one of ``keys``' lines of turns."""
-        wanted = set(keys)
+    def my_turn(self, ticket: int) -> bool:
+        """Is ``ticket`` first in line for each of its keys (no earlier ticket in flight shares
+        one)? The scan stops at ``ticket``: a dispatch alone in line looks at itself only."""
         with self._cond:
-            self._cond.wait_for(lambda: all(self._turns[k][0] == ticket for k in wanted))
+            return self._first(ticket)
 
-    def release(self, ticket: int, keys: set[Key]) -> None:
+    def _first(self, ticket: int) -> bool:
+        keys = self._tickets[ticket]
+        for earlier, theirs in self._tickets.items():
+            if earlier >= ticket:
+                return True
+            if not keys.isdisjoint(theirs):
+                return False
+        return True
+
+    def wait_turn(self, ticket: int) -> None:
+        """Block until ``ticket`` is first in line for each of its keys."""
         with self._cond:
-            for k in keys:
-                line = self._turns.get(k)
-                if line is not None and ticket in line:
-                    line.remove(ticket)
-                    if not line:
-                        del self._turns[k]
-            self._cond.notify_all()
+            if not self._first(ticket):
+                self._cond.wait_for(lambda: self._first(ticket))
+
+    def release(self, ticket: int) -> None:
+        """The ticket's send is over (or never ran): later tickets of its keys may go."""
+        with self._cond:
+            if self._tickets.pop(ticket, None) is not None:
+                self._cond.notify_all()
 
     # --- the paused keys' lines ---------------------------------------------------------------
 

@@ -46,6 +46,13 @@ RETRY_SECONDS = 1.0
 Mark = tuple[int, str | None]
 
 
+class _Life(Protocol):
+    """A row as ``covered_rows`` reads it: its life."""
+
+    @property
+    def incarnation(self) -> str | None: ...
+
+
 class MarkStore(Protocol):
     """The store's batched, monotonic watermark write, restricted to each mark's incarnation."""
 
@@ -114,11 +121,16 @@ class WatermarkWriter:
             self._write_now(dict(marks))
 
     def _submit(self, marks: Mapping[str, Mark]) -> None:
-        """Record marks and wake the thread (called with the lock held)."""
+        """Record marks and wake the thread (called with the lock held). With nothing pending,
+        the marks are taken whole (a copy in C, not a merge per document)."""
         self._submitted += 1
-        for doc_id, mark in marks.items():
-            if _merge(self._pending, doc_id, mark):
-                self._generation[doc_id] = self._submitted
+        if not self._pending:
+            self._pending = dict(marks)
+            self._generation = dict.fromkeys(marks, self._submitted)
+        else:
+            for doc_id, mark in marks.items():
+                if _merge(self._pending, doc_id, mark):
+                    self._generation[doc_id] = self._submitted
         if self._first_at is None:
             self._first_at = time.monotonic()
         if self._thread is None:
@@ -138,6 +150,20 @@ class WatermarkWriter:
                 for held_map in held_maps:
                     held = held_map.get(doc_id)
                     if held is not None and held[1] == incarnation:
+                        out[doc_id] = max(out.get(doc_id, 0), held[0])
+            return out
+
+    def covered_rows(self, rows: Mapping[str, _Life]) -> dict[str, int]:
+        """``covered`` for rows by document id: only the ids a held mark names are looked at
+        (a set intersection), not every row of the dispatch."""
+        with self._cond:
+            if not self._pending and not self._inflight:
+                return {}
+            out: dict[str, int] = {}
+            for held_map in [self._pending] + [b.marks for b in self._inflight]:
+                for doc_id in held_map.keys() & rows.keys():
+                    held = held_map[doc_id]
+                    if held[1] == rows[doc_id].incarnation:
                         out[doc_id] = max(out.get(doc_id, 0), held[0])
             return out
 
@@ -220,9 +246,10 @@ class WatermarkWriter:
                 return None
             for d in marks:
                 del self._pending[d]
-        else:
-            marks, self._pending = self._pending, {}
-        batch = MarkBatch(marks, {d: self._generation.pop(d) for d in marks})
+            batch = MarkBatch(marks, {d: self._generation.pop(d) for d in marks})
+        else:  # all of them: the two dicts change hands whole
+            batch = MarkBatch(self._pending, self._generation)
+            self._pending, self._generation = {}, {}
         if not self._pending:
             self._first_at = None
         self._inflight.append(batch)

@@ -33,7 +33,12 @@ from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
 from tests.console import test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_workspace
-from tests.dispatcher import test_key_order, test_transport_capabilities
+from tests.dispatcher import (
+    test_dispatch_fast_path,
+    test_kafka_delivery_reports,
+    test_key_order,
+    test_transport_capabilities,
+)
 from tests.mqtt import test_places
 from tests.mutate import CHILD, failing_line, mutated
 from tests.queue import test_inbox_pruning, test_selection, test_unique_ids
@@ -201,6 +206,33 @@ def _sharing_lines(test: Callable[[Callable[[], Any]], None]) -> Callable[[Path]
     def run(_tmp_path: Path) -> None:
         one = MemoryKeyLines()
         test(lambda: one)
+
+    return run
+
+
+def _sharing_sqlite_lines(test: Callable[[Callable[[], Any]], None]) -> Callable[[Path], None]:
+    """Run a key-order test that takes ``shared_lines`` on one SQLite file, a connection per
+    dispatcher (two processes sharing the queue's database)."""
+
+    def run(tmp_path: Path) -> None:
+        from dispatcher.queue.database import Database, open_engine
+        from dispatcher.queue.key_lines import SqlKeyLines
+        from migrations.sql import upgrade
+
+        tmp_path.mkdir(parents=True)
+        url = f"sqlite:///{tmp_path / 'q.db'}"
+        upgrade(url)
+        dbs: list[Database] = []
+
+        def make() -> SqlKeyLines:
+            dbs.append(Database(open_engine(url), owned=True))
+            return SqlKeyLines(dbs[-1])
+
+        try:
+            test(make)
+        finally:
+            for db in dbs:
+                db.close()
 
     return run
 
@@ -387,6 +419,88 @@ MUTATIONS = [
         "test_a_pause_holds_every_dispatcher_that_shares_the_lines",
         _sharing_lines(test_key_order.test_a_pause_holds_every_dispatcher_that_shares_the_lines),
         'assert report.failed == ["B"]',
+    ),
+    SourceMutation(
+        "the paused keys' probe in the queue database claims no key is paused",
+        "dispatcher.queue.key_lines:SqlKeyLines.paused_among",
+        (("if c.exec_driver_sql(_ANY_HOLD).first() is None:", "if True:"),),
+        "tests/dispatcher/test_key_order.py::"
+        "test_a_pause_holds_every_dispatcher_that_shares_the_lines",
+        _sharing_sqlite_lines(
+            test_key_order.test_a_pause_holds_every_dispatcher_that_shares_the_lines
+        ),
+        'assert report.failed == ["B"]',
+    ),
+    SourceMutation(
+        "a send waits for no earlier send in flight that shares one of its keys",
+        "dispatcher.keys:KeyOrder._first",
+        (("if not keys.isdisjoint(theirs):", "if False:"),),
+        "tests/dispatcher/test_dispatch_fast_path.py::"
+        "test_a_dispatch_on_a_key_another_document_holds_waits_while_its_send_is_in_the_broker",
+        _plain(
+            test_dispatch_fast_path.test_a_dispatch_on_a_key_another_document_holds_waits_while_its_send_is_in_the_broker
+        ),
+        "assert sent(t) == []  # B-1 did not overtake X-1",
+    ),
+    SourceMutation(
+        "the documents are not sorted when a session is named after another document",
+        "dispatcher.dispatch:shared",  # the name the dispatch calls it by
+        (
+            (
+                "m.ordering_key != row.id",
+                "m.ordering_key not in {r.id for r, _ in plans}",  # no document's own key
+            ),
+        ),
+        "tests/dispatcher/test_dispatch_fast_path.py::"
+        "test_a_session_named_after_another_document_keeps_the_written_order",
+        _plain(
+            test_dispatch_fast_path.test_a_session_named_after_another_document_keeps_the_written_order
+        ),
+        'assert sent(t) == ["B-1", "A-1"], coalesce',
+    ),
+    SourceMutation(
+        "a shared send that fell back to a document at a time is recorded as taken whole",
+        "dispatcher.dispatch:Dispatcher._run_chunk",
+        (
+            (
+                "return [self._send_document(row, msgs, started, outage) for row, msgs in chunk]",
+                "return None if [self._send_document(row, msgs, started, outage) "
+                "for row, msgs in chunk] else None",
+            ),
+        ),
+        "tests/dispatcher/test_dispatch_fast_path.py::"
+        "test_a_refused_message_in_a_shared_send_marks_only_what_the_transport_took",
+        _plain(
+            test_dispatch_fast_path.test_a_refused_message_in_a_shared_send_marks_only_what_the_transport_took
+        ),
+        'assert marks.marks == {"A": 1, "C": 1}',
+    ),
+    SourceMutation(
+        "a document sent whole in a later round of a dispatch starts where that round did",
+        "dispatcher.outcomes:DispatchReport._settle_whole",
+        (
+            (
+                "start = row.dispatched_seq if first is None else first.start_seq",
+                "start = row.dispatched_seq",
+            ),
+        ),
+        "tests/dispatcher/test_dispatch_fast_path.py::"
+        "test_a_document_held_back_then_sent_whole_keeps_where_it_started",
+        _plain(
+            test_dispatch_fast_path.test_a_document_held_back_then_sent_whole_keeps_where_it_started
+        ),
+        'assert report.outcomes["B"] == DocumentOutcome("B", 0, 2, 2)',
+    ),
+    SourceMutation(
+        "a Kafka send returns once its records are produced, before their delivery reports",
+        "dispatcher.kafka.transport:KafkaTransport.send",
+        (("self._wait(pending, batch)", "pass"),),
+        "tests/dispatcher/test_kafka_delivery_reports.py::"
+        "test_a_send_returns_after_every_report_of_its_batch_whoever_polled_it",
+        _plain(
+            test_kafka_delivery_reports.test_a_send_returns_after_every_report_of_its_batch_whoever_polled_it
+        ),
+        'assert missing == {"one": set(), "two": set()}',
     ),
     SourceMutation(
         "holds kept only in the view while the store failed are not written to it",

@@ -43,7 +43,8 @@ def headers_of(m: TransportMessage) -> list[tuple[str, bytes]]:
         out.append((CONTENT_TYPE, m.content_type.encode()))
     if m.correlation_id:
         out.append((CORRELATION_ID, m.correlation_id.encode()))
-    out += [(k, str(v).encode()) for k, v in m.headers.items()]
+    if m.headers:
+        out += [(k, str(v).encode()) for k, v in m.headers.items()]
     return out
 
 

@@ -18,15 +18,19 @@ while it waits for its own (librdkafka calls them only from ``poll``, on the pol
 report for another thread's send sets that send's event. No thread of its own: a background
 poller would take the GIL for every report while the sender produces, which cost a quarter of
 the throughput (benchmarks/kafka.py). Documents may share one send (``coalesce_sends``): many
-records per round trip, and a failed batch is re-sent per document with the same ids.
+records per round trip, and a failed batch is re-sent per document with the same ids. The
+dispatcher keeps several such sends in flight at once (never two of one ordering key), so one
+send's reports are often served by another's poll (``_Pending``).
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import time
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from dispatcher.kafka import errors, mapping
@@ -44,6 +48,12 @@ log = logging.getLogger("outbox.kafka")
 #: How long one wait for delivery reports blocks before it looks at the send's state again
 #: (it returns at once when it serves one).
 _POLL = 0.01
+
+
+def _refused(m: TransportMessage, why: str, hint: str | None = None) -> PermanentTransportError:
+    return PermanentTransportError(
+        f"message {m.message_id}: {why}", message_id=m.message_id, hint=hint
+    )
 
 
 def _positions(
@@ -76,32 +86,34 @@ def _positions(
 
 
 class _Pending:
-    """One send's records: a delivery report fills each slot; ``done`` when all have one."""
+    """One send's records: a delivery report fills each slot; ``done`` when all have one.
 
-    __slots__ = ("done", "failed", "lock", "remaining")
+    Reports of one send may be served by several threads at once (each sending thread polls,
+    and a poll serves whatever reports are ready, another send's too), so the count is an
+    ``itertools.count``: its ``next`` is one step under the GIL, where ``remaining -= 1`` is a
+    read and a write another thread may come between (a lost report, a send waiting forever).
+    A failed record's ``list.append`` is one step too."""
+
+    __slots__ = ("_count", "done", "failed", "n")
 
     def __init__(self, n: int) -> None:
         self.failed: list[tuple[Any, Any]] = []
-        self.remaining = n
-        self.lock = threading.Lock()
+        self.n = n
+        self._count = itertools.count(1)
         self.done = threading.Event()
 
     def report(self, err: Any, msg: Any) -> None:
         """The delivery callback of every record of the send (one bound method, not a closure
         per record); a failed record is found by its message id header."""
-        with self.lock:
-            if err is not None:
-                self.failed.append((err, msg))
-            self.remaining -= 1
-            if self.remaining <= 0:
-                self.done.set()
+        if err is not None:
+            self.failed.append((err, msg))
+        if next(self._count) >= self.n:
+            self.done.set()
 
     def skip(self, n: int) -> None:
         """``n`` slots that will never get a report (they were not produced)."""
-        with self.lock:
-            self.remaining -= n
-            if self.remaining <= 0:
-                self.done.set()
+        for _ in range(n):
+            self.report(None, None)
 
 
 class KafkaTransport:
@@ -152,8 +164,9 @@ class KafkaTransport:
             raise ClosedError("the Kafka transport is closed", hint="build a new transport")
         if not batch:
             return
-        self._check(batch)  # every refusal before anything goes out
-        self._require_topics(batch)
+        unknown = self._check(batch)  # every refusal before anything goes out
+        if unknown:
+            self._require_topics(batch, unknown)
         pending = _Pending(len(batch))
         produced = 0
         failure: TransportError | None = None
@@ -197,31 +210,36 @@ class KafkaTransport:
             self._connection_error = None
             self._logged.clear()
 
-    def _check(self, batch: Sequence[TransportMessage]) -> None:
-        now = self.clock.now()
-        topics: set[str] = set()
+    def _check(self, batch: Sequence[TransportMessage]) -> set[str] | None:
+        """Refuse a message Kafka cannot take (one pass, no work per message beyond the tests);
+        returns the destinations not known to be topics yet (None: all known)."""
+        known = self._topics  # read without the lock: names are only ever added to it
+        unknown: set[str] | None = None
+        now: datetime | None = None
         for m in batch:
-
-            def refuse(why: str, hint: str | None = None, m: TransportMessage = m) -> Exception:
-                return PermanentTransportError(
-                    f"message {m.message_id}: {why}", message_id=m.message_id, hint=hint
-                )
-
-            if m.destination not in topics:
+            if m.destination not in known and (unknown is None or m.destination not in unknown):
                 problem = mapping.topic_problem(m.destination)
                 if problem:
-                    raise refuse(f"destination {m.destination!r} {problem}")
-                topics.add(m.destination)
-            if m.scheduled_at is not None and m.scheduled_at > now:
-                raise refuse(
-                    f"scheduled for {m.scheduled_at.isoformat()}, and Kafka has no scheduled "
-                    "delivery",
-                    hint="schedule on the SQL queue or Service Bus and forward from there",
-                )
+                    raise _refused(m, f"destination {m.destination!r} {problem}")
+                if unknown is None:
+                    unknown = set()
+                unknown.add(m.destination)
+            if m.scheduled_at is not None:
+                now = self.clock.now() if now is None else now
+                if m.scheduled_at > now:
+                    raise _refused(
+                        m,
+                        f"scheduled for {m.scheduled_at.isoformat()}, and Kafka has no scheduled "
+                        "delivery",
+                        "schedule on the SQL queue or Service Bus and forward from there",
+                    )
             if m.headers:
                 taken = mapping.reserved_header(m)
                 if taken:
-                    raise refuse(f"header {taken!r} is reserved for the transport's own fields")
+                    raise _refused(
+                        m, f"header {taken!r} is reserved for the transport's own fields"
+                    )
+        return unknown
 
     def _wait(self, pending: _Pending, batch: Sequence[TransportMessage]) -> None:
         """Wait until each record has its delivery report. librdkafka gives every record one
@@ -236,14 +254,12 @@ class KafkaTransport:
 
     # --- topics ------------------------------------------------------------------------------
 
-    def _require_topics(self, batch: Sequence[TransportMessage]) -> None:
+    def _require_topics(self, batch: Sequence[TransportMessage], unknown: set[str]) -> None:
         """Refuse a batch naming a topic the cluster lacks, before producing any of it: with
         auto-create off, librdkafka would otherwise hold such a record for the whole send
         timeout. A known topic is remembered; an unknown one is asked again next time."""
-        with self._topics_lock:
-            unknown = {m.destination for m in batch} - self._topics
         for topic in sorted(unknown):
-            if self._topic_exists(topic, batch):
+            if topic in self._topics or self._topic_exists(topic, batch):
                 with self._topics_lock:
                     self._topics.add(topic)
                 continue

@@ -51,6 +51,11 @@ class TransportMessage:
     scheduled_at: datetime | None = None
     correlation_id: str | None = None
     headers: dict[str, str] = field(default_factory=dict)
+    #: When the message was written (the stored message's ``created_at``; None when unknown).
+    #: The same for every send of one message, whoever sends it (the dispatch right after the
+    #: commit, the worker, the rescuer's command): a transport may key on it beside the message
+    #: id (the SQL queue's duplicate key, issue 45). Not compared: it says when, not what.
+    created_at: datetime | None = field(default=None, compare=False)
 
 
 @runtime_checkable

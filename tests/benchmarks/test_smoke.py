@@ -87,6 +87,16 @@ def _table_state_report_renders(data: dict[str, Any]) -> None:
     assert "checkpoint" in r.readme_row(data)[1]
 
 
+def _dispatcher_cost_report_renders(data: dict[str, Any]) -> None:
+    """benchmarks/report_dispatch_cost.py renders its row from what the benchmark writes (no
+    committed dispatcher_cost.json yet: a full run on a quiet machine makes it)."""
+    from benchmarks import report_dispatch_cost
+
+    block = report_dispatch_cost.dispatcher_cost(data)
+    assert "`dispatcher_cost.json`" in block
+    assert f"{data['dispatch_us']['mean']:,.2f} µs" in block
+
+
 def _spark_passes_ran(data: dict[str, Any]) -> None:
     """The rescuer's Spark passes, the feed and the sweep, ran at its one size."""
     (size,) = data["sizes"]
@@ -118,6 +128,12 @@ SMOKES: dict[str, Smoke] = {
     ),
     "current_documents": Smoke(
         _keys("sizes", "ids_100", "whole_table", "ratio_ids", "ratio_whole_table", "goal")
+    ),
+    "dispatcher_cost": Smoke(
+        _keys(
+            "dispatch_us", "floor_us", "own_us", "dispatch_over_floor", "cpu_us", "gc", "meets_goal"
+        ),
+        check=_dispatcher_cost_report_renders,
     ),
     "doc_table": Smoke(
         _keys("sizes", "changed_per_commit", "buckets", "writers", "txn_state", "disk")
