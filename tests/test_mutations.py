@@ -41,7 +41,7 @@ from tests.dispatcher import (
 )
 from tests.mqtt import test_places
 from tests.mutate import CHILD, failing_line, mutated
-from tests.queue import test_inbox_pruning, test_selection, test_unique_ids
+from tests.queue import test_fresh_schema, test_inbox_pruning, test_selection, test_unique_ids
 from tests.rescuer import test_contract
 from tests.write_path import (
     test_delete,
@@ -118,9 +118,12 @@ def _on_sqlite(test: Callable[[str], None]) -> Callable[[Path], None]:
     return run
 
 
-def _with_queue(test: Callable[..., None], *, clock: bool = False) -> Callable[[Path], None]:
+def _with_queue(
+    test: Callable[..., None], *, clock: bool = False, by_revisions: bool = False
+) -> Callable[[Path], None]:
     """Run a queue test (``queue`` fixture, and ``clock`` when asked: the queue's) on a SQLite
-    queue migrated as the fixture does."""
+    queue migrated as the fixture does, or ``by_revisions``: through every revision, where a
+    revision's mechanism runs (a new database is otherwise created at the head)."""
 
     def run(tmp_path: Path) -> None:
         from dispatcher.queue.sql_queue import SqlQueue
@@ -128,7 +131,10 @@ def _with_queue(test: Callable[..., None], *, clock: bool = False) -> Callable[[
 
         tmp_path.mkdir(parents=True)
         url = f"sqlite:///{tmp_path / 'outbox.db'}"
-        upgrade(url)
+        if by_revisions:
+            test_fresh_schema.by_revisions(url)
+        else:
+            upgrade(url)
         queue = SqlQueue(url, clock=ManualClock(), max_delivery_count=3, max_body_bytes=1024)
         try:
             test(queue, queue.clock) if clock else test(queue)
@@ -590,8 +596,21 @@ MUTATIONS = [
         (('{"sqlite_autoincrement": True}', '{"sqlite_autoincrement": False}'),),
         "tests/queue/test_unique_ids.py::"
         "test_a_completed_newest_messages_sequence_number_is_not_reused",
-        _with_queue(test_unique_ids.test_a_completed_newest_messages_sequence_number_is_not_reused),
+        _with_queue(
+            test_unique_ids.test_a_completed_newest_messages_sequence_number_is_not_reused,
+            by_revisions=True,
+        ),
         "assert new.sequence_number > 3",
+    ),
+    SourceMutation(
+        "a new database's tables are created without looking for the version table under the "
+        "lock (two processes opening it both create them)",
+        "migrations.sql:_create_at_head",
+        (("if inspect(conn).has_table(VERSION_TABLE):", "if False:"),),
+        "tests/queue/test_fresh_schema.py::"
+        "test_two_processes_opening_one_new_database_create_it_once",
+        _on_sqlite(test_fresh_schema.test_two_processes_opening_one_new_database_create_it_once),
+        "assert sorted(map(str, results))",
     ),
     SourceMutation(
         "the upgrade numbers on from the highest id left, not above every id handed out",

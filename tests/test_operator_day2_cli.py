@@ -358,16 +358,36 @@ def test_json_names_every_duration_in_seconds_with_s(ws: Path) -> None:
 
 def test_migrate_says_what_each_revision_does_without_issue_numbers(tmp_path: Path) -> None:
     """Each applied SQL revision is its whole first sentence, with no "(issue 14)": a number
-    that means nothing to the operator reading it."""
+    that means nothing to the operator reading it. A database at 0004 gets the later ones; a
+    new one is created at the head in one step, and says so."""
+    from alembic import command
+
+    from migrations.sql import _config, head_revision
+    from outbox.core.sql import make_engine
+
+    (tmp_path / "ws").mkdir()
+    engine = make_engine(f"sqlite:///{tmp_path / 'ws' / 'outbox.db'}")
+    cfg = _config()
+    with engine.connect() as conn:
+        cfg.attributes["connection"] = conn
+        command.upgrade(cfg, "0004_inbox_claims")
+        conn.commit()
+    engine.dispose()
     result = CliRunner().invoke(main, ["-w", str(tmp_path / "ws"), "migrate"])
     assert result.exit_code == 0, result.output
     applied = [ln for ln in result.stdout.splitlines() if "sql schema: applied" in ln]
     assert len(applied) >= 6
     assert not [ln for ln in applied if "(issue" in ln]
-    assert applied[4] == (
+    assert applied[0] == (
         "- sql schema: applied 0005_session_states (Session states: a paused session is left out "
         "of every receive, and a lock says when it was taken (device fleets).)"
     )
+    result = CliRunner().invoke(main, ["-w", str(tmp_path / "new"), "migrate"])
+    assert result.exit_code == 0, result.output
+    assert [ln for ln in result.stdout.splitlines() if "sql schema" in ln] == [
+        f"- sql schema: created at {head_revision()} (a new database: the newest schema at "
+        "once, not revision by revision)"
+    ]
 
 
 # --- real processes: what a pipe and a shell see ----------------------------------------------

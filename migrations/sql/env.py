@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from alembic import context
 
-from migrations.sql import VERSION_TABLE
+from migrations.sql import PG_LOCK, VERSION_TABLE
 from migrations.sql.tables import metadata
 
 config = context.config
@@ -25,5 +25,5 @@ context.configure(
 with context.begin_transaction():
     if connection.dialect.name == "postgresql":
         # Two processes migrating at once would both try CREATE TABLE; serialize them.
-        connection.exec_driver_sql("SELECT pg_advisory_xact_lock(7262341)")
+        connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({PG_LOCK})")
     context.run_migrations()

@@ -18,6 +18,10 @@ depends_on = ${repr(depends_on)}
 
 
 def upgrade() -> None:
+    # A new database is created from migrations/sql/tables.py at the head, not by these
+    # revisions: make the same change there (tests/queue/test_fresh_schema.py compares the two).
+    # On SQLite a batch copy of an AUTOINCREMENT table must pass table_kwargs=
+    # {"sqlite_autoincrement": True} and carry its sqlite_sequence over (migrations.sql.ids).
     ${upgrades if upgrades else "pass"}
 
 

@@ -2,8 +2,12 @@
 ids, the rescuer's checkpoints, the consumer inbox, the claim log of two regions and the replays
 from the table's history.
 
-Code builds queries from these objects; the Alembic revisions create the same tables, and a test
-checks the two never drift apart. Times are stored timezone-aware (UTC) so SQLite and PostgreSQL
+Code builds queries from these objects, and a new database is created from them at the head
+revision (``migrations.sql.upgrade``); a database with a history gets the same tables from the
+Alembic revisions. So they describe the head exactly, down to what ``compare_metadata`` does not
+look at: column order (a column a revision added comes last, as ``ALTER TABLE .. ADD`` put it),
+server defaults, SQLite's ``AUTOINCREMENT``; ``tests/queue/test_fresh_schema.py`` compares the
+two databases in full. Times are stored timezone-aware (UTC) so SQLite and PostgreSQL
 compare them the same way.
 """
 
@@ -54,13 +58,13 @@ queue_messages = Table(
     Column("delivery_count", Integer, nullable=False, default=0),
     Column("lock_token", String(36), nullable=True),
     Column("locked_until", DateTime(timezone=True), nullable=True),
-    # when the current (or last) lock was taken: a device gateway's "last try" (0005)
-    Column("locked_at", DateTime(timezone=True), nullable=True),
     # Set aside by ``defer``: received only by sequence number (``receive_deferred``).
     Column("deferred", Boolean, nullable=False, default=False, server_default=false()),
     # Sent with a future ``not_before``: not in its session until that time (as on Service Bus);
     # an abandon's delay is not a schedule and keeps holding the session.
     Column("scheduled", Boolean, nullable=False, default=False, server_default=false()),
+    # when the current (or last) lock was taken: a device gateway's "last try" (0005)
+    Column("locked_at", DateTime(timezone=True), nullable=True),
     # The receive hot path scans one queue in sequence order.
     Index("ix_outbox_queue_messages_receive", "queue", "sequence_number"),
     # "Is there an earlier message in this session?" (session FIFO, one holder per session).
