@@ -9,10 +9,11 @@ What is timed, per database, in alternating rounds (``--rounds``; each figure is
 since someone else's load only ever slows a round down):
 
 * ``consumer_1``, ``consumer_4``, ``consumer_16``: ``Consumer.run_forever`` at that concurrency,
-  its other options at their defaults, with a handler that only counts, from the start of the
-  run to its return after the last message (the run stops itself there, completing what it
-  handled); the queue was filled before, by batch sends. Every message must be handled once and
-  the queue left empty (at-least-once, and no duplicate in a clean run).
+  its other options at their defaults (``consumer_1_receive_100``: one handler, receives of
+  100), with a handler that only counts, from the start of the run to its return after the last
+  message (the run stops itself there, completing what it handled); the queue was filled
+  before, by batch sends. Every message must be handled once and the queue left empty
+  (at-least-once, and no duplicate in a clean run).
 * ``floor``: the same number of rows, in a table with only a primary key, drained by hand with
   the same durability (``outbox.core.sql.make_engine``: WAL and ``synchronous=FULL`` on SQLite):
   one transaction takes 100 (``UPDATE ... RETURNING``, with ``FOR UPDATE SKIP LOCKED`` on
@@ -71,11 +72,14 @@ def _fill(queue: SqlQueue, name: str, n: int) -> None:
 # --- the consumer --------------------------------------------------------------------------------
 
 
-def bench_consumer(url: str, n: int, concurrency: int) -> dict[str, Any]:
-    """``Consumer.run_forever`` draining ``n`` messages at ``concurrency``."""
+def bench_consumer(
+    url: str, n: int, concurrency: int, max_messages: int | None = None
+) -> dict[str, Any]:
+    """``Consumer.run_forever`` draining ``n`` messages at ``concurrency`` (receives of
+    ``max_messages``: the consumer's default when None)."""
     _vacuum(url)
     queue = SqlQueue(url, lock_duration=300)
-    name = f"c{concurrency}"
+    name = f"c{concurrency}-{max_messages}"
     _fill(queue, name, n)
     handled = itertools.count(1)  # next() is atomic under the GIL: handlers run on threads
     consumer: Consumer
@@ -84,7 +88,14 @@ def bench_consumer(url: str, n: int, concurrency: int) -> dict[str, Any]:
         if next(handled) == n:
             consumer.stop()  # the run completes what it handled, then returns
 
-    consumer = Consumer(queue, name, handler, concurrency=concurrency, poll_interval=0.01)
+    consumer = Consumer(
+        queue,
+        name,
+        handler,
+        concurrency=concurrency,
+        poll_interval=0.01,
+        max_messages=max_messages,
+    )
     cpu, wall = time.process_time(), time.perf_counter()
     consumer.run_forever()
     wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
@@ -212,6 +223,8 @@ def run_backend(name: str, url: str, n: int, rounds: int, latency: int) -> dict[
     cases: dict[str, Callable[[], dict[str, Any]]] = {"floor": lambda: bench_floor(url, n)}
     for c in CONCURRENCY:
         cases[f"consumer_{c}"] = functools.partial(bench_consumer, url, n, c)
+    # one handler, receives of 100 (the floor's batch) instead of the default 16
+    cases["consumer_1_receive_100"] = functools.partial(bench_consumer, url, n, 1, 100)
     runs: dict[str, list[dict[str, Any]]] = {k: [] for k in cases}
     for _ in range(rounds):  # interleaved: a burst of load skews every case alike
         for key, case in cases.items():

@@ -129,6 +129,10 @@ def consumer(data: dict[str, Any] | None = None) -> str:
         for k in (1, 4, 16)
     ]
     rows.append(
+        ["Consumer, 1 handler, receives of 100"]
+        + [f"{n(c[b]['consumer_1_receive_100']['per_s'])}/s" for b, _ in backends]
+    )
+    rows.append(
         ["floor: take 100 + delete 100 per transaction"]
         + [f"{n(c[b]['floor']['per_s'])}/s" for b, _ in backends]
     )
