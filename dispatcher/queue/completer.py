@@ -31,6 +31,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from outbox.core.clock import Clock
+from outbox.core.errors import ConfigurationError
 
 if TYPE_CHECKING:
     from dispatcher.queue.messages import ReceivedMessage
@@ -56,6 +57,10 @@ class Completer:
     ) -> None:
         """``complete_many`` completes a batch and says which sequence numbers went;
         ``settled`` is told of every flushed batch (completed or lost: no longer held)."""
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise ConfigurationError(f"complete_batch must be a positive integer, got {batch!r}")
+        if not delay >= 0:
+            raise ConfigurationError(f"complete_delay must not be negative, got {delay!r}")
         self.batch = batch
         self.delay = timedelta(seconds=delay)
         self.clock = clock

@@ -65,7 +65,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor, wait
 from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import replace
 from datetime import timedelta
@@ -112,12 +112,6 @@ def _inbox(inbox: bool | str | Inbox | None, queue: SqlQueue, queue_name: str) -
         "record (dispatcher.queue.inbox.Inbox)",
         hint="implement the Inbox protocol; outbox.testing.contracts.inbox checks it",
     )
-
-
-def _not_negative(name: str, value: float) -> float:
-    if not value >= 0:
-        raise ConfigurationError(f"{name} must not be negative, got {value!r}")
-    return value
 
 
 class Consumer:
@@ -200,8 +194,8 @@ class Consumer:
             queue.receiver.complete_many,
             self._unsettled.discard,
             self.clock,
-            batch=validation.positive("complete_batch", opts.complete_batch),
-            delay=_not_negative("complete_delay", opts.complete_delay),
+            batch=opts.complete_batch,
+            delay=opts.complete_delay,
         )
         self.prefetch = opts.prefetch and not self._with_connection
         self._ahead: list[ReceivedMessage] = []  # received while the last batch ran
@@ -306,18 +300,26 @@ class Consumer:
 
     def _handle(self, batch: Sequence[ReceivedMessage], *, ahead: bool) -> None:
         """Run ``batch``'s handlers; with ``ahead`` and a pool, receive the next batch (into
-        ``_ahead``) while they run."""
+        ``_ahead``) while they run. Every message is processed (so none stays held) before the
+        first error out of one is raised."""
         if self._pool is None:
+            errors = []
             for msg in batch:
-                self._process(msg)
+                try:
+                    self._process(msg)
+                except Exception as e:
+                    errors.append(e)
+            if errors:
+                raise errors[0]
             return
         futures = [self._pool.submit(self._process, msg) for msg in batch]
         try:
             if ahead and not self._stopping.is_set():
                 self._ahead = self._receive(self.max_messages)
         finally:
-            for future in futures:
-                future.result()
+            wait(futures)
+        for future in futures:
+            future.result()
 
     def _let_go(self) -> None:
         """Stopping: abandon the batch received ahead (its locks released at once), complete
