@@ -55,7 +55,7 @@ class ConsumerOptions:
     inbox_lease: float | None = None
     inbox_retention: float | None = None
     complete_batch: int = 100
-    complete_delay: float = 0.01
+    complete_delay: float = 0.1
     prefetch: bool = True
 
 
