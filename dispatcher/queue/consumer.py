@@ -283,11 +283,13 @@ class Consumer:
 
     def _poll(self) -> int:
         """One step of ``run_forever``: handle the batch received ahead, or a fresh one; flush
-        the handled ones when nothing more is in hand."""
+        the handled ones when nothing more is in hand (none received ahead, or, without a
+        receive ahead, this receive came back empty)."""
         batch, self._ahead = self._ahead or self._receive(self.max_messages), []
+        ahead = self.prefetch and self._pool is not None
         if batch:
-            self._handle(batch, ahead=self.prefetch)
-        if not self._ahead or self.completer.due():
+            self._handle(batch, ahead=ahead)
+        if not (self._ahead if ahead else batch) or self.completer.due():
             self.completer.flush()
         return len(batch)
 
