@@ -1,9 +1,11 @@
-"""The SQL queue blocks (``sql_queue.json`` and ``sql_queue_profile.json``), for
-``benchmarks.report``."""
+"""The SQL queue blocks (``sql_queue.json``, ``sql_queue_profile.json`` and ``consumer.json``),
+for ``benchmarks.report``."""
 
 # ruff: noqa: RUF001  (the docs print multiplication signs and en dashes: their typography)
 
 from __future__ import annotations
+
+from typing import Any
 
 from benchmarks.report_common import load, n, table
 
@@ -112,6 +114,42 @@ def sql_queue_profile() -> str:
         "SQLAlchemy / driver+database share",
     ]
     return _table(header, rows)
+
+
+def consumer(data: dict[str, Any] | None = None) -> str:
+    """``python -m benchmarks.consumer`` (issue 45, P18): the ``Consumer`` with an empty handler
+    against the batched raw-SQL floor, per database. Not registered in ``RENDERERS`` until a
+    full run's ``consumer.json`` is committed (tests/benchmarks renders it from a smoke run)."""
+    c = data if data is not None else load("consumer")
+    named = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
+    backends = [(b, label) for b, label in named if b in c]
+    rows = [
+        [f"Consumer, {k} handler{'s' if k > 1 else ''}"]
+        + [f"{n(c[b][f'consumer_{k}']['per_s'])}/s" for b, _ in backends]
+        for k in (1, 4, 16)
+    ]
+    rows.append(
+        ["Consumer, 1 handler, receives of 100"]
+        + [f"{n(c[b]['consumer_1_receive_100']['per_s'])}/s" for b, _ in backends]
+    )
+    rows.append(
+        ["floor: take 100 + delete 100 per transaction"]
+        + [f"{n(c[b]['floor']['per_s'])}/s" for b, _ in backends]
+    )
+    rows.append(
+        ["Consumer (1) / floor"] + [f"{n(c[b]['consumer_1_over_floor'], 2)}×" for b, _ in backends]
+    )
+    for what in ("handled", "completed"):
+        rows.append(
+            [f"lone message, send → {what}, p50 / p99"]
+            + [
+                f"{n(c[b]['latency'][f'{what}_p50_ms'], 1)} / "
+                f"{n(c[b]['latency'][f'{what}_p99_ms'], 1)} ms"
+                for b, _ in backends
+            ]
+        )
+    first = c[backends[0][0]]["messages"] if backends else 0
+    return table([f"{n(first)} messages", *(label for _, label in backends)], rows)
 
 
 RENDERERS = {"sql-queue": sql_queue, "sql-queue-profile": sql_queue_profile}

@@ -41,7 +41,13 @@ from tests.dispatcher import (
 )
 from tests.mqtt import test_places
 from tests.mutate import CHILD, failing_line, mutated
-from tests.queue import test_fresh_schema, test_inbox_pruning, test_selection, test_unique_ids
+from tests.queue import (
+    test_batch_completion,
+    test_fresh_schema,
+    test_inbox_pruning,
+    test_selection,
+    test_unique_ids,
+)
 from tests.rescuer import test_contract
 from tests.write_path import (
     test_delete,
@@ -705,6 +711,57 @@ MUTATIONS = [
             tmp / "ws", ManualClock()
         ),
         "assert create(ob, read_first) is None",
+    ),
+    SourceMutation(
+        "the consumer hands a message to the completer before its handler returns",
+        "dispatcher.queue.consumer:Consumer._run_bare",
+        (
+            ("self.completer.add(msg)", "pass"),
+            ("failed = self._call(msg)", "self.completer.add(msg); failed = self._call(msg)"),
+        ),
+        "tests/queue/test_batch_completion.py::"
+        "test_a_handler_held_on_an_event_leaves_its_message_locked_and_uncompleted",
+        _with_queue(
+            test_batch_completion.test_a_handler_held_on_an_event_leaves_its_message_locked_and_uncompleted,
+            clock=True,
+        ),
+        'assert [p.state for p in queue.peek("q")] == ["locked"]',
+    ),
+    SourceMutation(
+        "the completer has no backlog cap (handled messages pile up uncompleted)",
+        "dispatcher.queue.completer:Completer._full",
+        (("return self._count >= self.batch", "return False"),),
+        "tests/queue/test_batch_completion.py::"
+        "test_a_dead_process_repeats_only_its_unflushed_messages_never_more_than_a_batch",
+        _with_queue(
+            test_batch_completion.test_a_dead_process_repeats_only_its_unflushed_messages_never_more_than_a_batch,
+            clock=True,
+        ),
+        "assert len(again) <= 5",
+    ),
+    SourceMutation(
+        "a handled message leaves the renewed set before its completion's flush",
+        "dispatcher.queue.consumer:Consumer._process",
+        (("if not handed:", "if True:"),),
+        "tests/queue/test_batch_completion.py::"
+        "test_a_message_awaiting_its_completion_is_renewed_past_half_its_lock",
+        _with_queue(
+            test_batch_completion.test_a_message_awaiting_its_completion_is_renewed_past_half_its_lock,
+            clock=True,
+        ),
+        'assert "a" in renewed',
+    ),
+    SourceMutation(
+        "stop leaves the batch received ahead locked until its locks run out",
+        "dispatcher.queue.consumer:Consumer._let_go",
+        (("self._settle(self.queue.abandon, msg)", "pass"),),
+        "tests/queue/test_batch_completion.py::"
+        "test_stop_abandons_the_batch_received_ahead_and_completes_the_handled",
+        _with_queue(
+            test_batch_completion.test_stop_abandons_the_batch_received_ahead_and_completes_the_handled,
+            clock=True,
+        ),
+        'assert left == [("m3", "active"), ("m4", "active")]',
     ),
 ]
 

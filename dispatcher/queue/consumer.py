@@ -1,10 +1,22 @@
 """A consumer that runs a handler per message and settles by outcome.
 
-* success -> complete; an exception -> abandon with exponential backoff; a declared permanent
+* success -> complete (in batches, after the handler: ``completer``); an exception -> abandon
+  with exponential backoff; a declared permanent
   error -> dead-letter (the handler said retrying cannot help); ``DeferMessage`` raised or
   returned -> defer (set aside; ``queue.receive_deferred`` brings it back by sequence number).
-* A background thread renews the locks of running handlers, so a long handler keeps its message.
-* Order within a session holds because the queue only hands out a session's head.
+* A background thread renews the locks of every message held: running, waiting for a thread,
+  received ahead, or handled and waiting for its completion; so a long handler keeps its message.
+* Completion in batches (no inbox, no claim log, a handler without a ``Connection``): a handled
+  message waits, still locked, for the next flush of ``complete_batch`` messages, flushed when
+  the batch is full, when the oldest has waited ``complete_delay`` seconds, and whenever the
+  loop has nothing more in hand (``run_once`` flushes before it returns). One statement per
+  flush. At most ``complete_batch`` messages are handled but not completed at any time, so a
+  process that dies repeats at most that many (at-least-once: never completed before the
+  handler returned). ``complete_batch=1`` completes each message as its handler returns.
+* Prefetch (``run_forever`` with ``concurrency`` > 1): the next batch is received while this
+  one's handlers run; its locks are renewed, and ``stop()`` abandons it.
+* Order within a session holds because the queue only hands out a session's head, and a message
+  waiting for its completion is still in its session's line.
 * Inbox (optional): each message id is *claimed* in the inbox before its handler runs (see
   ``inbox``): an id already handled is completed without running the handler; an id another
   delivery is handling now (its claim's lease is live) is abandoned until that lease ends and
@@ -40,10 +52,11 @@
 Why one module: a message's way through the consumer (plain, claimed in an inbox, or claimed in
 the claim log) shares the settlement helpers and the mapping of a handler's outcome to a
 settlement; apart, each would restate them. What is not about settling is elsewhere: a
-``Connection`` handler's one transaction in ``in_transaction`` (it is handed these helpers), the
-inbox's storage and claim renewal in ``inbox``, the two-region claim-log protocol in
-``claimed``, the lock renewal in ``lock_renewer`` (all three on ``renewal.LeaseRenewer``), the
-completion inside a transaction in ``receiver`` (``complete_in``), the knobs above in
+``Connection`` handler's one transaction in ``in_transaction`` and a message with an inbox in
+``with_inbox`` (both are handed these helpers), the inbox's storage and claim renewal in
+``inbox``, the two-region claim-log protocol in ``claimed``, the lock renewal in
+``lock_renewer`` (all three on ``renewal.LeaseRenewer``), the batch completion in ``completer``,
+the completion inside a transaction in ``receiver`` (``complete_in``), the knobs above in
 ``consumer_options`` (``ConsumerOptions``, or each as a keyword).
 """
 
@@ -51,9 +64,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor, wait
+from contextlib import AbstractContextManager, ExitStack, contextmanager, nullcontext
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any, Unpack
@@ -63,6 +76,7 @@ from sqlalchemy import Connection
 
 from dispatcher.queue import validation
 from dispatcher.queue.claimed import ClaimedReceive, default_owner
+from dispatcher.queue.completer import Completer
 from dispatcher.queue.consumer_options import DEFAULT_BACKOFF, ConsumerKeywords, ConsumerOptions
 from dispatcher.queue.in_transaction import run_in_transaction, takes_connection
 from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
@@ -70,6 +84,7 @@ from dispatcher.queue.inbox_pruning import InboxPruner
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
 from dispatcher.queue.sql_queue import SqlQueue
+from dispatcher.queue.with_inbox import run_with_inbox
 from outbox.core import telemetry
 from outbox.core.errors import ConfigurationError, LockLostError
 from outbox.core.runloop import RunLoop
@@ -174,7 +189,23 @@ class Consumer:
         self.claimed = self._claimed(opts)
         self._stopping = threading.Event()
         self._unsettled = Unsettled()  # held (renewed) from their receive until each is settled
-        self._pool = ThreadPoolExecutor(opts.concurrency, thread_name_prefix="outbox-consumer")
+        #: handled messages waiting for their completion (``completer``)
+        self.completer = Completer(
+            queue.receiver.complete_many,
+            self._unsettled.discard,
+            self.clock,
+            batch=opts.complete_batch,
+            delay=opts.complete_delay,
+        )
+        self.prefetch = opts.prefetch and not self._with_connection
+        self._ahead: list[ReceivedMessage] = []  # received while the last batch ran
+        self._renewing = False
+        # one thread runs the handlers in line: no pool, no future per message
+        self._pool = (
+            ThreadPoolExecutor(self.concurrency, thread_name_prefix="outbox-consumer")
+            if self.concurrency > 1
+            else None
+        )
         self.processed = 0
 
     def _claimed(self, opts: ConsumerOptions) -> ClaimedReceive | None:
@@ -203,8 +234,9 @@ class Consumer:
 
     def run_once(self, max_messages: int | None = None) -> int:
         """Receive up to ``max_messages`` (default ``self.max_messages``), handle them
-        ``concurrency`` at a time, return how many were received and settled (0: nothing
-        deliverable). A message abandoned here is not received again in the same call.
+        ``concurrency`` at a time, complete the handled ones, return how many were received and
+        settled (0: nothing deliverable). A message abandoned here is not received again in the
+        same call.
 
         A batch holds at most a session's head, so never two messages whose order matters. The
         locks of messages waiting for a thread are renewed with the running ones', except with a
@@ -213,67 +245,151 @@ class Consumer:
         """
         if self._stopping.is_set():
             return 0
-        if self.pruner is not None:
-            self.pruner.maybe_prune()
-        wanted = max_messages if max_messages is not None else self.max_messages
-        batch = self.queue.receive(self.queue_name, validation.positive("max_messages", wanted))
-        if not batch:
-            return 0
-        self._unsettled.add(batch)
-        if self._with_connection:  # completed inside the handler's transaction: no renewal
-            list(self._pool.map(self._process, batch))
-            return len(batch)
-        claims: AbstractContextManager[None] = nullcontext()
-        if self.claimed is not None:
-            claims = self.claimed.renewing()
-        elif self._keeper is not None:
-            claims = self._keeper.renewing()
-        with (
-            LockRenewer(
-                self.queue, self._unsettled, self.clock, check_interval=self.renew_check_interval
-            ),
-            claims,
-        ):
-            list(self._pool.map(self._process, batch))
+        wanted = validation.positive(
+            "max_messages", max_messages if max_messages is not None else self.max_messages
+        )
+        with self._holding():
+            batch = self._receive(wanted)
+            if batch:
+                self._handle(batch, ahead=False)
+            self.completer.flush()
         return len(batch)
 
     def run_forever(self) -> None:
         """Poll until ``stop()``, SIGTERM or SIGINT (the shared ``RunLoop``): an idle poll waits
         ``poll_interval`` seconds by the clock; the queue being unavailable is retried with
         backoff; any other error ends the loop and is raised. A second signal is handled the
-        default way."""
+        default way. On the way out, a batch received ahead is abandoned and the handled
+        messages are completed (not when a ``BaseException`` ends the process: at most
+        ``complete_batch`` of them are redelivered)."""
         loop = RunLoop(
-            self.run_once,
+            self._poll,
             clock=self.clock,
             idle_wait=self.poll_interval,
             on_error=self._queue_unavailable,
             stop_event=self._stopping,
         )
         try:
-            loop.run()
+            with self._holding():
+                try:
+                    loop.run()
+                except Exception:
+                    self._let_go()
+                    raise
+                self._let_go()
         finally:
-            self._pool.shutdown(wait=True)
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+
+    def _poll(self) -> int:
+        """One step of ``run_forever``: handle the batch received ahead, or a fresh one; flush
+        the handled ones when nothing more is in hand (none received ahead, or, without a
+        receive ahead, this receive came back empty)."""
+        batch, self._ahead = self._ahead or self._receive(self.max_messages), []
+        ahead = self.prefetch and self._pool is not None
+        if batch:
+            self._handle(batch, ahead=ahead)
+        if not (self._ahead if ahead else batch) or self.completer.due():
+            self.completer.flush()
+        return len(batch)
+
+    def _receive(self, wanted: int) -> list[ReceivedMessage]:
+        if self.pruner is not None:
+            self.pruner.maybe_prune()
+        batch = self.queue.receive(self.queue_name, wanted)
+        self._unsettled.add(batch)
+        return batch
+
+    def _handle(self, batch: Sequence[ReceivedMessage], *, ahead: bool) -> None:
+        """Run ``batch``'s handlers; with ``ahead`` and a pool, receive the next batch (into
+        ``_ahead``) while they run. Every message is processed (so none stays held) before the
+        first error out of one is raised."""
+        if self._pool is None:
+            errors = []
+            for msg in batch:
+                try:
+                    self._process(msg)
+                except Exception as e:
+                    errors.append(e)
+            if errors:
+                raise errors[0]
+            return
+        futures = [self._pool.submit(self._process, msg) for msg in batch]
+        try:
+            if ahead and not self._stopping.is_set():
+                self._ahead = self._receive(self.max_messages)
+        finally:
+            wait(futures)
+        for future in futures:
+            future.result()
+
+    def _let_go(self) -> None:
+        """Stopping: abandon the batch received ahead (its locks released at once), complete
+        the handled messages."""
+        ahead, self._ahead = self._ahead, []
+        for msg in ahead:
+            try:
+                self._settle(self.queue.abandon, msg)
+            except Exception as e:  # its lock runs out by itself
+                log.warning("could not abandon message %s: %s", msg.message_id, e)
+        self._unsettled.discard(ahead)
+        self.completer.flush()
+
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        """Renew the locks of every message held, and the inbox's or claim log's claims, for
+        the block (once: ``run_forever``'s polls share it). A ``Connection`` handler completes
+        inside its transaction, which keeps the row from other receivers: nothing to renew."""
+        if self._renewing or self._with_connection:
+            yield
+            return
+        claims: AbstractContextManager[None] = nullcontext()
+        if self.claimed is not None:
+            claims = self.claimed.renewing()
+        elif self._keeper is not None:
+            claims = self._keeper.renewing()
+        with ExitStack() as stack:
+            stack.enter_context(
+                LockRenewer(
+                    self.queue,
+                    self._unsettled,
+                    self.clock,
+                    check_interval=self.renew_check_interval,
+                )
+            )
+            stack.enter_context(claims)
+            self._renewing = True
+            try:
+                yield
+            finally:
+                self._renewing = False
 
     @staticmethod
     def _queue_unavailable(error: Exception, delay: float) -> None:
         log.warning("queue unavailable, retrying in %.1fs: %s", delay, error)
 
     def stop(self) -> None:
-        """Stop receiving; running handlers finish, messages not yet started are abandoned."""
+        """Stop receiving; running handlers finish, messages not yet started are abandoned, the
+        handled ones completed."""
         self._stopping.set()
 
     # --- one message -------------------------------------------------------------------------
 
     def _process(self, msg: ReceivedMessage) -> None:
+        handed = False
         try:
-            self._process_held(msg)
+            handed = self._process_held(msg)
         finally:
-            self._unsettled.pop(msg)
+            if not handed:  # a handed one stays held (renewed) until the completer's flush
+                self._unsettled.pop(msg)
 
-    def _process_held(self, msg: ReceivedMessage) -> None:
+    def _process_held(self, msg: ReceivedMessage) -> bool:
+        """Handle and settle ``msg``; True when it was handed to the completer."""
         if self._stopping.is_set():
             self._settle(self.queue.abandon, msg)  # release the lock now, not after expiry
-            return
+            return False
+        if not telemetry.tracing():  # no span to build when no one records them
+            return self._run(msg)
         attributes = {
             "messaging.destination.name": msg.queue,
             "messaging.message.id": msg.message_id,
@@ -284,36 +400,29 @@ class Consumer:
             attributes=attributes,
             kind=SpanKind.CONSUMER,
         ):
-            if self._with_connection:
-                run_in_transaction(self, msg)
-            else:
-                self._run_plain(msg)
+            return self._run(msg)
 
-    def _run_plain(self, msg: ReceivedMessage) -> None:
+    def _run(self, msg: ReceivedMessage) -> bool:
+        if self._with_connection:
+            run_in_transaction(self, msg)
+            return False
         if self.claimed is not None:
             self.claimed.process(self, msg)
-            return
+            return False
         if self._keeper is None:
-            failed = self._call(msg)
-            if failed is not None:
-                failed()
-                return
-            self._settle(self.queue.complete, msg)
-            self.processed += 1
-            return
-        owner = self._owner(msg)
-        if not self._claim(self._keeper, msg, owner):
-            return
-        try:
-            failed = self._call(msg)
-        finally:
-            self._keeper.forget(msg.message_id, owner)
-        if failed is not None:  # released first, so the retry finds the id free
-            self._keeper.release(msg.message_id, owner)
+            return self._run_bare(msg)
+        run_with_inbox(self, self._keeper, msg)
+        return False
+
+    def _run_bare(self, msg: ReceivedMessage) -> bool:
+        """No inbox, no claim log: the handler, then on success the completer (True)."""
+        failed = self._call(msg)
+        if failed is not None:
             failed()
-            return
-        self._complete_with_inbox(msg, owner)
+            return False
         self.processed += 1
+        self.completer.add(msg)
+        return True
 
     def _call(self, msg: ReceivedMessage) -> Callable[[], None] | None:
         """Run the handler: None when it succeeded, else the settlement its outcome asks for."""
@@ -341,23 +450,6 @@ class Consumer:
     def _owner(self, msg: ReceivedMessage) -> str:
         return f"{self.owner}:{msg.lock_token or msg.sequence_number}"
 
-    def _claim(self, keeper: ClaimKeeper, msg: ReceivedMessage, owner: str) -> bool:
-        """Claim the id before the handler runs; False when this delivery was settled instead:
-        handled (completed), held by another live claim (waits) or the inbox failed."""
-        try:
-            claim = keeper.take(msg.message_id, owner)
-        except Exception as e:  # nothing runs without a claim
-            self._abandon(msg, e)
-            return False
-        if claim.handled:
-            log.info("message %s was already handled; dropping the repeat", msg.message_id)
-            self._settle(self.queue.complete, msg)
-            return False
-        if claim.held:
-            self._wait_for(msg, claim)
-            return False
-        return True
-
     def _wait_for(self, msg: ReceivedMessage, claim: InboxClaim) -> None:
         """Another delivery of the id is being handled: abandon this one until that claim's lease
         ends (at least ``look_again`` seconds, at most one lease), then look again. Never drop
@@ -375,36 +467,6 @@ class Consumer:
         self._settle(lambda m: self.queue.abandon(m, delay=delay), msg)
 
     # --- settlement helpers --------------------------------------------------------------------
-
-    def _complete_with_inbox(self, msg: ReceivedMessage, owner: str) -> None:
-        """Record, then complete. The SQL inbox in the queue's database does both in one
-        transaction; a lost lock still records (the handler succeeded), so the redelivery is
-        dropped. Another inbox records first: a failed record releases the claim and abandons
-        (the handler runs again: at-least-once); a lost completion after the record is
-        redelivered and dropped by the inbox."""
-        assert self.inbox is not None
-        assert self._keeper is not None
-        if self._joined is None:
-            try:
-                self.inbox.record(msg.message_id, at=self.clock.now())
-            except Exception as e:
-                self._keeper.release(msg.message_id, owner)
-                self._abandon(msg, e)
-                return
-            self._settle(self.queue.complete, msg)
-            return
-        try:
-            with self.queue.database.write("complete a message") as conn:
-                self._joined.record_in(conn, msg.message_id, at=self.clock.now())
-                if not self.queue.receiver.complete_in(conn, msg, self.clock.now()):
-                    log.warning(
-                        "message %s: lock lost before completion; recorded, so its redelivery "
-                        "is dropped by the inbox",
-                        msg.message_id,
-                    )
-        except Exception as e:  # neither recorded nor completed: the handler runs again
-            self._keeper.release(msg.message_id, owner)
-            self._abandon(msg, e)
 
     def _abandon(self, msg: ReceivedMessage, error: Exception) -> None:
         telemetry.record_error(error)

@@ -1,10 +1,10 @@
 """What a ``Consumer`` takes besides its queue, queue name and handler: ``ConsumerOptions``.
 
-Why one object: the knobs (the inbox, the claim log, the timings, the batch) are fourteen, too many
-for a parameter list. ``Consumer(queue, name, handler, options=ConsumerOptions(...))`` takes them
-at once, and each is still a keyword of its own (``Consumer(queue, name, handler, inbox=True)``,
-typed by ``ConsumerKeywords``), applied over ``options``. The meaning of each is in
-``dispatcher.queue.consumer``'s docstring.
+Why one object: the knobs (the inbox, the claim log, the timings, the batches) are eighteen,
+too many for a parameter list. ``Consumer(queue, name, handler, options=ConsumerOptions(...))``
+takes them at once, and each is still a keyword of its own (``Consumer(queue, name, handler,
+inbox=True)``, typed by ``ConsumerKeywords``), applied over ``options``. The meaning of each is
+in ``dispatcher.queue.consumer``'s docstring.
 """
 
 from __future__ import annotations
@@ -32,7 +32,12 @@ class ConsumerOptions:
     queue), a consumer name, or any ``Inbox``; ``inbox_lease`` defaults to the queue's lock
     duration; ``inbox_retention`` (seconds an id stays handled, at least the queue's
     duplicate-detection window) to ``inbox_retention``'s default, a week; ``max_messages``
-    (``run_once``'s batch) to at least ``concurrency``."""
+    (``run_once``'s batch) to at least ``concurrency``. ``complete_batch``: handled messages
+    completed by one statement, and the most ever handled but not completed (a process that
+    dies repeats at most that many; 1 completes each as its handler returns);
+    ``complete_delay``: seconds the oldest handled message waits for its batch to fill, by the
+    clock (the loop also completes whenever it has nothing more in hand); ``prefetch``:
+    ``run_forever`` with ``concurrency`` > 1 receives the next batch while one runs."""
 
     clock: Clock | None = None
     inbox: bool | str | Inbox = False
@@ -49,6 +54,9 @@ class ConsumerOptions:
     max_messages: int | None = None
     inbox_lease: float | None = None
     inbox_retention: float | None = None
+    complete_batch: int = 100
+    complete_delay: float = 0.1
+    prefetch: bool = True
 
 
 class ConsumerKeywords(TypedDict, total=False):
@@ -70,3 +78,6 @@ class ConsumerKeywords(TypedDict, total=False):
     max_messages: int | None
     inbox_lease: float | None
     inbox_retention: float | None
+    complete_batch: int
+    complete_delay: float
+    prefetch: bool

@@ -54,6 +54,14 @@ class Unsettled:
         with self._lock:
             self._messages.pop(msg.sequence_number, None)
 
+    def discard(self, done: Iterable[ReceivedMessage]) -> None:
+        """Let go of these deliveries, each only if it is still the one held under its number
+        (a redelivery of the number, received after this one's lock was lost, stays held)."""
+        with self._lock:
+            for m in done:
+                if self._messages.get(m.sequence_number) is m:
+                    del self._messages[m.sequence_number]
+
     def clear(self) -> None:
         with self._lock:
             self._messages.clear()

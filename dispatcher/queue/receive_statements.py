@@ -47,6 +47,30 @@ SQL = {
 }
 
 
+# Completing a batch of messages, each under its own lock, in ONE statement that says which rows
+# went (``RETURNING``): the consumer's completer flushes with it (``completer``). A message whose
+# lock was lost meanwhile is simply not among them. PostgreSQL takes the batch as two arrays.
+COMPLETE_MANY_PG = (
+    "DELETE FROM outbox_queue_messages AS m "
+    "USING unnest(%(seqs)s::bigint[], %(tokens)s::varchar[]) AS t(seq, token) "
+    "WHERE m.sequence_number = t.seq AND m.lock_token = t.token AND m.locked_until > %(now)s "
+    "RETURNING m.sequence_number"
+)
+
+
+def complete_many_sqlite(n: int) -> str:
+    """SQLite's ``COMPLETE_MANY_PG`` for ``n`` messages, positional: the ``n`` sequence numbers,
+    the time, then the ``n`` (sequence number, token) pairs. The plain ``IN`` list walks the
+    primary key; the pairs check each row's own token (``RETURNING`` needs SQLite 3.35)."""
+    marks = ", ".join(["?"] * n)
+    pairs = ", ".join(["(?, ?)"] * n)
+    return (
+        f"DELETE FROM outbox_queue_messages WHERE sequence_number IN ({marks}) "
+        f"AND locked_until > ? AND (sequence_number, lock_token) IN (VALUES {pairs}) "
+        "RETURNING sequence_number"
+    )
+
+
 class _Marks(dict[str, str]):
     """Placeholders for ``str.format_map``: each ``{name}`` becomes the dialect's marker."""
 

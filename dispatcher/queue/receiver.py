@@ -24,14 +24,13 @@ themselves (what is deliverable, the settling and locking SQL) are in ``receive_
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
 
 from sqlalchemy import (
     Connection,
-    RowMapping,
+    Row,
     Select,
     and_,
     delete,
@@ -45,8 +44,19 @@ from dispatcher.queue.database import Database
 from dispatcher.queue.messages import PeekedMessage, ReceivedMessage, as_utc
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import Settleable
-from dispatcher.queue.receive_statements import driver_sql, receive_statement
-from dispatcher.queue.rows import move_to_dead_letters, received
+from dispatcher.queue.receive_statements import (
+    COMPLETE_MANY_PG,
+    complete_many_sqlite,
+    driver_sql,
+    receive_statement,
+)
+from dispatcher.queue.rows import (
+    DELIVERIES,
+    SEQ,
+    lock_tokens,
+    move_to_dead_letters,
+    received_rows,
+)
 from migrations.sql.tables import queue_messages
 from outbox.core.errors import LockLostError, MessageNotFoundError, ValidationError
 
@@ -60,6 +70,8 @@ def _identity(value: datetime) -> Any:
 #: The dead-letter reason of a message delivered ``max_delivery_count`` times.
 MAX_DELIVERY_REASON = "MaxDeliveryCountExceeded"
 _MAX_RECEIVE = 1000
+#: The most messages one completion statement takes (SQLite binds three parameters each).
+_MAX_COMPLETE = 1000
 
 
 class SqlQueueReceiver:
@@ -79,6 +91,7 @@ class SqlQueueReceiver:
             assert process is not None  # SQLite stores datetimes as text
             self._encode_time = process
         self._statements: dict[tuple[str, bool, int], Select[Any]] = {}
+        self._complete_many: dict[int, str] = {}  # SQLite's, by batch size
 
     @property
     def lock_duration(self) -> timedelta:
@@ -145,7 +158,7 @@ class SqlQueueReceiver:
             for _ in range(10):  # each round may dead-letter exhausted heads and uncover more
                 stmt = self._statement("take", session_id is not None, max_messages - len(out))
                 params = self._params(queue, now, session_id)
-                rows = conn.execute(stmt, params).mappings().all()
+                rows = conn.execute(stmt, params).all()
                 got, exhausted = self._deliver(conn, rows, now, lock=lock)
                 out += got
                 if not exhausted or len(out) >= max_messages:
@@ -153,14 +166,14 @@ class SqlQueueReceiver:
         return out
 
     def _deliver(
-        self, conn: Connection, rows: Sequence[RowMapping], now: datetime, *, lock: bool
+        self, conn: Connection, rows: Sequence[Row[Any]], now: datetime, *, lock: bool
     ) -> tuple[list[ReceivedMessage], bool]:
         """Hand ``rows`` out, the one step of every receive (``receive``, ``receive_and_delete``
         and ``receive_deferred``): dead-letter those delivered ``max_delivery_count`` times, then
         lock the rest (or delete them: ``lock=False``). Also says whether any was dead-lettered
         (each may have been a session's head, hiding the next message)."""
         max_deliveries = self._options.max_delivery_count
-        exhausted = [r["sequence_number"] for r in rows if r["delivery_count"] >= max_deliveries]
+        exhausted = [r[SEQ] for r in rows if r[DELIVERIES] >= max_deliveries]
         move_to_dead_letters(
             conn,
             exhausted,
@@ -168,21 +181,17 @@ class SqlQueueReceiver:
             description=self._exhausted_description(),
             now=now,
         )
-        live = [r for r in rows if r["delivery_count"] < max_deliveries]
-        seqs = [r["sequence_number"] for r in live]
+        live = [r for r in rows if r[DELIVERIES] < max_deliveries] if exhausted else rows
+        seqs = [r[SEQ] for r in live]
         if not lock:
             if live:
                 conn.execute(delete(M).where(M.c.sequence_number.in_(seqs)))
-            return [received(r, lock_token=None, locked_until=None) for r in live], bool(exhausted)
+            return received_rows(live, [None] * len(live), None), bool(exhausted)
         until = now + self._options.lock_duration
-        tokens = [str(uuid.uuid4()) for _ in live]
+        tokens = lock_tokens(len(live))
         if live:
             self._lock_rows(conn, seqs, tokens, until, now)
-        got = [
-            received(row, lock_token=token, locked_until=until)
-            for row, token in zip(live, tokens, strict=True)
-        ]
-        return got, bool(exhausted)
+        return received_rows(live, tokens, until), bool(exhausted)
 
     # --- settling --------------------------------------------------------------------------
 
@@ -226,6 +235,29 @@ class SqlQueueReceiver:
             sql = self._sql["complete_token" if "seq" not in params else "complete"]
             if conn.exec_driver_sql(sql, params).rowcount != 1:
                 raise self._lost_in(conn, params, label)
+
+    def complete_many(self, messages: Sequence[ReceivedMessage]) -> set[int]:
+        """Complete ``messages`` (each from ``receive``, so with a lock token), each only while
+        its own lock is valid, in one statement per ``_MAX_COMPLETE``; the sequence numbers of
+        those completed. One missing from the answer lost its lock meanwhile and is left as it
+        is (redelivered), as ``complete`` would have refused it; nothing is raised for it."""
+        done: set[int] = set()
+        for i in range(0, len(messages), _MAX_COMPLETE):
+            chunk = messages[i : i + _MAX_COMPLETE]
+            seqs = [m.sequence_number for m in chunk]
+            tokens = [m.lock_token for m in chunk]
+            with self._db.statement("complete messages") as conn:
+                now = self._encode_time(self._options.now())
+                if self._db.postgres:
+                    params: Any = {"seqs": seqs, "tokens": tokens, "now": now}
+                    sql = COMPLETE_MANY_PG
+                else:
+                    sql = self._complete_many.get(len(chunk)) or complete_many_sqlite(len(chunk))
+                    self._complete_many[len(chunk)] = sql
+                    pairs = [v for pair in zip(seqs, tokens, strict=True) for v in pair]
+                    params = (*seqs, now, *pairs)
+                done.update(int(r[0]) for r in conn.exec_driver_sql(sql, params).all())
+        return done
 
     def complete_in(self, conn: Connection, msg: ReceivedMessage, now: datetime) -> bool:
         """``complete`` in the caller's transaction, with the lock valid at ``now``; False when
@@ -309,8 +341,8 @@ class SqlQueueReceiver:
                 stmt = stmt.where(M.c.session_id == session_id)
             if self._db.postgres:
                 stmt = stmt.with_for_update(skip_locked=True)
-            rows = conn.execute(stmt.order_by(M.c.sequence_number)).mappings().all()
-            missing = sorted(set(seqs) - {int(r["sequence_number"]) for r in rows})
+            rows = conn.execute(stmt.order_by(M.c.sequence_number)).all()
+            missing = sorted(set(seqs) - {int(r[SEQ]) for r in rows})
             if missing:
                 raise MessageNotFoundError(
                     f"queue {queue}: no deferred message with sequence number(s) "

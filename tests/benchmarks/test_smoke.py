@@ -97,6 +97,17 @@ def _dispatcher_cost_report_renders(data: dict[str, Any]) -> None:
     assert f"{data['dispatch_us']['mean']:,.2f} µs" in block
 
 
+def _consumer_report_renders(data: dict[str, Any]) -> None:
+    """benchmarks/report_queue.py renders the consumer's block from what the benchmark writes,
+    a column per database, and the run drained every message at each concurrency."""
+    from benchmarks import report_queue
+
+    block = report_queue.consumer(data)
+    assert "| 300 messages | SQLite | PostgreSQL |" in block
+    assert "| Consumer, 16 handlers |" in block
+    assert "floor: take 100 + delete 100 per transaction" in block
+
+
 def _spark_passes_ran(data: dict[str, Any]) -> None:
     """The rescuer's Spark passes, the feed and the sweep, ran at its one size."""
     (size,) = data["sizes"]
@@ -125,6 +136,11 @@ SMOKES: dict[str, Smoke] = {
     "console": Smoke(
         _keys("sizes", "requests", "pages", "all_within_200ms", "sample", "build_s", "wall_s"),
         check=_console_report_renders,
+    ),
+    "consumer": Smoke(
+        _keys("sqlite", "postgresql", "goal", "load_average_before", "load_average_after"),
+        needs="postgres",
+        check=_consumer_report_renders,
     ),
     "current_documents": Smoke(
         _keys("sizes", "ids_100", "whole_table", "ratio_ids", "ratio_whole_table", "goal")
