@@ -5,9 +5,12 @@ runs did, and requires the test that owns the mechanism to fail on the assertion
 row. How, and why this way: the one function holding the mechanism is recompiled from its own
 source with the edit applied and patched onto its class for the duration of the run (in process:
 no copy of the tree, no second pytest), then the owning test function is called with the fixtures
-it declares. The same owner must pass on the intact code first, so a row cannot pass because its
-owner broke for another reason; and each edit must match the source exactly once, so a row that
-no longer applies fails here instead of silently testing nothing.
+it declares. Every owner must pass on the intact code, so a row cannot pass because its owner
+broke for another reason: ``test_the_recompiled_function_is_the_original_when_nothing_is_edited``
+runs each once, on its function recompiled without an edit (which also proves the recompiling
+changes nothing), rather than each row running its owner twice; and a row checks its owner failed
+on the line it names. Each edit must match the source exactly once, so a row that no longer
+applies fails here instead of silently testing nothing.
 
 The end-to-end checker's broken builds are another set (``outbox.app.checker.mutations``, run by
 ``tests/e2e/test_checker_mutations.py``); these are the cheap ones, a second or so each.
@@ -786,8 +789,7 @@ def _owner_function(m: SourceMutation) -> Callable[..., Any]:
 def test_the_owning_test_catches_the_source_mutation(
     m: SourceMutation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    owner = _owner_function(m)
-    m.run_owner(tmp_path / "intact")  # the owner passes on the intact code
+    owner = _owner_function(m)  # its intact run: the test below, once for every row
     cls, attr, broken = mutated(m.target, m.edits)
     monkeypatch.setattr(cls, attr, broken)
     with pytest.raises((AssertionError, pytest.fail.Exception)) as caught:
@@ -802,7 +804,8 @@ def test_the_owning_test_catches_the_source_mutation(
 def test_the_recompiled_function_is_the_original_when_nothing_is_edited(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The mechanism itself: recompiled without an edit, every owner still passes."""
+    """The mechanism itself: recompiled without an edit, every owner still passes (the intact
+    run of every row's owner, once for all rows)."""
     for m in MUTATIONS:
         cls, attr, same = mutated(m.target, ())
         with monkeypatch.context() as patch:

@@ -3,8 +3,10 @@
 site-packages), and its console scripts: ``outbox`` (``outbox.app.cli:main``) and the Spark
 rescuer job.
 
-Built offline: ``uv build --offline`` (hatchling comes from uv's cache), else ``pip wheel``.
-Installed with ``--no-deps --no-index`` into a fresh venv, so nothing is downloaded.
+Built offline, once for the module: ``uv build --offline`` (hatchling comes from uv's cache),
+else ``pip wheel``. Installed with ``--no-deps --no-index`` into a fresh venv, so nothing is
+downloaded; the venv is made without pip (``ensurepip`` installing it was most of the test) and
+this interpreter's pip installs into it (``pip --python``).
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def _build_wheel(out: Path) -> Path:
     return wheel
 
 
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _build_wheel(tmp_path_factory.mktemp("dist"))
+
+
 def _site_packages(venv: Path) -> Path:
     purelib = subprocess.run(
         [
@@ -61,18 +68,22 @@ def _site_packages(venv: Path) -> Path:
 
 @pytest.mark.slow
 @pytest.mark.skipif(sysconfig.get_platform().startswith("win"), reason="POSIX venv layout")
-def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(tmp_path: Path) -> None:
-    wheel = _build_wheel(tmp_path / "dist")
+def test_the_wheel_adds_only_the_product_packages_and_the_outbox_script(
+    wheel: Path, tmp_path: Path
+) -> None:
     venv = tmp_path / "venv"
-    _run([sys.executable, "-m", "venv", str(venv)])
+    _run([sys.executable, "-m", "venv", "--without-pip", str(venv)])
     site = _site_packages(venv)
     before = {p.name for p in site.iterdir()}
     _run(
         [
-            str(venv / "bin" / "python"),
+            sys.executable,
             "-m",
             "pip",
+            "--python",
+            str(venv / "bin" / "python"),
             "install",
+            "--disable-pip-version-check",
             "--no-deps",
             "--no-index",
             str(wheel),
@@ -116,12 +127,12 @@ KIT = {
 }
 
 
-def test_the_wheel_ships_the_kit_but_not_the_proving_ground(tmp_path: Path) -> None:
+def test_the_wheel_ships_the_kit_but_not_the_proving_ground(wheel: Path) -> None:
     """The wheel's own file list: the testing kit's contract suites and fakes are in it, the
     proving ground is not (before issue 43 it carried ``outbox/testing/fleet.py``, the broker and
     browser launchers and the data builders)."""
-    with zipfile.ZipFile(_build_wheel(tmp_path / "dist")) as wheel:
-        names = [n for n in wheel.namelist() if n.endswith(".py")]
+    with zipfile.ZipFile(wheel) as built:
+        names = [n for n in built.namelist() if n.endswith(".py")]
     assert {n.split("/")[0] for n in names} == PACKAGES  # no testkit/, tests/, benchmarks/
     testing = {n.removeprefix("outbox/testing/") for n in names if n.startswith("outbox/testing/")}
     assert {n for n in testing if "/" not in n} == KIT

@@ -16,10 +16,11 @@ from flask.testing import FlaskClient
 
 from dispatcher.queue import QueueMessage, SqlQueue
 from dispatcher.queue.sessions import StateChange
+from migrations.sql.tables import samples
 from outbox.app import history as H
 from outbox.app.cli import main
 from outbox.app.console import ConsoleConfig, create_app
-from outbox.app.history import History, Sample
+from outbox.app.history import History
 from outbox.core.clock import SystemClock
 from outbox.core.sql import read_only_url
 from tests.templates import MigratedTemplates
@@ -97,18 +98,31 @@ def console_workspace(tmp_path: Path, sql_url: str, *, migrated: bool = False) -
         queue.send("devices", QueueMessage(body=b"{}", message_id="t-1", session_id="pump-1"))
         queue.send("devices", QueueMessage(body=b"{}", message_id="t-2", session_id="pump-2"))
         queue.receive("devices", 1, session_id="pump-1")
-        now = datetime.now(UTC)
-        history = History(queue.database)
-        for k in range(30):
-            at = now - timedelta(minutes=30 - k)
-            history.record(
-                [Sample(H.RESCUE_LAG_SECONDS, "nightly", 20.0 + k),
-                 Sample(H.RESCUE_LAG_VERSIONS, "nightly", 2.0),
-                 Sample(H.PENDING_DOCUMENTS, "", 7.0),
-                 Sample(H.OLDEST_PENDING_AGE, "", 42.0)],
-                at=at, interval=60, source="test",
-            )  # fmt: skip
+        _samples(queue, datetime.now(UTC))
     return ConsoleWorkspace(ws, url, dead)
+
+
+def _samples(queue: SqlQueue, now: datetime) -> None:
+    """Half an hour of the charts' samples, a minute apart: the rows ``History.record`` writes
+    for each minute (its slot and columns), in one transaction rather than thirty."""
+    rows = [
+        {
+            "metric": metric,
+            "subject": subject,
+            "taken_at_s": int(H.slot_start(now - timedelta(minutes=30 - k), 60).timestamp()),
+            "value": value,
+            "source": "test",
+        }
+        for k in range(30)
+        for metric, subject, value in (
+            (H.RESCUE_LAG_SECONDS, "nightly", 20.0 + k),
+            (H.RESCUE_LAG_VERSIONS, "nightly", 2.0),
+            (H.PENDING_DOCUMENTS, "", 7.0),
+            (H.OLDEST_PENDING_AGE, "", 42.0),
+        )
+    ]
+    with queue.database.write("the console tests' samples") as conn:
+        conn.execute(samples.insert(), rows)
 
 
 # --- the console through Flask's test client ----------------------------------------------------

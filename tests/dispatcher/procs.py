@@ -1,4 +1,5 @@
-"""Targets for real child processes (multiprocessing ``spawn``: deltalake hangs in forked children).
+"""Targets for real child processes (``tests.children``: forked from a fork server that never used
+deltalake; it hangs in children forked from a process that has).
 
 Each child opens the workspace on its own, as a separate application or worker process would, and
 may arm a crash point (``point[@n]=kill|kill_soon:S|raise``) so it dies there for real.

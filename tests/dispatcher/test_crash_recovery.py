@@ -9,7 +9,6 @@ watermark reached last_seq.
 
 from __future__ import annotations
 
-import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 from outbox.testing.crash_points import InjectedCrash, crash_points
 from outbox.testing.faulty import FaultyTransport
+from tests import children
 from tests.dispatcher import procs
 from tests.dispatcher.helpers import write_docs
 from tests.dispatcher.recovery import recover, recover_and_verify
@@ -165,11 +165,9 @@ def test_rerunning_every_step_only_resends_with_the_same_ids(
 
 # --- SIGKILL of real processes ---------------------------------------------------------------
 
-SPAWN = multiprocessing.get_context("spawn")
-
 
 def run_child(target: Callable[..., None], *args: Any) -> int:
-    p = SPAWN.Process(target=target, args=args)
+    p = children.process(target, *args)
     p.start()
     p.join(120)
     assert not p.is_alive(), "child hung"

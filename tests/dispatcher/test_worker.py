@@ -4,7 +4,6 @@ worker processes sharing one queue."""
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -23,6 +22,7 @@ from outbox.app.facade import Outbox
 from outbox.core.clock import ManualClock
 from outbox.core.model import OutboxMessage
 from outbox.testing.faulty import FaultyTransport
+from tests import children
 from tests.dispatcher import procs
 from tests.dispatcher.helpers import write_docs
 from tests.dispatcher.recovery import committed_messages, sql_deliveries
@@ -189,10 +189,7 @@ def test_several_worker_processes_share_one_queue_safely(workspace: Path) -> Non
     with Outbox.open(workspace, default_destination="shipments", dispatch="deferred") as ob:
         for _ in range(2):  # two commits per document: two commands per session
             write_docs(ob, {}, 20, 2)
-    ctx = multiprocessing.get_context("spawn")
-    workers = [
-        ctx.Process(target=procs.worker, args=(str(workspace), "", True, 3)) for _ in range(3)
-    ]
+    workers = [children.process(procs.worker, str(workspace), "", True, 3) for _ in range(3)]
     for p in workers:
         p.start()
     for p in workers:

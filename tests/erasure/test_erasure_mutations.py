@@ -1,6 +1,8 @@
 """The erasure proof fails when a mechanism it relies on is removed (tests/test_mutations.py's
-way: the one function recompiled with the edit, the owner passing on the intact code first, and
-failing on the named line)."""
+way: the one function recompiled with the edit, and the owner failing on the named line).
+
+That each owner passes on the intact code is its own test in tests/erasure (each is called here
+as pytest calls it), not run again here before its mutations."""
 
 from __future__ import annotations
 
@@ -62,19 +64,10 @@ MUTATIONS = [
 LATE = test_late_marks.test_a_mark_row_committed_after_the_erase_merge_is_erased_too
 
 
-@pytest.fixture(scope="module")
-def intact_proof(tmp_path_factory: pytest.TempPathFactory) -> None:
-    """The owner passes on the intact code, once for the module's mutations (as the readers'
-    mutations check their intact rule once): the same proof run before each of five mutations
-    proved the same thing five times."""
-    OWNER(tmp_path_factory.mktemp("intact"))
-
-
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m[0] for m in MUTATIONS])
 @pytest.mark.slow
 def test_the_erasure_proof_catches_the_mutation(
     m: tuple[str, str, tuple[tuple[str, str], ...], str],
-    intact_proof: None,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -96,9 +89,6 @@ def test_without_the_re_read_a_late_mark_row_stays(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The erase's MERGE once per bucket, no re-read: the late mark row stays in the table."""
-    (tmp_path / "intact").mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        LATE(tmp_path / "intact", patch)
     owner, attr, broken = mutated(
         "outbox.app.erasure:erase_rows",
         (("if not _remaining(store, bucket, members):", "if _round > 0:"),),
@@ -161,7 +151,6 @@ def test_the_finish_checks_catch_their_mutation(
     m: tuple[str, tuple[str, str], Any, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     target, edit, owner, line = m
-    owner(tmp_path / "intact")
     broken_owner, attr, broken = mutated(target, (edit,))
     monkeypatch.setattr(broken_owner, attr, broken)
     with pytest.raises(AssertionError) as caught:
@@ -174,8 +163,6 @@ def test_joining_on_the_ids_puts_an_id_in_the_erase_commit(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner = test_cli.test_the_erase_commit_and_its_checkpoint_name_no_erased_id
-    (tmp_path / "intact").mkdir()
-    owner(tmp_path / "intact")
     target, attr, broken = mutated(
         "outbox.app.erasure:_merge_delete",
         (
@@ -201,9 +188,6 @@ def test_without_the_retry_a_lost_commit_race_fails_the_erase(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     owner = test_late_marks.test_an_erase_that_loses_a_commit_race_to_a_fold_retries
-    (tmp_path / "intact").mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        owner(tmp_path / "intact", patch)
     target, attr, broken = mutated(
         "outbox.app.erasure:_merge_delete",
         (
@@ -278,9 +262,6 @@ def test_the_tombstone_and_the_where_catch_their_mutation(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     target, edits, owner, line = m
-    (tmp_path / "intact").mkdir()
-    with pytest.MonkeyPatch.context() as patch:
-        owner(tmp_path / "intact", patch)
     broken_owner, attr, broken = mutated(target, edits)
     monkeypatch.setattr(broken_owner, attr, broken)
     (tmp_path / "mutated").mkdir()

@@ -1,4 +1,5 @@
-"""Process entry points for the redelivery-order proof (importable under ``spawn``).
+"""Process entry points for the redelivery-order proof (importable: ``tests.children`` pickles
+a target by its name).
 
 Every handling is one ``os.write`` of one line to a log opened with ``O_APPEND``, so the lines of
 all processes land in one file in the order they were written.

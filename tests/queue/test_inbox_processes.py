@@ -10,7 +10,6 @@ handlers would run. The waiting delivery is completed later, without running the
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -21,9 +20,10 @@ import pytest
 from dispatcher.queue import Consumer, QueueMessage, SqlQueue
 from dispatcher.queue.inbox import Inbox, SqlInbox
 from outbox.core.clock import ManualClock
+from tests import children
 
 pytestmark = pytest.mark.slow
-ctx = multiprocessing.get_context("spawn")  # a fresh interpreter: nothing of pytest's threads
+ctx = children.ctx  # forked from a fork server: nothing of pytest's threads
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
 QUEUE = "q"
 WAIT = 60.0
@@ -87,10 +87,8 @@ def run_two_processes(url: str, spec: tuple[str, ...], workdir: Path) -> list[st
         queue.close()
     received, decided = ctx.Barrier(2), ctx.Event()
     procs = [
-        ctx.Process(
-            target=deliver_once,
-            args=(url, spec, str(workdir), f"p{i}"),
-            kwargs={"received": received, "decided": decided},
+        children.process(
+            deliver_once, url, spec, str(workdir), f"p{i}", received=received, decided=decided
         )
         for i in range(2)
     ]

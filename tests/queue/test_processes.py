@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -14,10 +13,11 @@ import pytest
 
 from dispatcher.queue import QueueMessage, SqlQueue
 from outbox.core.clock import ManualClock
+from tests import children
 from tests.queue import workers
 
 pytestmark = pytest.mark.slow
-ctx = multiprocessing.get_context("spawn")
+ctx = children.ctx
 
 
 def _wait_for(path: Path, timeout: float = 30.0) -> None:
@@ -64,9 +64,7 @@ def test_competing_receivers(migrated_url: str, tmp_path: Path) -> None:
     start, holding = ctx.Barrier(receivers), ctx.Barrier(receivers)
     _run(
         [
-            ctx.Process(
-                target=workers.compete, args=(migrated_url, str(tmp_path), w, start, holding)
-            )
+            children.process(workers.compete, migrated_url, str(tmp_path), w, start, holding)
             for w in range(receivers)
         ]
     )
@@ -99,7 +97,7 @@ def test_sigkilled_holder_loses_its_locks_after_expiry(migrated_url: str, tmp_pa
     queue = SqlQueue(migrated_url)
     queue.send("work", [QueueMessage(b"x", message_id=f"k{i}") for i in range(5)])
     ready = tmp_path / "ready"
-    p = ctx.Process(target=workers.hold_and_hang, args=(migrated_url, str(ready), 3))
+    p = children.process(workers.hold_and_hang, migrated_url, str(ready), 3)
     p.start()
     _wait_for(ready)
     held = ready.read_text().split()
@@ -125,7 +123,7 @@ def test_sigterm_finishes_in_flight_message(migrated_url: str, tmp_path: Path) -
     queue = SqlQueue(migrated_url)
     queue.send("work", [QueueMessage(b"x", message_id=f"t{i}") for i in range(3)])
     started = tmp_path / "started"
-    p = ctx.Process(target=workers.consume_until_sigterm, args=(migrated_url, str(started)))
+    p = children.process(workers.consume_until_sigterm, migrated_url, str(started))
     p.start()
     _wait_for(started)
     os.kill(p.pid or 0, signal.SIGTERM)

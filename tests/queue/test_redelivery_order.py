@@ -17,7 +17,6 @@ until ``max_delivery_count`` (3) dead-letters it mid-session. From the shared ha
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import signal
 import time
@@ -27,14 +26,15 @@ from pathlib import Path
 import pytest
 
 from dispatcher.queue import QueueMessage, SqlQueue
+from tests import children
 from tests.queue import order_workers
 
 pytestmark = pytest.mark.slow
-# A fork server that imported the workers (and SQLAlchemy, the drivers) once: each process then
-# starts in milliseconds instead of re-importing everything, and the server is single-threaded,
-# so forking it is safe where forking pytest would not be.
-ctx = multiprocessing.get_context("forkserver")
-ctx.set_forkserver_preload(["tests.queue.order_workers", "psycopg"])
+# The processes come from the tests' fork server (``tests.children``), which imported the workers
+# (and SQLAlchemy, the drivers) once: each starts in milliseconds instead of re-importing
+# everything, and the server is single-threaded, so forking it is safe where forking pytest
+# would not be.
+ctx = children.ctx
 SESSIONS = {"A": 10, "B": 10, "C": 10, "D": 10, "P": 6}
 POISON = "P-2"
 WORKERS = 2
@@ -65,19 +65,15 @@ def test_first_handling_follows_send_order_through_every_redelivery(
     )
     (tmp_path / "markers").mkdir()
     ready = tmp_path / "ready"
-    # every process starts at once (spawning is most of the time); the workers wait at the
+    # every process starts at once (starting is most of the time); the workers wait at the
     # barrier until the holder is dead, and each then holds its first batch until all hold one
     # (so several handle messages by construction, not by the scheduler's grace)
     start, holding = ctx.Barrier(WORKERS + 1), ctx.Barrier(WORKERS)
     procs = [
-        ctx.Process(
-            target=order_workers.work, args=(migrated_url, str(tmp_path), w, start, holding)
-        )
+        children.process(order_workers.work, migrated_url, str(tmp_path), w, start, holding)
         for w in range(WORKERS)
     ]
-    holder = ctx.Process(
-        target=order_workers.take_and_hang, args=(migrated_url, str(tmp_path), str(ready))
-    )
+    holder = children.process(order_workers.take_and_hang, migrated_url, str(tmp_path), str(ready))
     holder.start()
     for p in procs:
         p.start()

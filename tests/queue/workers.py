@@ -1,4 +1,5 @@
-"""Process entry points for the multi-process queue tests (importable under ``spawn``)."""
+"""Process entry points for the multi-process queue tests (importable: ``tests.children``
+pickles a target by its name)."""
 
 from __future__ import annotations
 

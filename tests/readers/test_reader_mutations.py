@@ -1,9 +1,10 @@
 """Source mutations of the rule (tests/test_mutations.py's way, on the readers' table): each
 removes one mechanism of ``outbox.delta.current`` and the reader check that owns it must fail on
 its assertion. The table is built once, intact; only the reads run mutated (a mutation of the
-Arrow form would otherwise change what the builder's saves copy, and the model with it). Each
-owning check passes on the intact rule once per module (``intact``), not before every mutation
-of it: three checks own the seven mutations, and an intact pass reads every version twice over.
+Arrow form would otherwise change what the builder's saves copy, and the model with it). That
+each owning check passes on the intact rule is its own test in tests/readers/test_every_reader.py
+(on the same table, built the same way), not run again here: three checks own the seven
+mutations, and an intact pass reads every version twice over.
 
 The mechanisms: a tombstone hides its document (both forms); the watermark is the highest over
 the life's rows, not the newest row's (both forms: the Arrow one is also tests/test_mutations.py's
@@ -94,36 +95,11 @@ MUTATIONS = [
 ]
 
 
-@pytest.fixture(scope="module")
-def intact(states: TableStates) -> Callable[[Callable[[TableStates], None]], None]:
-    """Run an owning check on the intact rule, once per module for each check (its outcome,
-    a pass or the same failure, is remembered for the other mutations it owns)."""
-    outcomes: dict[Callable[[TableStates], None], Exception | None] = {}
-
-    def passes(check: Callable[[TableStates], None]) -> None:
-        if check not in outcomes:
-            try:
-                check(states)
-            except Exception as error:  # re-raised below, for every mutation it owns
-                outcomes[check] = error
-            else:
-                outcomes[check] = None
-        failed = outcomes[check]
-        if failed is not None:
-            raise failed
-
-    return passes
-
-
 @pytest.mark.parametrize("m", MUTATIONS, ids=[m.name for m in MUTATIONS])
 @pytest.mark.slow  # seconds each: left out of the fast lane
 def test_the_reader_check_catches_the_mutation(
-    m: ReaderMutation,
-    states: TableStates,
-    intact: Callable[[Callable[[TableStates], None]], None],
-    monkeypatch: pytest.MonkeyPatch,
+    m: ReaderMutation, states: TableStates, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    intact(m.owner)  # the owner passes on the intact rule
     owner, attr, broken = mutated(m.target, m.edits)
     original = getattr(owner, attr)
     monkeypatch.setattr(owner, attr, broken)

@@ -1,7 +1,8 @@
 """Replay's mechanisms removed one at a time, in ``tests/test_mutations.py``'s way (the function
-recompiled from its source with one edit, patched in for the run): the owning test passes on the
-intact code and fails on the named line with the edit. Rows the lead may fold into that file's
-``MUTATIONS``."""
+recompiled from its source with one edit, patched in for the run): the owning test fails on the
+named line with the edit. That it passes on the intact code is its own run in the suite (each
+owner below is a test of tests/replay, called here as pytest calls it), not repeated per row.
+Rows the lead may fold into that file's ``MUTATIONS``."""
 
 from __future__ import annotations
 
@@ -130,8 +131,7 @@ MUTATIONS = [
 def test_the_owning_test_catches_the_source_mutation(
     m: SourceMutation, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    owner = _owner_function(m)
-    m.run_owner(tmp_path / "intact")  # the owner passes on the intact code
+    owner = _owner_function(m)  # its intact run: the owner's own test in tests/replay
     cls, attr, broken = mutated(m.target, m.edits)
     monkeypatch.setattr(cls, attr, broken)
     with pytest.raises((AssertionError, pytest.fail.Exception)) as caught:

@@ -5,8 +5,11 @@ table is the registry's; and each pruner, disabled, fails its check."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
+import shutil
+import sqlite3
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +29,42 @@ def seeded(tmp_path: Path, sql_url: str) -> Seeded:
     s = workspace(tmp_path / "ws", sql_url)
     seed(s)
     return s
+
+
+@pytest.fixture(scope="module")
+def seeded_once(tmp_path_factory: pytest.TempPathFactory) -> Seeded:
+    """A seeded workspace on SQLite for the disabled pruners, each of which maintains a copy
+    (``_copy``): seeding one (the table's history, a maintain, three replays, every item's
+    rows) was most of each of those tests."""
+    root = tmp_path_factory.mktemp("seeded")
+    s = workspace(root / "ws", f"sqlite:///{root / 'outbox.db'}")
+    seed(s)
+    return s
+
+
+def _copy(template: Seeded, where: Path) -> Seeded:
+    """The seeded workspace and its database copied to ``where``: the table's folder with its
+    files' times (the log's old commits are old by their times), the database by SQLite's
+    backup API. The table keeps its id, which is what its replays are recorded under."""
+    shutil.copytree(template.ws, where / "ws")  # copy2: contents and times
+    url = f"sqlite:///{where / 'outbox.db'}"
+    src, dst = (
+        sqlite3.connect(template.url.removeprefix("sqlite:///")),
+        sqlite3.connect(str(where / "outbox.db")),
+    )
+    try:
+        src.backup(dst)
+    finally:
+        dst.close()
+        src.close()
+    return dataclasses.replace(
+        template,
+        ws=where / "ws",
+        url=url,
+        env={**template.env, "OUTBOX_SQL_URL": url},
+        old_commits=list(template.old_commits),
+        replays=dict(template.replays),
+    )
 
 
 def _maintain(seeded: Seeded) -> dict[str, Any]:
@@ -115,12 +154,11 @@ def test_the_docs_table_is_the_registry_and_every_item_has_a_pruner_and_a_check(
 
 @pytest.mark.parametrize("setting", sorted(DISABLED))
 def test_a_disabled_pruner_fails_its_check(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str
+    seeded_once: Seeded, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setting: str
 ) -> None:
     """Each pruner removed in turn (``tests.mutate``): its check fails, the others still pass
     (so the check fails for the pruner, not for a broken seed)."""
-    s = workspace(tmp_path / "ws", f"sqlite:///{tmp_path / 'outbox.db'}")
-    seed(s)
+    s = _copy(seeded_once, tmp_path)
     target, edits = DISABLED[setting]
     owner, attr, broken = mutated(target, edits)
     monkeypatch.setattr(owner, attr, broken)

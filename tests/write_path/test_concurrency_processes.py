@@ -1,14 +1,15 @@
-"""Optimistic concurrency with real processes (spawned: deltalake hangs in forked children)."""
+"""Optimistic concurrency with real processes (``tests.children``: from a fork server, not forked
+from pytest: deltalake hangs in children forked from a process that has used it)."""
 
 from __future__ import annotations
 
-import multiprocessing as mp
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from outbox.core.errors import ConcurrencyError
+from tests import children
 
 pytestmark = pytest.mark.slow
 
@@ -84,11 +85,11 @@ def seeded(workspace: Path) -> str:
 def test_two_processes_saving_one_document_one_wins(seeded: str) -> None:
     """Three races, in the same two processes (a pair of processes each cost seconds to start):
     each race starts from both racers' fresh read of the document."""
-    ctx = mp.get_context("spawn")
+    ctx = children.ctx
     rounds = 3
     start, checked, results = ctx.Barrier(2, timeout=120), ctx.Barrier(3, timeout=120), ctx.Queue()
     procs = [
-        ctx.Process(target=_race_same_document, args=(seeded, w, rounds, (start, checked, results)))
+        children.process(_race_same_document, seeded, w, rounds, (start, checked, results))
         for w in ("p1", "p2")
     ]
     for p in procs:
@@ -122,12 +123,9 @@ def test_two_processes_saving_one_document_one_wins(seeded: str) -> None:
 def test_concurrent_increments_lose_nothing(seeded: str) -> None:
     """Two processes increment the same document 8 times each, retrying on ConcurrencyError;
     a third increments another document. Every increment lands exactly once."""
-    ctx = mp.get_context("spawn")
+    ctx = children.ctx
     barrier, results = ctx.Barrier(3), ctx.Queue()
-    procs = [
-        ctx.Process(target=_increment, args=(seeded, d, 8, barrier, results))
-        for d in ("a", "a", "b")
-    ]
+    procs = [children.process(_increment, seeded, d, 8, barrier, results) for d in ("a", "a", "b")]
     for p in procs:
         p.start()
     for p in procs:
