@@ -196,15 +196,14 @@ def test_outbox_dead_letters_lists_shows_and_requeues_a_dead_letter_topic_and_re
     """Through the CLI: the consumer's dead-letter topic answers ``outbox dead-letters``."""
     import json
     import os
-    import subprocess
-    import sys
+
+    from tests.cli_child import run_in_one_child
 
     dlt = f"{topic}.dlt"
     send(kafka, topic, ["poison"])
     c = consumer(kafka, topic, lambda m: (_ for _ in ()).throw(RuntimeError("boom")), max_tries=1)
     drain(c, 1)
     c.close()
-    outbox = str(Path(sys.executable).with_name("outbox"))
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
     env.update(
         {
@@ -213,49 +212,37 @@ def test_outbox_dead_letters_lists_shows_and_requeues_a_dead_letter_topic_and_re
             "OUTBOX_KAFKA_BOOTSTRAP_SERVERS": kafka.bootstrap,
         }
     )
-
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [outbox, "dead-letters", "--kafka-topic", dlt, *args],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
-
-    listed = run("list", "--json")
+    # The six commands in order, in one child process (each with its own stdout, stderr and
+    # exit code): a process each cost an interpreter start and the product's imports.
+    commands = [
+        [dlt, "list", "--json"],
+        [dlt, "show", "1", "--json"],
+        [dlt, "show", "7"],
+        [dlt, "purge", "--all", "--yes"],
+        [dlt, "requeue", "1"],
+        ["nope.dlt", "list"],
+    ]
+    runs = [(["dead-letters", "--kafka-topic", *c], env) for c in commands]
+    listed, shown, missing, purge, requeued, unknown = run_in_one_child(runs, tmp_path)
     assert listed.returncode == 0, listed.stderr
     [letter] = json.loads(listed.stdout)
     assert (letter["id"], letter["message_id"], letter["queue"]) == (1, "poison", topic)
     assert letter["reason"] == "MaxTriesExceeded"
     assert letter["description"] == "RuntimeError: boom"
-    shown = run("show", "1", "--json")
     assert json.loads(shown.stdout)["delivery_count"] == 1
-    missing = run("show", "7")
     assert missing.returncode != 0
     assert missing.stderr.strip().splitlines() == [
         f"error: no dead letter 7 in Kafka topic {dlt!r} (fix: outbox dead-letters "
         f"--kafka-topic {dlt} list shows the ids)"
     ]
-    purge = run("purge", "--all", "--yes")
     assert purge.returncode != 0
     assert "Kafka cannot delete records from the dead-letter topic" in purge.stderr
     assert "Traceback" not in purge.stderr
-    requeued = run("requeue", "1")
     assert requeued.returncode == 0, requeued.stderr
     assert "requeued 1 dead letter(s)" in requeued.stdout
     back = [record_of(r) for r in read_records(kafka.bootstrap, topic)]
     assert [m.message_id for m in back] == ["poison", "poison"]
     assert not any(k.startswith("outbox-dead-letter") for k in back[1].headers)
-    unknown = subprocess.run(
-        [outbox, "dead-letters", "--kafka-topic", "nope.dlt", "list"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
     assert unknown.returncode != 0
     assert "has no topic 'nope.dlt'" in unknown.stderr
     assert "Traceback" not in unknown.stderr
