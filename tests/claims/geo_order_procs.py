@@ -94,12 +94,14 @@ def wait_file(path: Path, deadline: float = 300.0) -> None:
         time.sleep(0.02)
 
 
-def writer(ws: str, urls: dict[str, str], phases: str, batches: int, mutation: str) -> None:
-    """``batches`` batches of 15 documents, each opened by ``go-<b>``. Each document gets two
-    messages on its session, in two units of work: the first when it is created, the second
-    right after the next document of that session is created (so a session's line reads A-1,
-    B-1, A-2: the gate's own later message must wait behind B). Messages are numbered per
-    session in commit order."""
+def writer(
+    ws: str, urls: dict[str, str], phases: str, shape: tuple[int, int], mutation: str
+) -> None:
+    """``shape``: ``(batches, per_batch)``, batches of ``per_batch`` documents, each opened by
+    ``go-<b>``. Each document gets two messages on its session, in two units of work: the first
+    when it is created, the second right after the next document of that session is created (so
+    a session's line reads A-1, B-1, A-2: the gate's own later message must wait behind B).
+    Messages are numbered per session in commit order."""
     logging.basicConfig(level=logging.WARNING)
     folder = Path(phases)
     counters = dict.fromkeys(SESSIONS, 0)
@@ -108,11 +110,12 @@ def writer(ws: str, urls: dict[str, str], phases: str, batches: int, mutation: s
         counters[s] += 1
         doc.send("Moved", json.dumps({"s": s, "i": counters[s]}), ordering_key=s)
 
+    batches, per_batch = shape
     with _outbox(ws, urls, mutation) as ob:
-        total = 15 * batches
+        total = per_batch * batches
         for d in range(total):
-            if d % 15 == 0:
-                wait_file(folder / f"go-{d // 15 + 1}")
+            if d % per_batch == 0:
+                wait_file(folder / f"go-{d // per_batch + 1}")
             with ob.unit_of_work() as uow:
                 send(uow.create(f"d{d}", type="Shipment"), SESSIONS[d % 4])
             second = [d - 4] if d >= 4 else []
@@ -123,8 +126,8 @@ def writer(ws: str, urls: dict[str, str], phases: str, batches: int, mutation: s
                     doc = uow.get(f"d{a}")
                     assert doc is not None
                     send(doc, SESSIONS[a % 4])
-            if d % 15 == 14:
-                (folder / f"wrote-{d // 15 + 1}").touch()
+            if d % per_batch == per_batch - 1:
+                (folder / f"wrote-{d // per_batch + 1}").touch()
 
 
 def worker(ws: str, urls: dict[str, str], stop: str, mutation: str) -> None:

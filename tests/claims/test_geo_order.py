@@ -3,7 +3,7 @@
 
 Two regions (a SQLite queue each), one SQL claim log, a consumer process per region recording
 when each handler begins and ends; a writer process with immediate dispatch through the geo
-transport and a command worker beside it. 30 documents with two messages each, on four sessions
+transport and a command worker beside it. 16 documents with two messages each, on four sessions
 shared across the documents, in two batches (documents are created in one unit of work and
 get their second message in a later one). Another process holds the claim log's file with
 ``BEGIN EXCLUSIVE`` while each batch is written (so every one of its sends fails after
@@ -33,7 +33,10 @@ from tests.claims import geo_order_procs as procs
 
 pytestmark = pytest.mark.slow
 ctx = multiprocessing.get_context("spawn")
-TOTAL = 60
+#: Two batches of eight documents (of 15 before issue 43's suite time): two documents of each
+#: session a batch, so every session's line reads A-1, B-1, A-2 within each outage.
+BATCHES, PER_BATCH = 2, 8
+TOTAL = 2 * BATCHES * PER_BATCH  # two messages a document
 DEADLINE = 300.0
 
 
@@ -128,9 +131,10 @@ def run(proof: Proof, *, mutation: str = "") -> tuple[int, int]:
         regions,
     )
     worker = proof.start(procs.worker, str(proof.ws), urls, str(root / "stop"), mutation)
-    writer = proof.start(procs.writer, str(proof.ws), urls, str(phases), 2, mutation)
+    shape = (BATCHES, PER_BATCH)
+    writer = proof.start(procs.writer, str(proof.ws), urls, str(phases), shape, mutation)
     everyone = [*regions, worker, writer]
-    for b in (1, 2):
+    for b in range(1, BATCHES + 1):
         locked, release = root / f"locked-{b}", root / f"release-{b}"
         proof.start(
             procs.locker, urls["claims"].removeprefix("sqlite:///"), str(locked), str(release)
@@ -138,7 +142,8 @@ def run(proof: Proof, *, mutation: str = "") -> tuple[int, int]:
         _wait(locked.exists, f"the claim log locked ({b})", everyone)
         (phases / f"go-{b}").touch()
         _wait((phases / f"wrote-{b}").exists, f"batch {b} written", everyone)
-        if b == 2:  # a longer outage: the oldest retry commands back off past a new one's delay
+        if b == BATCHES:
+            # A longer outage: the oldest retry commands back off past a new one's delay.
             _wait(lambda: _most_tries(proof.ws) >= 3, "three tries of a command", everyone)
         release.touch()
     _wait(lambda: proof.handled() == TOTAL, "every message handled", everyone)
