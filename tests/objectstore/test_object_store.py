@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -165,29 +164,45 @@ def test_two_maintainers_started_together_leave_no_duplicates(
 ) -> None:
     """The issue's scenario, through real processes: two `outbox maintain` started together,
     rounds with commits between. Without the lease this duplicated 38 to 962 rows; with it, one
-    compacts and the other skips (the held-lease test above shows the skip deterministically)."""
-    import subprocess
-    import sys
+    compacts and the other skips (the held-lease test above shows the skip deterministically).
+    The two maintainer processes start once and run `outbox maintain` in themselves at each
+    round's signal (``maintainer_proc``), both within a poll of each other."""
+    import multiprocessing
+    import time
 
-    outbox = str(Path(sys.executable).with_name("outbox"))
+    from tests.objectstore.maintainer_proc import maintainer
+
     ws = workspace_on(remote, tmp_path / "ws", default_destination="shipments")
-    env = {**os.environ, **remote.environment}
-    for round_ in range(3):
-        with Outbox.open(ws) as ob:  # two commits: a file in each bucket of 8 documents each
-            _write_together(ob, f"r{round_}-", 8)
-            _write_together(ob, f"r{round_}-", 8)
-        both = [
-            subprocess.Popen(
-                [outbox, "-w", str(ws), "maintain", "--json"],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-                env=env,
-            )
-            for _ in range(2)
-        ]
-        results = [p.communicate(timeout=300) for p in both]
-        assert [p.returncode for p in both] == [0, 0], results
+    signals = tmp_path / "signals"
+    signals.mkdir()
+    ctx = multiprocessing.get_context("spawn")
+    both = [
+        ctx.Process(target=maintainer, args=(str(ws), 3, str(signals), me)) for me in ("a", "b")
+    ]
+    for p in both:
+        p.start()
+    try:
+        for round_ in range(3):
+            with Outbox.open(ws) as ob:  # two commits: a file in each bucket of 8 documents each
+                _write_together(ob, f"r{round_}-", 8)
+                _write_together(ob, f"r{round_}-", 8)
+            (signals / f"go-{round_}").touch()
+            done = [signals / f"done-{round_}-{me}" for me in ("a", "b")]
+            end = time.monotonic() + 300
+            while not all(d.exists() for d in done):
+                assert all(p.exitcode in (None, 0) for p in both), "a maintainer died"
+                assert time.monotonic() < end, f"round {round_}: the maintainers did not finish"
+                time.sleep(0.05)
+            results = [d.read_text() for d in done]
+            assert [r.partition("\n")[0] for r in results] == ["0", "0"], results
+        for p in both:
+            p.join(60)
+            assert p.exitcode == 0
+    finally:
+        for p in both:
+            if p.is_alive():
+                p.kill()
+                p.join()
     with Outbox.open(ws) as ob:
         assert find_duplicates(ob.store).pairs == 0
         ids = [f"r{r}-{i}" for r in range(3) for i in range(8)]
