@@ -61,10 +61,11 @@ SMALL_FILE_ROWS = 2_000
 COMMITS = {"full": 10, "quick": 5, "smoke": 1}
 #: The four-writer part: table size and commits per writer (a smoke run: one writer process a
 #: round, each round's steps once; every spawned interpreter costs seconds of imports); the
-#: disk part: seconds.
+#: disk part: seconds (a smoke run: one commit, one sample) and the table's documents.
 WRITERS = {"full": (100_000, 25), "quick": (10_000, 10), "smoke": (1_000, 1)}
 WRITER_PROCESSES = {"full": 4, "quick": 4, "smoke": 1}
-DISK_SECONDS = {"full": 600.0, "quick": 60.0, "smoke": 3.0}
+DISK_SECONDS = {"full": 600.0, "quick": 60.0, "smoke": 0.0}
+DISK_DOCS = {"full": P.DISK_DOCS, "quick": P.DISK_DOCS, "smoke": 1_000}
 TXN_IDS = {"full": 1_000_000, "quick": 100_000, "smoke": 1_000}
 
 
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
         print("writers", json.dumps(data["writers"]), flush=True)
         data["txn_state"] = P.run_txn_state(root / "txn", TXN_IDS[kind])
         print("txn_state", json.dumps(data["txn_state"]), flush=True)
-        data["disk"] = P.run_disk(root / "disk", DISK_SECONDS[kind], rng)
+        data["disk"] = P.run_disk(root / "disk", DISK_SECONDS[kind], rng, DISK_DOCS[kind])
         print("disk", json.dumps({k: v for k, v in data["disk"].items() if k != "samples"}))
         path = save(args, "doc_table", data)
         print(f"wrote {path}")

@@ -331,20 +331,23 @@ def _live_and_window(store: Any, retention_s: float) -> tuple[int, int]:
     return live, window
 
 
-def run_disk(root: Path, seconds: float, rng: random.Random) -> dict[str, Any]:
+def run_disk(
+    root: Path, seconds: float, rng: random.Random, docs: int = DISK_DOCS
+) -> dict[str, Any]:
+    """Commits for ``seconds`` (at least one: a smoke run gives 0) on a table of ``docs``."""
     from outbox.app.facade import Outbox
 
-    settings = build(root, DISK_DOCS)
+    settings = build(root, docs)
     settings = settings.replace(
         compact_every=100, log_retention=DISK_RETENTION_S, rescue_delay=15.0
     )
     ob = Outbox.open(settings=settings, create=False, transport="memory")
-    ids = [f"doc-{i:09d}" for i in range(DISK_DOCS)]
+    ids = [f"doc-{i:09d}" for i in range(docs)]
     samples: list[dict[str, Any]] = []
     commits = 0
     t0 = time.monotonic()
     next_sample = t0
-    while time.monotonic() - t0 < seconds:
+    while not commits or time.monotonic() - t0 < seconds:
         with ob.unit_of_work() as uow:
             for d in uow.get_many(rng.sample(ids, CHANGED)).values():
                 d.state["n"] = commits
@@ -369,7 +372,7 @@ def run_disk(root: Path, seconds: float, rng: random.Random) -> dict[str, Any]:
     steady = samples[len(samples) * 2 // 3 :] or samples
     return {
         "seconds": seconds,
-        "documents": DISK_DOCS,
+        "documents": docs,
         "commits": commits,
         "log_retention_s": DISK_RETENTION_S,
         "compact_every": 100,

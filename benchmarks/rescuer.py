@@ -2,7 +2,8 @@
 
     python -m benchmarks.rescuer            # 10k, 100k, 1M docs; local, sweep and Spark
     python -m benchmarks.rescuer --quick    # local engine at 10k and 100k, under a minute
-    python -m benchmarks.rescuer --smoke    # every step of the full run at 200 and 1k docs
+    python -m benchmarks.rescuer --smoke    # every step of the full run at 200 and 1k docs,
+                                            # 2-bucket tables
     python -m benchmarks.rescuer --smoke --spark-only   # the Spark passes alone, at 200 docs
 
 Each table is built fast (one big append, CDF on), then 100 documents are changed in 10 MERGE
@@ -54,6 +55,9 @@ from rescuer.sink import InMemorySink
 from rescuer.window import find_window_end
 
 BUCKETS = 16
+#: ``--smoke``'s tables: two buckets, so the changes' commits write a file or two each, not up
+#: to ten (a smoke run measures nothing; a Spark pass reads each file)
+SMOKE_BUCKETS = 2
 CHANGED = 100
 DELAY = 15.0
 
@@ -112,11 +116,11 @@ def _median(fn: Callable[[], Any], repeat: int) -> tuple[float, Any]:
     return statistics.median(times), out
 
 
-def build_table(path: Path, docs: int) -> tuple[DeltaDocumentStore, int]:
+def build_table(path: Path, docs: int, buckets: int = BUCKETS) -> tuple[DeltaDocumentStore, int]:
     """``docs`` dispatched documents in one append, then 100 changed in 10 MERGE commits."""
     from deltalake import write_deltalake
 
-    DeltaDocumentStore.create(str(path), buckets=BUCKETS)
+    DeltaDocumentStore.create(str(path), buckets=buckets)
     ids = [f"doc-{i:07d}" for i in range(docs)]
     now = datetime.now(UTC)
     table = pa.table(
@@ -129,7 +133,7 @@ def build_table(path: Path, docs: int) -> tuple[DeltaDocumentStore, int]:
             "dispatched_seq": pa.array([1] * docs, pa.int64()),
             "outbox": pa.array([[]] * docs, S.DOCUMENT_SCHEMA.field("outbox").type),
             "updated_at": pa.array([now] * docs, S.TS),
-            "bucket": pa.array([bucket_of(i, BUCKETS) for i in ids], pa.int32()),
+            "bucket": pa.array([bucket_of(i, buckets) for i in ids], pa.int32()),
             "incarnation": pa.nulls(docs, pa.string()),
             "deleted": pa.nulls(docs, pa.bool_()),
         },
@@ -172,10 +176,11 @@ def measure_size(
     spark_repeat: int = 3,
     *,
     spark_warm: bool = True,
+    buckets: int = BUCKETS,
 ) -> dict[str, Any]:
     path = root / f"t{docs}"
     t0 = time.perf_counter()
-    store, base = build_table(path, docs)
+    store, base = build_table(path, docs, buckets)
     out: dict[str, Any] = {"docs": docs, "build_s": round(time.perf_counter() - t0, 2)}
     local = LocalEngine()
     run_pass(store, local, base)  # warm the handle
@@ -366,6 +371,7 @@ def main(argv: list[str] | None = None) -> None:
                 repeat,
                 spark_repeat,
                 spark_warm=not args.smoke,
+                buckets=SMOKE_BUCKETS if args.smoke else BUCKETS,
             )
             for n in sizes
         ]

@@ -47,6 +47,17 @@ def extract(revision: str, into: Path) -> Path:
     return into
 
 
+def _commit(revision: str) -> str:
+    """The full commit id ``revision`` names."""
+    return subprocess.run(
+        ["git", "rev-parse", "--verify", f"{revision}^{{commit}}"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
 def run_once(tree: Path, benchmark: str, mode: str, out: Path) -> dict[str, Any]:
     """One run of ``benchmarks.<benchmark> --<mode>`` in ``tree``; its results file, read."""
     out.mkdir(parents=True, exist_ok=True)
@@ -99,8 +110,13 @@ def main(argv: list[str] | None = None) -> None:
     mode = "smoke" if args.smoke else "quick"  # the benchmark's own quick run, per side
     root = Path(tempfile.mkdtemp(prefix="outbox-bench-revisions-"))
     try:
-        revisions = {"before": args.before, "after": args.after}
-        trees = {side: extract(rev, root / side) for side, rev in revisions.items()}
+        commits = {
+            side: _commit(rev) for side, rev in (("before", args.before), ("after", args.after))
+        }
+        # one tree per commit: the same commit on both sides (--smoke: HEAD against itself) is
+        # one extraction, whose bytecode the second side's runs then reuse
+        by_commit = {c: extract(c, root / c) for c in dict.fromkeys(commits.values())}
+        trees = {side: by_commit[c] for side, c in commits.items()}
         results: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
         for i in range(pairs):
             order = ("before", "after") if i % 2 == 0 else ("after", "before")
@@ -108,22 +124,12 @@ def main(argv: list[str] | None = None) -> None:
                 result = run_once(trees[side], args.benchmark, mode, root / "out")
                 results[side].append(rates(result))
                 print(f"pair {i + 1}/{pairs} {side}: {results[side][-1]}")
-        commits = {
-            side: subprocess.run(
-                ["git", "rev-parse", "--short=10", rev],
-                cwd=REPO,
-                capture_output=True,
-                text=True,
-                check=True,
-            ).stdout.strip()
-            for side, rev in (("before", args.before), ("after", args.after))
-        }
         cases = compare(results["before"], results["after"])
         data = {
             "benchmark": f"benchmarks.{args.benchmark} --{mode}, at two revisions, interleaved",
             "machine": machine(),
-            "before": commits["before"],
-            "after": commits["after"],
+            "before": commits["before"][:10],
+            "after": commits["after"][:10],
             "pairs": pairs,
             "noise": NOISE,
             "cases": cases,

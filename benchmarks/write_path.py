@@ -351,8 +351,11 @@ def bench_long(
     }
 
 
-#: ``--smoke``: every step of the full run once, on a few documents and commits.
-SMOKE_LONG = {"commits": 20, "every": 10, "window": 10, "seed_docs": 20}
+#: ``--smoke``: every step of the full run once, on a few documents and commits: the growth
+#: runs' (commits, compact_every, window) and the long runs' arguments, two windows each with
+#: an upkeep run (compaction, log trim) at the end of each.
+SMOKE_GROWTH = (4, 2, 2)
+SMOKE_LONG = {"commits": 4, "every": 2, "window": 2, "seed_docs": 20}
 
 
 def _bucket_writer(ws: str, who: int, commits: int, barrier: Any, out: Any) -> None:
@@ -445,7 +448,7 @@ def main(argv: list[str] | None = None) -> None:
         log.info("ratio: %s", data["ratio"])
         batch_commits = 2 if smoke else 3 if args.quick else 5
         data["batches"] = bench_batches(
-            base, [1, 10] if smoke else [1, 100, 1000], commits=batch_commits
+            base, [10] if smoke else [1, 100, 1000], commits=batch_commits
         )
         log.info("batches: %s", data["batches"])
         data["group_commit"] = bench_group_commit(
@@ -453,7 +456,7 @@ def main(argv: list[str] | None = None) -> None:
         )
         log.info("group commit: %s", data["group_commit"])
         if not args.quick:
-            commits, every, window = (20, 10, 10) if smoke else (1000, 100, 100)
+            commits, every, window = SMOKE_GROWTH if smoke else (1000, 100, 100)
             data["growth_without_upkeep"] = bench_growth(
                 base, commits, compact_every=0, window=window, seed_docs=seed_docs
             )
