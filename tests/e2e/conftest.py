@@ -124,22 +124,29 @@ def check_pool() -> Iterator[CheckPool]:
 
 class SeedPool:
     """Runs ``run_check`` for a list of seeds in ``jobs`` processes, in seed order (in
-    ``shared``, a pool someone else closes, if given)."""
+    ``shared``, a pool someone else closes, if given), each under the key ``(name, seed)``:
+    two modes' runs of one seed in a shared pool stay apart."""
 
     def __init__(
-        self, workdir: Path, kwargs: dict[str, Any], jobs: int, shared: CheckPool | None = None
+        self,
+        workdir: Path,
+        kwargs: dict[str, Any],
+        jobs: int,
+        shared: CheckPool | None = None,
+        *,
+        name: str = "",
     ) -> None:
-        self.workdir, self.kwargs = workdir, kwargs
+        self.workdir, self.kwargs, self.name = workdir, kwargs, name
         self._own = shared is None
         self._pool = CheckPool(jobs) if shared is None else shared
 
     def submit(self, seeds: list[int]) -> None:
         for seed in seeds:
-            self._pool.submit(seed, seed, self.workdir, self.kwargs)
+            self._pool.submit((self.name, seed), seed, self.workdir, self.kwargs)
 
     def result(self, seed: int) -> CheckReport:
         self.submit([seed])
-        return self._pool.result(seed)
+        return self._pool.result((self.name, seed))
 
     def close(self) -> None:
         if self._own:
@@ -172,7 +179,7 @@ def seed_runner(
     if jobs <= 1:
         yield lambda seed: run_check(seed, workdir, **kwargs)
         return
-    pool = SeedPool(workdir, kwargs, jobs, shared)
+    pool = SeedPool(workdir, kwargs, jobs, shared, name=name)
     pool.submit(collected_seeds(request.session, test_name))
     try:
         yield pool.result

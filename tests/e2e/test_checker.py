@@ -78,6 +78,18 @@ def test_seed_holds_every_invariant(seed: int, ci_seed: RunSeed) -> None:
     assert report.lost == report.out_of_order == report.phantoms == report.mismatched == []
     assert report.saves_failed == []
     assert report.watermark_regressions == []
+    # the deletes (every seed's writers delete, and the supervisor's two delete steps): the
+    # current documents match the feed's model, the re-create rule held, the supervisor's
+    # deletes left a kept tombstone and a new life, and its create over the unsent tombstone
+    # was refused (these ran as three seeds of their own in test_checker_delete until issue
+    # 43's suite time: the CI seeds place every delete kind they placed, pinned below)
+    assert report.documents_mismatched == []
+    assert report.delete_violations == []
+    assert report.tombstones >= 2, report.to_dict()
+    assert report.new_lives >= 1, report.to_dict()
+    assert report.creates_refused >= 1, report.to_dict()
+    assert report.documents_deleted >= 1, report.to_dict()
+    assert report.documents_current > 0, report.to_dict()
 
 
 @pytest.mark.slow
@@ -215,12 +227,14 @@ def test_every_ci_plan_strands_a_round_and_places_its_faults() -> None:
 
 
 def _plan_features(seed: int) -> set[tuple[object, ...]]:
-    """What a seed's plan exercises: its crash points with their actions, its kills' roles, and
-    the settings drawn per seed."""
+    """What a seed's plan exercises: its crash points with their actions, its kills' roles, the
+    settings drawn per seed, and its writers' delete kinds, re-created or not."""
     from outbox.app.checker.scenario import Scenario
 
     sc = Scenario.from_seed(seed, scale=CI_SCALE)
-    out: set[tuple[object, ...]] = set()
+    out: set[tuple[object, ...]] = {
+        ("delete", d.kind, d.recreate) for w in sc.writers for d in w.deletes
+    }
     for role, plans in (("writer", sc.writers), ("worker", sc.workers)):
         for p in plans:
             if p.crash:
@@ -240,15 +254,22 @@ def _plan_features(seed: int) -> set[tuple[object, ...]]:
     return out
 
 
+#: The seeds test_checker_delete ran on their own (issue 44) until issue 43's suite time.
+DELETE_SEEDS = (2, 7, 9)
+
+
 def test_the_ci_seeds_place_every_fault_the_24_seeds_placed() -> None:
     """SEEDS were cut from 1-24 to 12, then to 11 of the soak's (suite time): each cut kept
     every crash point with every action, kill role and setting the 24 placed, so no fault left
     the CI run. Every writer crash point is there with each action; the workers'
-    ``during_watermark=kill`` was in none of the 24 (the soak places it)."""
-    from outbox.app.checker.scenario import ACTIONS, WORKER_POINTS, WRITER_POINTS
+    ``during_watermark=kill`` was in none of the 24 (the soak places it). Every delete kind,
+    re-created and not, is placed: the delete seeds (``DELETE_SEEDS``) placed nothing more."""
+    from outbox.app.checker.scenario import ACTIONS, DELETE_KINDS, WORKER_POINTS, WRITER_POINTS
 
     placed = set().union(*(_plan_features(s) for s in SEEDS))
     assert set().union(*(_plan_features(s) for s in range(1, 25))) <= placed
+    assert set().union(*(_plan_features(s) for s in DELETE_SEEDS)) <= placed
+    assert {("delete", k, r) for k in DELETE_KINDS for r in (False, True)} <= placed
     assert {("writer", p, a) for p in WRITER_POINTS for a in ACTIONS} <= placed
     missing = {("worker", p, a) for p in WORKER_POINTS for a in ACTIONS} - placed
     assert missing == {("worker", "during_watermark", "kill")}, missing

@@ -19,7 +19,7 @@ import pytest
 from outbox.app.checker.report import CheckReport
 from outbox.app.checker.run import run_check
 from outbox.app.checker.scenario import Scenario
-from tests.e2e.conftest import RunSeed, seed_runner
+from tests.e2e.conftest import CheckPool, RunSeed, seed_runner
 from tests.pg import PostgresServer
 
 #: The PostgreSQL mode's seed: the mode is what this proves (the queue and checkpoints on a
@@ -57,8 +57,10 @@ def pg_seed(
     request: pytest.FixtureRequest,
     tmp_path_factory: pytest.TempPathFactory,
     pg_server: PostgresServer | str,
+    check_pool: CheckPool,
 ) -> Iterator[RunSeed]:
-    """The PostgreSQL seeds, two at a time (each seed's processes hold pooled connections)."""
+    """The PostgreSQL seed, in the CI seeds' pool (``check_pool``): a pool of its own started
+    two processes and their fork servers for one seed (issue 43's suite time)."""
     url = pg_server if isinstance(pg_server, str) else pg_server.url
     yield from seed_runner(
         request,
@@ -66,7 +68,7 @@ def pg_seed(
         name="checker-pg",
         test_name="test_seed_on_postgresql",
         kwargs={"scale": SCALE, "drain_timeout": 60, "sql": url},
-        jobs=2,
+        shared=check_pool,
     )
 
 

@@ -7,10 +7,11 @@ travels in their configuration); rescuer mutations wrap the supervisor's own res
 break the production rescuer's code (its pass, sink or planner) in the supervisor for the seed.
 
 The broken builds' seeds run in the CI seeds' process pool, four at a time (``broken_builds``,
-``check_pool``): a broken build's seed is mostly waiting (the builds that lose messages never
-drain, so each waits out its drain's 8 s), and one after another they took about 200 s of a CI
-run. Each supervisor breaks the production rescuer in its own pool process, for its seed only,
-so two builds never meet.
+``check_pool``): a broken build's seed is mostly waiting (a build that loses messages never
+drains: its drain ends once it is stuck, or after 8 s), and one after another they took about
+200 s of a CI run. Each supervisor breaks the production rescuer in its own pool process, for
+its seed only, so two builds never meet. The delete's two builds (issue 44) joined them from
+``test_checker_delete`` (issue 43's suite time).
 """
 
 from __future__ import annotations
@@ -38,9 +39,15 @@ LIMIT = 300
 
 #: The builds run in the pool (``""``: the intact build), each by the test named: the tests
 #: collected submit theirs, in their order, when the first of them starts, so ``-k`` still runs
-#: one alone. The intact build's test comes first: it drains twice, the longest run.
+#: one alone. The builds that drain twice come first (their tests too): the longest runs.
 BUILDS = {
     "test_the_intact_build_survives_the_delete_and_re_create": "",
+    # the delete's two (issue 44) drain to the end as the intact build does: judged with every
+    # other invariant holding
+    "test_readers_that_show_tombstones_are_caught": "readers-show-tombstones",
+    "test_a_fold_that_removes_an_unsent_tombstone_loses_its_last_message": (
+        "fold-removes-unsent-tombstones"
+    ),
     "test_a_rescuer_that_enqueues_nothing_loses_the_stranded_messages": "rescuer-enqueues-nothing",
     "test_a_rescue_pass_that_checkpoints_past_its_window_loses_the_young_tail": (
         "rescue-checkpoint-past-window"
@@ -60,6 +67,10 @@ BUILDS = {
 }
 
 
+#: The builds whose verdict needs every drain to finish.
+FULL_DRAIN = ("", "readers-show-tombstones", "fold-removes-unsent-tombstones")
+
+
 class BrokenBuilds:
     """The pool's runs of ``SEED``, one per build, each in a folder of its own."""
 
@@ -73,8 +84,9 @@ class BrokenBuilds:
     def submit(self, mutation: str) -> None:
         # The intact build must drain completely twice: give it the CI seeds' drain time, not
         # the short one the broken builds get (they are judged on what they break, not on
-        # draining).
-        drain = 60 if mutation == "" else 8
+        # draining; a build's drain also ends once it is stuck: ``execute.drain``). The
+        # delete's builds are judged on a seed that drained.
+        drain = 60 if mutation in FULL_DRAIN else 8
         kwargs = {"scale": SCALE, "drain_timeout": drain, "mutation": mutation}
         self.pool.submit(mutation, SEED, self.folder(mutation), kwargs, self.measure)
 
@@ -135,6 +147,36 @@ def test_the_intact_build_survives_the_delete_and_re_create(broken_builds: Broke
     report = broken_builds.report("")  # the CI seeds' drain time (``BrokenBuilds.submit``)
     assert report.ok, report.summary()
     assert report.faults["external delete and re-create of a dispatched document"]
+
+
+@pytest.mark.slow
+@pooled
+@pytest.mark.timeout(LIMIT)
+def test_readers_that_show_tombstones_are_caught(broken_builds: BrokenBuilds) -> None:
+    """The supervisor's delete step leaves a tombstone in the table (every seed runs it), and
+    the verdict reads the current documents through the broken definition."""
+    report = broken_builds.report("readers-show-tombstones")
+    assert not report.ok
+    assert _broken(report) == ["documents"], report.summary()
+    assert any(
+        "returned, but the model has it deleted" in m for m in report.documents_mismatched
+    ), report.documents_mismatched
+
+
+@pytest.mark.slow
+@pooled
+@pytest.mark.timeout(LIMIT)
+def test_a_fold_that_removes_an_unsent_tombstone_loses_its_last_message(
+    broken_builds: BrokenBuilds,
+) -> None:
+    """The supervisor folds right after its delete, whose last message is surely unsent then."""
+    report = broken_builds.report("fold-removes-unsent-tombstones")
+    assert not report.ok
+    assert "I1 no loss" in _broken(report), report.summary()
+    assert report.lost, report.summary()
+    # not a drain cut short: everything the table still holds was sent
+    assert report.drained, report.summary()
+    assert report.not_dispatched == [], report.summary()
 
 
 @pytest.mark.slow
@@ -335,7 +377,8 @@ def test_the_seed_forces_every_broken_builds_effect() -> None:
     42). The rescuer builds that need a young commit get it from the checker's clock (every
     commit is young to the first pass that sees it: ``test_checker_clock``); a broken
     ``watermark-lowers`` retries its lowering MERGE; ``ids-ignore-incarnation`` needs only the
-    re-create step, which always runs."""
+    re-create step, which always runs, and the delete's two only the supervisor's delete
+    steps, which every seed runs."""
     sc = Scenario.from_seed(SEED, scale=SCALE)
     rounds = _rounds(SEED)
     writer0 = sc.writers[0]
@@ -372,7 +415,6 @@ def test_every_mutation_has_a_test() -> None:
         "watermark-lowers",
         "writers-die-at-start",
         "ids-ignore-incarnation",
-        # the delete's two, tested in tests/e2e/test_checker_delete.py
         "readers-show-tombstones",
         "fold-removes-unsent-tombstones",
     }

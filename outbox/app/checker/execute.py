@@ -66,16 +66,51 @@ class Run:
     kept_deleted: str | None = None  # deleted through the library by the supervisor, and kept so
     reborn: str | None = None  # deleted through the library by the supervisor, then a new life
     clock: PassClock | None = None  # the rescuer's: told what each completed pass saw
+    last_pass: Any = None  # the newest pass's PassReport (None: it did not complete)
+    drain_state: DrainState | None = None  # what the newest drain step saw
+    pending_at: tuple[int, int] | None = None  # (version, documents pending at it)
 
     def elapsed(self) -> float:
         return time.monotonic() - self.t0
 
     def rescue(self) -> None:
-        """One rescue pass; the clock learns the newest version a completed pass saw."""
+        """One rescue pass, unless it could change nothing (``_nothing_to_rescue``); the clock
+        learns the newest version a completed pass saw."""
+        if self._nothing_to_rescue():
+            return
         done = run_rescue_pass(self.rescuer, self.report)
+        self.last_pass = done
         latest = getattr(done, "latest_version", None)
         if self.clock is not None and latest is not None:
             self.clock.saw(int(latest))
+
+    def _nothing_to_rescue(self) -> bool:
+        """True when a pass now would do nothing: the last pass completed with its checkpoint at
+        the newest version it saw (no young tail left to age), and the table has no version
+        since. Such a pass reads an empty window (``find_window_end`` stops at the checkpoint),
+        plans and enqueues nothing and writes the same checkpoint back, whatever the clock
+        says, so skipping it changes no outcome; a pass after a new commit, a young tail or a
+        pass that did not complete still runs."""
+        last = self.last_pass
+        after = getattr(last, "checkpoint_after", None)
+        latest = getattr(last, "latest_version", None)
+        if after is None or latest is None or after < latest:
+            return False
+        try:
+            return bool(self.store.refresh() == latest)
+        except Exception:  # the pass meets it too, and accounts for it (run_rescue_pass)
+            return False
+
+    def stuck(self) -> bool:
+        """Nothing can move any more: documents are pending, yet the command queue holds
+        nothing (no dead letter either), no planned kill is due, and the rescuer's last pass
+        completed with its checkpoint at the table's newest version, so it will never plan
+        those documents again. With the writers done, no process has anything left to do:
+        a drain from here can only wait out its timeout."""
+        state = self.drain_state
+        if state is None or state.pending <= 0 or state.in_queue or state.dead or self.kills_due:
+            return False
+        return self._nothing_to_rescue()
 
     def rescue_if_due(self) -> None:
         if time.monotonic() >= self.next_pass:
@@ -174,18 +209,49 @@ def _late_workers(run: Run, *, idle: bool) -> None:
             run.children.start(w)
 
 
-def drain(run: Run, timeout: float) -> None:
+def drain(run: Run, timeout: float, *, until_stuck: bool = False) -> None:
     """The broker is back: rescue passes and workers finish the job, until nothing is pending,
     the command queue is empty twice in a row, every worker has started and every planned
-    kill that still can has landed (or ``timeout``)."""
+    kill that still can has landed (or ``timeout``).
+
+    ``until_stuck`` (a broken build's seed): give up as soon as two steps in a row find the
+    seed stuck (``Run.stuck``: pending documents nothing will ever command), rather than wait
+    out the timeout: the build is judged on what it broke, and from there the wait only spent
+    the workers' polls and the rescuer's passes (8 s for each build that loses a message)."""
     deadline = time.monotonic() + timeout
-    quiet = 0
+    quiet = stuck = 0
     while time.monotonic() < deadline:
         quiet = quiet + 1 if drain_step(run) else 0
         if quiet >= 2:
             run.report.drained = True
             return
+        stuck = stuck + 1 if until_stuck and run.stuck() else 0
+        if stuck >= 2:
+            run.say(f"stuck after {run.elapsed():.1f}s: pending documents nothing will command")
+            return
         time.sleep(PASS_EVERY)
+
+
+def _pending(run: Run) -> int:
+    """How many documents are pending now. Counted again only when the table has a version
+    since the last count: a count is a SQL scan of the whole table, and the drain steps every
+    ``PASS_EVERY`` seconds; what is pending is a function of the version."""
+    version = run.store.refresh()
+    if run.pending_at is not None and run.pending_at[0] == version:
+        return run.pending_at[1]
+    count = int(run.store.scan_pending(columns=["id"]).num_rows)
+    run.pending_at = (int(run.store.version()), count)
+    return count
+
+
+@dataclass(frozen=True)
+class DrainState:
+    """What a drain step saw: pending documents (-1: not counted, commands were in the queue),
+    commands in the queue, dead letters."""
+
+    pending: int
+    in_queue: int
+    dead: int
 
 
 def drain_step(run: Run) -> bool:
@@ -195,10 +261,12 @@ def drain_step(run: Run) -> bool:
     run.children.reap(restart_writers=False)
     _kills(run, run.elapsed(), writers_done=True)
     run.rescue()
-    pending = run.store.scan_pending(columns=["id"]).num_rows
     stats = run.queue.stats().get(run.command_queue)
     in_queue = stats.total if stats is not None else 0
     dead = stats.dead_lettered if stats is not None else 0
+    # with commands in the queue the step is neither idle nor stuck, whatever is pending
+    pending = _pending(run) if not in_queue else -1
+    run.drain_state = DrainState(pending, in_queue, dead)
     idle = pending == 0 and in_queue == 0
     _late_workers(run, idle=idle)
     if pending and not in_queue and dead:

@@ -20,11 +20,19 @@ from outbox.app.checker import procs, spark_writer
 MAX_WRITER_RESTARTS = 3  # a killed writer is restarted (without a fired crash point) this often
 
 #: Imported once by the fork server instead of once per child (about 2 s each on this machine).
+#: The last four are imported lazily, by a child's first read or save (``pyarrow.compute``
+#: imports pandas on its first kernel call): profiled, they were most of a writer's or a
+#: worker's CPU (issue 43's suite time). Importing deltalake does not start its runtime (its
+#: first use does), so the fork server's children still fork from a process that never used it.
 PRELOAD = [
     "outbox.app.checker.procs",
     "outbox.app.facade",
     "dispatcher.worker",
     "outbox.testing.faulty",
+    "deltalake",
+    "pyarrow.dataset",
+    "pyarrow.parquet",
+    "pandas",
 ]
 
 
@@ -49,6 +57,7 @@ class Child:
     #: when done (``cfg["await_kill"]``) instead of exiting.
     kills_pending: int = 0
     killed_pids: set[int] = field(default_factory=set)  # processes a planned SIGKILL already hit
+    _journal: tuple[int, list[dict[str, Any]]] = field(default=(-1, []), repr=False)
 
     def __post_init__(self) -> None:
         self.planned_crash = self.planned_crash or self.cfg.get("crash", "")
@@ -58,7 +67,15 @@ class Child:
         return self.proc is not None and bool(self.proc.is_alive())
 
     def journal(self) -> list[dict[str, Any]]:
-        return procs.read_journal(self.cfg["journal"])
+        """The child's journal (every process it ran appends to the same file), read again only
+        when the file grew: journals are append-only, and the supervisor asks every tick."""
+        try:
+            size = os.stat(self.cfg["journal"]).st_size
+        except FileNotFoundError:
+            return []
+        if size != self._journal[0]:
+            self._journal = (size, procs.read_journal(self.cfg["journal"]))
+        return self._journal[1]
 
     def rounds_done(self) -> int:
         return len({e["round"] for e in self.journal() if "round" in e})

@@ -130,13 +130,16 @@ def run_check(
         for child in python_writers + run.children.workers[:1]:
             run.children.start(child)
         write_phase(run)
-        drain(run, opts.drain_timeout)
+        # a broken build's drain ends once it is stuck (its loss is final); the intact build's
+        # runs to its end, where nothing is pending, or times out
+        until_stuck = broken is not None
+        drain(run, opts.drain_timeout, until_stuck=until_stuck)
         drained = run.report.drained
         # whether or not the drain finished: the step must fire (it waits for its document)
         delete_and_recreate(run, broken, wait=opts.drain_timeout)
         delete_through_the_library(run, broken, wait=opts.drain_timeout)
         if drained:  # a seed whose first drain timed out has failed; no second timeout to wait
-            drain(run, opts.drain_timeout)
+            drain(run, opts.drain_timeout, until_stuck=until_stuck)
         run.children.stop()
         from outbox.app.checker.verify import verify
 
