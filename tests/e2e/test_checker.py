@@ -106,8 +106,12 @@ def test_demo_tells_the_story_and_every_invariant_holds(tmp_path: Path) -> None:
     assert report["dispatcher_exit"] == -9
     assert report["pending_after_crash"] == 12
     assert report["packages_in_order"] == 12
-    assert report["rescue_passes"][0]["commands_enqueued"] == 0  # nothing old enough yet
-    assert report["rescue_passes"][1]["commands_enqueued"] == 12
+    # The demo runs on the wall clock (plus the time it simulates): on a quiet machine the first
+    # pass finds nothing past the 15 s rescue delay and the second, after the clock is moved,
+    # enqueues the 12; with both cores busy the commit can be past the delay by the first pass,
+    # which then enqueues them itself and the demo moves no clock. Either way, exactly the 12.
+    enqueued = [p["commands_enqueued"] for p in report["rescue_passes"]]
+    assert enqueued in ([0, 12], [12]), enqueued
     assert all(report["invariants"].values())
 
     status = CliRunner().invoke(main, ["-w", str(ws), "status", "--json"])
