@@ -30,6 +30,8 @@ _crash_points.install()
 _SPARK_FIXTURES = {"spark", "spark_session", "spark_for_checker", "sob"}
 #: Fixtures behind which a process pool runs the checker's seeds (several at a time).
 _SEED_FIXTURES = {"ci_seed", "pg_seed"}
+#: The suite's Spark settings (``spark-defaults.conf``): see ``spark_test_settings``.
+SPARK_CONF_DIR = Path(__file__).resolve().parent / "spark_conf"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -72,6 +74,16 @@ def _join_group(item: pytest.Item) -> None:
         setattr(item, "_id", coerce_node_id(new_id))  # noqa: B010 - a private attribute
     else:  # pragma: no cover - pytest 8, where xdist's own hook works
         setattr(item, "_nodeid", new_id)  # noqa: B010
+
+
+@pytest.fixture(scope="session", autouse=True)
+def spark_test_settings() -> str:
+    """Every Spark the suite starts reads ``tests/spark_conf/spark-defaults.conf``: the suite's
+    session (whichever module's fixture starts it first: the benchmarks', the checker's, the
+    rescuer's or the write path's), and, through the environment they inherit, the child
+    drivers and spark-submit. Set before any test runs, so before the session's JVM starts.
+    A ``SPARK_CONF_DIR`` already set wins (an empty folder measures Spark without them)."""
+    return os.environ.setdefault("SPARK_CONF_DIR", str(SPARK_CONF_DIR))
 
 
 @pytest.fixture
