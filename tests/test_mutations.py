@@ -230,24 +230,9 @@ def _sharing_sqlite_lines(test: Callable[[Callable[[], Any]], None]) -> Callable
     dispatcher (two processes sharing the queue's database)."""
 
     def run(tmp_path: Path) -> None:
-        from dispatcher.queue.database import Database, open_engine
-        from dispatcher.queue.key_lines import SqlKeyLines
-        from migrations.sql import upgrade
-
         tmp_path.mkdir(parents=True)
-        url = f"sqlite:///{tmp_path / 'q.db'}"
-        upgrade(url)
-        dbs: list[Database] = []
-
-        def make() -> SqlKeyLines:
-            dbs.append(Database(open_engine(url), owned=True))
-            return SqlKeyLines(dbs[-1])
-
-        try:
+        with test_key_order.sqlite_shared_lines(tmp_path) as make:
             test(make)
-        finally:
-            for db in dbs:
-                db.close()
 
     return run
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -440,6 +441,28 @@ def drain_commands(ob: Outbox, clock: ManualClock, rounds: int = 20) -> None:
     raise AssertionError(f"commands still waiting after {rounds} rounds")
 
 
+@contextmanager
+def sqlite_shared_lines(folder: Path) -> Iterator[Callable[[], SqlKeyLines]]:
+    """Lines on one SQLite file in ``folder``, a connection each time the returned callable is
+    called: two dispatchers sharing them are two processes sharing the queue database."""
+    from dispatcher.queue.database import Database, open_engine
+    from migrations.sql import upgrade
+
+    url = f"sqlite:///{folder / 'q.db'}"
+    upgrade(url)
+    dbs: list[Database] = []
+
+    def make() -> SqlKeyLines:
+        dbs.append(Database(open_engine(url), owned=True))
+        return SqlKeyLines(dbs[-1])
+
+    try:
+        yield make
+    finally:
+        for db in dbs:
+            db.close()
+
+
 @pytest.fixture(params=["memory", "sqlite"])
 def shared_lines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Callable[[], Any]]:
     """Lines two dispatchers share, as two processes share the queue database: one object in
@@ -448,20 +471,8 @@ def shared_lines(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cal
         one = MemoryKeyLines()
         yield lambda: one
         return
-    from dispatcher.queue.database import Database, open_engine
-    from migrations.sql import upgrade
-
-    url = f"sqlite:///{tmp_path / 'q.db'}"
-    upgrade(url)
-    dbs: list[Database] = []
-
-    def make() -> SqlKeyLines:
-        dbs.append(Database(open_engine(url), owned=True))
-        return SqlKeyLines(dbs[-1])
-
-    yield make
-    for db in dbs:
-        db.close()
+    with sqlite_shared_lines(tmp_path) as make:
+        yield make
 
 
 def test_a_pause_holds_every_dispatcher_that_shares_the_lines(
