@@ -55,6 +55,27 @@ def _sdk() -> Any:
     return azure.cosmos
 
 
+#: Times a query is repeated when the SDK's own header bookkeeping raced another thread's request.
+_HEADER_RACE_TRIES = 5
+
+
+def _read_racing_headers(read: Callable[[], T]) -> T:
+    """``read()`` (a query: it changes nothing), again when azure-cosmos 4.17 tripped over its
+    own shared state. The SDK stores each response's headers on the client
+    (``last_response_headers``) and its retry wrapper then writes two throttle counters into
+    whatever that attribute holds, which may be another thread's headers while that thread's query
+    copies them: ``RuntimeError: OrderedDict mutated during iteration``, after the answer arrived.
+    Point reads and writes never copy their headers, so only queries meet it; a query can simply
+    be asked again (docs/cosmos.md, "threads")."""
+    for _ in range(_HEADER_RACE_TRIES - 1):
+        try:
+            return read()
+        except RuntimeError as e:
+            if "mutated during iteration" not in str(e):
+                raise
+    return read()
+
+
 def status_code(error: BaseException) -> int | None:
     """The HTTP status of an SDK error (None when the request never got an answer)."""
     code = getattr(error, "status_code", None)
@@ -307,8 +328,12 @@ class CosmosAdapter:
         )
         return self._call(
             what or f"reading {self.subject}",
-            lambda: list(
-                self._container.query_items(sql, parameters=parameters, **scope, **self._request)
+            lambda: _read_racing_headers(
+                lambda: list(
+                    self._container.query_items(
+                        sql, parameters=parameters, **scope, **self._request
+                    )
+                )
             ),
             kind="query" if pk is not None else "cross-partition query",
         )

@@ -8,7 +8,11 @@ from typing import Any
 
 import pytest
 
-from outbox.core.errors import CheckpointConflictError, CheckpointError
+from outbox.core.errors import (
+    CheckpointConflictError,
+    CheckpointError,
+    CheckpointUnavailableError,
+)
 from outbox.testing.contracts.checkpoint_store import CheckpointStoreContract
 from rescuer.checkpoint import CheckpointStore
 from rescuer.checkpoint_cosmos import CosmosCheckpointStore, item_id
@@ -68,3 +72,44 @@ def test_a_damaged_item_is_a_clear_error(cosmos_container: Any) -> None:
     assert store.generation("t", "r") == 3
     with pytest.raises(CheckpointError, match="unreadable fields"):
         store.read("t", "r")
+
+
+class _RacingHeaders:
+    """The container, whose next ``failures`` queries fail as azure-cosmos 4.17.1's do when
+    another thread's request wrote into the headers this query was copying (docs/cosmos.md)."""
+
+    def __init__(self, container: Any, failures: int, message: str) -> None:
+        self._container, self.failures, self.message = container, failures, message
+
+    def query_items(self, *args: Any, **kwargs: Any) -> Any:
+        if self.failures:
+            self.failures -= 1
+            raise RuntimeError(self.message)
+        return self._container.query_items(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._container, name)
+
+
+RACE = "OrderedDict mutated during iteration"
+
+
+def test_a_query_the_sdk_tripped_over_its_shared_headers_is_asked_again(
+    cosmos_container: Any,
+) -> None:
+    store = CosmosCheckpointStore(cosmos_container)
+    store.write("t", "r", expected_generation=None, version=4, at=NOW, details={})
+    racing = _RacingHeaders(cosmos_container, 4, RACE)
+    got = CosmosCheckpointStore(racing).read("t", "r")
+    assert got is not None
+    assert got.version == 4
+    assert racing.failures == 0
+
+
+def test_the_header_race_is_retried_a_bounded_number_of_times_and_nothing_else_is(
+    cosmos_container: Any,
+) -> None:
+    for failures, message in ((5, RACE), (1, "something else went wrong")):
+        store = CosmosCheckpointStore(_RacingHeaders(cosmos_container, failures, message))
+        with pytest.raises(CheckpointUnavailableError):
+            store.read("t", "r")

@@ -71,12 +71,20 @@ class CheckpointStoreContract:
         assert (fresh.version, fresh.generation) == (7, 1)
 
     def test_racing_writers_neither_lose_nor_double_advance(self, store: CheckpointStore) -> None:
+        """8 threads each add 1 to the version 10 times through read + CAS: exactly 80 advances."""
         if not self.thread_safe:
             pytest.skip("the store does not claim thread safety (thread_safe = False)")
-        """8 threads each add 1 to the version 10 times through read + CAS: exactly 80 advances."""
         store.write("t", "r", expected_generation=None, version=0, at=NOW, details={})
 
+        failed: list[BaseException] = []
+
         def worker() -> None:
+            try:
+                advance()
+            except BaseException as e:  # the test reports it below, not as a thread warning
+                failed.append(e)
+
+        def advance() -> None:
             done = 0
             while done < 10:
                 cp = store.read("t", "r")
@@ -100,6 +108,7 @@ class CheckpointStoreContract:
             t.start()
         for t in threads:
             t.join()
+        assert not failed, f"a racing writer failed: {failed[0]!r}"
         final = store.read("t", "r")
         assert final is not None
         assert final.version == 80
