@@ -31,7 +31,8 @@ from datetime import datetime
 from typing import Any
 
 from outbox.core.clock import utc
-from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED, CosmosAdapter
+from outbox.core.cosmos import NOT_FOUND, PRECONDITION_FAILED
+from outbox.core.cosmos_adapter import CosmosAdapter
 from outbox.core.errors import (
     CheckpointError,
     CheckpointUnavailableError,

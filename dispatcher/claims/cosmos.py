@@ -33,7 +33,7 @@ from typing import Any
 
 from dispatcher.claims.ports import ClaimEntry, ClaimStatus, OwnedMoves, Taken
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter
+from outbox.core.cosmos_adapter import CosmosAdapter
 from outbox.core.errors import ClaimLogError, ClaimLogUnavailableError, ClaimLostError
 from outbox.core.settings import Settings
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from dispatcher.queue.inbox import PRUNE_CHUNK, ClaimOutcome, InboxClaim
 from outbox.core.clock import utc
-from outbox.core.cosmos import CosmosAdapter
+from outbox.core.cosmos_adapter import CosmosAdapter
 from outbox.core.errors import QueueError, QueueUnavailableError
 from outbox.core.settings import Settings
 

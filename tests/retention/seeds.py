@@ -233,7 +233,8 @@ def check_samples(seeded: Seeded, report: dict[str, Any]) -> None:
 def check_replays(seeded: Seeded, report: dict[str, Any]) -> None:
     r = seeded.replays
     with SqlQueue(seeded.url) as queue, queue.database.read("read the replays") as conn:
-        left = dict(conn.execute(select(replays.c.replay_id, replays.c.status)).tuples().all())
+        rows = conn.execute(select(replays.c.replay_id, replays.c.status))
+        left = {replay_id: status for replay_id, status in rows}
         chunks = set(conn.execute(select(replay_chunks.c.replay_id)).scalars())
     # the old finished one went with its chunk row; the unfinished one stays, however old
     assert left == {r["young"]: "done", r["unfinished"]: "planning"}, (left, r)
