@@ -1,0 +1,495 @@
+"""What happened to document X: its versions from the table's history, each message's fate, and
+the ``ProcessDocument`` commands that touched it (``outbox trace ID``; issue 46, item 1).
+
+Why one read-only module apart from ``status``: status counts over the whole table; a trace
+follows one document through the three places its life is written down (the Delta log, the
+SQL queue, the dead letters), and each of those reads already exists (``store.read``, the
+change data feed, ``peek_session``, ``DeadLetterBrowser``, ``list_dead_letters``); this module
+only joins them.
+
+What it costs (so it stays bounded at 1,000,000 documents):
+
+* **Finding.** A document id: the store's pruned read of its bucket (``store.read``). A message
+  id or a correlation id is not a key of anything: first one DataFusion query over the current
+  snapshot's rows (after a fold, one row per document: a scan of every live row's ``outbox``),
+  and only when no row carries it (its message was sent and folded away) the retained change
+  data feed of the whole table, ids and messages only: the one costly step, a read of every
+  retained commit. ``since`` narrows both feed reads.
+* **History.** One change-data-feed read of the retained commits (``since`` on), predicate
+  ``bucket = b AND id = X``: delta-rs prunes the data and change files to the document's
+  bucket, but still reads every commit file of the range (the log). On a long history (10,000
+  commits) the cost follows the log's length, not the table's size. Then one commit file per
+  row of the document (its ``commitInfo``: who wrote it).
+* **Fates.** Per (destination, session) of its messages: one indexed peek of the session
+  (``SESSION_LIMIT`` messages from its head) and one indexed page of its dead letters; for the
+  command queue, the same for the session named by the document id. Only the SQL queue is
+  looked in; other transports and command queues are named in ``notes``.
+
+Commits older than the retained history (``log_retention``) are gone: the current row then
+stands for them, and its pending messages still get a fate.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from outbox.core.clock import Clock, utc
+from outbox.core.errors import (
+    DocumentNotFoundError,
+    HistoryGoneError,
+    OutboxError,
+    ValidationError,
+)
+from outbox.core.settings import Settings
+
+#: A correlation id may name many documents: at most this many are traced.
+MAX_DOCUMENTS = 20
+#: Messages read from the head of one queue session; a backlog past it is not looked at.
+SESSION_LIMIT = 500
+#: Dead letters read per (queue, session), newest first; commands per document.
+DEAD_LETTER_LIMIT = 200
+#: The feed's columns for a document's history.
+_HISTORY_COLUMNS = [
+    "id",
+    "version",
+    "last_seq",
+    "dispatched_seq",
+    "outbox",
+    "incarnation",
+    "_change_type",
+    "_commit_version",
+    "_commit_timestamp",
+]
+#: What ``commitInfo``'s ``outbox.operation`` says, as the writer a person recognizes.
+_WRITERS = {"save": "outbox", "watermark": "dispatcher", "fold": "fold", "erase": "erase"}
+
+
+@dataclass(frozen=True)
+class Commit:
+    """One row of the document the table's history holds (a version, a mark, a fold's delete)."""
+
+    table_version: int
+    committed_at: datetime | None
+    #: outbox (the embedded writer), dispatcher (a mark), fold, erase, repair, spark, foreign
+    writer: str
+    operation: str  # commitInfo's operation, with outbox.operation in brackets
+    change: str  # insert, update_postimage, delete
+    document_version: int  # 0: a mark row (the watermark only)
+    last_seq: int
+    dispatched_seq: int
+    added: list[str]  # message ids this row carried first
+
+
+@dataclass(frozen=True)
+class QueuedCopy:
+    """The message waiting in the SQL queue (the queue stores a lock's end and start, and an
+    opaque token nobody may be shown: who holds it is a receiver the queue does not name)."""
+
+    queue: str
+    state: str  # active, scheduled, deferred, locked
+    sequence_number: int
+    delivery_count: int
+    enqueued_at: datetime
+    not_before: datetime
+    locked_at: datetime | None
+    locked_until: datetime | None
+
+
+@dataclass(frozen=True)
+class DeadLettered:
+    id: int
+    queue: str
+    reason: str
+    description: str
+    delivery_count: int
+    dead_lettered_at: datetime
+
+
+@dataclass
+class MessageFate:
+    seq: int
+    message_id: str
+    destination: str
+    type: str
+    session_id: str
+    correlation_id: str | None
+    created_at: datetime | None
+    first_table_version: int | None  # None: written before the retained history
+    #: pending, accepted, active, scheduled, deferred, locked or dead-lettered
+    fate: str = "accepted"
+    pending: bool = False
+    pending_age_s: float | None = None
+    queued: QueuedCopy | None = None
+    dead_letter: DeadLettered | None = None
+
+
+@dataclass(frozen=True)
+class CommandSeen:
+    """A ``ProcessDocument`` command for the document, in the command queue or dead-lettered."""
+
+    command_id: str
+    up_to_seq: int
+    state: str  # a queue state, or dead-lettered
+    delivery_count: int
+    at: datetime  # enqueued, or dead-lettered
+    dead_letter_id: int | None = None
+    reason: str | None = None
+
+
+@dataclass
+class DocumentTrace:
+    id: str
+    type: str
+    incarnation: str | None
+    version: int
+    deleted: bool
+    last_seq: int
+    dispatched_seq: int
+    history_from: int  # the first table version read
+    commits: list[Commit] = field(default_factory=list)
+    messages: list[MessageFate] = field(default_factory=list)
+    commands: list[CommandSeen] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Trace:
+    query: str
+    matched_by: str  # document_id, message_id or correlation_id
+    table_version: int
+    documents: list[DocumentTrace]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def trace(settings: Settings, clock: Clock, query: str, *, since: int | None = None) -> Trace:
+    """Find the document(s) ``query`` names (a document id, a message id, a correlation id, in
+    that order) and trace each. ``since``: the first table version read (default: the oldest
+    retained commit). Unknown: ``DocumentNotFoundError``."""
+    from outbox.wiring.backends import open_document_store
+
+    if not query or not query.strip():
+        raise ValidationError(
+            "trace needs an id", hint="give a document, message or correlation id"
+        )
+    store = open_document_store(settings)
+    try:
+        latest = store.refresh()
+        first = _first_version(settings, since, latest)
+        matched_by, rows = _find(store, query, first, latest)
+        if not rows:
+            raise DocumentNotFoundError(
+                f"no document, message or correlation id {query!r} in {settings.table_uri} "
+                f"(versions {first}..{latest} read)",
+                hint="check the id (`outbox sql` lists documents); a message sent and folded "
+                "before the retained history can no longer be found by its id",
+            )
+        docs = [_history(store, settings, row, first, latest, clock) for row in rows]
+    finally:
+        store.close()
+    _fates(settings, clock, store.table_id, docs)
+    return Trace(query=query, matched_by=matched_by, table_version=latest, documents=docs)
+
+
+# --- finding ------------------------------------------------------------------------------------
+
+
+def _first_version(settings: Settings, since: int | None, latest: int) -> int:
+    from outbox.delta.log import list_log, oldest_commit
+
+    oldest = oldest_commit(list_log(settings.table_uri, settings.storage_options)) or 0
+    if since is None:
+        return oldest
+    if since < 0 or since > latest:
+        raise ValidationError(
+            f"--since {since} is not a version of the table (its newest is {latest})",
+            hint=f"give a version from {oldest} to {latest}",
+        )
+    if since < oldest:
+        raise HistoryGoneError(
+            f"version {since} is before the retained history, which begins at version {oldest}",
+            hint=f"trace from version {oldest} or later (log_retention sets how much is kept)",
+        )
+    return since
+
+
+def _find(store: Any, query: str, first: int, latest: int) -> tuple[str, list[Any]]:
+    """(how the query matched, the current rows of the documents it names)."""
+    from outbox.delta.reads import quote_ids
+
+    _, found = store.read([query])
+    if query in found:
+        return "document_id", [found[query]]
+    for key in ("message_id", "correlation_id"):
+        sql = (
+            "SELECT DISTINCT id FROM (SELECT id, unnest(outbox) AS m FROM t WHERE version > 0) "
+            f"AS u WHERE m['{key}'] = {quote_ids([query])} ORDER BY id LIMIT {MAX_DOCUMENTS}"
+        )
+        ids = [str(i) for i in store._query(sql)["id"].to_pylist()]
+        if not ids:
+            ids = _ids_in_feed(store, key, query, first, latest)
+        if ids:
+            _, rows = store.read(ids)
+            return key, [rows[i] for i in sorted(rows)]
+    return "document_id", []
+
+
+def _ids_in_feed(store: Any, key: str, value: str, first: int, latest: int) -> list[str]:
+    """The documents whose rows carried a message with ``key`` = ``value`` in the retained
+    history (the costly step: the module docstring says when it runs)."""
+    from outbox.delta.reads import plain_strings
+
+    with _feed_errors():
+        reader = store.delta_table.load_cdf(
+            starting_version=first, ending_version=latest, columns=["id", "outbox"]
+        )
+        ids: set[str] = set()
+        for batch in pa.RecordBatchReader.from_stream(reader):
+            part = plain_strings(pa.Table.from_batches([batch]))
+            outbox = part["outbox"].combine_chunks()
+            flat = pc.list_flatten(outbox)
+            if len(flat) == 0:
+                continue
+            parents = pc.list_parent_indices(outbox)
+            hit = pc.equal(pc.cast(flat.field(key), pa.string()), value)
+            ids.update(str(i) for i in part["id"].take(parents.filter(hit)).to_pylist())
+    return sorted(ids)[:MAX_DOCUMENTS]
+
+
+@contextmanager
+def _feed_errors() -> Iterator[None]:
+    from deltalake.exceptions import DeltaError
+
+    from rescuer.cdf_local import history_gone
+
+    try:
+        yield
+    except (DeltaError, OSError, pa.ArrowException) as e:
+        text = (str(e).splitlines() or [""])[0]
+        if history_gone(e):
+            raise HistoryGoneError(
+                f"the change data feed the trace reads is gone ({text})",
+                hint="trace from a newer version (--since)",
+            ) from e
+        raise OutboxError(f"reading the change data feed failed: {text}") from e
+
+
+# --- the history ----------------------------------------------------------------------------------
+
+
+def _history(
+    store: Any, settings: Settings, row: Any, first: int, latest: int, clock: Clock
+) -> DocumentTrace:
+    from outbox.delta.reads import plain_strings, quote_ids
+
+    doc = DocumentTrace(
+        id=row.id,
+        type=row.type,
+        incarnation=row.incarnation,
+        version=row.version,
+        deleted=row.deleted,
+        last_seq=row.last_seq,
+        dispatched_seq=row.dispatched_seq,
+        history_from=first,
+    )
+    predicate = f"bucket = {store.bucket(row.id)} AND id = {quote_ids([row.id])}"
+    with _feed_errors():
+        reader = store.delta_table.load_cdf(
+            starting_version=first,
+            ending_version=latest,
+            columns=_HISTORY_COLUMNS,
+            predicate=predicate,
+        )
+        feed = plain_strings(pa.RecordBatchReader.from_stream(reader).read_all())
+    feed = feed.filter(pc.not_equal(feed["_change_type"], "update_preimage"))
+    order = [("_commit_version", "ascending"), ("version", "ascending")]
+    seen: dict[str, MessageFate] = {}
+    infos: dict[int, dict[str, Any]] = {}
+    for r in feed.sort_by(order).to_pylist():
+        table_version = int(r["_commit_version"])
+        if table_version not in infos:
+            infos[table_version] = _commit_info(settings, table_version)
+        writer, operation = writer_of(infos[table_version])
+        added: list[str] = []
+        if r["_change_type"] != "delete" and int(r["version"]) > 0:
+            for m in r["outbox"] or []:
+                if m["message_id"] not in seen:
+                    seen[m["message_id"]] = _fate_of(m, row.id, table_version)
+                    added.append(m["message_id"])
+        doc.commits.append(
+            Commit(
+                table_version=table_version,
+                committed_at=_utc(r["_commit_timestamp"]),
+                writer=writer,
+                operation=operation,
+                change=str(r["_change_type"]),
+                document_version=int(r["version"]),
+                last_seq=int(r["last_seq"]),
+                dispatched_seq=int(r["dispatched_seq"]),
+                added=added,
+            )
+        )
+    for m in row.outbox:  # pending messages written before the retained history
+        if m.message_id not in seen:
+            seen[m.message_id] = _fate_of(_message_dict(m), row.id, None)
+    now = utc(clock.now())
+    pending = {m.message_id for m in row.pending()}  # the versions rule, as every reader reads it
+    for fate in seen.values():
+        fate.pending = fate.message_id in pending
+        fate.fate = "pending" if fate.pending else "accepted"
+        if fate.pending and fate.created_at is not None:
+            fate.pending_age_s = round(max(0.0, (now - fate.created_at).total_seconds()), 3)
+    doc.messages = sorted(seen.values(), key=lambda f: (f.first_table_version or -1, f.seq))
+    return doc
+
+
+def _commit_info(settings: Settings, version: int) -> dict[str, Any]:
+    from outbox.delta.log import commit_actions
+
+    actions = commit_actions(settings.table_uri, version, storage_options=settings.storage_options)
+    info = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
+    return dict(info)
+
+
+def writer_of(info: dict[str, Any]) -> tuple[str, str]:
+    """(who wrote a commit, what it did) from its ``commitInfo``: the framework names its own
+    commits (``outbox.operation``); Spark names itself in ``engineInfo``; anything else is a
+    foreign writer."""
+    operation = str(info.get("operation") or "?")
+    ours = info.get("outbox.operation")
+    if ours:
+        return _WRITERS.get(str(ours), str(ours)), f"{operation} ({ours})"
+    engine = str(info.get("engineInfo") or "")
+    if "spark" in engine.lower():
+        return "spark", operation
+    return "foreign", f"{operation} ({engine or 'unknown engine'})"
+
+
+def _fate_of(m: dict[str, Any], doc_id: str, table_version: int | None) -> MessageFate:
+    return MessageFate(
+        seq=int(m["seq"]),
+        message_id=str(m["message_id"]),
+        destination=str(m["destination"]),
+        type=str(m["type"]),
+        session_id=str(m.get("ordering_key") or doc_id),  # dispatcher.sending's rule
+        correlation_id=m.get("correlation_id"),
+        created_at=_utc(m.get("created_at")),
+        first_table_version=table_version,
+    )
+
+
+def _message_dict(m: Any) -> dict[str, Any]:
+    return {
+        "seq": m.seq,
+        "message_id": m.message_id,
+        "destination": m.destination,
+        "type": m.type,
+        "ordering_key": m.ordering_key,
+        "correlation_id": m.correlation_id,
+        "created_at": m.created_at,
+    }
+
+
+def _utc(value: Any) -> datetime | None:
+    return utc(value) if isinstance(value, datetime) else None
+
+
+# --- the fates ------------------------------------------------------------------------------------
+
+
+def _fates(settings: Settings, clock: Clock, table_id: str, docs: list[DocumentTrace]) -> None:
+    """Where each message is in the SQL queue (waiting, or dead-lettered) and which commands
+    name each document. Read-only, like ``outbox status``."""
+    from outbox.core.sql import read_only_url
+    from outbox.wiring import Backends
+
+    reading = settings.replace(sql_url=read_only_url(settings.sql_url))
+    look_messages = settings.transport == "sql"
+    look_commands = settings.command_transport == "sql"
+    for doc in docs:
+        if not look_messages:
+            doc.notes.append(
+                f"messages went to transport {settings.transport!r}: only the table's view "
+                "(pending or accepted) is shown"
+            )
+        if not look_commands:
+            doc.notes.append(f"commands go to {settings.command_transport!r}: not looked at")
+    if not (look_messages or look_commands):
+        return
+    with Backends(reading, clock=clock) as backends:
+        queue = backends.sql_queue
+        for doc in docs:
+            if look_messages:
+                _message_places(queue, doc)
+            if look_commands:
+                doc.commands = list(_commands(queue, settings.command_queue, table_id, doc))
+
+
+def _message_places(queue: Any, doc: DocumentTrace) -> None:
+    from dispatcher.queue.browse import DeadLetterBrowser, DeadLetterFilter
+
+    by_id = {m.message_id: m for m in doc.messages}
+    browser = DeadLetterBrowser(queue.database)
+    for destination, session in sorted({(m.destination, m.session_id) for m in doc.messages}):
+        selection = DeadLetterFilter(queue=destination, session_id=session)
+        for d in reversed(browser.page(selection, limit=DEAD_LETTER_LIMIT)):  # newest wins
+            if (fate := by_id.get(d.message_id)) is not None:
+                fate.dead_letter = DeadLettered(
+                    d.id,
+                    d.queue,
+                    d.reason,
+                    d.description[:300],
+                    d.delivery_count,
+                    d.dead_lettered_at,
+                )
+                fate.fate = "dead-lettered"
+        for p in queue.receiver.peek_session(destination, session, SESSION_LIMIT):
+            if (fate := by_id.get(p.message_id)) is not None:
+                fate.queued = QueuedCopy(
+                    p.queue,
+                    p.state,
+                    p.sequence_number,
+                    p.delivery_count,
+                    p.enqueued_at,
+                    p.not_before,
+                    p.locked_at,
+                    p.locked_until,
+                )
+                fate.fate = p.state  # in the queue again after a requeue: waiting, not dead
+
+
+def _commands(
+    queue: Any, command_queue: str, table_id: str, doc: DocumentTrace
+) -> Iterable[CommandSeen]:
+    from dispatcher.commands import COMMAND_SUBJECT, ProcessDocument
+
+    def ours(body: bytes) -> ProcessDocument | None:
+        try:
+            cmd = ProcessDocument.from_json(body)
+        except OutboxError:
+            return None
+        return cmd if cmd.table == table_id and cmd.id == doc.id else None
+
+    for p in queue.receiver.peek_session(command_queue, doc.id, DEAD_LETTER_LIMIT):
+        if (cmd := ours(p.body)) is not None:
+            yield CommandSeen(p.message_id, cmd.up_to_seq, p.state, p.delivery_count, p.enqueued_at)
+    where = {"session_id": doc.id, "subject": COMMAND_SUBJECT}
+    for d in queue.list_dead_letters(command_queue, DEAD_LETTER_LIMIT, where=where):
+        if (cmd := ours(d.body)) is not None:
+            yield CommandSeen(
+                d.message_id,
+                cmd.up_to_seq,
+                "dead-lettered",
+                d.delivery_count,
+                d.dead_lettered_at,
+                d.id,
+                d.reason,
+            )
