@@ -31,15 +31,16 @@ stands for them, and its pending messages still get a fate.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from outbox.app.trace.fates import fates
+from outbox.app.trace.model import Commit, DocumentTrace, MessageFate, Trace
 from outbox.core.clock import Clock, utc
 from outbox.core.errors import (
     DocumentNotFoundError,
@@ -51,10 +52,6 @@ from outbox.core.settings import Settings
 
 #: A correlation id may name many documents: at most this many are traced.
 MAX_DOCUMENTS = 20
-#: Messages read from the head of one queue session; a backlog past it is not looked at.
-SESSION_LIMIT = 500
-#: Dead letters read per (queue, session), newest first; commands per document.
-DEAD_LETTER_LIMIT = 200
 #: The feed's columns for a document's history.
 _HISTORY_COLUMNS = [
     "id",
@@ -69,105 +66,6 @@ _HISTORY_COLUMNS = [
 ]
 #: What ``commitInfo``'s ``outbox.operation`` says, as the writer a person recognizes.
 _WRITERS = {"save": "outbox", "watermark": "dispatcher", "fold": "fold", "erase": "erase"}
-
-
-@dataclass(frozen=True)
-class Commit:
-    """One row of the document the table's history holds (a version, a mark, a fold's delete)."""
-
-    table_version: int
-    committed_at: datetime | None
-    #: outbox (the embedded writer), dispatcher (a mark), fold, erase, repair, spark, foreign
-    writer: str
-    operation: str  # commitInfo's operation, with outbox.operation in brackets
-    change: str  # insert, update_postimage, delete
-    document_version: int  # 0: a mark row (the watermark only)
-    last_seq: int
-    dispatched_seq: int
-    added: list[str]  # message ids this row carried first
-
-
-@dataclass(frozen=True)
-class QueuedCopy:
-    """The message waiting in the SQL queue (the queue stores a lock's end and start, and an
-    opaque token nobody may be shown: who holds it is a receiver the queue does not name)."""
-
-    queue: str
-    state: str  # active, scheduled, deferred, locked
-    sequence_number: int
-    delivery_count: int
-    enqueued_at: datetime
-    not_before: datetime
-    locked_at: datetime | None
-    locked_until: datetime | None
-
-
-@dataclass(frozen=True)
-class DeadLettered:
-    id: int
-    queue: str
-    reason: str
-    description: str
-    delivery_count: int
-    dead_lettered_at: datetime
-
-
-@dataclass
-class MessageFate:
-    seq: int
-    message_id: str
-    destination: str
-    type: str
-    session_id: str
-    correlation_id: str | None
-    created_at: datetime | None
-    first_table_version: int | None  # None: written before the retained history
-    #: pending, accepted, active, scheduled, deferred, locked or dead-lettered
-    fate: str = "accepted"
-    pending: bool = False
-    pending_age_s: float | None = None
-    queued: QueuedCopy | None = None
-    dead_letter: DeadLettered | None = None
-
-
-@dataclass(frozen=True)
-class CommandSeen:
-    """A ``ProcessDocument`` command for the document, in the command queue or dead-lettered."""
-
-    command_id: str
-    up_to_seq: int
-    state: str  # a queue state, or dead-lettered
-    delivery_count: int
-    at: datetime  # enqueued, or dead-lettered
-    dead_letter_id: int | None = None
-    reason: str | None = None
-
-
-@dataclass
-class DocumentTrace:
-    id: str
-    type: str
-    incarnation: str | None
-    version: int
-    deleted: bool
-    last_seq: int
-    dispatched_seq: int
-    history_from: int  # the first table version read
-    commits: list[Commit] = field(default_factory=list)
-    messages: list[MessageFate] = field(default_factory=list)
-    commands: list[CommandSeen] = field(default_factory=list)
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class Trace:
-    query: str
-    matched_by: str  # document_id, message_id or correlation_id
-    table_version: int
-    documents: list[DocumentTrace]
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 def trace(settings: Settings, clock: Clock, query: str, *, since: int | None = None) -> Trace:
@@ -192,10 +90,12 @@ def trace(settings: Settings, clock: Clock, query: str, *, since: int | None = N
                 hint="check the id (`outbox sql` lists documents); a message sent and folded "
                 "before the retained history can no longer be found by its id",
             )
-        docs = [_history(store, settings, row, first, latest, clock) for row in rows]
+        docs = [
+            _history(store, settings, row, first=first, latest=latest, clock=clock) for row in rows
+        ]
     finally:
         store.close()
-    _fates(settings, clock, store.table_id, docs)
+    fates(settings, clock, store.table_id, docs)
     return Trace(query=query, matched_by=matched_by, table_version=latest, documents=docs)
 
 
@@ -286,7 +186,7 @@ def _feed_errors() -> Iterator[None]:
 
 
 def _history(
-    store: Any, settings: Settings, row: Any, first: int, latest: int, clock: Clock
+    store: Any, settings: Settings, row: Any, *, first: int, latest: int, clock: Clock
 ) -> DocumentTrace:
     from outbox.delta.reads import plain_strings, quote_ids
 
@@ -355,8 +255,11 @@ def _commit_info(settings: Settings, version: int) -> dict[str, Any]:
     from outbox.delta.log import commit_actions
 
     actions = commit_actions(settings.table_uri, version, storage_options=settings.storage_options)
-    info = next((a["commitInfo"] for a in actions if isinstance(a.get("commitInfo"), dict)), {})
-    return dict(info)
+    for action in actions:
+        info = action.get("commitInfo")
+        if isinstance(info, dict):
+            return dict(info)
+    return {}
 
 
 def writer_of(info: dict[str, Any]) -> tuple[str, str]:
@@ -400,96 +303,3 @@ def _message_dict(m: Any) -> dict[str, Any]:
 
 def _utc(value: Any) -> datetime | None:
     return utc(value) if isinstance(value, datetime) else None
-
-
-# --- the fates ------------------------------------------------------------------------------------
-
-
-def _fates(settings: Settings, clock: Clock, table_id: str, docs: list[DocumentTrace]) -> None:
-    """Where each message is in the SQL queue (waiting, or dead-lettered) and which commands
-    name each document. Read-only, like ``outbox status``."""
-    from outbox.core.sql import read_only_url
-    from outbox.wiring import Backends
-
-    reading = settings.replace(sql_url=read_only_url(settings.sql_url))
-    look_messages = settings.transport == "sql"
-    look_commands = settings.command_transport == "sql"
-    for doc in docs:
-        if not look_messages:
-            doc.notes.append(
-                f"messages went to transport {settings.transport!r}: only the table's view "
-                "(pending or accepted) is shown"
-            )
-        if not look_commands:
-            doc.notes.append(f"commands go to {settings.command_transport!r}: not looked at")
-    if not (look_messages or look_commands):
-        return
-    with Backends(reading, clock=clock) as backends:
-        queue = backends.sql_queue
-        for doc in docs:
-            if look_messages:
-                _message_places(queue, doc)
-            if look_commands:
-                doc.commands = list(_commands(queue, settings.command_queue, table_id, doc))
-
-
-def _message_places(queue: Any, doc: DocumentTrace) -> None:
-    from dispatcher.queue.browse import DeadLetterBrowser, DeadLetterFilter
-
-    by_id = {m.message_id: m for m in doc.messages}
-    browser = DeadLetterBrowser(queue.database)
-    for destination, session in sorted({(m.destination, m.session_id) for m in doc.messages}):
-        selection = DeadLetterFilter(queue=destination, session_id=session)
-        for d in reversed(browser.page(selection, limit=DEAD_LETTER_LIMIT)):  # newest wins
-            if (fate := by_id.get(d.message_id)) is not None:
-                fate.dead_letter = DeadLettered(
-                    d.id,
-                    d.queue,
-                    d.reason,
-                    d.description[:300],
-                    d.delivery_count,
-                    d.dead_lettered_at,
-                )
-                fate.fate = "dead-lettered"
-        for p in queue.receiver.peek_session(destination, session, SESSION_LIMIT):
-            if (fate := by_id.get(p.message_id)) is not None:
-                fate.queued = QueuedCopy(
-                    p.queue,
-                    p.state,
-                    p.sequence_number,
-                    p.delivery_count,
-                    p.enqueued_at,
-                    p.not_before,
-                    p.locked_at,
-                    p.locked_until,
-                )
-                fate.fate = p.state  # in the queue again after a requeue: waiting, not dead
-
-
-def _commands(
-    queue: Any, command_queue: str, table_id: str, doc: DocumentTrace
-) -> Iterable[CommandSeen]:
-    from dispatcher.commands import COMMAND_SUBJECT, ProcessDocument
-
-    def ours(body: bytes) -> ProcessDocument | None:
-        try:
-            cmd = ProcessDocument.from_json(body)
-        except OutboxError:
-            return None
-        return cmd if cmd.table == table_id and cmd.id == doc.id else None
-
-    for p in queue.receiver.peek_session(command_queue, doc.id, DEAD_LETTER_LIMIT):
-        if (cmd := ours(p.body)) is not None:
-            yield CommandSeen(p.message_id, cmd.up_to_seq, p.state, p.delivery_count, p.enqueued_at)
-    where = {"session_id": doc.id, "subject": COMMAND_SUBJECT}
-    for d in queue.list_dead_letters(command_queue, DEAD_LETTER_LIMIT, where=where):
-        if (cmd := ours(d.body)) is not None:
-            yield CommandSeen(
-                d.message_id,
-                cmd.up_to_seq,
-                "dead-lettered",
-                d.delivery_count,
-                d.dead_lettered_at,
-                d.id,
-                d.reason,
-            )
