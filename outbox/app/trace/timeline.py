@@ -218,6 +218,8 @@ def _history(
         if table_version not in infos:
             infos[table_version] = _commit_info(settings, table_version)
         writer, operation = writer_of(infos[table_version])
+        if int(r["version"]) == 0 and writer == "outbox":
+            writer = "dispatcher"  # a mark carried by a save's append (design.md, section 7)
         added: list[str] = []
         if r["_change_type"] != "delete" and int(r["version"]) > 0:
             for m in r["outbox"] or []:
