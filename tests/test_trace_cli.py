@@ -179,3 +179,22 @@ def test_a_workspace_without_its_table_is_one_error_line(tmp_path: Path) -> None
     assert result.exit_code == 1
     [line] = result.stderr.splitlines()
     assert line.startswith("error: ") and "(fix: " in line and "Traceback" not in result.output
+
+
+@pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
+def test_after_the_fold_a_sent_message_is_found_in_the_history(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fold removes version 1, the only row that carried "Left": the message id is then
+    found in the change data feed, and the fold's commit reads as the fold's."""
+    from outbox.delta.fold import fold_table
+
+    before = _by_type(_trace(ws, "pkg-1", monkeypatch)["documents"][0])["Left"]["message_id"]
+    with Outbox.open(ws, transport="sql", compact_every=0) as ob:
+        assert fold_table(ob.store, at=0.0).to_dict()
+    data = _trace(ws, before, monkeypatch)
+    assert data["matched_by"] == "message_id"
+    [doc] = data["documents"]
+    folds = [c for c in doc["commits"] if c["writer"] == "fold"]
+    assert folds and {c["change"] for c in folds} >= {"delete"}
+    assert _by_type(doc)["Left"]["message_id"] == before
