@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING
 
 import click
 
-from outbox.app.cli.output import emit_json, print_kv, print_table
+from outbox.app.cli.output import echo_err, emit_json, print_kv, print_table
 from outbox.app.cli.support import CliContext, json_option, pass_cli
 from outbox.core.clock import SystemClock
 from outbox.core.durations import format_duration
@@ -107,7 +107,7 @@ def _print_document(doc: DocumentTrace, matched_by: str, table_version: int) -> 
             ],
         )
     for note in doc.notes:
-        click.echo(f"note: {note}", err=True)
+        echo_err(f"note: {note}")
 
 
 def _detail(m: MessageFate) -> str:
