@@ -40,11 +40,13 @@ def ws(tmp_path: Path, sql_url: str) -> Path:
             )
         with ob.unit_of_work() as uow:
             uow.create("pkg-2", type="Package").send("Left", {"at": "Boise"})
-    with Outbox.open(path, clock=ManualClock(T1), dispatch="deferred", **common) as ob:
-        with ob.unit_of_work() as uow:
-            doc = uow.get("pkg-1")
-            doc.state["arrived"] = True
-            doc.send("Arrived", {"at": "Portland"})
+    with (
+        Outbox.open(path, clock=ManualClock(T1), dispatch="deferred", **common) as ob,
+        ob.unit_of_work() as uow,
+    ):
+        doc = uow.get("pkg-1")
+        doc.state["arrived"] = True
+        doc.send("Arrived", {"at": "Portland"})
     return path
 
 
@@ -88,7 +90,8 @@ def test_a_document_its_versions_a_sent_message_and_a_pending_one(
         "pending",
         90.0,
     )
-    assert arrived["queued"] is None and arrived["dead_letter"] is None
+    assert arrived["queued"] is None
+    assert arrived["dead_letter"] is None
     # the deferred dispatch's command, waiting in the command queue
     [command] = doc["commands"]
     assert (command["up_to_seq"], command["state"]) == (2, "active")
@@ -109,7 +112,8 @@ def test_a_dead_letter_then_its_requeue_found_by_message_and_correlation_id(
     [doc] = data["documents"]
     left = _by_type(doc)["Left"]
     assert left["message_id"] == message_id
-    assert left["fate"] == "dead-lettered" and left["queued"] is None
+    assert left["fate"] == "dead-lettered"
+    assert left["queued"] is None
     dead = left["dead_letter"]
     assert (dead["reason"], dead["delivery_count"], dead["queue"]) == ("BadAddress", 1, QUEUE)
 
@@ -178,7 +182,9 @@ def test_a_workspace_without_its_table_is_one_error_line(tmp_path: Path) -> None
     result = CliRunner().invoke(main, ["-w", str(tmp_path / "nothing"), "trace", "pkg-1"])
     assert result.exit_code == 1
     [line] = result.stderr.splitlines()
-    assert line.startswith("error: ") and "(fix: " in line and "Traceback" not in result.output
+    assert line.startswith("error: ")
+    assert "(fix: " in line
+    assert "Traceback" not in result.output
 
 
 @pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
@@ -196,5 +202,6 @@ def test_after_the_fold_a_sent_message_is_found_in_the_history(
     assert data["matched_by"] == "message_id"
     [doc] = data["documents"]
     folds = [c for c in doc["commits"] if c["writer"] == "fold"]
-    assert folds and {c["change"] for c in folds} >= {"delete"}
+    assert folds
+    assert {c["change"] for c in folds} >= {"delete"}
     assert _by_type(doc)["Left"]["message_id"] == before
