@@ -205,3 +205,42 @@ def test_after_the_fold_a_sent_message_is_found_in_the_history(
     assert folds
     assert {c["change"] for c in folds} >= {"delete"}
     assert _by_type(doc)["Left"]["message_id"] == before
+
+
+@pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
+def test_since_reads_less_history_and_the_current_row_still_gives_pending_messages(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With the history cut at the newest version (as the log trim cuts it), the versions
+    before it are not shown, and the pending message, which only the current row then holds,
+    still gets its fate; a version past the table's is one error line."""
+    latest = _trace(ws, "pkg-1", monkeypatch)["table_version"]
+    result = _run(ws, "trace", "pkg-1", "--since", str(latest), "--json", monkeypatch=monkeypatch)
+    assert result.exit_code == 0, result.output
+    [doc] = json.loads(result.stdout)["documents"]
+    assert doc["history_from"] == latest
+    assert {c["table_version"] for c in doc["commits"]} <= {latest}
+    arrived = _by_type(doc)["Arrived"]
+    assert (arrived["fate"], arrived["pending_age_s"]) == ("pending", 90.0)
+
+    result = _run(ws, "trace", "pkg-1", "--since", str(latest + 1))
+    assert result.exit_code == 1
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"error: --since {latest + 1} is not a version of the table")
+
+
+@pytest.mark.parametrize(
+    ("info", "writer"),
+    [
+        ({"operation": "WRITE", "outbox.operation": "save"}, "outbox"),
+        ({"operation": "WRITE", "outbox.operation": "watermark"}, "dispatcher"),
+        ({"operation": "MERGE", "outbox.operation": "fold"}, "fold"),
+        ({"operation": "MERGE", "engineInfo": "Apache-Spark/3.5.3 Delta-Lake/3.3.0"}, "spark"),
+        ({"operation": "DELETE", "engineInfo": "delta-rs:py-1.6.6"}, "foreign"),
+        ({}, "foreign"),
+    ],
+)
+def test_who_wrote_a_commit(info: dict[str, Any], writer: str) -> None:
+    from outbox.app.trace import writer_of
+
+    assert writer_of(info)[0] == writer

@@ -189,6 +189,7 @@ def _history(
     store: Any, settings: Settings, row: Any, *, first: int, latest: int, clock: Clock
 ) -> DocumentTrace:
     from outbox.delta.reads import plain_strings, quote_ids
+    from outbox.delta.schema import message_to_struct
 
     doc = DocumentTrace(
         id=row.id,
@@ -241,7 +242,7 @@ def _history(
         )
     for m in row.outbox:  # pending messages written before the retained history
         if m.message_id not in seen:
-            seen[m.message_id] = _fate_of(_message_dict(m), row.id, None)
+            seen[m.message_id] = _fate_of(message_to_struct(m), row.id, None)
     now = utc(clock.now())
     pending = {m.message_id for m in row.pending()}  # the versions rule, as every reader reads it
     for fate in seen.values():
@@ -289,18 +290,6 @@ def _fate_of(m: dict[str, Any], doc_id: str, table_version: int | None) -> Messa
         created_at=_utc(m.get("created_at")),
         first_table_version=table_version,
     )
-
-
-def _message_dict(m: Any) -> dict[str, Any]:
-    return {
-        "seq": m.seq,
-        "message_id": m.message_id,
-        "destination": m.destination,
-        "type": m.type,
-        "ordering_key": m.ordering_key,
-        "correlation_id": m.correlation_id,
-        "created_at": m.created_at,
-    }
 
 
 def _utc(value: Any) -> datetime | None:
