@@ -214,14 +214,20 @@ def test_since_reads_less_history_and_the_current_row_still_gives_pending_messag
     """With the history cut at the newest version (as the log trim cuts it), the versions
     before it are not shown, and the pending message, which only the current row then holds,
     still gets its fate; a version past the table's is one error line."""
+    with (
+        Outbox.open(ws, transport="sql", dispatch="deferred", compact_every=0) as ob,
+        ob.unit_of_work() as uow,
+    ):
+        uow.get("pkg-2").state["seen"] = True  # a newer commit that is not pkg-1's
     latest = _trace(ws, "pkg-1", monkeypatch)["table_version"]
     result = _run(ws, "trace", "pkg-1", "--since", str(latest), "--json", monkeypatch=monkeypatch)
     assert result.exit_code == 0, result.output
     [doc] = json.loads(result.stdout)["documents"]
     assert doc["history_from"] == latest
-    assert {c["table_version"] for c in doc["commits"]} <= {latest}
+    assert doc["commits"] == []
     arrived = _by_type(doc)["Arrived"]
     assert (arrived["fate"], arrived["pending_age_s"]) == ("pending", 90.0)
+    assert arrived["first_table_version"] is None
 
     result = _run(ws, "trace", "pkg-1", "--since", str(latest + 1))
     assert result.exit_code == 1
