@@ -250,3 +250,36 @@ def test_who_wrote_a_commit(info: dict[str, Any], writer: str) -> None:
     from outbox.app.trace import writer_of
 
     assert writer_of(info)[0] == writer
+
+
+@pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
+def test_a_locked_message_shows_its_lock_and_its_end(
+    ws: Path, sql_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dispatcher.queue import SqlQueue
+
+    now = T1 + timedelta(seconds=90)  # the trace's clock
+    with SqlQueue(sql_url, clock=ManualClock(now)) as queue:
+        [received] = queue.receive(QUEUE, session_id="pkg-1")  # held, not settled
+        until = now + queue.lock_duration
+    left = _by_type(_trace(ws, "pkg-1", monkeypatch)["documents"][0])["Left"]
+    assert left["fate"] == "locked"
+    assert left["message_id"] == received.message_id
+    assert left["queued"]["locked_until"] == until.isoformat()
+    assert left["queued"]["delivery_count"] == 1
+    text = _run(ws, "trace", "pkg-1", monkeypatch=monkeypatch).stdout
+    assert f"locked until {until.isoformat(timespec='seconds')}" in text
+
+
+@pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
+def test_a_deleted_document_is_traced_to_its_tombstone(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with (
+        Outbox.open(ws, transport="sql", default_destination=QUEUE, compact_every=0) as ob,
+        ob.unit_of_work() as uow,
+    ):
+        uow.delete("pkg-2")
+    [doc] = _trace(ws, "pkg-2", monkeypatch)["documents"]
+    assert (doc["deleted"], doc["version"]) == (True, 2)
+    assert [c["document_version"] for c in doc["commits"] if c["writer"] == "outbox"] == [1, 2]
