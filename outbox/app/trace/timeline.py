@@ -52,6 +52,8 @@ from outbox.core.settings import Settings
 
 #: A correlation id may name many documents: at most this many are traced.
 MAX_DOCUMENTS = 20
+#: The message fields an id is looked for in, in the order a match counts.
+_KEYS = ("message_id", "correlation_id")
 #: The feed's columns for a document's history.
 _HISTORY_COLUMNS = [
     "id",
@@ -122,36 +124,49 @@ def _first_version(settings: Settings, since: int | None, latest: int) -> int:
 
 
 def _find(store: Any, query: str, first: int, latest: int) -> tuple[str, list[Any]]:
-    """(how the query matched, the current rows of the documents it names)."""
-    from outbox.delta.reads import quote_ids
-
+    """(how the query matched, the current rows of the documents it names): a document id,
+    else a message id, else a correlation id. Both ids are looked for in one pass over the
+    snapshot, and (only when it holds neither) in one pass over the retained feed."""
     _, found = store.read([query])
     if query in found:
         return "document_id", [found[query]]
-    for key in ("message_id", "correlation_id"):
-        sql = (
-            "SELECT DISTINCT id FROM (SELECT id, unnest(outbox) AS m FROM t WHERE version > 0) "
-            f"AS u WHERE m['{key}'] = {quote_ids([query])} ORDER BY id LIMIT {MAX_DOCUMENTS}"
-        )
-        ids = [str(i) for i in store._query(sql)["id"].to_pylist()]
-        if not ids:
-            ids = _ids_in_feed(store, key, query, first, latest)
-        if ids:
-            _, rows = store.read(ids)
+    matches = _in_snapshot(store, query) or _in_feed(store, query, first, latest)
+    for key in _KEYS:
+        ids = sorted(matches.get(key, set()))[:MAX_DOCUMENTS]
+        _, rows = store.read(ids) if ids else (None, {})
+        if rows:
             return key, [rows[i] for i in sorted(rows)]
     return "document_id", []
 
 
-def _ids_in_feed(store: Any, key: str, value: str, first: int, latest: int) -> list[str]:
-    """The documents whose rows carried a message with ``key`` = ``value`` in the retained
-    history (the costly step: the module docstring says when it runs)."""
+def _in_snapshot(store: Any, value: str) -> dict[str, set[str]]:
+    """key -> the ids whose current rows carry a message with that key = ``value``."""
+    from outbox.delta.reads import quote_ids
+
+    v = quote_ids([value])
+    sql = (
+        f"SELECT DISTINCT id, m['message_id'] = {v} AS by_message FROM (SELECT id, "
+        "unnest(outbox) AS m FROM t WHERE version > 0) AS u "
+        f"WHERE m['message_id'] = {v} OR m['correlation_id'] = {v} "
+        f"ORDER BY by_message DESC, id LIMIT {MAX_DOCUMENTS}"
+    )
+    t = store._query(sql)
+    out: dict[str, set[str]] = {}
+    for doc_id, by_message in zip(t["id"].to_pylist(), t["by_message"].to_pylist(), strict=True):
+        out.setdefault(_KEYS[0] if by_message else _KEYS[1], set()).add(str(doc_id))
+    return out
+
+
+def _in_feed(store: Any, value: str, first: int, latest: int) -> dict[str, set[str]]:
+    """``_in_snapshot`` over the rows the retained history wrote (the costly step: the module
+    docstring says when it runs)."""
     from outbox.delta.reads import plain_strings
 
+    out: dict[str, set[str]] = {}
     with _feed_errors():
         reader = store.delta_table.load_cdf(
             starting_version=first, ending_version=latest, columns=["id", "outbox"]
         )
-        ids: set[str] = set()
         for batch in pa.RecordBatchReader.from_stream(reader):
             part = plain_strings(pa.Table.from_batches([batch]))
             outbox = part["outbox"].combine_chunks()
@@ -159,9 +174,11 @@ def _ids_in_feed(store: Any, key: str, value: str, first: int, latest: int) -> l
             if len(flat) == 0:
                 continue
             parents = pc.list_parent_indices(outbox)
-            hit = pc.equal(pc.cast(flat.field(key), pa.string()), value)
-            ids.update(str(i) for i in part["id"].take(parents.filter(hit)).to_pylist())
-    return sorted(ids)[:MAX_DOCUMENTS]
+            for key in _KEYS:
+                hit = pc.equal(pc.cast(flat.field(key), pa.string()), value)
+                ids = part["id"].take(parents.filter(hit)).to_pylist()
+                out.setdefault(key, set()).update(str(i) for i in ids)
+    return {k: v for k, v in out.items() if v}
 
 
 @contextmanager
