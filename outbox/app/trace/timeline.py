@@ -15,7 +15,7 @@ What it costs (so it stays bounded at 1,000,000 documents):
   and only when no row carries it (its message was sent and folded away) the retained change
   data feed of the whole table, ids and messages only: the one costly step, a read of every
   retained commit and of its files (an id that names nothing pays it too before it is called
-  unknown). ``since`` narrows both feed reads. Measured on a laptop-class machine under load,
+  unknown). ``since`` narrows both feed reads. Tried on a two-core machine busy with a CI run,
   not a benchmark: with 2,000 commits the document's feed read took about a quarter of a second
   (a tenth of that from 100 commits back), so 10,000 commits is over the issue's goal; an index
   of the commits per document would be the fix.
