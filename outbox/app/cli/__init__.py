@@ -26,6 +26,7 @@ from outbox.app.cli import (
     rescue,
     sql,
     status,
+    trace,
 )
 from outbox.app.cli.output import setup_logging
 from outbox.app.cli.support import CliContext, OutboxGroup, not_empty
@@ -94,6 +95,7 @@ for _module in (
     replay,
     sql,
     erase,
+    trace,
 ):
     _module.register(main)
 
