@@ -87,7 +87,14 @@ class BrokenBuilds:
         # draining; a build's drain also ends once it is stuck: ``execute.drain``). The
         # delete's builds are judged on a seed that drained.
         drain = 60 if mutation in FULL_DRAIN else 8
-        kwargs = {"scale": SCALE, "drain_timeout": drain, "mutation": mutation}
+        # A broken build's folder is kept even when its seed passes: that is when ``_who_delivered``
+        # must read its broker log (the build escaped).
+        kwargs = {
+            "scale": SCALE,
+            "drain_timeout": drain,
+            "mutation": mutation,
+            "keep": bool(mutation),
+        }
         self.pool.submit(mutation, SEED, self.folder(mutation), kwargs, self.measure)
 
     def report(self, mutation: str) -> CheckReport:
