@@ -235,11 +235,14 @@ def test_a_production_sink_that_swallows_a_command_loses_its_document(
     """``QueueSink`` itself is broken: caught only because the checker's rescuer sends through
     it (a sink of the checker's own, as before issue 29, passed this seed)."""
     report = broken_builds.report("rescue-sink-swallows-one")
-    # The last writer's stranded round (writer 1, round 1, for this seed): its last id is the
-    # command the sink swallows. Once, under load, the build passed: say who delivered it then.
+    # The last writer's stranded round (writer 1, round 1: w1-s1-0 and w1-s1-1 at this scale):
+    # its greatest id sorts last in every pass, so its command is the one swallowed. Before
+    # stranded rounds dropped their key holds, a worker's batch sent it with any other command
+    # and the build was caught only by a mark a late SIGKILL lost (it escaped under load).
     who = _who_delivered(broken_builds.folder("rescue-sink-swallows-one"), "w1-s1-")
     assert not report.ok, f"{report.summary()}; {who}"
     assert "I1 no loss" in _broken(report), report.summary()
+    assert [d for d in report.not_dispatched if "w1-s1-1" in d], f"{report.summary()}; {who}"
     assert report.not_dispatched, report.summary()
 
 

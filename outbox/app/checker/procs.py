@@ -26,16 +26,15 @@ import random
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from unittest import mock
 
 from outbox.app.checker import deleting, mutations
+from outbox.app.checker.retries import RetryCommands
 
 if TYPE_CHECKING:
-    from dispatcher.commands import DocRef
     from outbox.app.checker.scenario import DeletePlan
     from outbox.testing.faulty import FaultyTransport
 
@@ -118,24 +117,6 @@ def _transport(cfg: dict[str, Any], role: str, seed: int) -> FaultyTransport:
     if cfg["latency_ms"]:
         faulty.latency(cfg["latency_ms"] / 1000, jitter=cfg["latency_ms"] / 1000)
     return faulty
-
-
-class RetryCommands:
-    """Stands in for the writer's ``runtime.enqueue_commands``: journals every retry command
-    *before* it is enqueued (so a kill in between can only over-count them), and drops them
-    while ``suppress`` is on (a stranded round: as if the process died before enqueueing)."""
-
-    def __init__(self, runtime: Any, journal: _Journal) -> None:
-        self._real = runtime.enqueue_commands
-        self._journal = journal
-        self.suppress = False
-        mock.patch.object(runtime, "enqueue_commands", self).start()
-
-    def __call__(self, docs: Iterable[DocRef], *, delay: float = 0.0) -> int:
-        pairs = list(docs)
-        event = "retry_suppressed" if self.suppress else "retry"
-        self._journal.write({"event": event, "docs": [d[0] for d in pairs], "at": time.time()})
-        return 0 if self.suppress else int(self._real(pairs, delay=delay))
 
 
 @dataclass
@@ -234,7 +215,7 @@ class _Writer:
         event["stranded"] = rnd.stranded
         delete = deleting.plan_for(self.cfg, rnd.index) if not rnd.stranded else None
         self.faulty.outage(rnd.stranded)
-        self.retries.suppress = rnd.stranded
+        self.retries.suppress = self.retries.stranded = rnd.stranded
         compete, attempts, refused_until = rnd.conflicted, 0, 0.0
         try:
             while attempts < 20:
@@ -267,7 +248,7 @@ class _Writer:
             return {**event, "saved": False, "error": "GaveUp", "message": "20 OCC retries"}
         finally:
             self.faulty.outage(False)
-            self.retries.suppress = False
+            self.retries.suppress = self.retries.stranded = False
 
     def _save(
         self, rnd: _Round, *, compete: bool = False, delete: DeletePlan | None = None

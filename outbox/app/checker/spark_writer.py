@@ -132,7 +132,8 @@ class _SparkWriter:
         self.crash_points.arm(point, fire, at_hit=int(nth or 1))
 
     def _open(self) -> tuple[Any, Any]:
-        from outbox.app.checker.procs import RetryCommands, _transport
+        from outbox.app.checker.procs import _transport
+        from outbox.app.checker.retries import RetryCommands
 
         faulty = _transport(self.cfg, "writer", self.cfg["seed"])
         transport = self.mutation.wrap_transport(faulty) if self.mutation else faulty
