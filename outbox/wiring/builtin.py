@@ -331,6 +331,12 @@ def provisioners(settings: Settings) -> list[Provisioner]:
     return chosen
 
 
+def waits_in_sql(settings: Settings) -> tuple[bool, bool]:
+    """Whether the messages (``transport``) and the ``ProcessDocument`` commands
+    (``command_transport``) wait in the SQL queue's tables, where ``outbox trace`` looks."""
+    return settings.transport == "sql", settings.command_transport == "sql"
+
+
 def sends_from_executors(settings: Settings) -> bool:
     """Does the transport ``settings`` name run on Spark executors (``Backend.on_executors``)?"""
     return TRANSPORTS.checked(settings).on_executors(settings)

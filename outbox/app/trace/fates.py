@@ -23,10 +23,10 @@ def fates(settings: Settings, clock: Clock, table_id: str, docs: list[DocumentTr
     name each document. Read-only, like ``outbox status``."""
     from outbox.core.sql import read_only_url
     from outbox.wiring import Backends
+    from outbox.wiring.builtin import waits_in_sql
 
     reading = settings.replace(sql_url=read_only_url(settings.sql_url))
-    look_messages = settings.transport == "sql"
-    look_commands = settings.command_transport == "sql"
+    look_messages, look_commands = waits_in_sql(settings)
     for doc in docs:
         if not look_messages:
             doc.notes.append(
