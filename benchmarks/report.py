@@ -178,8 +178,10 @@ def performance_rows() -> list[list[str]]:
             "`dispatch.json`",
         ]
     )
+    rows.append(report_dispatch_cost.readme_row())
     for backend, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
         rows.append(_queue_row(q[backend], label))
+    rows.append(report_queue.consumer_row())
     rows += _rescuer_rows(r)
     rows += _spark_rows(load("spark_write"))
     rows += report_kafka.readme_rows()

@@ -118,8 +118,8 @@ def sql_queue_profile() -> str:
 
 def consumer(data: dict[str, Any] | None = None) -> str:
     """``python -m benchmarks.consumer`` (issue 45, P18): the ``Consumer`` with an empty handler
-    against the batched raw-SQL floor, per database. Not registered in ``RENDERERS`` until a
-    full run's ``consumer.json`` is committed (tests/benchmarks renders it from a smoke run)."""
+    against the batched raw-SQL floor, per database (tests/benchmarks also renders it from a
+    smoke run)."""
     c = data if data is not None else load("consumer")
     named = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
     backends = [(b, label) for b, label in named if b in c]
@@ -152,4 +152,29 @@ def consumer(data: dict[str, Any] | None = None) -> str:
     return table([f"{n(first)} messages", *(label for _, label in backends)], rows)
 
 
-RENDERERS = {"sql-queue": sql_queue, "sql-queue-profile": sql_queue_profile}
+def consumer_row(data: dict[str, Any] | None = None) -> list[str]:
+    """The performance table's line for the consumer (issue 45, P18)."""
+    c = data if data is not None else load("consumer")
+    labels = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
+    named = [(b, label) for b, label in labels if b in c]
+    return [
+        f"the queue's `Consumer` (one handler, empty, complete after it) draining "
+        f"{n(c[named[0][0]]['messages'])} messages, vs a raw-SQL floor taking and deleting 100 a "
+        "transaction with the same durability, best of "
+        f"{n(c[named[0][0]]['rounds'])} interleaved rounds, "
+        + " / ".join(label for _, label in named),
+        " / ".join(f"**{n(c[b]['consumer_1']['per_s'])}/s**" for b, _ in named)
+        + " (floor "
+        + " / ".join(f"{n(c[b]['floor']['per_s'])}/s" for b, _ in named)
+        + ": "
+        + " / ".join(f"{n(c[b]['consumer_1_over_floor'], 3)}×" for b, _ in named)
+        + f"; goal ≥ {n(c['goal']['per_s'])}/s and ≥ {n(c['goal']['over_floor'], 2)}×)",
+        "`consumer.json`",
+    ]
+
+
+RENDERERS = {
+    "sql-queue": sql_queue,
+    "sql-queue-profile": sql_queue_profile,
+    "consumer": consumer,
+}
