@@ -43,7 +43,9 @@ SILENT = ("dev3", "dev17")  # these never ack (offline throughout); 2 tasks each
 SILENT_TASKS = 2
 
 
-def _gateway(url: str, ws: Path, prefix: str, env: dict[str, str]) -> subprocess.Popen[str]:
+def _gateway(
+    url: str, ws: Path, prefix: str, env: dict[str, str], name: str
+) -> subprocess.Popen[str]:
     cmd = [
         sys.executable, "-m", "outbox.app.cli", "-w", str(ws), "run-gateway", "mqtt",
         "--destination", DEST, "--broker", url,
@@ -51,7 +53,12 @@ def _gateway(url: str, ws: Path, prefix: str, env: dict[str, str]) -> subprocess
         "--status-topic", f"{prefix}/{{session}}/status",
         "--retry-interval", "250ms", "--max-tries", "6", "--poll-interval", "50ms", "--json",
     ]  # fmt: skip
-    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # Files, not pipes nobody reads until the end: a gateway logging across the broker's restart
+    # must never block on a full pipe (a quiet run once saw the survivor stall there).
+    out = (ws.parent / f"{name}.out").open("w")
+    err = (ws.parent / f"{name}.err").open("w")
+    with out, err:
+        return subprocess.Popen(cmd, env=env, stdout=out, stderr=err, text=True)
 
 
 def _drained(queue: SqlQueue, timeout: float) -> bool:
@@ -134,8 +141,8 @@ def _under_fire(
 ) -> dict[str, Any]:
     """Two gateways; one SIGKILLed a third of the way, the broker restarted at two thirds, the
     survivor SIGTERMed while a silent device holds a task. The survivor's stats (JSON)."""
-    doomed = _gateway(broker.url, ws, prefix, env)
-    survivor = _gateway(broker.url, ws, prefix, env)
+    doomed = _gateway(broker.url, ws, prefix, env, "doomed")
+    survivor = _gateway(broker.url, ws, prefix, env, "survivor")
     try:
         third = DEVICES * TASKS // 3  # a third of the tasks out: kill one gateway
         assert sim.wait_for(
@@ -148,18 +155,22 @@ def _under_fire(
         ), "the survivor did not go on"
         broker.stop()  # no persistence: subscriptions and queued messages are gone
         broker.start()
-        assert _drained(queue, 120), "the surviving gateway did not finish the work"
+        assert _drained(queue, 120), (
+            "the surviving gateway did not finish the work; its stderr ends: "
+            + (ws.parent / "survivor.err").read_text()[-3000:]
+        )
         # SIGTERM while a silent device holds a task: it stays in the queue, tries stored
         queue.send(DEST, [QueueMessage(b"{}", message_id="late", session_id=SILENT[0])])
         missed = sim.record(SILENT[0]).missed
         assert sim.wait_for(lambda s: s.record(SILENT[0]).missed > missed, 30)
         survivor.send_signal(signal.SIGTERM)
-        out, err = survivor.communicate(timeout=30)
+        survivor.wait(timeout=30)
     finally:
         for p in (doomed, survivor):
             if p.poll() is None:
                 p.kill()
                 p.wait()
+    out, err = ((ws.parent / f"survivor.{k}").read_text() for k in ("out", "err"))
     assert survivor.returncode == 0, err[-3000:]
     stats: dict[str, Any] = json.loads(out)
     return stats
