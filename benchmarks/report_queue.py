@@ -121,8 +121,7 @@ def consumer(data: dict[str, Any] | None = None) -> str:
     against the batched raw-SQL floor, per database (tests/benchmarks also renders it from a
     smoke run)."""
     c = data if data is not None else load("consumer")
-    named = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
-    backends = [(b, label) for b, label in named if b in c]
+    backends = _databases(c)
     rows = [
         [f"Consumer, {k} handler{'s' if k > 1 else ''}"]
         + [f"{n(c[b][f'consumer_{k}']['per_s'])}/s" for b, _ in backends]
@@ -152,11 +151,17 @@ def consumer(data: dict[str, Any] | None = None) -> str:
     return table([f"{n(first)} messages", *(label for _, label in backends)], rows)
 
 
+def _databases(c: dict[str, Any]) -> list[tuple[str, str]]:
+    """(key, label) of each database a consumer results file holds, SQLite first."""
+    return [
+        (b, label) for b, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")) if b in c
+    ]
+
+
 def consumer_row(data: dict[str, Any] | None = None) -> list[str]:
     """The performance table's line for the consumer (issue 45, P18)."""
     c = data if data is not None else load("consumer")
-    labels = (("sqlite", "SQLite"), ("postgresql", "PostgreSQL"))
-    named = [(b, label) for b, label in labels if b in c]
+    named = _databases(c)
     return [
         f"the queue's `Consumer` (one handler, empty, complete after it) draining "
         f"{n(c[named[0][0]]['messages'])} messages, vs a raw-SQL floor taking and deleting 100 a "

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from outbox.core.errors import ConfigurationError, StoreError
-from outbox.delta.log import commit_actions, removed_by
+from outbox.delta.log import commit_actions, commit_info, removed_by
 from outbox.delta.store import DeltaDocumentStore
 
 log = logging.getLogger("outbox.maintain")
@@ -114,10 +114,7 @@ def _check_no_double_compaction(store: DeltaDocumentStore, version: int) -> None
     """
     opts = store._storage_options
     ours = commit_actions(store.uri, version, storage_options=opts)
-    info: dict[str, Any] = next(
-        (a["commitInfo"] for a in ours if isinstance(a.get("commitInfo"), dict)), {}
-    )
-    read = info.get("readVersion")
+    read = commit_info(ours).get("readVersion")
     removed, _ = removed_by(ours)
     if not isinstance(read, int) or not removed:
         return

@@ -206,6 +206,13 @@ def commit_actions(
         raise StoreError(f"reading commit {version} of {uri} failed: {e}") from e
 
 
+def commit_info(actions: list[dict[str, Any]]) -> dict[str, Any]:
+    """A commit's ``commitInfo`` (empty when it wrote none): who wrote it and what it read."""
+    return next(
+        (dict(a["commitInfo"]) for a in actions if isinstance(a.get("commitInfo"), dict)), {}
+    )
+
+
 def removed_by(actions: list[dict[str, Any]]) -> tuple[set[str], bool]:
     """The paths a commit removed, and whether every removal was data-neutral (a compaction)."""
     paths: set[str] = set()

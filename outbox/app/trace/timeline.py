@@ -96,8 +96,10 @@ def trace(settings: Settings, clock: Clock, query: str, *, since: int | None = N
                 hint="check the id (`outbox sql` lists documents); a message sent and folded "
                 "before the retained history can no longer be found by its id",
             )
+        infos: dict[int, dict[str, Any]] = {}  # commitInfo by version, shared by the documents
         docs = [
-            _history(store, settings, row, first=first, latest=latest, clock=clock) for row in rows
+            _history(store, settings, row, first=first, latest=latest, clock=clock, infos=infos)
+            for row in rows
         ]
     finally:
         store.close()
@@ -207,7 +209,14 @@ def _feed_errors() -> Iterator[None]:
 
 
 def _history(
-    store: Any, settings: Settings, row: Any, *, first: int, latest: int, clock: Clock
+    store: Any,
+    settings: Settings,
+    row: Any,
+    *,
+    first: int,
+    latest: int,
+    clock: Clock,
+    infos: dict[int, dict[str, Any]],
 ) -> DocumentTrace:
     from outbox.delta.reads import plain_strings, quote_ids
     from outbox.delta.schema import message_to_struct
@@ -234,7 +243,6 @@ def _history(
     feed = feed.filter(pc.not_equal(feed["_change_type"], "update_preimage"))
     order = [("_commit_version", "ascending"), ("version", "ascending")]
     seen: dict[str, MessageFate] = {}
-    infos: dict[int, dict[str, Any]] = {}
     for r in feed.sort_by(order).to_pylist():
         table_version = int(r["_commit_version"])
         if table_version not in infos:
@@ -276,14 +284,10 @@ def _history(
 
 
 def _commit_info(settings: Settings, version: int) -> dict[str, Any]:
-    from outbox.delta.log import commit_actions
+    from outbox.delta.log import commit_actions, commit_info
 
-    actions = commit_actions(settings.table_uri, version, storage_options=settings.storage_options)
-    for action in actions:
-        info = action.get("commitInfo")
-        if isinstance(info, dict):
-            return dict(info)
-    return {}
+    uri, options = settings.table_uri, settings.storage_options
+    return commit_info(commit_actions(uri, version, storage_options=options))
 
 
 def writer_of(info: dict[str, Any]) -> tuple[str, str]:
@@ -301,12 +305,15 @@ def writer_of(info: dict[str, Any]) -> tuple[str, str]:
 
 
 def _fate_of(m: dict[str, Any], doc_id: str, table_version: int | None) -> MessageFate:
+    from dispatcher.keys import key_of
+    from outbox.delta.schema import message_from_struct
+
     return MessageFate(
         seq=int(m["seq"]),
         message_id=str(m["message_id"]),
         destination=str(m["destination"]),
         type=str(m["type"]),
-        session_id=str(m.get("ordering_key") or doc_id),  # dispatcher.sending's rule
+        session_id=key_of(message_from_struct(m), doc_id)[1],  # the session it was sent in
         correlation_id=m.get("correlation_id"),
         created_at=_utc(m.get("created_at")),
         first_table_version=table_version,
