@@ -350,8 +350,16 @@ class MqttConnection:
 
     def outcome(self, item: Publish, info: MQTTMessageInfo) -> tuple[bool, Exception | None]:
         """(settled, error) of a publish ``start_publish`` made: not settled while its PUBACK has
-        not come; settled with the refusal as an error when the broker refused it."""
-        if not info.is_published():
+        not come; settled with the refusal as an error when the broker refused it, and with a
+        retryable error when paho never sent it (the connection dropped between the connected
+        check and the publish: paho then raises from ``is_published``, which ended a gateway)."""
+        try:
+            published = info.is_published()
+        except (RuntimeError, ValueError) as e:  # rc NO_CONN, or paho's queue full
+            return True, RetryableTransportError(
+                f"message {item.label}: MQTT publish failed: {e}", message_id=item.label
+            )
+        if not published:
             return False, None
         with self._guard:
             reason = self._results.pop(info.mid, None)

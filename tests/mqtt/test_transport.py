@@ -185,3 +185,31 @@ def test_a_publish_the_broker_refuses_in_its_puback_is_permanent(
     finally:
         t.close()
         own.cleanup()
+
+
+def test_a_publish_paho_never_sent_settles_as_retryable_not_as_a_crash() -> None:
+    """The connection can drop between the connected check and paho's publish: paho then hands
+    back an info whose ``is_published`` raises. The gateway's settling read that as a crash (a
+    surviving gateway died with "The client is not currently connected" in a CI run); it is the
+    broker's failure, given back to the line."""
+    from paho.mqtt.client import MQTTMessageInfo
+    from paho.mqtt.enums import MQTTErrorCode
+
+    from dispatcher.mqtt.client import Publish
+
+    closed = MosquittoServer()  # nobody listens: the connection never comes up
+    conn = MqttConnection(MqttBroker.parse(f"mqtt://127.0.0.1:{closed.port}"), wait=False)
+    try:
+        item = Publish(topic="t/dev1/tasks", payload=b"{}", label="m1")
+        for rc in (MQTTErrorCode.MQTT_ERR_NO_CONN, MQTTErrorCode.MQTT_ERR_QUEUE_SIZE):
+            info = MQTTMessageInfo(7)
+            info.rc = rc
+            settled, error = conn.outcome(item, info)
+            assert settled
+            assert isinstance(error, RetryableTransportError)
+            assert error.message_id == "m1"
+        pending = MQTTMessageInfo(8)  # sent, its PUBACK not come: not settled, no error
+        assert conn.outcome(item, pending) == (False, None)
+    finally:
+        conn.close()
+        closed.cleanup()
