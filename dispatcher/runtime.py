@@ -34,6 +34,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Protocol, TypedDict, Unpack
 
 from dispatcher import hooks
+from dispatcher.combining import DispatchCombiner
 from dispatcher.commands import DocRef, commands_for
 from dispatcher.dispatch import DEFAULT_MAX_BATCH_MESSAGES, Dispatcher, DispatchReport
 from dispatcher.hooks import StepHook
@@ -154,6 +155,7 @@ class DispatcherRuntime:
             key_lines=backends.key_lines(),
         )
         self.last_report: DispatchReport | None = None
+        self.combiner = DispatchCombiner(self._dispatch_committed)
         self._closed = False
 
     @property
@@ -175,7 +177,9 @@ class DispatcherRuntime:
     # --- the commit hook --------------------------------------------------------------------
 
     def after_commit(self, rows: Sequence[DocumentRow], version: int) -> None:
-        """Called by the unit of work right after its commit, with the rows it saved."""
+        """Called by the unit of work right after its commit, with the rows it saved. Immediate
+        dispatch goes through the combiner: commits of other threads that finished meanwhile
+        share the call (``dispatcher/combining.py``); this returns once its rows' call did."""
         started = time.perf_counter()
         self.observe.committed()
         try:
@@ -184,10 +188,20 @@ class DispatcherRuntime:
                     (r.id, r.last_seq, r.incarnation) for r in rows if r.has_pending
                 )
                 return
+            self.combiner.dispatch(rows, started)
+            self.observe.dispatched(time.perf_counter() - started)
+        except Exception:  # never reaches the application: the commit happened (I4)
+            log.exception(
+                "dispatch after commit %d failed; a command or the rescuer finishes", version
+            )
+
+    def _dispatch_committed(self, rows: Sequence[DocumentRow], started: float) -> None:
+        """One dispatch of one or more commits' rows; a document it leaves pending gets a retry
+        command. Raises no ``Exception`` (each commit's caller would otherwise see it)."""
+        try:
             report = self.dispatcher.dispatch(
                 rows, started=started, defer_watermark=self.watermarks is not None
             )
-            self.observe.dispatched(time.perf_counter() - started)
             self.last_report = report
             if report.failed:
                 by_id = {r.id: r for r in rows}
@@ -195,9 +209,10 @@ class DispatcherRuntime:
                     ((d, by_id[d].last_seq, by_id[d].incarnation) for d in report.failed),
                     delay=self.retry_delay,
                 )
-        except Exception:  # never reaches the application: the commit happened (I4)
+        except Exception:
             log.exception(
-                "dispatch after commit %d failed; a command or the rescuer finishes", version
+                "dispatch of %d committed document(s) failed; a command or the rescuer finishes",
+                len(rows),
             )
 
     def enqueue_commands(self, docs: Iterable[DocRef], *, delay: float = 0.0) -> int:

@@ -201,6 +201,9 @@ SMOKES: dict[str, Smoke] = {
         _keys("sqlite", "postgresql", "sessions", "tasks", "load_average_before"),
         needs="postgres",
     ),
+    "small_writers": Smoke(
+        _keys("cases", "goal", "units_per_second", "meets_goal", "headline_threads", "rounds")
+    ),
     "sql_queue": Smoke(
         _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
         needs="postgres",
