@@ -281,6 +281,25 @@ MUTATIONS = [
         "with pytest.raises(ConcurrencyError):",
     ),
     SourceMutation(
+        "the file id index notes an append's files without the ids it wrote",
+        "outbox.delta.file_ids:FileIds.wrote",
+        (("held = np.unique(_hashes(mine))", "held = np.unique(_hashes(mine[:0]))"),),
+        "tests/write_path/test_file_ids.py::"
+        "test_the_stores_own_appends_are_noted_not_read_back_and_still_found",
+        _in_workspace(
+            test_file_ids.test_the_stores_own_appends_are_noted_not_read_back_and_still_found
+        ),
+        "with pytest.raises(ConcurrencyError):",
+    ),
+    SourceMutation(
+        "the file id index notes files an append did not write",
+        "outbox.delta.file_ids:FileIds.wrote",
+        (("if int(dt.version()) != before + 1:", "if False:"),),
+        "tests/write_path/test_file_ids.py::test_nothing_is_noted_when_another_commit_came_between",
+        _in_workspace(test_file_ids.test_nothing_is_noted_when_another_commit_came_between),
+        "assert index.files_noted == noted",
+    ),
+    SourceMutation(
         "a save racing another save of its document commits without the transactions",
         "outbox.delta.store:DeltaDocumentStore._append_documents",
         (("documents=[(w.row.id, w.row.version) for w in writes],", "documents=[],"),),

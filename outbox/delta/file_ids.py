@@ -58,6 +58,10 @@ class FileIds:
         self._files: dict[str, np.ndarray[Any, np.dtype[np.int64]]] = {}
         self._held = 0
         self.files_read = 0  # for tests and benchmarks: files whose ids were read
+        self.files_noted = 0  # files whose ids this process's own append told (``wrote``)
+        #: The snapshot the last answer was given at: its files and its version.
+        self._live: dict[str, int] = {}
+        self._live_version = -1
         self.disabled: str | None = None  # why the index stopped answering (then: SQL reads)
 
     def maybe_present(
@@ -86,6 +90,7 @@ class FileIds:
         self, dt: Any, ids: Sequence[str], bucket: Callable[[str], int]
     ) -> list[str]:
         live = _live_files(dt)
+        self._live, self._live_version = live, int(dt.version())
         buckets = np.fromiter((bucket(i) for i in ids), dtype=np.int64, count=len(ids))
         wanted = set(buckets.tolist())
         self._forget([p for p in self._files if p not in live])
@@ -108,6 +113,42 @@ class FileIds:
                 seen |= held[at] == h
             hit[np.flatnonzero(mine)[seen]] = True
         return [i for i, h in zip(ids, hit, strict=True) if h]
+
+    def wrote(self, dt: Any, ids: Sequence[str], bucket: Callable[[str], int], before: int) -> None:
+        """This process's append of rows with ``ids`` just committed on top of version
+        ``before``: note its files' ids without reading them back.
+
+        Why: each commit's re-check read the previous commit's own file back (one small parquet
+        through the table's filesystem, 30-40 ms: as much as the append itself, with 64 threads
+        committing one document each; benchmarks/small_writers.py). Only when the index answered
+        at ``before`` and the table is now at ``before + 1`` are the new files certainly this
+        append's; each new file of a bucket is given every id the append wrote to that bucket
+        (a superset when deltalake split a bucket into files, which only costs a read later).
+        Otherwise nothing is noted and the next answer reads the files as before."""
+        if self.disabled is not None or self._live_version != before:
+            return
+        try:
+            if int(dt.version()) != before + 1:
+                return
+            live = _live_files(dt)
+        except Exception as e:  # the next answer reads them
+            log.debug("file id index: %s; the append's files are read later", e)
+            return
+        new = [p for p in live if p not in self._live]
+        by_bucket: dict[int, list[str]] = {}
+        for i in ids:
+            by_bucket.setdefault(bucket(i), []).append(i)
+        for p in new:
+            mine = by_bucket.get(live[p])
+            if mine is None:  # not a bucket this append wrote: leave it to a read
+                continue
+            held = np.unique(_hashes(mine))
+            if self._held + len(held) > self._max_ids:
+                return
+            self._files[p] = held
+            self._held += len(held)
+            self.files_noted += 1
+        self._live, self._live_version = live, before + 1
 
     def _off(self, why: str) -> None:
         self.disabled = why

@@ -359,7 +359,7 @@ class DeltaDocumentStore:
                     return
                 writes = [w for t in live for w in t.writes]
             try:
-                self._append_documents(writes)
+                self._append_documents(writes, current)
             except Exception as e:
                 if commit_failed(e):
                     log.debug("save conflicted (attempt %d): %s", attempt + 1, e)
@@ -383,9 +383,10 @@ class DeltaDocumentStore:
             ),
         )
 
-    def _append_documents(self, writes: Sequence[DocumentWrite]) -> None:
-        """One append: each document's new version (with its application transaction) and the
-        mark rows of the watermarks this save carries (``_carried``); ``outbox.delta.appends``."""
+    def _append_documents(self, writes: Sequence[DocumentWrite], current: int) -> None:
+        """One append on top of version ``current``: each document's new version (with its
+        application transaction) and the mark rows of the watermarks this save carries
+        (``_carried``); ``outbox.delta.appends``. The file id index is told what it wrote."""
         rows = appends.document_rows(writes, self.bucket)
         carried = self._carried
         if carried is not None and carried.marks:
@@ -397,6 +398,7 @@ class DeltaDocumentStore:
             operation="save",
             documents=[(w.row.id, w.row.version) for w in writes],
         )
+        self._file_ids.wrote(self._dt, rows.column("id").to_pylist(), self.bucket, current)
 
     def _recheck(self, tickets: list[Ticket]) -> list[Ticket]:
         """Re-read versions at the current snapshot. A ticket with a stale document fails with
@@ -478,12 +480,14 @@ class DeltaDocumentStore:
         attempts = self._max_retries * 3 + 1  # a watermark must land: it has no version check
         for attempt in range(attempts):
             self._update()
+            before = int(self._dt.version())
             try:
                 appends.append(
                     self._dt,
                     appends.mark_rows(rows, self.bucket, self._clock.now()),
                     operation="watermark",
                 )
+                self._file_ids.wrote(self._dt, list(rows), self.bucket, before)
             except Exception as e:
                 if commit_failed(e):  # an append conflicts only with a metadata change
                     if attempt < attempts - 1:

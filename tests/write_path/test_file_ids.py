@@ -46,7 +46,8 @@ def test_a_create_of_an_id_another_writer_created_fails_with_a_warm_index(
     try:
         _create(first, *[f"d{i}" for i in range(40)])
         first.read(["x", "d1"])
-        assert first._file_ids.files_read > 0  # the index is in use, and warm
+        index = first._file_ids
+        assert index.files_read + index.files_noted > 0  # the index is in use, and warm
         _create(second, "x")
         with pytest.raises(ConcurrencyError):
             _create(first, "x", "fresh-1")
@@ -132,8 +133,8 @@ class _Column:
 
 
 class _Snapshot:
-    """What ``FileIds`` reads of a deltalake snapshot: the add actions, the configuration and
-    the table's root."""
+    """What ``FileIds`` reads of a deltalake snapshot: the add actions, the configuration, the
+    version and the table's root."""
 
     def __init__(self, root: Path, files: dict[str, int], config: dict[str, str] | None = None):
         self.table_uri = str(root)
@@ -146,6 +147,9 @@ class _Snapshot:
 
     def metadata(self) -> Any:
         return SimpleNamespace(configuration=self.config)
+
+    def version(self) -> int:
+        return 1
 
 
 def _file(root: Path, name: str, ids: pa.Array) -> str:
@@ -204,3 +208,62 @@ def test_a_file_the_store_did_not_serve_this_time_leaves_the_index_on(tmp_path: 
     assert index.disabled is None
     _file(tmp_path, "bucket=0/later.parquet", pa.array(["a"]))
     assert index.maybe_present(snap, ["a", "b"], _in_bucket_0) == ["a"]
+
+
+def test_the_stores_own_appends_are_noted_not_read_back_and_still_found(
+    workspace: Path,
+) -> None:
+    """A save's re-check answered at the version its append builds on, so the append's new files
+    are noted with the ids it wrote (no read back: 30-40 ms a commit, as much as the append).
+    The noted ids still count: creating one of them again fails, also after a watermark append
+    (noted the same way) and with the SQL read as the only witness."""
+    first, other = _stores(workspace)
+    try:
+        _create(first, "a", "b")  # the first re-check reads whatever the table has
+        read = first._file_ids.files_read
+        _create(first, "c")
+        _create(first, "d", "e")
+        first.advance_watermarks({"a": 0})
+        assert first._file_ids.files_noted >= 3
+        assert first._file_ids.files_read == read  # its own files were never read back
+        for again in ("a", "c", "e"):
+            with pytest.raises(ConcurrencyError):
+                _create(first, again, f"fresh-{again}")
+        _create(other, "x")  # another writer's file: read, not noted
+        with pytest.raises(ConcurrencyError):
+            _create(first, "x")
+        assert first._file_ids.files_read > read
+        _, rows = first.read(["a", "c", "e", "x", "fresh-a", "fresh-c", "fresh-e"])
+        assert sorted(rows) == ["a", "c", "e", "x"]
+    finally:
+        first.close()
+        other.close()
+
+
+def test_nothing_is_noted_when_another_commit_came_between(workspace: Path) -> None:
+    """The new files are certainly the append's only at ``before + 1``: here another writer's
+    commit lands between the snapshot the index answered at and the append, so the append
+    commits two versions on and nothing is noted (the next answer reads both files)."""
+    from outbox.delta import appends
+
+    first, other = _stores(workspace)
+    try:
+        _create(first, "a")
+        index = first._file_ids
+        noted = index.files_noted
+        before = int(first._dt.version())
+        assert index.maybe_present(first._dt, ["q"], first.bucket) == []  # answered at before
+        _create(other, "y")
+        row = DocumentRow("z", "T", 1, {}, 0, 0, [], incarnation=new_incarnation())
+        appends.append(
+            first._dt,
+            appends.document_rows([DocumentWrite(row, 0, 0)], first.bucket),
+            operation="save",
+        )
+        assert int(first._dt.version()) == before + 2
+        index.wrote(first._dt, ["z"], first.bucket, before)
+        assert index.files_noted == noted
+        assert index.maybe_present(first._dt, ["y", "z", "q"], first.bucket) == ["y", "z"]
+    finally:
+        first.close()
+        other.close()

@@ -21,12 +21,12 @@ def _gate_merges(
     first_in, release, queued_all = threading.Event(), threading.Event(), threading.Event()
     calls: list[int] = []
 
-    def gated(writes: Any) -> int:
+    def gated(writes: Any, current: int) -> None:
         calls.append(len(writes))
         if len(calls) == 1:
             first_in.set()
             assert release.wait(30)
-        return real_merge(writes)
+        real_merge(writes, current)
 
     store._append_documents = gated
 
@@ -185,11 +185,11 @@ def test_a_failure_outside_the_merge_reaches_every_queued_unit_of_work(ob: Outbo
     real_merge, real_scan = store._append_documents, store._scan
     first_in, release, queued = threading.Event(), threading.Event(), threading.Event()
 
-    def gated(writes: Any) -> int:
+    def gated(writes: Any, current: int) -> None:
         first_in.set()
         assert release.wait(30)
         store._append_documents = real_merge  # type: ignore[method-assign]
-        return real_merge(writes)
+        real_merge(writes, current)
 
     def broken_scan(*a: Any, **k: Any) -> Any:
         raise OSError("disk went away")

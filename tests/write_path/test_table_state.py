@@ -58,11 +58,11 @@ def test_a_save_racing_another_save_of_its_document_loses_across_a_checkpoint(
         rows = [first.read(["a"])[1]["a"], second.read(["a"])[1]["a"]]
         real = second._append_documents
 
-        def after_the_other_save(writes: Any) -> None:
+        def after_the_other_save(writes: Any, current: int) -> None:
             if not seen:  # the first attempt only: the retry must see the table as it is
                 first.save([DocumentWrite(_next(rows[0]), 1, first.version())])
                 seen.update(_checkpoint(uri))
-            real(writes)
+            real(writes, current)
 
         second._append_documents = after_the_other_save  # type: ignore[method-assign]
         with pytest.raises(ConcurrencyError, match="was changed since it was read"):

@@ -167,9 +167,9 @@ def _in_step(*stores: DeltaDocumentStore) -> None:
     for store in stores:
         real = store._append_documents
 
-        def gated(writes: Any, real: Any = real) -> None:
+        def gated(writes: Any, current: int, real: Any = real) -> None:
             barrier.wait(30)
-            real(writes)
+            real(writes, current)
 
         store._append_documents = gated  # type: ignore[method-assign]
 
@@ -246,11 +246,11 @@ def test_a_save_conflicts_with_a_delete_committed_after_its_check(workspace: Pat
         row = second.read(["a"])[1]["a"]
         real = second._append_documents
 
-        def delete_first(writes: Any) -> None:
+        def delete_first(writes: Any, current: int) -> None:
             first.refresh()
             first.delta_table.delete("id = 'a'")
             second._append_documents = real  # type: ignore[method-assign]
-            real(writes)
+            real(writes, current)
 
         second._append_documents = delete_first  # type: ignore[method-assign]
         with pytest.raises(ConcurrencyError, match="was changed"):
@@ -274,9 +274,9 @@ def test_a_compaction_committed_after_a_saves_check_is_no_conflict(workspace: Pa
         row = second.read(["a"])[1]["a"]
         real = second._append_documents
 
-        def compact_first(writes: Any) -> None:
+        def compact_first(writes: Any, current: int) -> None:
             assert compact(first).get("numFilesRemoved")
-            real(writes)
+            real(writes, current)
 
         second._append_documents = compact_first  # type: ignore[method-assign]
         second.save([DocumentWrite(_next(row), 1, -1)])

@@ -156,10 +156,10 @@ class DocumentStoreContract:
         assert isinstance(b, DeltaDocumentStore)
         real = b._append_documents
 
-        def foreign_delete_first(writes: Any) -> None:
+        def foreign_delete_first(writes: Any, current: int) -> None:
             DeltaTable(b.uri, storage_options=self.storage_options() or None).delete("id = 'f'")
             b._append_documents = real  # type: ignore[method-assign]
-            real(writes)
+            real(writes, current)
 
         b._append_documents = foreign_delete_first  # type: ignore[method-assign]
         with pytest.raises(ConcurrencyError):
