@@ -31,6 +31,7 @@ from benchmarks import (
     report_object_store,
     report_queue,
     report_readers,
+    report_small_writers,
     report_table_state,
 )
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
@@ -113,6 +114,7 @@ def performance_rows() -> list[list[str]]:
             "`group_commit`",
         ]
     )
+    rows.append(report_small_writers.readme_row())
     none, every = w["growth_without_upkeep"], w["growth_with_compaction_every_100"]
     rows.append(
         [
@@ -400,6 +402,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_console.RENDERERS,
     **report_readers.RENDERERS,
     **report_table_state.RENDERERS,
+    **report_small_writers.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

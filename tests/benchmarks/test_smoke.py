@@ -87,6 +87,14 @@ def _table_state_report_renders(data: dict[str, Any]) -> None:
     assert "checkpoint" in r.readme_row(data)[1]
 
 
+def _small_writers_report_renders(data: dict[str, Any]) -> None:
+    """The performance row and the block render from a smoke run's file."""
+    from benchmarks import report_small_writers
+
+    assert "`small_writers.json`" in report_small_writers.readme_row(data)[2]
+    assert "| floor |" in report_small_writers.small_writers(data)
+
+
 def _dispatcher_cost_report_renders(data: dict[str, Any]) -> None:
     """benchmarks/report_dispatch_cost.py renders its row from what the benchmark writes (no
     committed dispatcher_cost.json yet: a full run on a quiet machine makes it)."""
@@ -202,7 +210,8 @@ SMOKES: dict[str, Smoke] = {
         needs="postgres",
     ),
     "small_writers": Smoke(
-        _keys("cases", "goal", "units_per_second", "meets_goal", "headline_threads", "rounds")
+        _keys("cases", "goal", "units_per_second", "meets_goal", "headline_threads", "rounds"),
+        check=_small_writers_report_renders,
     ),
     "sql_queue": Smoke(
         _keys("sqlite", "postgresql", "load_average_before", "load_average_after"),
