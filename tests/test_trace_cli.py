@@ -27,9 +27,13 @@ QUEUE = "shipments"
 
 @pytest.fixture
 def ws(tmp_path: Path, sql_url: str) -> Path:
+    return trace_workspace(tmp_path / "ws", sql_url)
+
+
+def trace_workspace(path: Path, sql_url: str) -> Path:
     """pkg-1: "Left" sent (correlation corr-7) and marked, then "Arrived" saved with deferred
-    dispatch (pending, a ProcessDocument command waiting); pkg-2: an unrelated document."""
-    path = tmp_path / "ws"
+    dispatch (pending, a ProcessDocument command waiting); pkg-2: an unrelated document. The
+    console's trace page (tests/console/test_console_trace.py) shows the same workspace."""
     path.mkdir()
     (path / "outbox.toml").write_text(f'sql_url = "{sql_url}"\n')
     common: dict[str, Any] = {"transport": "sql", "default_destination": QUEUE, "compact_every": 0}

@@ -384,9 +384,8 @@ class DeltaDocumentStore:
         )
 
     def _append_documents(self, writes: Sequence[DocumentWrite], current: int) -> None:
-        """One append on top of version ``current``: each document's new version (with its
-        application transaction) and the mark rows of the watermarks this save carries
-        (``_carried``); ``outbox.delta.appends``. The file id index is told what it wrote."""
+        """One append on ``current``: each document's new version (with its transaction), the
+        carried watermarks' mark rows (``_carried``); the file id index notes what it wrote."""
         rows = appends.document_rows(writes, self.bucket)
         carried = self._carried
         if carried is not None and carried.marks:
@@ -470,9 +469,7 @@ class DeltaDocumentStore:
         unchecked = [i for i, m in marks.items() if not m[1]]
         if unchecked:  # stamp each with the document's life now; a missing document has none
             self._update()
-            now = versions.latest_rows(
-                self._scan(unchecked, S.RECHECK_COLUMNS), include_deleted=True
-            )
+            now = versions.latest_rows(self._scan(unchecked, S.RECHECK_COLUMNS))
             lives |= {r["id"]: r[S.INCARNATION] for r in now.to_pylist()}
         rows = {i: (marks[i][0], life) for i, life in lives.items()}
         if not rows:

@@ -280,3 +280,67 @@ def _responses(driver: Any, urls: dict[str, str]) -> dict[str, int]:
         elif event["method"] == "Network.responseReceived" and params["requestId"] in urls:
             out[urls[params["requestId"]]] = int(params["response"]["status"])
     return out
+
+
+# --- The trace page -----------------------------------------------------------------------------
+
+
+@sqlite_only
+def test_a_document_traced_from_the_header_search_in_the_browser(
+    tmp_path: Path, sql_url: str, browser: Any
+) -> None:
+    """Typed into the trace page's field as an operator does; the answer is the CLI's (the
+    test client's tests, test_console_trace.py, check every field on both databases)."""
+    from tests.test_trace_cli import trace_workspace
+
+    ws = trace_workspace(tmp_path / "traced", sql_url)
+    _quiet(ws)
+    running = start_console(ws, "--read-only")  # a trace changes nothing: read-only serves it
+    try:
+        browser.get(running.url)
+        go(browser, "#nav-trace")
+        assert browser.title == "Trace · outbox console"
+        by(browser, "#q").send_keys("corr-7")
+        go(browser, "#find")
+        assert browser.title == "Trace corr-7 · outbox console"
+        assert by(browser, "#matched").text.startswith("Found by correlation id")
+        writers = [c.text for c in every(browser, "#doc-1 table.versions td.writer")]
+        assert writers == ["outbox", "dispatcher", "outbox"]
+        fates = [c.text for c in every(browser, "#doc-1 table.messages td.fate")]
+        assert fates == ["active", "pending"]
+        screenshot(browser, tmp_path / "trace.png")
+    finally:
+        assert running.stop() == 0
+
+
+# --- Paused ordering keys -----------------------------------------------------------------------
+
+
+@sqlite_only
+def test_a_paused_keys_gate_skipped_through_the_pages(
+    console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
+) -> None:
+    from datetime import UTC, datetime
+
+    from dispatcher.queue.key_lines import SqlKeyLines, Wait
+
+    with SqlQueue(console_ws.url) as q:
+        SqlKeyLines(q.database).hold(
+            [Wait(("shipments", "customer-7"), d, "life", 1, f"{d}-1") for d in "AB"],
+            "broker down",
+            datetime(2026, 1, 1, tzinfo=UTC),
+        )
+    _unlock_in(browser, console)
+    browser.get(console.url)
+    go(browser, "#nav-keys")
+    assert browser.title == "Paused keys · outbox console"
+    assert by(browser, "#key-1 .gate").text == "A-1"
+    go(browser, "#skip-1")
+    assert by(browser, "#confirm-title").text == "Skip the gate of shipments/customer-7?"
+    with SqlQueue(console_ws.url) as q:  # nothing before the yes
+        assert [
+            h.message_id for h in SqlKeyLines(q.database).lines()[("shipments", "customer-7")]
+        ] == ["A-1", "B-1"]
+    go(browser, "#confirm")
+    assert by(browser, ".flash").text.endswith("gave up on A-1; the next held document goes next.")
+    assert by(browser, "#key-1 .gate").text == "B-1"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import signal
 import socket
@@ -60,8 +61,8 @@ def console_cmd(
     devices_queue: str,
 ) -> None:
     """Serve the operator console: overview (pending work, rescue lag over time, queues,
-    devices), dead letters (filter, show, requeue, purge) and devices. Stops on Ctrl-C or
-    SIGTERM (exit 0)."""
+    devices), dead letters (filter, show, requeue, purge), devices, paused ordering keys (skip a
+    gate, open a key) and a document's trace. Stops on Ctrl-C or SIGTERM (exit 0)."""
     try:
         from werkzeug.serving import make_server
 
@@ -75,6 +76,7 @@ def console_cmd(
     from outbox.app.console import security as sec
     from outbox.app.history import History
     from outbox.app.sampling import Sampler
+    from outbox.app.trace import trace
     from outbox.core.clock import SystemClock
     from outbox.core.sql import read_only_url, redact_url
 
@@ -105,6 +107,7 @@ def console_cmd(
                 table_uri=settings.table_uri,
                 sql_url=redact_url(settings.sql_url),
                 devices_queue=devices_queue,
+                trace=functools.partial(trace, settings.replace(sql_url=url), clock),
             )
             app = create_app(config)
             server = make_server(

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -29,12 +29,11 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
-from dispatcher.queue.sql_queue import SqlQueue
-from outbox.app.console import params, reads
+from outbox.app.console import keys_page, params, reads, trace_page
 from outbox.app.console import security as sec
+from outbox.app.console.config import ConsoleConfig
 from outbox.app.console.params import ACTIONS, MAX_ID
-from outbox.app.history import History
-from outbox.core.clock import Clock, utc
+from outbox.core.clock import utc
 from outbox.core.durations import format_duration
 from outbox.core.errors import MessageNotFoundError, OutboxError
 
@@ -44,26 +43,6 @@ PAGE_SIZE = 50
 #: Ticked ids per call when acting on them (a bounded IN list; the queue moves them in chunks).
 ACTION_CHUNK = 500
 STATIC = Path(__file__).parent / "static"
-
-
-@dataclass(frozen=True)
-class ConsoleConfig:
-    """What a console serves and how: its queue database, clock and token, and whether it may
-    change anything."""
-
-    queue: SqlQueue
-    history: History
-    clock: Clock
-    token: str
-    read_only: bool = False
-    #: where it listens (for the trusted Host headers and the cookie's name)
-    host: str = "127.0.0.1"
-    port: int = 8765
-    #: what the overview names as the workspace (redacted: no secret)
-    table_uri: str = ""
-    sql_url: str = ""
-    devices_queue: str = "devices"
-    secret_key: bytes | None = None
 
 
 def create_app(config: ConsoleConfig) -> Flask:
@@ -100,6 +79,7 @@ def create_app(config: ConsoleConfig) -> Flask:
             "csrf": session[sec.CSRF],
             "table_uri": config.table_uri,
             "sql_url": config.sql_url,
+            "can_trace": config.trace is not None,
         }
 
     @app.after_request
@@ -127,6 +107,8 @@ def create_app(config: ConsoleConfig) -> Flask:
         return send_from_directory(STATIC, "favicon.svg", mimetype="image/svg+xml")
 
     _pages(app, config)
+    trace_page.register(app, config)
+    keys_page.register(app, config, sessions)
     _actions(app, config, sessions)
     _token(app, config, sessions)
     return app
