@@ -30,6 +30,7 @@ from sqlalchemy import Engine
 from dispatcher.queue.admin import SqlQueueAdministration
 from dispatcher.queue.browse import DeadLetterBrowser
 from dispatcher.queue.database import Database, open_engine
+from dispatcher.queue.live import LiveBrowser
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import DEDUP_CLEANUP_LIMIT, Settleable
 from dispatcher.queue.receiver import MAX_DELIVERY_REASON, SqlQueueReceiver
@@ -111,6 +112,8 @@ class SqlQueue:
         self.sessions = SqlSessions(self._db, self._options)
         #: dead letters a page at a time, filtered by time too (the console's)
         self.browse = DeadLetterBrowser(self._db)
+        #: live messages by state and sessions with their heads, read-only (the console's)
+        self.live = LiveBrowser(self._db, self._options)
         # A committed send prunes expired duplicate ids when due (at most every half window).
         self.sender = SqlQueueSender(
             self._db, self._options, after_commit=self.admin.maybe_forget_expired_duplicates

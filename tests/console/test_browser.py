@@ -344,3 +344,24 @@ def test_a_paused_keys_gate_skipped_through_the_pages(
     go(browser, "#confirm")
     assert by(browser, ".flash").text.endswith("gave up on A-1; the next held document goes next.")
     assert by(browser, "#key-1 .gate").text == "B-1"
+
+
+# --- Live messages ------------------------------------------------------------------------------
+
+
+@sqlite_only
+def test_live_messages_and_sessions_from_the_overview(
+    console: RunningConsole, browser: Any, tmp_path: Path
+) -> None:
+    browser.get(console.url)
+    go(browser, "#queues a[href='/live?queue=devices']")
+    assert browser.title == "devices · outbox console"
+    assert [c.text for c in every(browser, "#live td.state")] == ["locked", "active"]
+    screenshot(browser, tmp_path / "live.png")
+    go(browser, "#state-locked")
+    assert [c.text for c in every(browser, "#live td.state")] == ["locked"]
+    go(browser, "#sessions")
+    assert [c.text for c in every(browser, "#live-sessions td.mono:first-child")] == [
+        "pump-1",
+        "pump-2",
+    ]

@@ -29,7 +29,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
-from outbox.app.console import keys_page, params, reads, trace_page
+from outbox.app.console import keys_page, live_page, params, reads, trace_page
 from outbox.app.console import security as sec
 from outbox.app.console.config import ConsoleConfig
 from outbox.app.console.params import ACTIONS, MAX_ID
@@ -108,6 +108,7 @@ def create_app(config: ConsoleConfig) -> Flask:
 
     _pages(app, config)
     trace_page.register(app, config)
+    live_page.register(app, config)
     keys_page.register(app, config, sessions)
     _actions(app, config, sessions)
     _token(app, config, sessions)
