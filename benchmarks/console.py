@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import http.client
 import logging
 import os
@@ -80,6 +81,8 @@ REASONS = {
     "TTLExpired": 0.01,
 }
 RESCUERS = ("eu-west", "fast", "nightly")
+#: The queue the live pages show (``testkit.console.fill_live``).
+LIVE_QUEUE = "orders"
 DEAD_LETTER_DAYS = 30
 BODY_BYTES = 1024
 TASKS_PER_DEVICE = 5
@@ -92,6 +95,8 @@ class Sizes:
     pending: int
     dead_letters: int
     devices: int
+    live: int  # live messages on LIVE_QUEUE (the live pages)
+    paused_keys: int
     sample_days: float
     warmup: int
     timed: int
@@ -99,9 +104,11 @@ class Sizes:
 
 
 SIZES = {
-    "full": Sizes(1_000_000, 300, 100_000, 10_000, 7, warmup=3, timed=30, sample_repeat=5),
-    "quick": Sizes(2_000, 50, 1_000, 100, 1, warmup=1, timed=3, sample_repeat=2),
-    "smoke": Sizes(500, 20, 200, 20, 2 / 24, warmup=0, timed=1, sample_repeat=1),
+    "full": Sizes(
+        1_000_000, 300, 100_000, 10_000, 100_000, 1_000, 7, warmup=3, timed=30, sample_repeat=5
+    ),
+    "quick": Sizes(2_000, 50, 1_000, 100, 1_000, 20, 1, warmup=1, timed=3, sample_repeat=2),
+    "smoke": Sizes(500, 20, 200, 20, 200, 5, 2 / 24, warmup=0, timed=1, sample_repeat=1),
 }
 
 
@@ -178,7 +185,7 @@ def _checkpoints(settings: Any) -> None:
 def build_workspace(root: Path, sizes: Sizes) -> Workspace:
     from sqlalchemy import create_engine
 
-    from testkit.console import Fleet, fill_dead_letters, fill_devices, fill_samples
+    from testkit.console import Fleet, fill_dead_letters, fill_devices, fill_live, fill_samples
 
     timings: dict[str, float] = {}
     with _took(timings, "documents"):
@@ -204,6 +211,10 @@ def build_workspace(root: Path, sizes: Sizes) -> Workspace:
                 step=timedelta(days=DEAD_LETTER_DAYS) / max(1, sizes.dead_letters),
                 body_bytes=BODY_BYTES,
             )
+        with _took(timings, "live_messages"):
+            fill_live(engine, LIVE_QUEUE, sizes.live, now=now)
+        with _took(timings, "paused_keys"):
+            _paused_keys(settings, sizes.paused_keys, now)
         with _took(timings, "samples"):
             rows = fill_samples(
                 engine,
@@ -216,6 +227,21 @@ def build_workspace(root: Path, sizes: Sizes) -> Workspace:
     finally:
         engine.dispose()
     return Workspace(settings, ids, fleet.names, start, timings, rows)
+
+
+def _paused_keys(settings: Any, count: int, now: datetime) -> None:
+    """``count`` paused ordering keys on LIVE_QUEUE, each with two documents held behind its
+    gate (what ``dispatcher.keys`` records after failed sends), in one transaction."""
+    from dispatcher.queue.key_lines import SqlKeyLines, Wait
+    from dispatcher.queue.sql_queue import SqlQueue
+
+    with SqlQueue(settings.sql_url) as queue:
+        waits = [
+            Wait((LIVE_QUEUE, f"customer-{k:05d}"), f"doc-{k}-{d}", "life", 1, f"doc-{k}-{d}-1")
+            for k in range(count)
+            for d in range(3)
+        ]
+        SqlKeyLines(queue.database).hold(waits, "broker refused: quota exceeded", now)
 
 
 # --- timing ------------------------------------------------------------------------------------
@@ -350,6 +376,19 @@ def pages(ws: Workspace, queue: Any, history: Any, clock: Any) -> list[Page]:
 
         return read
 
+    from outbox.app.console.keys_page import KEYS_LISTED
+    from outbox.app.keys import paused_keys
+    from outbox.app.trace import trace
+
+    live = queue.live
+
+    def live_page(state: str | None = None, after: int | None = None) -> Callable[[], object]:
+        return lambda: (live.page(LIVE_QUEUE, state, after=after, limit=PAGE_SIZE),
+                        live.counts(LIVE_QUEUE))  # fmt: skip
+
+    first_seq = live.page(LIVE_QUEUE, limit=1)[0].sequence_number
+    live_deep = first_seq + int(sum(live.counts(LIVE_QUEUE).values()) * 0.9)
+    traced = "pending-000007"
     ids = ws.dead_ids
     deep = ids[min(len(ids) - 1, max(len(ids) // 100, 2))]  # 1% from the oldest
     one = ids[len(ids) // 2]
@@ -393,6 +432,22 @@ def pages(ws: Workspace, queue: Any, history: Any, clock: Any) -> list[Page]:
              devices(after=after)),
         Page("devices_offline", "… presence=offline", "/devices" + _q(presence="offline"),
              devices(presence="offline")),
+        Page("live", f"live messages of {LIVE_QUEUE}, first page", "/live" + _q(queue=LIVE_QUEUE),
+             live_page()),
+        Page("live_locked", "… state=locked (5%)", "/live" + _q(queue=LIVE_QUEUE, state="locked"),
+             live_page("locked")),
+        Page("live_deep", "… deep page (`after=`, 90%)",
+             "/live" + _q(queue=LIVE_QUEUE, after=str(live_deep)), live_page(after=live_deep)),
+        Page("live_message", "one live message",
+             "/live/message" + _q(queue=LIVE_QUEUE, seq=str(live_deep)),
+             lambda: (live.message(LIVE_QUEUE, live_deep), live.headers(LIVE_QUEUE, live_deep))),
+        Page("live_sessions", "… its sessions with their heads, first page",
+             "/live/sessions" + _q(queue=LIVE_QUEUE),
+             lambda: live.sessions(LIVE_QUEUE, limit=PAGE_SIZE)),
+        Page("keys", "paused ordering keys", "/keys",
+             lambda: paused_keys(queue, utc(clock.now()), KEYS_LISTED)),
+        Page("trace", "trace of one document (`outbox trace`'s answer)", "/trace" + _q(q=traced),
+             lambda: trace(ws.settings, clock, traced)),
         Page("confirm_matching", "confirm \"requeue all matching\" (no filter)",
              "/dead-letters/confirm", confirm(DeadLetterFilter()),
              form={"scope": "matching", "action": "requeue"}),
@@ -463,6 +518,7 @@ def serve(ws: Workspace) -> Iterator[tuple[int, Any, Any, Any]]:
     from dispatcher.queue.sql_queue import SqlQueue
     from outbox.app.console import ConsoleConfig, create_app
     from outbox.app.history import History
+    from outbox.app.trace import trace
     from outbox.core.clock import SystemClock
     from outbox.core.sql import redact_url
 
@@ -472,7 +528,8 @@ def serve(ws: Workspace) -> Iterator[tuple[int, Any, Any, Any]]:
     history = History(queue.database)
     config = ConsoleConfig(queue=queue, history=history, clock=clock, token=TOKEN,
                            table_uri=settings.table_uri, sql_url=redact_url(settings.sql_url),
-                           devices_queue=DEVICES_QUEUE)  # fmt: skip
+                           devices_queue=DEVICES_QUEUE,
+                           trace=functools.partial(trace, settings, clock))  # fmt: skip
     server = make_server("127.0.0.1", 0, create_app(config), threaded=True)
     thread = threading.Thread(target=server.serve_forever, name="console-http", daemon=True)
     thread.start()
@@ -579,6 +636,8 @@ def main(argv: list[str] | None = None) -> None:
             "dead_letter_body_bytes": BODY_BYTES,
             "devices": sizes.devices,
             "tasks_per_device": TASKS_PER_DEVICE,
+            "live_messages": sizes.live,
+            "paused_keys": sizes.paused_keys,
             "rescuers": len(RESCUERS),
             "sample_days": sizes.sample_days,
             "sample_interval_s": SAMPLE_INTERVAL,

@@ -22,7 +22,9 @@ def _caption(c: dict[str, Any]) -> str:
         f"{n(s['dead_letters'])} dead letters ({s['dead_letter_queues']} queues, "
         f"{s['dead_letter_reasons']} reasons, {s['dead_letter_days']} days, "
         f"{n(s['dead_letter_body_bytes'])}-byte bodies), {n(s['devices'])} devices × "
-        f"{s['tasks_per_device']} tasks, {n(s['sample_rows'])} samples ({n(s['sample_days'])} "
+        f"{s['tasks_per_device']} tasks, {n(s.get('live_messages', 0))} live messages in one "
+        f"queue, {n(s.get('paused_keys', 0))} paused keys, {n(s['sample_rows'])} samples "
+        f"({n(s['sample_days'])} "
         f"days of {s['rescuers']} rescuers); {c['database']}; {r['timed']} timed requests per "
         f"page after {r['warmup']} warm-up ones, on one keep-alive connection; the floor is the "
         "page's reads called directly, in the same run.\n"
@@ -67,7 +69,8 @@ def readme_rows() -> list[list[str]]:
         [
             f"`outbox console`, each page over HTTP with {n(s['documents'])} documents and "
             f"{n(s['dead_letters'])} dead letters ({n(s['devices'])} devices, "
-            f"{n(s['sample_days'])} days of samples)",
+            f"{n(s.get('live_messages', 0))} live messages, {n(s.get('paused_keys', 0))} paused "
+            f"keys, {n(s['sample_days'])} days of samples)",
             f"**{within} of {len(pages)} pages within 200 ms** (p95); the slowest, "
             f"{slowest['label']}, p50 {_ms(slowest['p50_ms'])}, p95 {_ms(slowest['p95_ms'])}; a "
             f"sample {_ms(c['sample']['warm_sampler']['p50_ms'])} per `sample_interval`",

@@ -332,3 +332,49 @@ def fill_samples(
             conn.execute(insert(T), rows)
             written += len(rows)
     return written
+
+
+def fill_live(
+    target: Target, destination: str, count: int, *, now: datetime, seed: int = 7
+) -> None:
+    """``count`` live messages on ``destination`` over the hour before ``now``, in every state
+    the console's live pages filter by: 85% active, 5% scheduled (due within the next hour), 5%
+    deferred and 5% locked (a lock until a little after ``now``); each of 1,000 sessions, JSON
+    bodies of about 100 bytes. One transaction."""
+    rng = random.Random(seed)
+    now = now.astimezone(UTC)
+    first = now - timedelta(hours=1)
+    spacing = timedelta(hours=1) / max(1, count)
+    with _write(target, "fill live messages") as conn:
+        rows = []
+        for n in range(count):
+            enqueued = first + spacing * n
+            kind = rng.choices(["active", "scheduled", "deferred", "locked"], [85, 5, 5, 5])[0]
+            locked = kind == "locked"
+            rows.append(
+                {
+                    "queue": destination,
+                    "message_id": f"live-{n:07d}",
+                    "session_id": f"order-{n % 1000:04d}",
+                    "body": json.dumps({"order": n, "status": "placed", "lines": n % 7}).encode(),
+                    "subject": "OrderPlaced",
+                    "content_type": "application/json",
+                    "correlation_id": None,
+                    "headers": "{}",
+                    "enqueued_at": enqueued,
+                    "not_before": now + timedelta(seconds=rng.randrange(60, 3600))
+                    if kind == "scheduled"
+                    else enqueued,
+                    "delivery_count": 1 if locked or kind == "deferred" else 0,
+                    "lock_token": str(uuid.UUID(int=rng.getrandbits(128))) if locked else None,
+                    "locked_until": now + timedelta(seconds=60) if locked else None,
+                    "locked_at": now - timedelta(seconds=rng.randrange(30)) if locked else None,
+                    "deferred": kind == "deferred",
+                    "scheduled": kind == "scheduled",
+                }
+            )
+            if len(rows) == CHUNK:
+                conn.execute(insert(M), rows)
+                rows = []
+        if rows:
+            conn.execute(insert(M), rows)
