@@ -278,3 +278,30 @@ erasures = Table(
     PrimaryKeyConstraint("table_id", "doc_id", name="pk_outbox_erasures"),
     Index("ix_outbox_erasures_phase", "table_id", "phase"),
 )
+
+# Named console operators (0011; outbox.app.operators): a token per name, kept as its SHA-256
+# (the token itself is shown once, when it is made), with a role; a revoked one stays, dated.
+console_tokens = Table(
+    "outbox_console_tokens",
+    metadata,
+    Column("name", String(64), nullable=False),
+    Column("role", String(16), nullable=False),  # "operator" or "read-only"
+    Column("token_sha256", String(64), nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("revoked_at", DateTime(timezone=True), nullable=True),
+    PrimaryKeyConstraint("name", name="pk_outbox_console_tokens"),
+    Index("ix_outbox_console_tokens_sha256", "token_sha256", unique=True),
+)
+
+# The audit trail (0011): one row per action on the queue's contents, newest by id.
+audit = Table(
+    "outbox_audit",
+    metadata,
+    Column("id", SequenceNumber, primary_key=True, autoincrement=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("actor", String(128), nullable=False),  # a token's name, "console" or "cli:<user>"
+    Column("action", String(64), nullable=False),
+    Column("target", Text, nullable=False),  # what it acted on: ids, a key, a name
+    Column("outcome", String(512), nullable=False),
+    sqlite_autoincrement=True,
+)

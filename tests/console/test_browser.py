@@ -365,3 +365,29 @@ def test_live_messages_and_sessions_from_the_overview(
         "pump-1",
         "pump-2",
     ]
+
+
+# --- Named operators and the audit trail --------------------------------------------------------
+
+
+@sqlite_only
+def test_a_named_operator_unlocks_and_the_audit_page_names_them(
+    console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
+) -> None:
+    from click.testing import CliRunner
+
+    from outbox.app.cli import main
+
+    made = CliRunner().invoke(main, ["-w", str(console_ws.path), "operators", "create", "alice"])
+    assert made.exit_code == 0, made.output
+    browser.get(console.url + "unlock")
+    by(browser, "#token").send_keys(made.stdout.strip())
+    go(browser, "#unlock")
+    assert by(browser, "#who").text == "alice (operator)"
+    go(browser, "#nav-audit")
+    assert browser.title == "Audit · outbox console"
+    assert [c.text for c in every(browser, "#audit td.actor")][:1] == ["alice"]
+    assert [c.text for c in every(browser, "#audit td.action")][:2] == [
+        "unlock",
+        "operators.create",
+    ]

@@ -34,7 +34,10 @@ def test_the_overview_shows_the_samples_the_queues_and_the_devices(client: Flask
     assert '<svg id="lag-chart"' in page
     assert "<title>nightly</title>" in page
     assert re.search(r"<td>nightly</td><td class=\"num\">49s</td>", page)  # the newest lag
-    assert re.search(r"<td>shipments</td>.*?>3</a>", page, re.S)  # its dead letters, linked
+    # the queue links to its live messages, its dead letters to their list
+    assert re.search(
+        r'<td><a href="/live\?queue=shipments">shipments</a></td>.*?>3</a>', page, re.S
+    )
 
 
 def test_the_dead_letters_filter_by_queue_reason_and_time(

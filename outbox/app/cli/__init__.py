@@ -21,6 +21,7 @@ from outbox.app.cli import (
     keys,
     maintain,
     migrate,
+    operators,
     queues,
     replay,
     rescue,
@@ -96,6 +97,7 @@ for _module in (
     sql,
     erase,
     trace,
+    operators,
 ):
     _module.register(main)
 

@@ -184,6 +184,8 @@ def _bulk(
         "where": _where(where) or None,
         "all": everything,
     }
+    from outbox.app.operators import record_cli
+
     with _dead_letters(cli) as queue:
         for dead_letter_id in ids:  # an unknown id is a typo: say so instead of "0 requeued"
             queue.get_dead_letter(dead_letter_id)
@@ -193,10 +195,24 @@ def _bulk(
         action = queue.requeue if verb == "requeue" else queue.purge
         with progress(f"{verb} dead letters", total) as advance:
             done = action(**selection, on_progress=advance)
+        record_cli(
+            queue, f"dead-letters.{verb}", _target(ids, where, everything), f"{done} {verb}d"
+        )
     if as_json:
         emit_json({verb + "d": done})
     else:
         echo(f"{verb}d {done} dead letter(s)")
+
+
+def _target(ids: tuple[int, ...], where: tuple[str, ...], everything: bool) -> str:
+    """What a bulk action names, as the audit trail keeps it."""
+    from outbox.app.operators import ids_target
+
+    if ids:
+        return ids_target("dead letters", list(ids))
+    if where:
+        return "every dead letter matching " + " ".join(where)
+    return "every dead letter" if everything else ""
 
 
 def _confirm_purge_all(total: int) -> None:

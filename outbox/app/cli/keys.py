@@ -74,6 +74,7 @@ def resume_cmd(
     """Resume a paused ordering key: skip its gate message (--skip), or open it (--open)."""
     from dispatcher.keys import KeyOrder
     from dispatcher.queue.key_lines import SqlKeyLines
+    from outbox.app.operators import record_cli
 
     if (message_id is None) == (not open_key):
         raise ValidationError(
@@ -84,6 +85,12 @@ def resume_cmd(
     with open_queue(cli) as queue:
         lines = SqlKeyLines(queue.database)
         done = KeyOrder(lines).resume((destination, key), None if open_key else message_id)
+        record_cli(
+            queue,
+            "keys.open" if open_key else "keys.skip",
+            f"{destination}/{key}" + ("" if open_key else f", gate {message_id}"),
+            ("opened" if open_key else "skipped the gate") if done else "nothing to do",
+        )
     if as_json:
         emit_json({"destination": destination, "ordering_key": key, "resumed": done})
     elif done:

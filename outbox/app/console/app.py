@@ -29,10 +29,11 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
-from outbox.app.console import keys_page, live_page, params, reads, trace_page
+from outbox.app.console import access, keys_page, live_page, params, reads, trace_page
 from outbox.app.console import security as sec
 from outbox.app.console.config import ConsoleConfig
 from outbox.app.console.params import ACTIONS, MAX_ID
+from outbox.app.operators import Audit, Operators, ids_target
 from outbox.core.clock import utc
 from outbox.core.durations import format_duration
 from outbox.core.errors import MessageNotFoundError, OutboxError
@@ -75,7 +76,8 @@ def create_app(config: ConsoleConfig) -> Flask:
             session[sec.CSRF] = sec.new_token()
         return {
             "read_only": config.read_only,
-            "unlocked": sessions.find(session.get(sec.SESSION_ID)) is not None,
+            "unlocked": (unlocked := sessions.find(session.get(sec.SESSION_ID))) is not None,
+            "who": "" if unlocked is None else f"{unlocked.actor} ({unlocked.role})",
             "csrf": session[sec.CSRF],
             "table_uri": config.table_uri,
             "sql_url": config.sql_url,
@@ -109,9 +111,11 @@ def create_app(config: ConsoleConfig) -> Flask:
     _pages(app, config)
     trace_page.register(app, config)
     live_page.register(app, config)
-    keys_page.register(app, config, sessions)
-    _actions(app, config, sessions)
-    _token(app, config, sessions)
+    operators = Operators(config.queue.database, config.clock)
+    audit = Audit(config.queue.database, config.clock)
+    access.register(app, config, sessions, operators, audit)
+    keys_page.register(app, config, sessions, audit)
+    _actions(app, config, sessions, audit)
     return app
 
 
@@ -198,7 +202,7 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
         )
 
 
-def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
+def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: Audit) -> None:
     """Requeue and purge, each behind a confirmation page; both pages refuse without the token
     (``security.check_action``)."""
     queue = config.queue
@@ -253,45 +257,21 @@ def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
             frozen = replace(selection, up_to_id=up_to)
             matching = admin.requeue_matching if action == "requeue" else admin.purge_matching
             done = matching(frozen)
+            named = params.filter_args(request.form)
+            target = (
+                "every dead letter matching "
+                + (" ".join(f"{k}={v}" for k, v in named.items()) or "no filter")
+                + f", id up to {up_to}"
+            )
         else:
             run = admin.requeue if action == "requeue" else admin.purge
             ids = params.dead_letter_ids(request.form)
             for i in range(0, len(ids), ACTION_CHUNK):  # a bounded IN list per statement
                 done += run(ids=ids[i : i + ACTION_CHUNK])
+            target = ids_target("dead letters", ids)
         verb = "requeued" if action == "requeue" else "purged"
         log.info("console: %s %d dead letters", verb, done)
+        audit.record(access.actor(sessions), f"dead-letters.{action}", target, f"{done:,} {verb}")
         flash(f"{done:,} dead letter{'s' if done != 1 else ''} {verb}.")
         filters: dict[str, Any] = params.filter_args(request.form)
         return redirect(url_for("dead_letters", **filters))
-
-
-def _token(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
-    """Unlocking a browser with the token (a new server-side session, its id in the cookie), and
-    locking it again (the server forgets that session, so every copy of the cookie is locked)."""
-    refuse = _refuse
-
-    @app.route("/unlock", methods=["GET", "POST"])
-    def unlock() -> Response | str | tuple[str, int]:
-        if config.read_only:
-            return refuse(sec.READ_ONLY)
-        if request.method == "GET" and "token" not in request.args:
-            return render_template("unlock.html", page="unlock", wrong=False)
-        if request.method == "POST" and not sec.from_this_console(session, request.form):
-            return refuse(sec.FOREIGN_FORM)
-        given = request.values.get("token")
-        if not sec.same(given, config.token):
-            log.warning("console: a wrong token was given")
-            return render_template("unlock.html", page="unlock", wrong=True), 403
-        sessions.close(session.get(sec.SESSION_ID))  # unlocking again replaces it
-        session.clear()  # a new session: nothing set before the token carries over
-        session[sec.SESSION_ID] = sessions.open().id
-        session[sec.CSRF] = sec.new_token()
-        flash("Unlocked: this browser may requeue and purge until you lock it or the console "
-              "stops.")  # fmt: skip
-        return redirect(url_for("overview"))  # also drops the token from the address bar
-
-    @app.post("/lock")
-    def lock() -> Response:
-        if sec.from_this_console(session, request.form):
-            sessions.close(session.pop(sec.SESSION_ID, None))
-        return redirect(url_for("overview"))

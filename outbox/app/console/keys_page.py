@@ -14,8 +14,10 @@ from typing import TYPE_CHECKING
 from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response
 
+from outbox.app.console import access
 from outbox.app.console import security as sec
 from outbox.app.keys import paused_keys
+from outbox.app.operators import Audit
 from outbox.core.clock import utc
 
 if TYPE_CHECKING:
@@ -31,7 +33,7 @@ RESUMES = {"skip": "Skip the gate", "open": "Open the key"}
 MAX_FIELD = 1024
 
 
-def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
+def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: Audit) -> None:
     queue = config.queue
 
     @app.get("/keys")
@@ -76,6 +78,11 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions) -> None:
             (destination, key), gate if how == "skip" else None
         )
         log.info("console: %s %s/%s (gate %s): %s", how, destination, key, gate, done)
+        audit.record(
+            access.actor(sessions), f"keys.{how}",
+            f"{destination}/{key}" + (f", gate {gate}" if how == "skip" else ""),
+            ("skipped the gate" if how == "skip" else "opened") if done else "nothing to do",
+        )  # fmt: skip
         if not done:
             flash(
                 f"{destination}/{key}: nothing to do (it is not paused"

@@ -103,11 +103,16 @@ def cookie_name(port: int) -> str:
 
 @dataclass(frozen=True)
 class UnlockedSession:
-    """A browser unlocked with the token, as the console remembers it. Its id is all the cookie
-    holds (the place to attach who unlocked it, when there are several tokens)."""
+    """A browser unlocked with a token, as the console remembers it: its id (all the cookie
+    holds), who unlocked it (``actor``: a named operator, or ``console`` for the console's own
+    token), with which role, and whether the name is an operator's in the database (whose
+    revocation ends the session)."""
 
     id: str
     unlocked_at: datetime
+    actor: str = "console"
+    role: str = "operator"
+    named: bool = False
 
 
 class Sessions:
@@ -124,8 +129,12 @@ class Sessions:
         self._lock = threading.Lock()
         self._open: dict[str, UnlockedSession] = {}
 
-    def open(self) -> UnlockedSession:
-        unlocked = UnlockedSession(secrets.token_urlsafe(32), utc(self._clock.now()))
+    def open(
+        self, actor: str = "console", role: str = "operator", *, named: bool = False
+    ) -> UnlockedSession:
+        unlocked = UnlockedSession(
+            secrets.token_urlsafe(32), utc(self._clock.now()), actor, role, named
+        )
         with self._lock:
             while len(self._open) >= self.LIMIT:
                 del self._open[next(iter(self._open))]
@@ -151,7 +160,7 @@ class Refusal:
     detail: str
 
 
-#: Why a change is refused: the three answers of ``check_action``.
+#: Why a change is refused: the answers of ``check_action``.
 READ_ONLY = Refusal(
     403,
     "The console is read-only",
@@ -172,6 +181,14 @@ LOCKED = Refusal(
 )
 
 
+READ_ONLY_TOKEN = Refusal(
+    403,
+    "This token may not change anything",
+    "The browser was unlocked with a read-only operator's token. Unlock it with an operator's "
+    "token (`outbox operators create NAME --role operator`) to act.",
+)
+
+
 def from_this_console(session: Any, form: Any) -> bool:
     """Whether ``form`` carries this session's CSRF token."""
     expected = session.get(CSRF)
@@ -186,6 +203,9 @@ def check_action(session: Any, form: Any, *, read_only: bool, sessions: Sessions
         return READ_ONLY
     if not from_this_console(session, form):
         return FOREIGN_FORM
-    if sessions.find(session.get(SESSION_ID)) is None:
+    unlocked = sessions.find(session.get(SESSION_ID))
+    if unlocked is None:
         return LOCKED
+    if unlocked.role != "operator":
+        return READ_ONLY_TOKEN
     return None
