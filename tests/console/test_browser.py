@@ -391,3 +391,39 @@ def test_a_named_operator_unlocks_and_the_audit_page_names_them(
         "unlock",
         "operators.create",
     ]
+
+
+@sqlite_only
+def test_a_selection_spanning_two_pages_in_the_browser(
+    console: RunningConsole, browser: Any, console_ws: ConsoleWorkspace
+) -> None:
+    """No script: the pager is a button of the selection form (``formaction``), so what is
+    ticked goes along to the next page."""
+    from tests.console.conftest import dead_letter
+
+    with SqlQueue(console_ws.url) as q:
+        ids = sorted((dead_letter(q, "bulk", f"b-{i}", "Poison") for i in range(55)), reverse=True)
+    _unlock_in(browser, console)
+    browser.get(console.url + "dead-letters?queue=bulk")
+    by(browser, f"#select-{ids[0]}").click()
+    go(browser, "#older-keep")
+    assert by(browser, "#carried").text == "1 more ticked on other pages."
+    by(browser, f"#select-{ids[52]}").click()
+    go(browser, "#requeue-selected")
+    assert by(browser, "#confirm-title").text == "Requeue 2 dead letters?"
+    go(browser, "#confirm")
+    assert by(browser, ".flash").text == "2 dead letters requeued."
+    with SqlQueue(console_ws.url) as q:
+        # newest first: ids[0] is b-54's, ids[52] b-2's
+        assert sorted(m.message_id for m in q.peek("bulk", 10)) == ["b-2", "b-54"]
+
+
+@sqlite_only
+def test_a_page_refreshes_itself_in_the_browser_when_asked(
+    console: RunningConsole, browser: Any
+) -> None:
+    browser.get(console.url + "dead-letters")
+    go(browser, "#refresh-10s")
+    assert by(browser, "#refresh-10s").get_attribute("class") == "here"
+    metas = every(browser, "meta[http-equiv=refresh]")
+    assert [m.get_attribute("content") for m in metas] == ["10"]

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from flask import Flask, flash, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response
 
-from outbox.app.console import params
+from outbox.app.console import listing, params
 from outbox.app.console import security as sec
 from outbox.app.operators import CONSOLE, Audit, Operators
 
@@ -25,6 +25,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("outbox.console")
 
 AUDIT_PAGE = 50
+AUDIT_COLUMNS = ("id", "at", "actor", "action", "target", "outcome")
 
 
 def actor(sessions: sec.Sessions) -> str:
@@ -86,7 +87,10 @@ def register(
         return redirect(url_for("overview"))
 
     @app.get("/audit")
-    def audit_page() -> str:
+    def audit_page() -> str | Response:
+        if (fmt := listing.export_format()) is not None:
+            every = listing.pages_of(lambda b: audit.page(before=b, limit=1000), lambda e: e.id)
+            return listing.export("audit", fmt, AUDIT_COLUMNS, every)
         before = params.dead_letter_id(request.args.get("before"), "before")
         rows = audit.page(before=before, limit=AUDIT_PAGE)
         return render_template(

@@ -29,7 +29,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
-from outbox.app.console import access, keys_page, live_page, params, reads, trace_page
+from outbox.app.console import access, keys_page, listing, live_page, params, reads, trace_page
 from outbox.app.console import security as sec
 from outbox.app.console.config import ConsoleConfig
 from outbox.app.console.params import ACTIONS, MAX_ID
@@ -41,9 +41,16 @@ from outbox.core.errors import MessageNotFoundError, OutboxError
 log = logging.getLogger("outbox.console")
 
 PAGE_SIZE = 50
+#: Ticked dead letters a selection spanning pages may carry (more: "all matching" does it).
+MAX_TICKED = 10_000
 #: Ticked ids per call when acting on them (a bounded IN list; the queue moves them in chunks).
 ACTION_CHUNK = 500
 STATIC = Path(__file__).parent / "static"
+#: What an export of the dead letters holds (no body: the list never reads them).
+DEAD_LETTER_COLUMNS = (
+    "id", "queue", "message_id", "session_id", "subject", "correlation_id", "reason",
+    "description", "delivery_count", "enqueued_at", "dead_lettered_at",
+)  # fmt: skip
 
 
 def create_app(config: ConsoleConfig) -> Flask:
@@ -82,6 +89,9 @@ def create_app(config: ConsoleConfig) -> Flask:
             "table_uri": config.table_uri,
             "sql_url": config.sql_url,
             "can_trace": config.trace is not None,
+            "refresh": listing.refresh_seconds(),
+            "refresh_links": listing.refresh_links(),
+            "export_links": listing.export_links(),
         }
 
     @app.after_request
@@ -137,24 +147,50 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
         return render_template("overview.html", o=data, ranges=list(reads.RANGES), page="overview")
 
     @app.get("/dead-letters")
-    def dead_letters() -> str:
+    def dead_letters() -> str | Response:
         selection, problems = params.selection(request.args)
-        before = params.dead_letter_id(request.args.get("before"), "before")
+        if (fmt := listing.export_format()) is not None:
+            if problems:
+                abort(400, "; ".join(problems))
+            every = listing.pages_of(
+                lambda before: queue.browse.page(selection, before_id=before, limit=1000),
+                lambda d: d.id,
+            )
+            return listing.export("dead-letters", fmt, DEAD_LETTER_COLUMNS, every)
+        return listed(request.args, selection, problems, ticked=[])
+
+    @app.post("/dead-letters/turn")
+    def dead_letters_turn() -> str | tuple[str, int]:
+        """Another page of the list, keeping what was ticked (a selection spanning pages): the
+        selection form posts here, its ticked ids carried to the next page as hidden fields."""
+        if not sec.from_this_console(session, request.form):
+            return _refuse(sec.FOREIGN_FORM)
+        selection, problems = params.selection(request.form)
+        ticked = params.dead_letter_ids(request.form)
+        if len(ticked) > MAX_TICKED:
+            abort(400, f"at most {MAX_TICKED:,} ticked at once: use 'all matching' instead")
+        return listed(request.form, selection, problems, ticked=ticked)
+
+    def listed(source: Any, selection: Any, problems: list[str], *, ticked: list[int]) -> str:
+        before = params.dead_letter_id(source.get("before") or None, "before")
         rows = [] if problems else queue.browse.page(selection, before_id=before, limit=PAGE_SIZE)
         total = 0 if problems else queue.browse.count(selection)
         more = len(rows) == PAGE_SIZE and not problems
+        shown = {d.id for d in rows}
         return render_template(
             "dead_letters.html",
             page="dead-letters",
             rows=rows,
             total=total,
             problems=problems,
-            filters=params.filter_args(request.args),
+            filters=params.filter_args(source),
             queues=queue.browse.queues(),
             reasons=queue.browse.reasons(selection.queue),
             next_before=rows[-1].id if more else None,
             first_page=before is None,
             actions=ACTIONS,
+            ticked=set(ticked),
+            carried=[i for i in dict.fromkeys(ticked) if i not in shown],
         )
 
     @app.get("/dead-letters/<int:dead_letter_id>")

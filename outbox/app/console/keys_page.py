@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
 from werkzeug.wrappers import Response
 
-from outbox.app.console import access
+from outbox.app.console import access, listing
 from outbox.app.console import security as sec
 from outbox.app.keys import paused_keys
 from outbox.app.operators import Audit
@@ -29,6 +29,10 @@ log = logging.getLogger("outbox.console")
 KEYS_LISTED = 200
 #: The two ways to resume a key, as the buttons say them.
 RESUMES = {"skip": "Skip the gate", "open": "Open the key"}
+KEY_COLUMNS = (
+    "destination", "ordering_key", "waits_for_message", "document_id", "seq", "since",
+    "age_seconds", "held", "reason",
+)  # fmt: skip
 #: The longest destination, key or message id a form may name (the queue's own limits are lower).
 MAX_FIELD = 1024
 
@@ -37,8 +41,10 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
     queue = config.queue
 
     @app.get("/keys")
-    def keys() -> str:
+    def keys() -> str | Response:
         now = utc(config.clock.now())
+        if (fmt := listing.export_format()) is not None:
+            return listing.export("paused-keys", fmt, KEY_COLUMNS, paused_keys(queue, now))
         return render_template(
             "keys.html", page="keys", keys=paused_keys(queue, now, KEYS_LISTED),
             listed=KEYS_LISTED, resumes=RESUMES,

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from flask import Flask, abort, render_template, request
+from flask import Flask, Response, abort, render_template, request
 
 from dispatcher.queue import validation
-from dispatcher.queue.live import STATES
-from outbox.app.console import reads
+from dispatcher.queue.live import STATES, LiveSession
+from outbox.app.console import listing, reads
 from outbox.core.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -24,18 +24,38 @@ if TYPE_CHECKING:
 PAGE_SIZE = 50
 #: The largest sequence number a page may start after (the column is a 64-bit integer).
 MAX_SEQUENCE = 2**63 - 1
+LIVE_COLUMNS = (
+    "sequence_number", "message_id", "session_id", "subject", "state", "delivery_count",
+    "enqueued_at", "not_before", "locked_at", "locked_until",
+)  # fmt: skip
+SESSION_COLUMNS = (
+    "session_id", "messages", "paused", "state", "head_message_id", "head_sequence_number",
+    "head_state", "head_delivery_count",
+)  # fmt: skip
+
+
+def _session_cell(s: LiveSession, column: str) -> object:
+    if column.startswith("head_"):
+        return getattr(s.head, column.removeprefix("head_"))
+    return getattr(s, column)
 
 
 def register(app: Flask, config: ConsoleConfig) -> None:
     live_reads = config.queue.live
 
     @app.get("/live")
-    def live() -> str:
+    def live() -> str | Response:
         queue = _queue_arg()
         state = request.args.get("state") or None
         if state is not None and state not in STATES:
             abort(400, f"state is one of {', '.join(STATES)}")
         after = _sequence_arg("after")
+        if (fmt := listing.export_format()) is not None:
+            every = listing.pages_of(
+                lambda a: live_reads.page(queue, state, after=a, limit=1000),
+                lambda m: m.sequence_number,
+            )
+            return listing.export(f"{queue}-{state or 'all'}", fmt, LIVE_COLUMNS, every)
         rows = live_reads.page(queue, state, after=after, limit=PAGE_SIZE)
         return render_template(
             "live.html", page="live", queue=queue, state=state, states=STATES,
@@ -64,11 +84,16 @@ def register(app: Flask, config: ConsoleConfig) -> None:
         )  # fmt: skip
 
     @app.get("/live/sessions")
-    def live_sessions() -> str:
+    def live_sessions() -> str | Response:
         queue = _queue_arg()
         after = request.args.get("after") or None
         if after is not None and len(after) > validation.MAX_ID:
             abort(400, f"a session id is at most {validation.MAX_ID} characters")
+        if (fmt := listing.export_format()) is not None:
+            every = listing.pages_of(
+                lambda a: live_reads.sessions(queue, after=a, limit=1000), lambda s: s.session_id
+            )
+            return listing.export(f"{queue}-sessions", fmt, SESSION_COLUMNS, every, _session_cell)
         found = live_reads.sessions(queue, after=after, limit=PAGE_SIZE)
         return render_template(
             "live_sessions.html", page="live", queue=queue, sessions=found,
