@@ -152,39 +152,60 @@ class SqlQueueAdministration:
         where: Mapping[str, str] | None = None,
         all: bool = False,
         on_progress: Callable[[int], None] | None = None,
+        to_queue: str | None = None,
+        chunk: int | None = None,
     ) -> int:
-        """See ``QueueAdministration.requeue``."""
+        """See ``QueueAdministration.requeue``. ``to_queue``: into that queue instead of each
+        one's own; ``chunk``: dead letters per transaction (a paced requeue's step)."""
         return self._requeue(
-            _conditions(DeadLetterSelection.of(ids, where=where, all=all)), on_progress
+            _conditions(DeadLetterSelection.of(ids, where=where, all=all)),
+            on_progress,
+            to_queue,
+            chunk,
         )
 
     def requeue_matching(
-        self, selection: DeadLetterFilter, *, on_progress: Callable[[int], None] | None = None
+        self,
+        selection: DeadLetterFilter,
+        *,
+        on_progress: Callable[[int], None] | None = None,
+        to_queue: str | None = None,
+        chunk: int | None = None,
     ) -> int:
         """Requeue what ``selection`` holds: the console's filters, a time window included,
         which the equality filters of ``requeue(where=...)`` cannot say. No filter: all."""
-        return self._requeue(selection.conditions(), on_progress)
+        return self._requeue(selection.conditions(), on_progress, to_queue, chunk)
 
     def _requeue(
-        self, conditions: list[ColumnElement[bool]], on_progress: Callable[[int], None] | None
+        self,
+        conditions: list[ColumnElement[bool]],
+        on_progress: Callable[[int], None] | None,
+        to_queue: str | None = None,
+        chunk: int | None = None,
     ) -> int:
         now = self._options.now()
         postgres = self._db.postgres
+        if to_queue is not None:
+            validation.queue_name(to_queue)
 
         def move_back(conn: Connection, chunk: list[int]) -> None:
             if postgres:
                 keys = conn.execute(select(D.c.queue, D.c.session_id).where(D.c.id.in_(chunk)))
-                lock_sessions(conn, [(q, s) for q, s in keys])
+                lock_sessions(conn, [(to_queue or q, s) for q, s in keys])
             names = list(COPIED_COLUMNS)
+            copied = [
+                _name_const(to_queue).label("queue") if n == "queue" and to_queue else D.c[n]
+                for n in names
+            ]
             source = (
-                select(*(D.c[n] for n in names))
+                select(*copied)
                 .add_columns(_const(now).label("not_before"), _zero().label("delivery_count"))
                 .where(D.c.id.in_(chunk))
                 .order_by(D.c.sequence_number, D.c.id)  # keep each session's original order
             )
             conn.execute(insert(M).from_select([*names, "not_before", "delivery_count"], source))
 
-        return self._chunks("requeue dead letters", conditions, move_back, on_progress)
+        return self._chunks("requeue dead letters", conditions, move_back, on_progress, chunk)
 
     def purge(
         self,
@@ -216,8 +237,11 @@ class SqlQueueAdministration:
         conditions: list[ColumnElement[bool]],
         work: Callable[[Connection, list[int]], None],
         on_progress: Callable[[int], None] | None,
+        chunk: int | None = None,
     ) -> int:
-        """Apply ``work`` then delete, ``CHUNK`` dead letters per transaction, in id order."""
+        """Apply ``work`` then delete, ``chunk`` (``CHUNK``) dead letters per transaction, in id
+        order."""
+        limit = min(CHUNK, max(1, chunk)) if chunk else CHUNK
         done = 0
         last_id = 0
         while True:
@@ -226,7 +250,7 @@ class SqlQueueAdministration:
                     select(D.c.id)
                     .where(*conditions, D.c.id > last_id)
                     .order_by(D.c.id)
-                    .limit(CHUNK)
+                    .limit(limit)
                 )
                 if self._db.postgres:
                     stmt = stmt.with_for_update(skip_locked=True)
@@ -321,3 +345,7 @@ def _const(now: datetime) -> ColumnElement[datetime]:
 
 def _zero() -> ColumnElement[int]:
     return literal(0, Integer())
+
+
+def _name_const(name: str) -> ColumnElement[str]:
+    return literal(name, D.c.queue.type)

@@ -7,6 +7,7 @@ consumer's dead-letter topic (``dispatcher.kafka.dead_letters``)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
@@ -170,6 +171,8 @@ def _bulk(
     where: tuple[str, ...],
     as_json: bool,
     yes: bool = False,
+    to_queue: str | None = None,
+    rate: float | None = None,
 ) -> None:
     if sum([bool(ids), bool(where), everything]) != 1:
         raise ValidationError(
@@ -193,11 +196,35 @@ def _bulk(
         if verb == "purge" and everything and not yes and total:
             _confirm_purge_all(total)
         action = queue.requeue if verb == "requeue" else queue.purge
+        extra: dict[str, Any] = {}
+        if to_queue is not None or rate is not None:
+            if "to_queue" not in inspect.signature(queue.requeue).parameters:  # SQL's only
+                raise ValidationError(
+                    "--to and --rate work on the SQL queue's dead letters",
+                    hint="add --sql, or leave them out for this backend's dead letters",
+                )
+            extra["to_queue"] = to_queue
+        pacer = None
+        if rate is not None:
+            from outbox.core.clock import SystemClock
+            from outbox.core.pacing import Pacer
+
+            pacer = Pacer(rate, SystemClock())
+            extra["chunk"] = pacer.chunk()
         with progress(f"{verb} dead letters", total) as advance:
-            done = action(**selection, on_progress=advance)
+
+            def step(n: int) -> None:
+                advance(n)
+                if pacer is not None:
+                    pacer.step(n)
+
+            done = action(**selection, on_progress=step, **extra)
+        into = f" into {to_queue}" if to_queue else ""
+        paced = f" at {rate:g}/s" if rate else ""
         record_cli(
-            queue, f"dead-letters.{verb}", _target(ids, where, everything), f"{done} {verb}d"
-        )
+            queue, f"dead-letters.{verb}", _target(ids, where, everything) + into + paced,
+            f"{done} {verb}d",
+        )  # fmt: skip
     if as_json:
         emit_json({verb + "d": done})
     else:
@@ -233,6 +260,18 @@ def _confirm_purge_all(total: int) -> None:
 @click.argument("ids", nargs=-1, type=int)
 @click.option("--all", "everything", is_flag=True, help="Every dead letter.")
 @click.option("--where", "where", multiple=True, metavar="KEY=VALUE", help="Filter (repeatable).")
+@click.option(
+    "--to",
+    "to_queue",
+    metavar="QUEUE",
+    help="Into this queue instead of each one's own (the SQL queue's dead letters).",
+)
+@click.option(
+    "--rate",
+    type=click.FloatRange(min=0, min_open=True),
+    metavar="PER_SECOND",
+    help="At most this many a second, so a recovering consumer is not swamped.",
+)
 @json_option
 @pass_cli
 def requeue_cmd(
@@ -241,10 +280,15 @@ def requeue_cmd(
     ids: tuple[int, ...],
     everything: bool,
     where: tuple[str, ...],
+    to_queue: str | None,
+    rate: float | None,
     as_json: bool,
 ) -> None:
     """Put dead letters back on their queue (same message_id, delivery count 0)."""
-    _bulk(cli, "requeue", ids=ids, everything=everything, where=where, as_json=as_json)
+    _bulk(
+        cli, "requeue", ids=ids, everything=everything, where=where, as_json=as_json,
+        to_queue=to_queue, rate=rate,
+    )  # fmt: skip
 
 
 @dead_letters_group.command("purge")

@@ -10,30 +10,36 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from flask import (
     Flask,
     abort,
-    flash,
-    redirect,
     render_template,
     request,
     send_from_directory,
     session,
-    url_for,
 )
 from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
-from outbox.app.console import access, keys_page, listing, live_page, params, reads, trace_page
+from outbox.app.console import (
+    access,
+    actions,
+    keys_page,
+    listing,
+    live_page,
+    params,
+    reads,
+    trace_page,
+)
 from outbox.app.console import security as sec
 from outbox.app.console.config import ConsoleConfig
+from outbox.app.console.jobs import Jobs
 from outbox.app.console.params import ACTIONS, MAX_ID
-from outbox.app.operators import Audit, Operators, ids_target
+from outbox.app.operators import Audit, Operators
 from outbox.core.clock import utc
 from outbox.core.durations import format_duration
 from outbox.core.errors import MessageNotFoundError, OutboxError
@@ -43,8 +49,6 @@ log = logging.getLogger("outbox.console")
 PAGE_SIZE = 50
 #: Ticked dead letters a selection spanning pages may carry (more: "all matching" does it).
 MAX_TICKED = 10_000
-#: Ticked ids per call when acting on them (a bounded IN list; the queue moves them in chunks).
-ACTION_CHUNK = 500
 STATIC = Path(__file__).parent / "static"
 #: What an export of the dead letters holds (no body: the list never reads them).
 DEAD_LETTER_COLUMNS = (
@@ -125,7 +129,9 @@ def create_app(config: ConsoleConfig) -> Flask:
     audit = Audit(config.queue.database, config.clock)
     access.register(app, config, sessions, operators, audit)
     keys_page.register(app, config, sessions, audit)
-    _actions(app, config, sessions, audit)
+    jobs = Jobs(config.clock)
+    app.extensions["outbox_jobs"] = jobs  # the tests wait for a job's thread through it
+    actions.register(app, config, sessions, audit, jobs)
     return app
 
 
@@ -236,78 +242,3 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
             found=found,
             first_page=not request.args.get("after"),
         )
-
-
-def _actions(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: Audit) -> None:
-    """Requeue and purge, each behind a confirmation page; both pages refuse without the token
-    (``security.check_action``)."""
-    queue = config.queue
-    refuse = _refuse
-
-    @app.post("/dead-letters/confirm")
-    def confirm() -> str | tuple[str, int]:
-        refused = sec.check_action(
-            session, request.form, read_only=config.read_only, sessions=sessions
-        )
-        if refused:
-            return refuse(refused)
-        action = params.action(request.form)
-        ids: list[int] = []
-        up_to = None
-        if request.form.get("scope") == "matching":
-            selection, problems = params.selection(request.form)
-            if problems:
-                abort(400, "; ".join(problems))
-            up_to = queue.browse.newest_id(selection)
-            count = 0 if up_to is None else queue.browse.count(replace(selection, up_to_id=up_to))
-        else:
-            ids = queue.browse.existing(params.dead_letter_ids(request.form))
-            count = len(ids)
-        return render_template(
-            "confirm.html",
-            page="dead-letters",
-            action=action,
-            label=ACTIONS[action],
-            count=count,
-            ids=ids,
-            shown=[queue.admin.get_dead_letter(i) for i in ids[:20]],
-            filters=params.filter_args(request.form),
-            up_to=up_to,
-        )
-
-    @app.post("/dead-letters/apply")
-    def apply() -> Response | tuple[str, int]:
-        refused = sec.check_action(
-            session, request.form, read_only=config.read_only, sessions=sessions
-        )
-        if refused:
-            return refuse(refused)
-        action = params.action(request.form)
-        admin = queue.admin
-        done = 0
-        if request.form.get("scope") == "matching":
-            selection, problems = params.selection(request.form)
-            up_to = params.dead_letter_id(request.form.get("up_to"), "up_to")
-            if problems or up_to is None:
-                abort(400, "; ".join(problems) or "the selection has no upper id")
-            frozen = replace(selection, up_to_id=up_to)
-            matching = admin.requeue_matching if action == "requeue" else admin.purge_matching
-            done = matching(frozen)
-            named = params.filter_args(request.form)
-            target = (
-                "every dead letter matching "
-                + (" ".join(f"{k}={v}" for k, v in named.items()) or "no filter")
-                + f", id up to {up_to}"
-            )
-        else:
-            run = admin.requeue if action == "requeue" else admin.purge
-            ids = params.dead_letter_ids(request.form)
-            for i in range(0, len(ids), ACTION_CHUNK):  # a bounded IN list per statement
-                done += run(ids=ids[i : i + ACTION_CHUNK])
-            target = ids_target("dead letters", ids)
-        verb = "requeued" if action == "requeue" else "purged"
-        log.info("console: %s %d dead letters", verb, done)
-        audit.record(access.actor(sessions), f"dead-letters.{action}", target, f"{done:,} {verb}")
-        flash(f"{done:,} dead letter{'s' if done != 1 else ''} {verb}.")
-        filters: dict[str, Any] = params.filter_args(request.form)
-        return redirect(url_for("dead_letters", **filters))

@@ -108,3 +108,30 @@ def ago(when: datetime | None, clock: Clock) -> str:
     if seconds < 0:
         return f"in {format_duration(-seconds)}"
     return f"{format_duration(seconds)} ago"
+
+
+#: The fastest rate a paced requeue may ask for (dead letters a second).
+MAX_RATE = 100_000
+
+
+def requeue_options(form: Any) -> tuple[str | None, float | None]:
+    """(into which queue, at what rate) from a requeue's form: each optional, 400 when bad."""
+    from dispatcher.queue import validation
+    from outbox.core.errors import ValidationError
+
+    to_queue = (form.get("to_queue") or "").strip() or None
+    if to_queue is not None:
+        try:
+            validation.queue_name(to_queue)
+        except ValidationError as e:
+            abort(400, str(e))
+    raw = (form.get("rate") or "").strip()
+    if not raw:
+        return to_queue, None
+    try:
+        rate = float(raw)
+    except ValueError:
+        abort(400, f"rate is a number of dead letters a second, got {raw!r}")
+    if not 0 < rate <= MAX_RATE:
+        abort(400, f"rate is above 0 and at most {MAX_RATE:,} a second")
+    return to_queue, rate
