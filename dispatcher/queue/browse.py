@@ -112,6 +112,13 @@ class DeadLetterBrowser:
         with self._db.read("read dead-letter reasons") as conn:
             return [str(r) for r in conn.execute(stmt).scalars()]
 
+    def counts(self) -> dict[tuple[str, str], int]:
+        """How many dead letters each (queue, reason) holds: one grouped count over the
+        (queue, reason, id) index."""
+        stmt = select(D.c.queue, D.c.reason, func.count()).group_by(D.c.queue, D.c.reason)
+        with self._db.read("count dead letters per queue and reason") as conn:
+            return {(str(q), str(r)): int(n) for q, r, n in conn.execute(stmt)}
+
     def queues(self) -> list[str]:
         """The queues that hold dead letters, sorted."""
         stmt = select(D.c.queue).distinct().order_by(D.c.queue)

@@ -30,6 +30,7 @@ OLDEST_PENDING_AGE = "oldest_pending_age_seconds"  # (""), absent when nothing i
 RESCUE_LAG_SECONDS = "rescue_lag_seconds"  # (rescuer name)
 RESCUE_LAG_VERSIONS = "rescue_lag_versions"  # (rescuer name)
 GEO_CLAIMS_IN_FLIGHT = "geo_claims_in_flight"  # ("")
+DEAD_LETTERS = "dead_letters"  # (queue name): dead letters held for it
 
 #: How many old rows one write deletes at most: a write stays short however long sampling was
 #: off before (the rest go with the next writes).

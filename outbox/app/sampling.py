@@ -27,6 +27,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 from outbox.app.history import (
+    DEAD_LETTERS,
     GEO_CLAIMS_IN_FLIGHT,
     OLDEST_PENDING_AGE,
     PENDING_DOCUMENTS,
@@ -78,6 +79,7 @@ def take_sample(
     try:
         _table_part(samples, settings, b, store, now)
         _part(samples, "geo claims in flight", lambda: _claims_in_flight(b))
+        _part(samples, "dead letters", lambda: _dead_letters(b))
     finally:
         if own_backends:
             b.close()
@@ -201,6 +203,19 @@ def _claims_in_flight(backends: Backends) -> list[Sample]:
     except SQLAlchemyError as e:
         raise translate(e, claim_log.engine, "count the geo claims in flight") from e
     return [Sample(GEO_CLAIMS_IN_FLIGHT, "", count)]
+
+
+def _dead_letters(backends: Backends) -> list[Sample]:
+    """How many dead letters each queue holds (the SQL queue's): the console's trend per
+    queue. One grouped count over the queue index (``ix_..._dead_letters_queue``)."""
+    from sqlalchemy import func, select
+
+    from migrations.sql.tables import dead_letters as D
+
+    stmt = select(D.c.queue, func.count()).group_by(D.c.queue)
+    with backends.sql_queue.database.read("count dead letters per queue") as conn:
+        rows = conn.execute(stmt).all()
+    return [Sample(DEAD_LETTERS, str(queue), int(count)) for queue, count in rows]
 
 
 def record_sample(

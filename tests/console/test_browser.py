@@ -427,3 +427,12 @@ def test_a_page_refreshes_itself_in_the_browser_when_asked(
     assert by(browser, "#refresh-10s").get_attribute("class") == "here"
     metas = every(browser, "meta[http-equiv=refresh]")
     assert [m.get_attribute("content") for m in metas] == ["10"]
+
+
+@sqlite_only
+def test_the_dead_letter_summary_in_the_browser(console: RunningConsole, browser: Any) -> None:
+    browser.get(console.url + "dead-letters")
+    go(browser, "#summary-link")
+    assert browser.title == "Dead letters by queue and reason · outbox console"
+    assert by(browser, "#grand-total").text == "4"
+    assert [a.text for a in every(browser, "#summary a.queue-total")] == ["1", "3"]

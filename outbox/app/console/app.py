@@ -25,6 +25,7 @@ from werkzeug.exceptions import HTTPException
 from werkzeug.wrappers import Response
 
 from dispatcher.mqtt.devices import device_page, presence_counts
+from outbox.app import history as H
 from outbox.app.console import (
     access,
     actions,
@@ -36,6 +37,7 @@ from outbox.app.console import (
     trace_page,
 )
 from outbox.app.console import security as sec
+from outbox.app.console.chart import line_chart
 from outbox.app.console.config import ConsoleConfig
 from outbox.app.console.jobs import Jobs
 from outbox.app.console.params import ACTIONS, MAX_ID
@@ -198,6 +200,26 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
             ticked=set(ticked),
             carried=[i for i in dict.fromkeys(ticked) if i not in shown],
         )
+
+    @app.get("/dead-letters/summary")
+    def dead_letters_summary() -> str:
+        """Counts per queue and reason now, and each queue's count over time (the samples)."""
+        counts = queue.browse.counts()
+        queues = sorted({q for q, _ in counts})
+        reasons = sorted({r for _, r in counts})
+        now = utc(config.clock.now())
+        range_name = request.args.get("range", reads.DEFAULT_RANGE)
+        span = reads.RANGES.get(range_name, reads.RANGES[reads.DEFAULT_RANGE])
+        series = history.series(H.DEAD_LETTERS, since=now - span, until=now)
+        chart = line_chart(series, start=now - span, end=now, label=lambda v: f"{v:,.0f}")
+        return render_template(
+            "dead_letters_summary.html", page="dead-letters", counts=counts, queues=queues,
+            reasons=reasons, total=sum(counts.values()),
+            per_queue={q: sum(n for (qq, _), n in counts.items() if qq == q) for q in queues},
+            per_reason={r: sum(n for (_, rr), n in counts.items() if rr == r) for r in reasons},
+            chart=chart if series else None, ranges=list(reads.RANGES),
+            range_name=range_name if range_name in reads.RANGES else reads.DEFAULT_RANGE,
+        )  # fmt: skip
 
     @app.get("/dead-letters/<int:dead_letter_id>")
     def dead_letter(dead_letter_id: int) -> str | tuple[str, int]:

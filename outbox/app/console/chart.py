@@ -7,6 +7,7 @@ labels are all a lag over time needs.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -61,6 +62,7 @@ def line_chart(
     end: datetime,
     width: int = 760,
     height: int = 240,
+    label: Callable[[float], str] | None = None,
 ) -> Chart:
     """Each series a line over ``start``..``end``; the y axis starts at 0 (a lag of 0 is the
     goal, so the chart shows how far from it, not the noise)."""
@@ -82,10 +84,11 @@ def line_chart(
         chart.lines.append(Line(name, PALETTE[i % len(PALETTE)], coords))
     for k in range(5):
         v = y_max * k / 4
-        chart.y_ticks.append(Tick(y(v), format_duration(v) if v else "0"))
+        text = (label or format_duration)(v) if v else "0"
+        chart.y_ticks.append(Tick(y(v), text))
     for k in range(5):
         at = start + (end - start) * k / 4
-        label = at.strftime("%H:%M") if span <= 2 * 86400 else at.strftime("%d %b %H:%M")
+        when = at.strftime("%H:%M") if span <= 2 * 86400 else at.strftime("%d %b %H:%M")
         anchor = "start" if k == 0 else "end" if k == 4 else "middle"
-        chart.x_ticks.append(Tick(x(at), label, anchor))
+        chart.x_ticks.append(Tick(x(at), when, anchor))
     return chart
