@@ -51,6 +51,15 @@ def test_a_short_token_is_refused(tmp_path: Path) -> None:
     assert "the console token is too short" in _one_error_line(result)
 
 
+def test_a_kafka_dead_letter_topic_kafka_refuses_is_one_line(tmp_path: Path) -> None:
+    ws = _migrated(tmp_path)
+    result = CliRunner().invoke(
+        main, ["-w", str(ws), "console", "--port", "0", "--kafka-dead-letters", "no topic!"]
+    )
+    assert result.exit_code == 1
+    assert _one_error_line(result).startswith("error: --kafka-dead-letters 'no topic!' ")
+
+
 def test_a_workspace_never_migrated_says_to_migrate(tmp_path: Path) -> None:
     result = CliRunner().invoke(main, ["-w", str(tmp_path / "none"), "console", "--port", "0"])
     assert result.exit_code == 1

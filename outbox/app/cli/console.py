@@ -50,6 +50,14 @@ log = logging.getLogger("outbox.console")
     envvar="OUTBOX_GATEWAY_DESTINATION",
     help="The gateway's queue, shown first on the Devices page.",
 )
+@click.option(
+    "--kafka-dead-letters",
+    "kafka_topics",
+    multiple=True,
+    metavar="TOPIC",
+    help="A Kafka dead-letter topic to show beside the SQL queue's dead letters (repeatable; "
+    "the settings' Kafka connection).",
+)
 @pass_cli
 def console_cmd(
     cli: CliContext,
@@ -59,6 +67,7 @@ def console_cmd(
     token: str | None,
     read_only: bool,
     devices_queue: str,
+    kafka_topics: tuple[str, ...],
 ) -> None:
     """Serve the operator console: overview (pending work, rescue lag over time, queues,
     devices), dead letters (filter, show, requeue, purge), devices, paused ordering keys (skip a
@@ -108,6 +117,8 @@ def console_cmd(
                 sql_url=redact_url(settings.sql_url),
                 devices_queue=devices_queue,
                 trace=functools.partial(trace, settings.replace(sql_url=url), clock),
+                kafka_topics=kafka_topics,
+                kafka_dead_letters=_kafka_opener(settings, kafka_topics) if kafka_topics else None,
             )
             app = create_app(config)
             server = make_server(
@@ -232,3 +243,21 @@ def _url_host(host: str) -> str:
 
 def register(group: click.Group) -> None:
     group.add_command(console_cmd)
+
+
+def _kafka_opener(settings: Any, topics: tuple[str, ...]) -> Any:
+    """How the console opens a Kafka dead-letter topic: the settings' Kafka connection. A topic
+    name Kafka refuses is one line at start (opening checks the name), not a page error later."""
+    from dispatcher.kafka.config import KafkaConfig
+    from dispatcher.kafka.dead_letters import KafkaDeadLetters
+    from dispatcher.kafka.mapping import topic_problem
+    from outbox.core.errors import ValidationError
+
+    for topic in topics:
+        if problem := topic_problem(topic):
+            raise ValidationError(
+                f"--kafka-dead-letters {topic!r} {problem}",
+                hint="name the dead-letter topic as Kafka has it, e.g. orders.dlt",
+            )
+    config = KafkaConfig.from_settings(settings)
+    return lambda topic: KafkaDeadLetters(config, topic)

@@ -29,6 +29,7 @@ from outbox.app import history as H
 from outbox.app.console import (
     access,
     actions,
+    kafka_page,
     keys_page,
     listing,
     live_page,
@@ -95,6 +96,7 @@ def create_app(config: ConsoleConfig) -> Flask:
             "table_uri": config.table_uri,
             "sql_url": config.sql_url,
             "can_trace": config.trace is not None,
+            "kafka_topics": config.kafka_topics,
             "refresh": listing.refresh_seconds(),
             "refresh_links": listing.refresh_links(),
             "export_links": listing.export_links(),
@@ -134,6 +136,7 @@ def create_app(config: ConsoleConfig) -> Flask:
     jobs = Jobs(config.clock)
     app.extensions["outbox_jobs"] = jobs  # the tests wait for a job's thread through it
     actions.register(app, config, sessions, audit, jobs)
+    kafka_page.register(app, config, sessions, audit)
     return app
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dispatcher.queue.sql_queue import SqlQueue
 from outbox.app.history import History
@@ -36,3 +36,7 @@ class ConsoleConfig:
     #: ``outbox.app.trace.trace`` bound to the workspace's settings (the CLI builds it): the
     #: trace page reads the Delta table, which nothing else of the console needs
     trace: Callable[[str], Trace] | None = None
+    #: Kafka dead-letter topics to show, and how to open one (the CLI builds it from the
+    #: settings' Kafka configuration); none: no Kafka pages
+    kafka_topics: tuple[str, ...] = ()
+    kafka_dead_letters: Callable[[str], Any] | None = None
