@@ -35,7 +35,8 @@ stands for them, and its pending messages still get a fate.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import functools
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
@@ -169,7 +170,7 @@ def _in_feed(store: Any, value: str, first: int, latest: int) -> dict[str, set[s
     from outbox.delta.reads import plain_strings
 
     out: dict[str, set[str]] = {}
-    with _feed_errors():
+    with _feed_errors(searching=value):
         reader = store.delta_table.load_cdf(
             starting_version=first, ending_version=latest, columns=["id", "outbox"]
         )
@@ -188,7 +189,7 @@ def _in_feed(store: Any, value: str, first: int, latest: int) -> dict[str, set[s
 
 
 @contextmanager
-def _feed_errors() -> Iterator[None]:
+def _feed_errors(searching: str | None = None) -> Iterator[None]:
     from deltalake.exceptions import DeltaError
 
     from rescuer.cdf_local import history_gone
@@ -197,6 +198,13 @@ def _feed_errors() -> Iterator[None]:
         yield
     except (DeltaError, OSError, pa.ArrowException) as e:
         text = (str(e).splitlines() or [""])[0]
+        if searching is not None and spark_written(e):
+            raise OutboxError(
+                f"{searching!r} is no current message's id or correlation id, and the change "
+                "data feed cannot be searched for earlier ones: Spark wrote some of its files, "
+                "which deltalake's feed reader refuses to read messages from",
+                hint="trace the document by its id (outbox trace DOCUMENT_ID)",
+            ) from e
         if history_gone(e):
             raise HistoryGoneError(
                 f"the change data feed the trace reads is gone ({text})",
@@ -231,15 +239,25 @@ def _history(
         dispatched_seq=row.dispatched_seq,
         history_from=first,
     )
-    predicate = f"bucket = {store.bucket(row.id)} AND id = {quote_ids([row.id])}"
-    with _feed_errors():
+    by_id = f"id = {quote_ids([row.id])}"
+
+    def read_feed(columns: list[str], predicate: str) -> pa.Table:
         reader = store.delta_table.load_cdf(
-            starting_version=first,
-            ending_version=latest,
-            columns=_HISTORY_COLUMNS,
-            predicate=predicate,
+            starting_version=first, ending_version=latest, columns=columns, predicate=predicate
         )
-        feed = plain_strings(pa.RecordBatchReader.from_stream(reader).read_all())
+        return plain_strings(pa.RecordBatchReader.from_stream(reader).read_all())
+
+    outbox_at: Callable[[int], list[dict[str, Any]]] | None = None
+    with _feed_errors():
+        try:
+            feed = read_feed(_HISTORY_COLUMNS, f"bucket = {store.bucket(row.id)} AND {by_id}")
+        except Exception as e:
+            if not spark_written(e):
+                raise
+            # The messages of each version from a snapshot at its commit instead of the feed,
+            # and no partition filter (with one, the reader casts every column of the files).
+            feed = read_feed([c for c in _HISTORY_COLUMNS if c != "outbox"], by_id)
+            outbox_at = functools.partial(_outbox_at, store, row.id)
     feed = feed.filter(pc.not_equal(feed["_change_type"], "update_preimage"))
     order = [("_commit_version", "ascending"), ("version", "ascending")]
     seen: dict[str, MessageFate] = {}
@@ -252,7 +270,8 @@ def _history(
             writer = "dispatcher"  # a mark carried by a save's append (design.md, section 7)
         added: list[str] = []
         if r["_change_type"] != "delete" and int(r["version"]) > 0:
-            for m in r["outbox"] or []:
+            written = r["outbox"] if outbox_at is None else outbox_at(table_version)
+            for m in written or []:
                 if m["message_id"] not in seen:
                     seen[m["message_id"]] = _fate_of(m, row.id, table_version)
                     added.append(m["message_id"])
@@ -281,6 +300,25 @@ def _history(
             fate.pending_age_s = round(max(0.0, (now - fate.created_at).total_seconds()), 3)
     doc.messages = sorted(seen.values(), key=lambda f: (f.first_table_version or -1, f.seq))
     return doc
+
+
+def spark_written(error: BaseException) -> bool:
+    """Whether a change-data-feed read failed on files Spark wrote: deltalake 1.6's feed reader
+    refuses to cast their ``outbox`` structs, whose fields Spark writes nullable, to the table's
+    non-null fields ("Cannot cast nullable struct field 'seq' to non-nullable field"); the
+    snapshot reads of the same files work (docs/trace.md, "Surprises")."""
+    return "Cannot cast nullable struct field" in str(error)
+
+
+def _outbox_at(store: Any, doc_id: str, table_version: int) -> list[dict[str, Any]]:
+    """The messages the document's row held as of ``table_version`` (the version that commit
+    wrote), from a snapshot read at that version."""
+    from outbox.delta.reads import read_store
+
+    rows = read_store(
+        store, [doc_id], as_of=table_version, columns=["outbox"], include_deleted=True
+    ).to_pylist()
+    return list(rows[0]["outbox"] or []) if rows else []
 
 
 def _commit_info(settings: Settings, version: int) -> dict[str, Any]:
