@@ -223,6 +223,7 @@ def build_workspace(root: Path, sizes: Sizes) -> Workspace:
                 span=timedelta(days=sizes.sample_days),
                 interval=SAMPLE_INTERVAL,
                 pending_documents=sizes.pending,
+                dead_letter_queues=list(QUEUES),
             )
     finally:
         engine.dispose()
@@ -376,6 +377,7 @@ def pages(ws: Workspace, queue: Any, history: Any, clock: Any) -> list[Page]:
 
         return read
 
+    from outbox.app import history as H
     from outbox.app.console.keys_page import KEYS_LISTED
     from outbox.app.keys import paused_keys
     from outbox.app.trace import trace
@@ -425,6 +427,11 @@ def pages(ws: Workspace, queue: Any, history: Any, clock: Any) -> list[Page]:
         Page("dead_letters_reason_deep", f"… reason={r}, deep page",
              "/dead-letters" + _q(reason=r, before=str(deep)),
              listing(DeadLetterFilter(reason=r), deep)),
+        Page("dead_letters_summary", "dead letters by queue and reason, 6 h trend",
+             "/dead-letters/summary",
+             lambda: (browse.counts(),
+                      history.series(H.DEAD_LETTERS, since=utc(clock.now()) - timedelta(hours=6),
+                                     until=utc(clock.now())))),
         Page("dead_letter", "one dead letter", f"/dead-letters/{one}",
              lambda: queue.admin.get_dead_letter(one)),
         Page("devices", "devices, first page", "/devices", devices()),

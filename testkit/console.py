@@ -288,10 +288,12 @@ def fill_samples(
     interval: float = 60.0,
     pending_documents: float = 300.0,
     source: str = "fill",
+    dead_letter_queues: Sequence[str] = (),
 ) -> int:
     """A history of samples every ``interval`` seconds over ``span`` up to ``end`` (the slots
     ``History.record`` would have written): each rescuer's lag in seconds and versions
-    (``LAG_METRICS``) and the table's numbers (``TABLE_METRICS``) near ``pending_documents``.
+    (``LAG_METRICS``) and the table's numbers (``TABLE_METRICS``) near ``pending_documents``,
+    and each of ``dead_letter_queues``' dead-letter count, slowly growing.
     Returns the rows written (one transaction); the values are the same on every call."""
     rng = random.Random(0)
     last = _slot(end.astimezone(UTC), interval)
@@ -308,6 +310,8 @@ def fill_samples(
                 ("oldest_pending_age_seconds", "", round(5 + rng.random() * 40, 1)),
                 ("geo_claims_in_flight", "", float(rng.randrange(5))),
             ]
+            for q, name in enumerate(dead_letter_queues):  # each queue's count, growing
+                values.append(("dead_letters", name, float(100 * (q + 1) + (slots - k) // 10)))
             for r, name in enumerate(rescuers):
                 lag = _lag(rng, k, 15.0 * (r + 1))
                 values += [
