@@ -33,6 +33,7 @@ from benchmarks import (
     report_readers,
     report_small_writers,
     report_table_state,
+    report_trace,
 )
 from benchmarks.report_common import RESULTS, ROOT, load, n, table
 from benchmarks.report_common import sig as _sig
@@ -190,6 +191,7 @@ def performance_rows() -> list[list[str]]:
     rows += report_devices.readme_rows()
     rows += report_readers.readme_rows()
     rows += report_console.readme_rows()
+    rows.append(report_trace.readme_row())
     return rows
 
 
@@ -403,6 +405,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_readers.RENDERERS,
     **report_table_state.RENDERERS,
     **report_small_writers.RENDERERS,
+    **report_trace.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

@@ -34,8 +34,8 @@ from outbox.testing.tables import Table
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
-from tests.console import test_console_session
-from tests.console.conftest import ConsoleWorkspace, console_workspace
+from tests.console import test_console_operators, test_console_session
+from tests.console.conftest import ConsoleWorkspace, console_client, console_workspace
 from tests.dispatcher import (
     test_dispatch_fast_path,
     test_kafka_delivery_reports,
@@ -112,6 +112,18 @@ def _with_console(test: Callable[[ConsoleWorkspace], None]) -> Callable[[Path], 
     def run(tmp_path: Path) -> None:
         tmp_path.mkdir(parents=True)
         test(console_workspace(tmp_path, f"sqlite:///{tmp_path / 'outbox.db'}"))
+
+    return run
+
+
+def _with_console_client(test: Callable[[Any, ConsoleWorkspace], None]) -> Callable[[Path], None]:
+    """Run a console test taking (``client``, ``console_ws``) on a fresh SQLite workspace."""
+
+    def run(tmp_path: Path) -> None:
+        tmp_path.mkdir(parents=True)
+        ws = console_workspace(tmp_path, f"sqlite:///{tmp_path / 'outbox.db'}")
+        for client in console_client(ws):
+            test(client, ws)
 
     return run
 
@@ -393,9 +405,10 @@ MUTATIONS = [
         "the console's actions trust a cookie that names a session, not its server-side registry",
         "outbox.app.console.security:check_action",
         (
+            ("if unlocked is None:", "if unlocked is None and not session.get(SESSION_ID):"),
             (
-                "if sessions.find(session.get(SESSION_ID)) is None:",
-                "if not session.get(SESSION_ID):",
+                'if unlocked.role != "operator":',
+                'if unlocked is not None and unlocked.role != "operator":',
             ),
         ),
         "tests/console/test_console_session.py::"
@@ -404,6 +417,30 @@ MUTATIONS = [
             test_console_session.test_a_copy_of_the_cookie_taken_before_lock_is_refused_after_it
         ),
         "assert refused.status_code == 403, path",
+    ),
+    SourceMutation(
+        "a revoked operator's console session goes on acting",
+        "outbox.app.console.access:register",
+        (
+            (
+                "if unlocked is not None and unlocked.named and not operators.is_active(",
+                "if False and (",
+            ),
+        ),
+        "tests/console/test_console_operators.py::"
+        "test_an_operator_acts_under_their_name_and_a_revoked_session_ends",
+        _with_console_client(
+            test_console_operators.test_an_operator_acts_under_their_name_and_a_revoked_session_ends
+        ),
+        'assert \'id="mode" href="/unlock">locked\' in page',
+    ),
+    SourceMutation(
+        "a read-only operator's token may act",
+        "outbox.app.console.security:check_action",
+        (('if unlocked.role != "operator":', "if False:"),),
+        "tests/console/test_console_operators.py::test_a_read_only_operator_may_not_act",
+        _with_console_client(test_console_operators.test_a_read_only_operator_may_not_act),
+        "assert r.status_code == 403",
     ),
     SourceMutation(
         "the gateway's free places go to the oldest tasks in the line, not the first ready",

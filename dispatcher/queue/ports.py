@@ -238,3 +238,25 @@ class QueueAdministration(Protocol):
         ...
 
     def close(self) -> None: ...
+
+
+@runtime_checkable
+class RoutingAdministration(QueueAdministration, Protocol):
+    """An administration whose requeue can route and pace (optional ability; a separate
+    protocol so administrations written against ``QueueAdministration`` stay conforming, as
+    ``DeferringReceiver`` widens ``QueueReceiver``): the SQL queue's. Kafka's and Service Bus's
+    dead letters go back where they came from, at the rate their broker takes them."""
+
+    def requeue(
+        self,
+        ids: Sequence[int] | None = None,
+        *,
+        where: Mapping[str, str] | None = None,
+        all: bool = False,
+        on_progress: Callable[[int], None] | None = None,
+        to_queue: str | None = None,
+        chunk: int | None = None,
+    ) -> int:
+        """``QueueAdministration.requeue``, into ``to_queue`` instead of each one's own queue
+        when given, ``chunk`` dead letters per step (a paced requeue's step, ``Pacer``)."""
+        ...

@@ -87,6 +87,12 @@ def _table_state_report_renders(data: dict[str, Any]) -> None:
     assert "checkpoint" in r.readme_row(data)[1]
 
 
+def _trace_history_report_renders(data: dict[str, Any]) -> None:
+    from benchmarks import report_trace
+
+    assert "`trace_history.json`" in report_trace.trace_history(data)
+
+
 def _small_writers_report_renders(data: dict[str, Any]) -> None:
     """The performance row and the block render from a smoke run's file."""
     from benchmarks import report_small_writers
@@ -221,6 +227,10 @@ SMOKES: dict[str, Smoke] = {
         _keys("kind", "log_retention_s", "candidates", "day", "local", "azure"),
         needs="azurite",
         check=_table_state_report_renders,
+    ),
+    "trace_history": Smoke(
+        _keys("trace", "floor", "history_versions", "commits_shown", "within_200ms", "goal_ms"),
+        check=_trace_history_report_renders,
     ),
     "telemetry": Smoke(
         _keys("cases", "slowdown_percent", "goal_slowdown_percent", "headline", "wall_s")

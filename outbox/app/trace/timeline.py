@@ -97,7 +97,7 @@ def trace(settings: Settings, clock: Clock, query: str, *, since: int | None = N
                 hint="check the id (`outbox sql` lists documents); a message sent and folded "
                 "before the retained history can no longer be found by its id",
             )
-        infos: dict[int, dict[str, Any]] = {}  # commitInfo by version, shared by the documents
+        infos = _CommitInfos(settings)  # shared by the documents
         docs = [
             _history(store, settings, row, first=first, latest=latest, clock=clock, infos=infos)
             for row in rows
@@ -224,7 +224,7 @@ def _history(
     first: int,
     latest: int,
     clock: Clock,
-    infos: dict[int, dict[str, Any]],
+    infos: _CommitInfos,
 ) -> DocumentTrace:
     from outbox.delta.reads import plain_strings, quote_ids
     from outbox.delta.schema import message_to_struct
@@ -263,9 +263,7 @@ def _history(
     seen: dict[str, MessageFate] = {}
     for r in feed.sort_by(order).to_pylist():
         table_version = int(r["_commit_version"])
-        if table_version not in infos:
-            infos[table_version] = _commit_info(settings, table_version)
-        writer, operation = writer_of(infos[table_version])
+        writer, operation = writer_of(infos(table_version))
         if int(r["version"]) == 0 and writer == "outbox":
             writer = "dispatcher"  # a mark carried by a save's append (design.md, section 7)
         added: list[str] = []
@@ -321,11 +319,25 @@ def _outbox_at(store: Any, doc_id: str, table_version: int) -> list[dict[str, An
     return list(rows[0]["outbox"] or []) if rows else []
 
 
-def _commit_info(settings: Settings, version: int) -> dict[str, Any]:
-    from outbox.delta.log import commit_actions, commit_info
+class _CommitInfos:
+    """Each commit's ``commitInfo``, read once per trace through one filesystem handle: a
+    handle is a new object-store client, which cost as much as the read (a trace of a document
+    with a hundred versions opened two hundred)."""
 
-    uri, options = settings.table_uri, settings.storage_options
-    return commit_info(commit_actions(uri, version, storage_options=options))
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._fs: Any = None
+        self._read: dict[int, dict[str, Any]] = {}
+
+    def __call__(self, version: int) -> dict[str, Any]:
+        from outbox.delta.log import _filesystem, commit_actions, commit_info
+
+        if version not in self._read:
+            uri, options = self._settings.table_uri, self._settings.storage_options
+            if self._fs is None:
+                self._fs = _filesystem(uri, options or {})
+            self._read[version] = commit_info(commit_actions(uri, version, self._fs))
+        return self._read[version]
 
 
 def writer_of(info: dict[str, Any]) -> tuple[str, str]:

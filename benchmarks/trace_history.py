@@ -1,0 +1,146 @@
+"""``outbox trace`` on a table with a long history (issue 46, item 1's goal: within 200 ms p95
+at 1,000,000 documents and 10,000 commits).
+
+    python -m benchmarks.trace_history            # 1,000,000 documents, 10,000 commits
+    python -m benchmarks.trace_history --quick    # 10,000 documents, 1,000 commits
+    python -m benchmarks.trace_history --smoke    # 1,000 documents, 50 commits
+
+The table is built as ``outbox maintain`` leaves it (``benchmarks.doc_table_outbox.build``),
+then ``--commits`` units of work through ``Outbox.open`` (immediate dispatch to the in-memory
+transport, the writers' upkeep every ``compact_every`` commits: fold, compaction, log trim with
+the default retention), each changing one document with one message: the traced document
+every ``--every``-th commit, others the rest. Then ``trace()`` of that document, as the CLI and
+the console call it, timed ``--repeat`` times after one warm-up; its floor is the one read no
+trace can skip without an index of its own: the change data feed of that document over the
+retained history (``load_cdf`` with its bucket and id), timed alternately with it.
+
+A full run writes ``benchmarks/results/trace_history.json``; ``--quick`` and ``--smoke`` write
+into a fresh temporary folder (benchmarks/common.py says the rule).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.common import add_output_options, percentile, save, summarize_ms
+
+GOAL_MS = 200.0
+TRACED = "doc-000000007"
+
+
+def build(root: Path, documents: int, commits: int, every: int) -> tuple[Any, int, float]:
+    """The table, its history; returns (settings, versions of the traced document, seconds)."""
+    from benchmarks.doc_table_outbox import build as build_table
+    from outbox import Outbox
+
+    settings = build_table(root, documents)
+    rng = random.Random(3)
+    traced = 0
+    started = time.perf_counter()
+    with Outbox.open(root, transport="memory", default_destination="orders") as ob:
+        for k in range(commits):
+            doc_id = TRACED if k % every == 0 else f"doc-{rng.randrange(documents):09d}"
+            with ob.unit_of_work() as uow:
+                doc = uow.get(doc_id)
+                assert doc is not None
+                doc.state["n"] = k
+                doc.send("Changed", {"k": k})
+            traced += doc_id == TRACED
+    return settings, traced, time.perf_counter() - started
+
+
+def measure(settings: Any, repeat: int) -> dict[str, Any]:
+    import pyarrow as pa
+
+    from outbox.app.trace import trace
+    from outbox.core.clock import SystemClock
+    from outbox.delta.reads import quote_ids
+    from outbox.delta.store import DeltaDocumentStore
+
+    clock = SystemClock()
+    store = DeltaDocumentStore(settings.table_uri)
+    latest = store.refresh()
+    first = trace(settings, clock, TRACED).documents[0].history_from  # warm-up, and its range
+    predicate = f"bucket = {store.bucket(TRACED)} AND id = {quote_ids([TRACED])}"
+
+    def floor() -> int:
+        reader = store.delta_table.load_cdf(
+            starting_version=first, ending_version=latest, predicate=predicate,
+            columns=["id", "version", "_change_type", "_commit_version"],
+        )  # fmt: skip
+        return int(pa.RecordBatchReader.from_stream(reader).read_all().num_rows)
+
+    traced_s, floor_s = [], []
+    result = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = trace(settings, clock, TRACED)
+        traced_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        floor()
+        floor_s.append(time.perf_counter() - t0)
+    store.close()
+    assert result is not None
+    [doc] = result.documents
+    stats = {
+        **summarize_ms(traced_s),
+        "p95_ms": round(percentile([x * 1000 for x in traced_s], 95), 3),
+        "max_ms": round(max(traced_s) * 1000, 3),
+    }
+    return {
+        "trace": stats,
+        "floor": summarize_ms(floor_s),
+        "history_versions": latest - first + 1,
+        "history_from": first,
+        "table_version": latest,
+        "commits_shown": len(doc.commits),
+        "messages_shown": len(doc.messages),
+        "within_200ms": stats["p95_ms"] <= GOAL_MS,
+    }
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true", help="10,000 documents, 1,000 commits")
+    parser.add_argument("--documents", type=int)
+    parser.add_argument("--commits", type=int)
+    parser.add_argument("--every", type=int, help="the traced document every N-th commit")
+    parser.add_argument("--repeat", type=int, help="timed traces (default 20)")
+    add_output_options(parser)
+    args = parser.parse_args(argv)
+    documents = args.documents or (1_000 if args.smoke else 10_000 if args.quick else 1_000_000)
+    commits = args.commits or (50 if args.smoke else 1_000 if args.quick else 10_000)
+    every = args.every or (10 if args.smoke else 100)
+    repeat = args.repeat or (2 if args.smoke else 20)
+    load_before = os.getloadavg()
+    with tempfile.TemporaryDirectory(prefix="outbox-trace-history-") as root:
+        settings, versions, build_s = build(Path(root), documents, commits, every)
+        measured = measure(settings, repeat)
+    data = {
+        "documents": documents,
+        "commits": commits,
+        "traced_every": every,
+        "traced_versions": versions,
+        "history_build_s": round(build_s, 1),
+        **measured,
+        "goal_ms": GOAL_MS,
+        "load_average_before": load_before,
+        "load_average_after": os.getloadavg(),
+    }
+    path = save(args, "trace_history", data)
+    t = data["trace"]
+    print(
+        f"trace p50 {t['p50_ms']} ms, p95 {t['p95_ms']} ms over {data['history_versions']:,} "
+        f"versions of history (floor p50 {data['floor']['p50_ms']} ms); "
+        f"{data['commits_shown']} commits shown -> {path}"
+    )
+
+
+if __name__ == "__main__":
+    main()
