@@ -37,8 +37,6 @@ def actor(sessions: sec.Sessions) -> str:
 def register(
     app: Flask, config: ConsoleConfig, sessions: sec.Sessions, operators: Operators, audit: Audit
 ) -> None:
-    refuse = _refuse
-
     @app.before_request
     def end_revoked_sessions() -> None:
         unlocked = sessions.find(session.get(sec.SESSION_ID))
@@ -99,6 +97,8 @@ def register(
         )  # fmt: skip
 
 
-def _refuse(r: sec.Refusal) -> tuple[str, int]:
+def refuse(r: sec.Refusal) -> tuple[str, int]:
+    """The page of a refused action (read-only, a foreign form, locked, a read-only token),
+    logged: every page module's refusals go through here."""
     log.warning("console: refused an action: %s", r.title)
     return render_template("error.html", title=r.title, detail=r.detail, hint=None), r.status

@@ -48,7 +48,7 @@ def register(
             session, request.form, read_only=config.read_only, sessions=sessions
         )
         if refused:
-            return _refuse(refused)
+            return access.refuse(refused)
         action = params.action(request.form)
         ids: list[int] = []
         up_to = None
@@ -79,7 +79,7 @@ def register(
             session, request.form, read_only=config.read_only, sessions=sessions
         )
         if refused:
-            return _refuse(refused)
+            return access.refuse(refused)
         action = params.action(request.form)
         to_queue, rate = (None, None)
         if action == "requeue":
@@ -171,8 +171,3 @@ def _outcome(job: Job, verb: str) -> str:
     if job.state == "failed":
         return f"failed after {job.done:,} {verb}: {job.error}"
     return f"{job.done:,} {verb}" + (f" at {job.rate:g}/s" if job.rate else "")
-
-
-def _refuse(r: sec.Refusal) -> tuple[str, int]:
-    log.warning("console: refused an action: %s", r.title)
-    return render_template("error.html", title=r.title, detail=r.detail, hint=None), r.status

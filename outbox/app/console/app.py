@@ -140,11 +140,6 @@ def create_app(config: ConsoleConfig) -> Flask:
     return app
 
 
-def _refuse(r: sec.Refusal) -> tuple[str, int]:
-    log.warning("console: refused an action: %s", r.title)
-    return render_template("error.html", title=r.title, detail=r.detail, hint=None), r.status
-
-
 def _pages(app: Flask, config: ConsoleConfig) -> None:
     """What the console shows: nothing here changes anything."""
     queue, history = config.queue, config.history
@@ -175,7 +170,7 @@ def _pages(app: Flask, config: ConsoleConfig) -> None:
         """Another page of the list, keeping what was ticked (a selection spanning pages): the
         selection form posts here, its ticked ids carried to the next page as hidden fields."""
         if not sec.from_this_console(session, request.form):
-            return _refuse(sec.FOREIGN_FORM)
+            return access.refuse(sec.FOREIGN_FORM)
         selection, problems = params.selection(request.form)
         ticked = params.dead_letter_ids(request.form)
         if len(ticked) > MAX_TICKED:

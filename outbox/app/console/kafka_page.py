@@ -101,11 +101,7 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
 
 def _check(config: ConsoleConfig, sessions: sec.Sessions) -> tuple[str, int] | None:
     refused = sec.check_action(session, request.form, read_only=config.read_only, sessions=sessions)
-    if refused is None:
-        return None
-    log.warning("console: refused an action: %s", refused.title)
-    return render_template("error.html", title=refused.title, detail=refused.detail,
-                           hint=None), refused.status  # fmt: skip
+    return None if refused is None else access.refuse(refused)
 
 
 #: Builds a topic's dead letters: ``KafkaDeadLetters(KafkaConfig.from_settings(...), topic)``.

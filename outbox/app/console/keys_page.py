@@ -56,7 +56,7 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
             session, request.form, read_only=config.read_only, sessions=sessions
         )
         if refused:
-            return _refuse(refused)
+            return access.refuse(refused)
         how, destination, key, gate = _form()
         now = utc(config.clock.now())
         shown = [
@@ -75,7 +75,7 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
             session, request.form, read_only=config.read_only, sessions=sessions
         )
         if refused:
-            return _refuse(refused)
+            return access.refuse(refused)
         from dispatcher.keys import KeyOrder
         from dispatcher.queue.key_lines import SqlKeyLines
 
@@ -113,8 +113,3 @@ def _form() -> tuple[str, str, str, str]:
     if any(len(v) > MAX_FIELD for v in values):
         abort(400, f"a destination, key or message id is at most {MAX_FIELD} characters")
     return how, values[0], values[1], values[2]
-
-
-def _refuse(r: sec.Refusal) -> tuple[str, int]:
-    log.warning("console: refused an action: %s", r.title)
-    return render_template("error.html", title=r.title, detail=r.detail, hint=None), r.status
