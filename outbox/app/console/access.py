@@ -97,6 +97,13 @@ def register(
         )  # fmt: skip
 
 
+def refusal(config: ConsoleConfig, sessions: sec.Sessions) -> tuple[str, int] | None:
+    """The refusal page for this request's posted action (``security.check_action``), or None
+    when it may run: every action's first line."""
+    refused = sec.check_action(session, request.form, read_only=config.read_only, sessions=sessions)
+    return None if refused is None else refuse(refused)
+
+
 def refuse(r: sec.Refusal) -> tuple[str, int]:
     """The page of a refused action (read-only, a foreign form, locked, a read-only token),
     logged: every page module's refusals go through here."""

@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
+from flask import Flask, abort, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from outbox.app.console import access, params
@@ -44,11 +44,8 @@ def register(
 
     @app.post("/dead-letters/confirm")
     def confirm() -> str | tuple[str, int]:
-        refused = sec.check_action(
-            session, request.form, read_only=config.read_only, sessions=sessions
-        )
-        if refused:
-            return access.refuse(refused)
+        if refused := access.refusal(config, sessions):
+            return refused
         action = params.action(request.form)
         ids: list[int] = []
         up_to = None
@@ -75,11 +72,8 @@ def register(
 
     @app.post("/dead-letters/apply")
     def apply() -> Response | tuple[str, int]:
-        refused = sec.check_action(
-            session, request.form, read_only=config.read_only, sessions=sessions
-        )
-        if refused:
-            return access.refuse(refused)
+        if refused := access.refusal(config, sessions):
+            return refused
         action = params.action(request.form)
         to_queue, rate = (None, None)
         if action == "requeue":

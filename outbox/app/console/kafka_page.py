@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
+from flask import Flask, abort, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from outbox.app.console import access, params, reads
@@ -70,7 +70,7 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
 
     @app.post("/kafka/confirm")
     def kafka_confirm() -> str | tuple[str, int]:
-        refused = _check(config, sessions)
+        refused = access.refusal(config, sessions)
         if refused:
             return refused
         topic, letters = open_topic()
@@ -84,7 +84,7 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
 
     @app.post("/kafka/apply")
     def kafka_apply() -> Response | tuple[str, int]:
-        refused = _check(config, sessions)
+        refused = access.refusal(config, sessions)
         if refused:
             return refused
         topic, letters = open_topic()
@@ -97,11 +97,6 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
         flash(f"{done:,} dead letter{'s' if done != 1 else ''} of {topic} requeued (they stay in "
               "the dead-letter topic too: Kafka cannot delete a record).")  # fmt: skip
         return redirect(url_for("kafka_dead_letters", topic=topic))
-
-
-def _check(config: ConsoleConfig, sessions: sec.Sessions) -> tuple[str, int] | None:
-    refused = sec.check_action(session, request.form, read_only=config.read_only, sessions=sessions)
-    return None if refused is None else access.refuse(refused)
 
 
 #: Builds a topic's dead letters: ``KafkaDeadLetters(KafkaConfig.from_settings(...), topic)``.

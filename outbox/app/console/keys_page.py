@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from flask import Flask, abort, flash, redirect, render_template, request, session, url_for
+from flask import Flask, abort, flash, redirect, render_template, request, url_for
 from werkzeug.wrappers import Response
 
 from outbox.app.console import access, listing
@@ -52,11 +52,8 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
 
     @app.post("/keys/confirm")
     def keys_confirm() -> str | tuple[str, int]:
-        refused = sec.check_action(
-            session, request.form, read_only=config.read_only, sessions=sessions
-        )
-        if refused:
-            return access.refuse(refused)
+        if refused := access.refusal(config, sessions):
+            return refused
         how, destination, key, gate = _form()
         now = utc(config.clock.now())
         shown = [
@@ -71,11 +68,8 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
 
     @app.post("/keys/apply")
     def keys_apply() -> Response | tuple[str, int]:
-        refused = sec.check_action(
-            session, request.form, read_only=config.read_only, sessions=sessions
-        )
-        if refused:
-            return access.refuse(refused)
+        if refused := access.refusal(config, sessions):
+            return refused
         from dispatcher.keys import KeyOrder
         from dispatcher.queue.key_lines import SqlKeyLines
 
