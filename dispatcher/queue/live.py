@@ -21,8 +21,9 @@ from typing import Any
 from sqlalchemy import ColumnElement, and_, func, not_, or_, select
 
 from dispatcher.queue.database import Database
-from dispatcher.queue.messages import PeekedMessage, as_utc
+from dispatcher.queue.messages import PeekedMessage
 from dispatcher.queue.options import QueueOptions
+from dispatcher.queue.rows import peeked
 from migrations.sql.tables import queue_messages as M
 from migrations.sql.tables import queue_sessions as S
 
@@ -58,36 +59,6 @@ def _state_condition(state: str, now: datetime) -> ColumnElement[bool]:
     raise ValueError(f"no such state {state!r}: one of {', '.join(STATES)}")
 
 
-def _state_of(row: dict[str, object], now: datetime) -> str:
-    """The receiver's rule (``QueueReceiver.peek``), on a row already read."""
-    locked_until = as_utc(row["locked_until"])  # type: ignore[arg-type]
-    if locked_until is not None and locked_until > now:
-        return "locked"
-    if row["deferred"]:
-        return "deferred"
-    not_before = as_utc(row["not_before"])  # type: ignore[arg-type]
-    return "scheduled" if not_before is not None and not_before > now else "active"
-
-
-def _peeked(row: dict[str, object], now: datetime, body: bytes = b"") -> PeekedMessage:
-    not_before = as_utc(row["not_before"])  # type: ignore[arg-type]
-    return PeekedMessage(
-        queue=str(row["queue"]),
-        message_id=str(row["message_id"]),
-        sequence_number=int(row["sequence_number"]),  # type: ignore[call-overload]
-        session_id=row["session_id"],  # type: ignore[arg-type]
-        state=_state_of(row, now),
-        delivery_count=int(row["delivery_count"]),  # type: ignore[call-overload]
-        enqueued_at=as_utc(row["enqueued_at"]) or now,  # type: ignore[arg-type]
-        not_before=not_before or now,
-        locked_until=as_utc(row["locked_until"]),  # type: ignore[arg-type]
-        subject=str(row["subject"]),
-        content_type=str(row["content_type"]),
-        body=body,
-        locked_at=as_utc(row["locked_at"]),  # type: ignore[arg-type]
-    )
-
-
 class LiveBrowser:
     """Paged, read-only views of one ``SqlQueue``'s live messages (thread safe, like it)."""
 
@@ -108,7 +79,7 @@ class LiveBrowser:
             stmt = stmt.where(M.c.sequence_number > after)
         with self._db.read("list live messages") as conn:
             rows = conn.execute(stmt.order_by(M.c.sequence_number).limit(limit)).mappings()
-            return [_peeked(dict(r), now) for r in rows]
+            return [peeked(r, now) for r in rows]
 
     def message(self, queue: str, sequence_number: int) -> PeekedMessage | None:
         """One live message with its body; None when it is no longer there (settled since)."""
@@ -118,7 +89,7 @@ class LiveBrowser:
             row = conn.execute(stmt).mappings().first()
         if row is None:
             return None
-        return _peeked(dict(row), now, bytes(row["body"]))
+        return peeked(row, now)
 
     def headers(self, queue: str, sequence_number: int) -> Any:
         """A live message's application headers (a JSON object as stored; the stored text
@@ -192,7 +163,7 @@ class LiveBrowser:
                 LiveSession(
                     session_id=str(g["session_id"]),
                     messages=int(g["messages"]),
-                    head=_peeked(head, now),
+                    head=peeked(head, now),
                     paused=paused,
                     state=state,
                 )

@@ -41,7 +41,7 @@ from sqlalchemy import (
 
 from dispatcher.queue import validation
 from dispatcher.queue.database import Database
-from dispatcher.queue.messages import PeekedMessage, ReceivedMessage, as_utc
+from dispatcher.queue.messages import PeekedMessage, ReceivedMessage
 from dispatcher.queue.options import QueueOptions
 from dispatcher.queue.ports import Settleable
 from dispatcher.queue.receive_statements import (
@@ -55,6 +55,7 @@ from dispatcher.queue.rows import (
     SEQ,
     lock_tokens,
     move_to_dead_letters,
+    peeked,
     received_rows,
 )
 from migrations.sql.tables import queue_messages
@@ -440,37 +441,7 @@ class SqlQueueReceiver:
             stmt = stmt.where(M.c.session_id == session_id)
         with self._db.read("peek messages") as conn:
             rows = conn.execute(stmt.order_by(M.c.sequence_number).limit(limit)).mappings()
-            out = []
-            for r in rows:
-                locked_until = as_utc(r["locked_until"])
-                not_before = as_utc(r["not_before"])
-                assert not_before is not None
-                if locked_until is not None and locked_until > now:
-                    state = "locked"
-                elif r["deferred"]:
-                    state = "deferred"
-                elif not_before > now:
-                    state = "scheduled"
-                else:
-                    state = "active"
-                out.append(
-                    PeekedMessage(
-                        queue=r["queue"],
-                        message_id=r["message_id"],
-                        sequence_number=int(r["sequence_number"]),
-                        session_id=r["session_id"],
-                        state=state,
-                        delivery_count=int(r["delivery_count"]),
-                        enqueued_at=as_utc(r["enqueued_at"]) or now,
-                        not_before=not_before,
-                        locked_until=locked_until,
-                        subject=r["subject"],
-                        content_type=r["content_type"],
-                        body=bytes(r["body"]),
-                        locked_at=as_utc(r["locked_at"]),
-                    )
-                )
-        return out
+            return [peeked(r, now) for r in rows]
 
     def close(self) -> None:
         """Close the queue this receiver belongs to (its parts share one connection pool)."""

@@ -13,7 +13,7 @@ from typing import Any
 from sqlalchemy import Connection, DateTime, RowMapping, String, Text, delete, func, insert, literal
 from sqlalchemy import select as sa_select
 
-from dispatcher.queue.messages import DeadLetter, ReceivedMessage, as_utc
+from dispatcher.queue.messages import DeadLetter, PeekedMessage, ReceivedMessage, as_utc
 from migrations.sql.tables import dead_letters, queue_messages
 
 M = queue_messages
@@ -106,6 +106,37 @@ def dead_letter(row: RowMapping) -> DeadLetter:
         reason=row["reason"],
         description=row["description"],
         dead_lettered_at=_utc(row["dead_lettered_at"]),
+    )
+
+
+def peeked(row: RowMapping | dict[str, Any], now: datetime) -> PeekedMessage:
+    """A message row seen without locking it, in the state the receiver would find it in at
+    ``now``: locked (a lock still holding), deferred, scheduled (not due yet) or active. The
+    body is empty when the row was read without it (a list)."""
+    locked_until = as_utc(row["locked_until"])
+    not_before = _utc(row["not_before"])
+    if locked_until is not None and locked_until > now:
+        state = "locked"
+    elif row["deferred"]:
+        state = "deferred"
+    elif not_before > now:
+        state = "scheduled"
+    else:
+        state = "active"
+    return PeekedMessage(
+        queue=row["queue"],
+        message_id=row["message_id"],
+        sequence_number=int(row["sequence_number"]),
+        session_id=row["session_id"],
+        state=state,
+        delivery_count=int(row["delivery_count"]),
+        enqueued_at=as_utc(row["enqueued_at"]) or now,
+        not_before=not_before,
+        locked_until=locked_until,
+        subject=row["subject"],
+        content_type=row["content_type"],
+        body=bytes(row["body"]) if "body" in row else b"",
+        locked_at=as_utc(row["locked_at"]),
     )
 
 
