@@ -20,6 +20,7 @@ with A-1, ahead of B-1), and a session's later message is handled first.
 from __future__ import annotations
 
 import multiprocessing
+import sqlite3
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -47,6 +48,13 @@ def _wait(condition: Any, what: str, children: list[Any], timeout: float = DEADL
         assert not dead, f"{dead} died while waiting for {what}"
         assert time.monotonic() < end, f"timed out waiting for {what}"
         time.sleep(0.05)
+
+
+def _sent_by(batch: int) -> int:
+    """Messages the writer has committed once ``batch`` is written (before the last batch): a
+    first message per document, and a second for every document four places back."""
+    created = batch * PER_BATCH
+    return created + max(0, created - 4)
 
 
 def _most_tries(ws: Path) -> int:
@@ -81,6 +89,15 @@ class Proof:
                 select(procs.runs.c.message_id).where(procs.runs.c.ended.is_not(None)).distinct()
             )
             return len(done.all())
+
+    def claims_working(self) -> int:
+        """Claims held by a handler now (a completed handler's claim is completed)."""
+        with sqlite3.connect(self.urls["claims"].removeprefix("sqlite:///")) as c:
+            return int(
+                c.execute("SELECT count(*) FROM outbox_claims WHERE status = 'working'").fetchone()[
+                    0
+                ]
+            )
 
     def report(self) -> tuple[int, int]:
         """(order violations, duplicate handler runs)."""
@@ -135,6 +152,14 @@ def run(proof: Proof, *, mutation: str = "") -> tuple[int, int]:
     writer = proof.start(procs.writer, str(proof.ws), urls, str(phases), shape, mutation)
     everyone = [*regions, worker, writer]
     for b in range(1, BATCHES + 1):
+        if b > 1:
+            # The outage starts once every message sent so far is handled and its claim
+            # completed: a handler the outage catches between its end and its claim's
+            # completion runs again once its lease ends (the window ``claimed`` documents),
+            # which is not what this proof is about.
+            sent = _sent_by(b - 1)
+            _wait(lambda n=sent: proof.handled() == n, f"batch {b - 1} handled", everyone)
+            _wait(lambda: proof.claims_working() == 0, f"batch {b - 1} settled", everyone)
         locked, release = root / f"locked-{b}", root / f"release-{b}"
         proof.start(
             procs.locker, urls["claims"].removeprefix("sqlite:///"), str(locked), str(release)
