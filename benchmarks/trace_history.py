@@ -10,9 +10,12 @@ then ``--commits`` units of work through ``Outbox.open`` (immediate dispatch to 
 transport, the writers' upkeep every ``compact_every`` commits: fold, compaction, log trim with
 the default retention), each changing one document with one message: the traced document
 every ``--every``-th commit, others the rest. Then ``trace()`` of that document, as the CLI and
-the console call it, timed ``--repeat`` times after one warm-up; its floor is the one read no
-trace can skip without an index of its own: the change data feed of that document over the
-retained history (``load_cdf`` with its bucket and id), timed alternately with it.
+the console call it, timed ``--repeat`` times after one warm-up. First the commit index is
+caught up over the whole retained history (timed: what the first trace after a long time without
+one pays). The floor is the trace's own reads called directly (the index's versions of the
+document, then its rows in those commits); beside it, the read a trace without the index cannot
+skip (the document's change data feed over the retained history, ``load_cdf`` with its bucket
+and id). The three are timed in turn.
 
 A full run writes ``benchmarks/results/trace_history.json``; ``--quick`` and ``--smoke`` write
 into a fresh temporary folder (benchmarks/common.py says the rule).
@@ -59,24 +62,42 @@ def measure(settings: Any, repeat: int) -> dict[str, Any]:
     import pyarrow as pa
 
     from outbox.app.trace import trace
-    from outbox.core.clock import SystemClock
+    from outbox.app.trace.changes import Commits, document_rows
+    from outbox.app.trace.index import CommitIndex
+    from outbox.core.clock import SystemClock, utc
+    from outbox.delta.log import list_log, oldest_commit
     from outbox.delta.reads import quote_ids
     from outbox.delta.store import DeltaDocumentStore
+    from outbox.wiring import Backends
 
     clock = SystemClock()
     store = DeltaDocumentStore(settings.table_uri)
     latest = store.refresh()
+    oldest = oldest_commit(list_log(settings.table_uri)) or 0
+    backends = Backends(settings, clock=clock)
+    index = CommitIndex(backends.sql_queue.database, store.table_id)
+    t0 = time.perf_counter()
+    indexed = index.catch_up(Commits(settings), oldest, latest, utc(clock.now()))
+    catch_up_s = time.perf_counter() - t0
     first = trace(settings, clock, TRACED).documents[0].history_from  # warm-up, and its range
     predicate = f"bucket = {store.bucket(TRACED)} AND id = {quote_ids([TRACED])}"
 
     def floor() -> int:
+        """The trace's own reads called directly: the index's versions, then those commits'
+        rows of the document (no finding, no fates, no formatting)."""
+        versions = index.versions(TRACED, first, latest)
+        return len(document_rows(Commits(settings), TRACED, store.bucket(TRACED), versions))
+
+    def feed() -> int:
+        """The read a trace without the index cannot skip: the document's change data feed
+        over the retained history."""
         reader = store.delta_table.load_cdf(
             starting_version=first, ending_version=latest, predicate=predicate,
             columns=["id", "version", "_change_type", "_commit_version"],
         )  # fmt: skip
         return int(pa.RecordBatchReader.from_stream(reader).read_all().num_rows)
 
-    traced_s, floor_s = [], []
+    traced_s, floor_s, feed_s = [], [], []
     result = None
     for _ in range(repeat):
         t0 = time.perf_counter()
@@ -85,7 +106,11 @@ def measure(settings: Any, repeat: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         floor()
         floor_s.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        feed()
+        feed_s.append(time.perf_counter() - t0)
     store.close()
+    backends.close()
     assert result is not None
     [doc] = result.documents
     stats = {
@@ -96,6 +121,12 @@ def measure(settings: Any, repeat: int) -> dict[str, Any]:
     return {
         "trace": stats,
         "floor": summarize_ms(floor_s),
+        "feed_read": summarize_ms(feed_s),
+        "index_catch_up": {
+            "commits": indexed,
+            "seconds": round(catch_up_s, 2),
+            "ms_per_commit": round(catch_up_s * 1000 / max(1, indexed), 3),
+        },
         "history_versions": latest - first + 1,
         "history_from": first,
         "table_version": latest,
@@ -137,7 +168,8 @@ def main(argv: list[str] | None = None) -> None:
     t = data["trace"]
     print(
         f"trace p50 {t['p50_ms']} ms, p95 {t['p95_ms']} ms over {data['history_versions']:,} "
-        f"versions of history (floor p50 {data['floor']['p50_ms']} ms); "
+        f"versions of history (floor p50 {data['floor']['p50_ms']} ms, feed read "
+        f"{data['feed_read']['p50_ms']} ms, index catch-up {data['index_catch_up']}); "
         f"{data['commits_shown']} commits shown -> {path}"
     )
 

@@ -34,6 +34,7 @@ from outbox.testing.tables import Table
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
+from tests import test_trace_index
 from tests.console import test_console_operators, test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_client, console_workspace
 from tests.dispatcher import (
@@ -417,6 +418,23 @@ MUTATIONS = [
             test_console_session.test_a_copy_of_the_cookie_taken_before_lock_is_refused_after_it
         ),
         "assert refused.status_code == 403, path",
+    ),
+    SourceMutation(
+        "the trace reads a commit's rewritten files as its changes, not its change files",
+        "outbox.app.trace.changes:changed_files",
+        (("    if cdc:\n", "    if False:\n"),),
+        "tests/test_trace_index.py::test_the_indexed_history_is_the_feeds_history",
+        test_trace_index.test_the_indexed_history_is_the_feeds_history,
+        "assert indexed == fed, d",
+    ),
+    SourceMutation(
+        "the commit index's catch-up skips the first commit after its cursor",
+        "outbox.app.trace.index:CommitIndex.catch_up",
+        (("max(oldest, cursor + 1)", "max(oldest, cursor + 2)"),),
+        "tests/test_trace_index.py::"
+        "test_the_index_catches_up_with_later_commits_and_forgets_trimmed_ones",
+        test_trace_index.test_the_index_catches_up_with_later_commits_and_forgets_trimmed_ones,
+        'assert after == _trace(ob, "b", use_index=False)',
     ),
     SourceMutation(
         "a revoked operator's console session goes on acting",

@@ -305,3 +305,25 @@ audit = Table(
     Column("outcome", String(512), nullable=False),
     sqlite_autoincrement=True,
 )
+
+# Which commits touched which documents (0012; outbox.app.trace.index): the trace's index, built
+# from the Delta log and the files each commit wrote, so a document's history is read from its
+# own commits instead of the whole retained change data feed. A derived cache: rows below the
+# table's oldest retained commit are pruned, and dropping every row only costs a rebuild.
+commit_index = Table(
+    "outbox_commit_index",
+    metadata,
+    Column("table_id", String(64), nullable=False),
+    Column("document_id", String(ID), nullable=False),
+    Column("table_version", BigInteger, nullable=False),
+    PrimaryKeyConstraint("table_id", "document_id", "table_version", name="pk_outbox_commit_index"),
+    Index("ix_outbox_commit_index_version", "table_id", "table_version"),
+)
+commit_index_cursor = Table(
+    "outbox_commit_index_cursor",
+    metadata,
+    Column("table_id", String(64), nullable=False),
+    Column("indexed_to", BigInteger, nullable=False),  # every commit up to it is in the index
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("table_id", name="pk_outbox_commit_index_cursor"),
+)

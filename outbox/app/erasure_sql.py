@@ -6,7 +6,8 @@ rows and dead letters by message id (derived as the dispatcher derives them, for
 every life the table still shows, ``message_id_for``) and by session id (a message's session is
 its ordering key or, without one, its document's id), the documents' ``ProcessDocument``
 commands (the same two keys: ``command_id_for``, session = id), duplicate-detection ids and inbox
-records of those message ids, key holds of the documents, and their session and claim rows.
+records of those message ids, key holds of the documents, their session and claim rows, and the
+trace's commit index rows naming them.
 
 Why ``secure_delete``, ``VACUUM`` and a checkpoint on SQLite: a DELETE only marks a row's space
 free, and the bytes stay in the file until the page is reused. ``PRAGMA secure_delete`` makes
@@ -132,10 +133,11 @@ def mark(
     version: int | None = None,
 ) -> None:
     """Move ``ids`` to ``phase`` (``erased`` with the erase commit's ``version``; ``done``
-    replaces each id by its hash)."""
+    replaces each id by its hash, and deletes the trace's index rows of the document once more:
+    a trace between the purge and the log trim may have indexed its older commits again)."""
     import sqlalchemy as sa
 
-    from migrations.sql.tables import erasures
+    from migrations.sql.tables import commit_index, erasures
 
     with _engine(sql_url) as engine, engine.begin() as conn:
         for doc_id in ids:
@@ -145,6 +147,10 @@ def mark(
                 values["erased_at"] = now
             else:
                 values = {"phase": DONE, "finished_at": now, "doc_id": hashed(table_id, doc_id)}
+                indexed = (commit_index.c.table_id == table_id) & (
+                    commit_index.c.document_id == doc_id
+                )
+                conn.execute(sa.delete(commit_index).where(indexed))
             conn.execute(sa.update(erasures).where(where).values(**values))
         _scrub(conn)
 
@@ -201,6 +207,7 @@ def purge(sql_url: str, table_id: str, lives: Sequence[Lives]) -> dict[str, int]
             (T.queue_sessions, T.queue_sessions.c.session_id),
             (T.claims, T.claims.c.session_id),
             (T.claim_sessions, T.claim_sessions.c.session_id),
+            (T.commit_index, T.commit_index.c.document_id),  # the trace's index
         ):
             for chunk in _chunks(doc_ids):
                 _count(counts, table, conn.execute(sa.delete(table).where(column.in_(chunk))))

@@ -1,0 +1,146 @@
+"""The trace's commit index (``outbox.app.trace.index``): a document's history read from the
+commits the index names gives the same answer as the change data feed read over the whole
+history, on a table with saves, marks, a deletion, a fold, a compaction and a log trim; the
+index catches up with what was committed since, and forgets what the log no longer keeps."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import select
+
+from outbox.app.facade import Outbox
+from outbox.core.clock import ManualClock
+
+T0 = datetime(2026, 11, 30, 12, 0, tzinfo=UTC)
+QUEUE = "shipments"
+DOCS = ("a", "b", "c")
+
+
+def _open(ws: Path, **kw: Any) -> Outbox:
+    options: dict[str, Any] = {"transport": "sql", "default_destination": QUEUE}
+    return Outbox.open(ws, clock=ManualClock(T0), compact_every=0, **options, **kw)
+
+
+def _history(ws: Path) -> None:
+    """Three documents: created, changed twice (one change saved with deferred dispatch), one
+    deleted; then a fold, a compaction, and more changes after them."""
+    from outbox.delta.compaction import compact
+    from outbox.delta.fold import fold_table
+
+    with _open(ws) as ob:
+        for d in DOCS:
+            with ob.unit_of_work() as uow:
+                uow.create(d, type="Package").send("Created", {"d": d}, correlation_id=f"c-{d}")
+        for n in range(2):
+            for d in DOCS:
+                with ob.unit_of_work() as uow:
+                    doc = uow.get(d)
+                    assert doc is not None
+                    doc.state["n"] = n
+                    doc.send("Changed", {"n": n})
+        with ob.unit_of_work() as uow:
+            uow.delete("c")
+        assert fold_table(ob.store, at=0.0).to_dict()
+        compact(ob.store)
+    with _open(ws, dispatch="deferred") as ob, ob.unit_of_work() as uow:
+        doc = uow.get("a")
+        assert doc is not None
+        doc.send("Later", {})
+
+
+def _trace(ob: Outbox, doc_id: str, *, use_index: bool) -> dict[str, Any]:
+    from outbox.app.trace import trace
+
+    data: dict[str, Any] = trace(
+        ob.settings, ManualClock(T0), doc_id, use_index=use_index
+    ).to_dict()
+    return data
+
+
+def _index_rows(ob: Outbox) -> list[tuple[str, int]]:
+    from migrations.sql.tables import commit_index as T
+    from outbox.core.sql import make_engine
+
+    engine = make_engine(ob.settings.sql_url)
+    try:
+        with engine.connect() as c:
+            rows = c.execute(select(T.c.document_id, T.c.table_version)).all()
+    finally:
+        engine.dispose()
+    return sorted((str(d), int(v)) for d, v in rows)
+
+
+def test_the_indexed_history_is_the_feeds_history(tmp_path: Path) -> None:
+    ws = tmp_path / "ws"
+    _history(ws)
+    with _open(ws) as ob:
+        for d in DOCS:
+            indexed, fed = _trace(ob, d, use_index=True), _trace(ob, d, use_index=False)
+            assert indexed == fed, d
+        # the history holds what the comparison is about: the fold's deletes, the deletion,
+        # the dispatcher's marks, the saves
+        commits = [
+            c for d in DOCS for c in _trace(ob, d, use_index=True)["documents"][0]["commits"]
+        ]
+        writers = {c["writer"] for c in commits}
+        assert writers == {"outbox", "dispatcher", "fold"}
+        changes = {c["change"] for c in _trace(ob, "c", use_index=True)["documents"][0]["commits"]}
+        assert "delete" in changes
+
+
+def test_the_index_catches_up_with_later_commits_and_forgets_trimmed_ones(tmp_path: Path) -> None:
+    from outbox.app.trace.changes import Commits
+    from outbox.app.trace.index import CommitIndex
+    from outbox.wiring import Backends
+
+    ws = tmp_path / "ws"
+    _history(ws)
+    with _open(ws) as ob:
+        before = _trace(ob, "a", use_index=True)["documents"][0]["commits"]
+        indexed = _index_rows(ob)
+        with ob.unit_of_work() as uow:
+            doc = uow.get("b")
+            assert doc is not None
+            doc.send("AfterTheIndex", {})
+        latest = ob.store.refresh()
+        after = _trace(ob, "b", use_index=True)
+        assert after == _trace(ob, "b", use_index=False)
+        assert after["documents"][0]["commits"][-1]["table_version"] == latest
+        assert ("b", latest) in _index_rows(ob)
+        assert _trace(ob, "a", use_index=True)["documents"][0]["commits"] == before
+        # the log trimmed to ``oldest``: the index keeps nothing older
+        oldest = latest - 3
+        with Backends(ob.settings) as backends:
+            index = CommitIndex(backends.sql_queue.database, ob.store.table_id)
+            assert index.catch_up(Commits(ob.settings), oldest, latest, T0) == 0
+            assert index.indexed_to() == latest
+    rows = _index_rows(ob)
+    assert rows
+    assert all(v >= oldest for _, v in rows)
+    assert len(indexed) > len([r for r in rows if r[1] < latest])
+
+
+def test_an_erased_documents_index_rows_go_with_it(tmp_path: Path) -> None:
+    from outbox.app.erasure_sql import purge
+
+    ws = tmp_path / "ws"
+    _history(ws)
+    with _open(ws) as ob:
+        _trace(ob, "a", use_index=True)
+        assert any(d == "b" for d, _ in _index_rows(ob))
+
+        class Life:
+            doc_id = "b"
+
+            def message_ids(self, table_id: str) -> list[str]:
+                return []
+
+            def command_ids(self, table_id: str) -> list[str]:
+                return []
+
+        counts = purge(ob.settings.sql_url, ob.store.table_id, [Life()])  # type: ignore[list-item]
+        assert counts["outbox_commit_index"] > 0
+        assert not any(d == "b" for d, _ in _index_rows(ob))
