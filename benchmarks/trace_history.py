@@ -17,13 +17,17 @@ document, then its rows in those commits); beside it, the read a trace without t
 skip (the document's change data feed over the retained history, ``load_cdf`` with its bucket
 and id). The three are timed in turn.
 
-A full run writes ``benchmarks/results/trace_history.json``; ``--quick`` and ``--smoke`` write
+``--keep DIR`` builds the table in DIR and keeps it, and a later run with the same DIR measures
+it again (the build is a quarter of an hour). A full run writes
+``benchmarks/results/trace_history.json``; ``--quick`` and ``--smoke`` write
 into a fresh temporary folder (benchmarks/common.py says the rule).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import os
 import random
 import tempfile
@@ -56,6 +60,23 @@ def build(root: Path, documents: int, commits: int, every: int) -> tuple[Any, in
                 doc.send("Changed", {"k": k})
             traced += doc_id == TRACED
     return settings, traced, time.perf_counter() - started
+
+
+def _built(root: Path, documents: int, commits: int, every: int) -> tuple[Any, int, float]:
+    """``build``, or the table a ``--keep`` run built in ``root`` with the same sizes."""
+    from outbox import Outbox
+
+    marker = root / "built.json"
+    shape = {"documents": documents, "commits": commits, "every": every}
+    if marker.exists():
+        kept = json.loads(marker.read_text())
+        if {k: kept[k] for k in shape} != shape:
+            raise SystemExit(f"{root} holds a table of {kept}, not {shape}: give another --keep")
+        with Outbox.open(root, create=False, transport="memory") as ob:
+            return ob.settings, int(kept["traced"]), float(kept["build_s"])
+    settings, traced, build_s = build(root, documents, commits, every)
+    marker.write_text(json.dumps({**shape, "traced": traced, "build_s": build_s}))
+    return settings, traced, build_s
 
 
 def measure(settings: Any, repeat: int) -> dict[str, Any]:
@@ -143,6 +164,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--commits", type=int)
     parser.add_argument("--every", type=int, help="the traced document every N-th commit")
     parser.add_argument("--repeat", type=int, help="timed traces (default 20)")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        metavar="DIR",
+        help="build the table in DIR and keep it; a later run with the same DIR and sizes "
+        "measures it again without rebuilding (the results say when it was built)",
+    )
     add_output_options(parser)
     args = parser.parse_args(argv)
     documents = args.documents or (1_000 if args.smoke else 10_000 if args.quick else 1_000_000)
@@ -150,8 +178,12 @@ def main(argv: list[str] | None = None) -> None:
     every = args.every or (10 if args.smoke else 100)
     repeat = args.repeat or (2 if args.smoke else 20)
     load_before = os.getloadavg()
-    with tempfile.TemporaryDirectory(prefix="outbox-trace-history-") as root:
-        settings, versions, build_s = build(Path(root), documents, commits, every)
+    with contextlib.ExitStack() as stack:
+        if args.keep is None:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outbox-trace-")))
+        else:
+            root = args.keep
+        settings, versions, build_s = _built(root, documents, commits, every)
         measured = measure(settings, repeat)
     data = {
         "documents": documents,

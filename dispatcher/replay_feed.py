@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -36,30 +36,86 @@ FEED_COLUMNS = [
 
 
 def read_feed(
-    delta_table: Any, start: int, end: int, *, predicate: str | None, full: bool
+    delta_table: Any,
+    start: int,
+    end: int,
+    *,
+    predicate: str | None,
+    full: bool,
+    buckets: Collection[int] | None = None,
 ) -> pa.Table:
     """The messages the document rows committed in versions ``start..end`` carry, one row each:
     ``_commit_version, bucket, id, incarnation, seq, message_id, destination, type`` and, with
     ``full``, ``message`` (the stored struct, body included). Only images of document rows (an
     insert or an update's post-image, version above 0); a message a later version (or a fold,
     or a Spark MERGE) repeats is in it once per row: ``first_appearances`` keeps one.
+    ``predicate``: SQL over the document columns; ``buckets``: only those partitions.
 
     Read batch by batch, so the planner holds the small columns of a big range, not its bodies.
-    Driver errors pass through: the caller knows what they mean to it."""
-    reader = delta_table.load_cdf(
-        starting_version=start, ending_version=end, columns=FEED_COLUMNS, predicate=predicate
-    )
-    parts = [_explode(b, full) for b in pa.RecordBatchReader.from_stream(reader)]
+    A range Spark wrote to, which deltalake's feed reader refuses, is read from its files
+    (``outbox.delta.change_files``), without a ``predicate``. Driver errors pass through: the
+    caller knows what they mean to it."""
+    from outbox.delta.change_files import spark_written
+
+    where = predicate
+    if buckets is not None:
+        within = f"bucket IN ({', '.join(str(b) for b in sorted(buckets)) or 'NULL'})"
+        where = within if predicate is None else f"({predicate}) AND {within}"
+    try:
+        reader = delta_table.load_cdf(
+            starting_version=start, ending_version=end, columns=FEED_COLUMNS, predicate=where
+        )
+        parts = [_explode(b, full) for b in pa.RecordBatchReader.from_stream(reader)]
+    except Exception as e:
+        if not spark_written(e):
+            raise
+        parts = _from_files(
+            delta_table, start, end, predicate=predicate, full=full, buckets=buckets
+        )
     parts = [p for p in parts if p.num_rows]
     return pa.concat_tables(parts) if parts else _explode(None, full)
 
 
-def _explode(batch: pa.RecordBatch | None, full: bool) -> pa.Table:
+def _from_files(
+    delta_table: Any,
+    start: int,
+    end: int,
+    *,
+    predicate: str | None,
+    full: bool,
+    buckets: Collection[int] | None,
+) -> list[pa.Table]:
+    """``read_feed``'s rows read from the range's files, each cast to the table's types."""
+    from outbox.core.errors import ValidationError
+    from outbox.delta.change_files import range_rows
+    from outbox.delta.schema import DOCUMENT_SCHEMA
+
+    if predicate is not None:
+        raise ValidationError(
+            f"--where {predicate!r} cannot be applied to versions {start}..{end}: Spark wrote "
+            "some of their files, which deltalake's change data feed reader refuses to read",
+            hint="replay the range without --where (--destination still narrows it)",
+        )
+    uri = str(delta_table.table_uri)
+    options = getattr(delta_table, "_storage_options", None)
+    outbox_type = DOCUMENT_SCHEMA.field("outbox").type
+    parts = []
+    for part in range_rows(uri, options, start, end, FEED_COLUMNS, buckets=buckets):
+        if "outbox" not in part.column_names:
+            continue
+        at = part.column_names.index("outbox")
+        parts.append(
+            _explode(part.set_column(at, "outbox", part["outbox"].cast(outbox_type)), full)
+        )
+    return parts
+
+
+def _explode(batch: pa.RecordBatch | pa.Table | None, full: bool) -> pa.Table:
     columns = ["_commit_version", "bucket", "id", "incarnation", "seq", "message_id"]
     columns += ["destination", "type"] + (["message"] if full else [])
     if batch is None or batch.num_rows == 0:
         return _empty(columns)
-    t = plain_strings(pa.Table.from_batches([batch]))
+    t = plain_strings(batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch]))
     keep = pc.and_(
         pc.is_in(t["_change_type"], value_set=pa.array(_IMAGES)),
         pc.greater(pc.cast(t["version"], pa.int64()), 0),

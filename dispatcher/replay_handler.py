@@ -340,11 +340,10 @@ class ReplayHandler:
         out: Feeds = {}
         for start, end in spans((c.from_version, c.to_version) for c in cmds):
             inside = {c.bucket for c in cmds if start <= c.from_version and c.to_version <= end}
-            predicate = f"bucket IN ({', '.join(str(b) for b in sorted(inside))})"
             try:
                 with self._lock:
                     dt = self._delta_table(end)
-                    feed = read_feed(dt, start, end, predicate=predicate, full=True)
+                    feed = read_feed(dt, start, end, predicate=None, full=True, buckets=inside)
                 out[(start, end)] = feed.sort_by([("_commit_version", "ascending")])
             except Exception as e:  # each chunk of the span is retried with it
                 out[(start, end)] = e

@@ -421,7 +421,7 @@ MUTATIONS = [
     ),
     SourceMutation(
         "the trace reads a commit's rewritten files as its changes, not its change files",
-        "outbox.app.trace.changes:changed_files",
+        "outbox.delta.change_files:changed_files",
         (("    if cdc:\n", "    if False:\n"),),
         "tests/test_trace_index.py::test_the_indexed_history_is_the_feeds_history",
         test_trace_index.test_the_indexed_history_is_the_feeds_history,

@@ -3,6 +3,7 @@ tests (the test client's and the browser's)."""
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,6 +24,7 @@ from outbox.app.console import ConsoleConfig, create_app
 from outbox.app.history import History
 from outbox.core.clock import SystemClock
 from outbox.core.sql import read_only_url
+from testkit.browser import RunningConsole, chromium, chromium_available, start_console
 from tests.templates import MigratedTemplates
 
 #: The token the tests give the console (``--token`` / ``ConsoleConfig.token``).
@@ -177,3 +179,52 @@ def dead_left(ws: ConsoleWorkspace) -> set[str]:
 def queued(ws: ConsoleWorkspace, name: str) -> list[str]:
     with SqlQueue(ws.url) as queue:
         return [m.message_id for m in queue.peek(name, 100)]
+
+
+# --- the console in Chromium (tests/console/test_browser*.py) ------------------------------------
+
+
+def need_chromium() -> None:
+    if chromium_available():
+        return
+    if os.environ.get("CI"):
+        pytest.fail("Chromium is not installed; scripts/test.sh installs it (ensure-chromium.sh)")
+    pytest.skip("Chromium is not installed here (scripts/ensure-chromium.sh installs it)")
+
+
+def quiet(ws: Path) -> None:
+    with (ws / "outbox.toml").open("a") as settings:  # the pages show the fixture's data
+        settings.write("sample_interval = 0\n")
+
+
+@pytest.fixture
+def console(console_ws: ConsoleWorkspace) -> Iterator[RunningConsole]:
+    need_chromium()
+    quiet(console_ws.path)
+    running = start_console(console_ws.path)
+    yield running
+    assert running.stop() == 0
+
+
+@pytest.fixture(scope="module")
+def module_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    """One Chromium for the module's tests (a start cost each test seconds)."""
+    need_chromium()
+    driver = chromium(tmp_path_factory.mktemp("chromium"))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser(module_browser: Any) -> Any:
+    """The module's Chromium as a fresh one is: no cookie (cookies are the host's, whatever
+    the port: the last test's console's would be sent to this one's), no cache, no page, the
+    first window size (``screenshot`` grows it)."""
+    module_browser.execute_cdp_cmd("Network.clearBrowserCookies", {})
+    module_browser.execute_cdp_cmd("Network.clearBrowserCache", {})
+    module_browser.get("about:blank")
+    module_browser.set_window_size(1280, 900)
+    assert module_browser.execute_cdp_cmd("Storage.getCookies", {})["cookies"] == []
+    return module_browser

@@ -9,12 +9,10 @@ through ``scripts/ensure-chromium.sh``). The screenshots in docs/ come from
 
 from __future__ import annotations
 
-import os
 import re
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,13 +24,12 @@ from testkit.browser import (
     RunningConsole,
     by,
     chromium,
-    chromium_available,
     every,
     go,
     screenshot,
     start_console,
 )
-from tests.console.conftest import ConsoleWorkspace
+from tests.console.conftest import ConsoleWorkspace, need_chromium, quiet
 
 #: What the browser adds does not depend on the database: the tests of the locks, the cookies,
 #: the token, the read-only mode and the icon run on SQLite only; the page tour and the requeue
@@ -40,52 +37,6 @@ from tests.console.conftest import ConsoleWorkspace
 #: client's tests of the same (test_console_app.py, test_console_session.py) run on both. Each
 #: test here starts a console process; one Chromium serves the module (``browser`` clears it).
 sqlite_only = pytest.mark.parametrize("sql_url", ["sqlite"], indirect=True)
-
-
-def _need_chromium() -> None:
-    if chromium_available():
-        return
-    if os.environ.get("CI"):
-        pytest.fail("Chromium is not installed; scripts/test.sh installs it (ensure-chromium.sh)")
-    pytest.skip("Chromium is not installed here (scripts/ensure-chromium.sh installs it)")
-
-
-def _quiet(ws: Path) -> None:
-    with (ws / "outbox.toml").open("a") as settings:  # the pages show the fixture's data
-        settings.write("sample_interval = 0\n")
-
-
-@pytest.fixture
-def console(console_ws: ConsoleWorkspace) -> Iterator[RunningConsole]:
-    _need_chromium()
-    _quiet(console_ws.path)
-    running = start_console(console_ws.path)
-    yield running
-    assert running.stop() == 0
-
-
-@pytest.fixture(scope="module")
-def module_browser(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    """One Chromium for the module's tests (a start cost each test seconds)."""
-    _need_chromium()
-    driver = chromium(tmp_path_factory.mktemp("chromium"))
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-@pytest.fixture
-def browser(module_browser: Any) -> Any:
-    """The module's Chromium as a fresh one is: no cookie (cookies are the host's, whatever
-    the port: the last test's console's would be sent to this one's), no cache, no page, the
-    first window size (``screenshot`` grows it)."""
-    module_browser.execute_cdp_cmd("Network.clearBrowserCookies", {})
-    module_browser.execute_cdp_cmd("Network.clearBrowserCache", {})
-    module_browser.get("about:blank")
-    module_browser.set_window_size(1280, 900)
-    assert module_browser.execute_cdp_cmd("Storage.getCookies", {})["cookies"] == []
-    return module_browser
 
 
 def test_each_page_opens_in_chromium(
@@ -157,7 +108,7 @@ def test_an_action_without_the_token_is_refused_in_the_browser(
 
 @sqlite_only
 def test_a_read_only_console_offers_no_action(console_ws: ConsoleWorkspace, browser: Any) -> None:
-    _quiet(console_ws.path)
+    quiet(console_ws.path)
     read_only = start_console(console_ws.path, "--read-only")
     try:
         assert "read-only: nothing can be changed from it" in read_only.lines
@@ -243,7 +194,7 @@ def test_the_first_page_load_logs_no_error_in_the_browser(
     The wait is for the icon's response itself (a bound, not a sleep)."""
     from selenium.webdriver.support.wait import WebDriverWait
 
-    _need_chromium()
+    need_chromium()
     driver = chromium(tmp_path / "chromium", network_log=True)
     try:
         driver.get(console.url)
@@ -294,7 +245,7 @@ def test_a_document_traced_from_the_header_search_in_the_browser(
     from tests.test_trace_cli import trace_workspace
 
     ws = trace_workspace(tmp_path / "traced", sql_url)
-    _quiet(ws)
+    quiet(ws)
     running = start_console(ws, "--read-only")  # a trace changes nothing: read-only serves it
     try:
         browser.get(running.url)

@@ -32,6 +32,10 @@ from tests.console.conftest import HOST, TOKEN, csrf_of, unlock
 
 @pytest.fixture
 def topics(kafka: KafkaBroker) -> tuple[str, str]:
+    return dead_lettered_topics(kafka)
+
+
+def dead_lettered_topics(kafka: KafkaBroker) -> tuple[str, str]:
     """(orders, orders.dlt): two records dead-lettered from orders, the second with markup."""
     orders = kafka.create_topic(f"orders-{uuid.uuid4().hex[:8]}", partitions=1)
     dlt = kafka.create_topic(f"{orders}.dlt", partitions=1)

@@ -23,16 +23,25 @@ if TYPE_CHECKING:  # the trace reads Delta and SQL: import it when the command r
     metavar="VERSION",
     help="First table version to read (default: the oldest commit the log keeps).",
 )
+@click.option(
+    "--no-index",
+    "no_index",
+    is_flag=True,
+    help="Read the change data feed over the whole history instead of the commit index "
+    "(slower: a cross-check of the index).",
+)
 @json_option
 @pass_cli
-def trace_cmd(cli: CliContext, *, query: str, since: int | None, as_json: bool) -> None:
+def trace_cmd(
+    cli: CliContext, *, query: str, since: int | None, no_index: bool, as_json: bool
+) -> None:
     """What happened to a document, found by its id, a message id or a correlation id: its
     versions from the table's history (who wrote each, which messages it added), each message's
     fate (pending with its age, accepted, waiting in a queue, dead-lettered) and the
     ProcessDocument commands that name it. Read-only."""
     from outbox.app.trace import trace
 
-    result = trace(cli.settings(), SystemClock(), query, since=since)
+    result = trace(cli.settings(), SystemClock(), query, since=since, use_index=not no_index)
     if as_json:
         emit_json(result.to_dict())
         return

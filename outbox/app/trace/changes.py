@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import unquote
 
 import pyarrow as pa
 
 from outbox.core.settings import Settings
+from outbox.delta import change_files
+from outbox.delta.change_files import bucket_of, committed_at, table_filesystem
 
 log = logging.getLogger("outbox.trace")
 
@@ -56,18 +56,7 @@ class Commits:
     def fs(self) -> Any:
         """A pyarrow file system rooted at the table."""
         if self._fs is None:
-            from outbox.delta.log import _filesystem
-            from outbox.delta.table import local_log_dir
-
-            uri = self._settings.table_uri
-            log_dir = local_log_dir(uri)
-            if log_dir is not None:
-                import pyarrow.fs as pfs
-
-                root = str(log_dir.parent.absolute())
-                self._fs = pfs.SubTreeFileSystem(root, pfs.LocalFileSystem())
-            else:
-                self._fs = _filesystem(uri, self._settings.storage_options or {})
+            self._fs, _ = table_filesystem(self._settings.table_uri, self._settings.storage_options)
         return self._fs
 
     def actions(self, version: int) -> list[dict[str, Any]]:
@@ -99,30 +88,9 @@ class Commits:
         return commit_info(self.actions(version))
 
 
-def committed_at(info: dict[str, Any]) -> datetime | None:
-    """When a commit was made, from its ``commitInfo`` (the in-commit timestamp when it has one)."""
-    ms = info.get("inCommitTimestamp") or info.get("timestamp")
-    return datetime.fromtimestamp(int(ms) / 1000, tz=UTC) if ms is not None else None
-
-
-def changed_files(actions: list[dict[str, Any]]) -> list[tuple[str, str | None, dict[str, Any]]]:
-    """(path, change type or None when the file carries ``_change_type``, partition values) of
-    every file holding the commit's change data."""
-    cdc = [a["cdc"] for a in actions if isinstance(a.get("cdc"), dict)]
-    if cdc:
-        return [(unquote(c["path"]), None, c.get("partitionValues") or {}) for c in cdc]
-    out: list[tuple[str, str | None, dict[str, Any]]] = []
-    for kind, change in (("add", "insert"), ("remove", "delete")):
-        for a in actions:
-            f = a.get(kind)
-            if isinstance(f, dict) and f.get("dataChange", True):
-                out.append((unquote(f["path"]), change, f.get("partitionValues") or {}))
-    return out
-
-
 def in_bucket(partition: dict[str, Any], bucket: int | None) -> bool:
-    value = partition.get("bucket")
-    return bucket is None or value is None or int(value) == bucket
+    value = bucket_of(partition)
+    return bucket is None or value is None or value == bucket
 
 
 def document_rows(
@@ -134,7 +102,7 @@ def document_rows(
     jobs = [
         (v, path, change)
         for v in versions
-        for path, change, partition in changed_files(commits.actions(v))
+        for path, change, partition in change_files.changed_files(commits.actions(v))
         if in_bucket(partition, bucket)
     ]
     if commits.local and len(jobs) > 1:

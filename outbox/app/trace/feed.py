@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from outbox.core.errors import HistoryGoneError, OutboxError
+from outbox.delta.change_files import spark_written
 
 #: The message fields an id is looked for in, in the order a match counts.
 KEYS = ("message_id", "correlation_id")
@@ -111,14 +112,6 @@ def from_feed(
             # and no partition filter (with one, the reader casts every column of the files).
             rows = read_feed([c for c in HISTORY_COLUMNS if c != "outbox"], by_id)
             return rows, functools.partial(_outbox_at, store, doc_id)
-
-
-def spark_written(error: BaseException) -> bool:
-    """Whether a change-data-feed read failed on files Spark wrote: deltalake 1.6's feed reader
-    refuses to cast their ``outbox`` structs, whose fields Spark writes nullable, to the table's
-    non-null fields ("Cannot cast nullable struct field 'seq' to non-nullable field"); the
-    snapshot reads of the same files work (docs/trace.md, "Surprises")."""
-    return "Cannot cast nullable struct field" in str(error)
 
 
 def _outbox_at(store: Any, doc_id: str, table_version: int) -> list[dict[str, Any]]:

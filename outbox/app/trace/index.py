@@ -28,7 +28,8 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from migrations.sql.tables import commit_index as T
 from migrations.sql.tables import commit_index_cursor as C
-from outbox.app.trace.changes import PARALLEL, Commits, changed_files
+from outbox.app.trace.changes import PARALLEL, Commits
+from outbox.delta import change_files
 
 log = logging.getLogger("outbox.trace")
 
@@ -124,7 +125,9 @@ def _ids_of(commits: Commits, versions: list[int]) -> set[tuple[str, int]]:
     """(document id, version) for every row each commit's change files hold (in parallel on an
     object store, as ``changes.document_rows`` reads)."""
     commits.load(versions)
-    jobs = [(v, path) for v in versions for path, _, _ in changed_files(commits.actions(v))]
+    jobs = [
+        (v, path) for v in versions for path, _, _ in change_files.changed_files(commits.actions(v))
+    ]
 
     def ids(job: tuple[int, str]) -> list[tuple[str, int]]:
         import pyarrow.compute as pc
