@@ -62,8 +62,9 @@ def build(root: Path, documents: int, commits: int, every: int) -> tuple[Any, in
     return settings, traced, time.perf_counter() - started
 
 
-def _built(root: Path, documents: int, commits: int, every: int) -> tuple[Any, int, float]:
-    """``build``, or the table a ``--keep`` run built in ``root`` with the same sizes."""
+def _built(root: Path, documents: int, commits: int, every: int) -> tuple[Any, int, float, bool]:
+    """``build``, or the table a ``--keep`` run built in ``root`` with the same sizes (the last
+    item: whether it was built now)."""
     from outbox import Outbox
 
     marker = root / "built.json"
@@ -73,10 +74,10 @@ def _built(root: Path, documents: int, commits: int, every: int) -> tuple[Any, i
         if {k: kept[k] for k in shape} != shape:
             raise SystemExit(f"{root} holds a table of {kept}, not {shape}: give another --keep")
         with Outbox.open(root, create=False, transport="memory") as ob:
-            return ob.settings, int(kept["traced"]), float(kept["build_s"])
+            return ob.settings, int(kept["traced"]), float(kept["build_s"]), False
     settings, traced, build_s = build(root, documents, commits, every)
     marker.write_text(json.dumps({**shape, "traced": traced, "build_s": build_s}))
-    return settings, traced, build_s
+    return settings, traced, build_s, True
 
 
 def measure(settings: Any, repeat: int) -> dict[str, Any]:
@@ -183,7 +184,7 @@ def main(argv: list[str] | None = None) -> None:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="outbox-trace-")))
         else:
             root = args.keep
-        settings, versions, build_s = _built(root, documents, commits, every)
+        settings, versions, build_s, fresh = _built(root, documents, commits, every)
         measured = measure(settings, repeat)
     data = {
         "documents": documents,
@@ -191,6 +192,7 @@ def main(argv: list[str] | None = None) -> None:
         "traced_every": every,
         "traced_versions": versions,
         "history_build_s": round(build_s, 1),
+        "table_built_in_this_run": fresh,  # else a --keep table an earlier run built
         **measured,
         "goal_ms": GOAL_MS,
         "load_average_before": load_before,

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -309,6 +310,21 @@ def _removed_data(uri: str, commit: LogFile, fs: Any, live: set[str]) -> list[st
         for p in removed - live
         if p and "://" not in p and not p.startswith("/") and ".." not in p
     )
+
+
+def oldest_retained(uri: str, fs: Any) -> int | None:
+    """``oldest_commit(list_log(...))``, by names only on a local table: the listing of a long
+    log costs more than everything else a trace does (84 against 7 ms at 10,000 commits)."""
+    from outbox.delta.table import local_log_dir
+
+    log_dir = local_log_dir(uri)
+    if log_dir is None:
+        return oldest_commit(list_log(uri, fs=fs))
+    try:
+        names = os.listdir(log_dir)
+    except OSError as e:
+        raise StoreError(f"listing the Delta log of {uri} failed: {e}") from e
+    return min((int(n[:20]) for n in names if _COMMIT.match(n)), default=None)
 
 
 def oldest_commit(files: list[LogFile]) -> int | None:

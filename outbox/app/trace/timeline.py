@@ -152,9 +152,9 @@ def _progress(done: int, total: int) -> None:
 
 def _first_version(settings: Settings, since: int | None, latest: int, fs: Any) -> tuple[int, int]:
     """(the oldest retained commit, the first version the trace reads)."""
-    from outbox.delta.log import list_log, oldest_commit
+    from outbox.delta.log import oldest_retained
 
-    oldest = oldest_commit(list_log(settings.table_uri, fs=fs)) or 0
+    oldest = oldest_retained(settings.table_uri, fs) or 0
     if since is None:
         return oldest, oldest
     if since < 0 or since > latest:
@@ -174,16 +174,29 @@ def _find(store: Any, query: str, first: int, latest: int) -> tuple[str, list[An
     """(how the query matched, the current rows of the documents it names): a document id,
     else a message id, else a correlation id. Both ids are looked for in one pass over the
     snapshot, and (only when it holds neither) in one pass over the retained feed."""
-    _, found = store.read([query])
+    found = _current(store, [query])
     if query in found:
         return "document_id", [found[query]]
     matches = _in_snapshot(store, query) or in_feed(store, query, first, latest)
     for key in KEYS:
         ids = sorted(matches.get(key, set()))[:MAX_DOCUMENTS]
-        _, rows = store.read(ids) if ids else (None, {})
+        rows = _current(store, ids) if ids else {}
         if rows:
             return key, [rows[i] for i in sorted(rows)]
     return "document_id", []
+
+
+def _current(store: Any, ids: list[str]) -> dict[str, Any]:
+    """The current rows of ``ids``: ``store.read`` without its file id index, which a fresh
+    store fills by reading every id of the bucket's files first (a writer's saves reuse it; a
+    trace's one read would not: 42 against 15 ms at 1,000,000 documents)."""
+    from outbox.delta import reads, versions
+    from outbox.delta import schema as S
+    from outbox.delta.store import SCAN_CHUNK
+
+    scanned = reads.scan(store._query, ids, None, store.bucket, SCAN_CHUNK)
+    rows = S.rows_from_table(versions.latest_rows(scanned, include_deleted=True))
+    return {r.id: r for r in rows}
 
 
 def _in_snapshot(store: Any, value: str) -> dict[str, set[str]]:
