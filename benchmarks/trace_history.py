@@ -98,6 +98,7 @@ def measure(settings: Any, repeat: int) -> dict[str, Any]:
     oldest = oldest_commit(list_log(settings.table_uri)) or 0
     backends = Backends(settings, clock=clock)
     index = CommitIndex(backends.sql_queue.database, store.table_id)
+    index.clear()  # a kept table's index too: the catch-up timed is always the whole history
     t0 = time.perf_counter()
     indexed = index.catch_up(Commits(settings), oldest, latest, utc(clock.now()))
     catch_up_s = time.perf_counter() - t0

@@ -76,6 +76,12 @@ class CommitIndex:
             self._prune(oldest)
         return total
 
+    def clear(self) -> None:
+        """Forget the table's index: the next ``catch_up`` rebuilds it from the oldest commit."""
+        with self._db.write("clear the commit index") as conn:
+            conn.execute(delete(T).where(T.c.table_id == self._table_id))
+            conn.execute(delete(C).where(C.c.table_id == self._table_id))
+
     def versions(self, doc_id: str, first: int, latest: int) -> list[int]:
         """The versions from ``first`` to ``latest`` the document changed in, oldest first."""
         q = (
