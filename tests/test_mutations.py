@@ -424,7 +424,9 @@ MUTATIONS = [
         "outbox.delta.change_files:changed_files",
         (("    if cdc:\n", "    if False:\n"),),
         "tests/test_trace_index.py::test_the_indexed_history_is_the_feeds_history",
-        test_trace_index.test_the_indexed_history_is_the_feeds_history,
+        lambda tmp_path: test_trace_index.test_the_indexed_history_is_the_feeds_history(
+            tmp_path, pytest.MonkeyPatch(), None
+        ),
         "assert indexed == fed, d",
     ),
     SourceMutation(

@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import pytest
 from sqlalchemy import select
 
 from outbox.app.facade import Outbox
@@ -73,7 +74,14 @@ def _index_rows(ob: Outbox) -> list[tuple[str, int]]:
     return sorted((str(d), int(v)) for d, v in rows)
 
 
-def test_the_indexed_history_is_the_feeds_history(tmp_path: Path) -> None:
+@pytest.mark.parametrize("small_bytes", [None, 0], ids=["one-scan", "file-by-file"])
+def test_the_indexed_history_is_the_feeds_history(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bytes: int | None
+) -> None:
+    """Both ways the indexed reads go: the commits' small files in one dataset scan, and each
+    file on its own by row group (what a bulk load's large file takes)."""
+    if small_bytes is not None:
+        monkeypatch.setattr("outbox.app.trace.changes.SMALL_BYTES", small_bytes)
     ws = tmp_path / "ws"
     _history(ws)
     with _open(ws) as ob:

@@ -5,7 +5,7 @@ wrote, as the change data feed would give them (``_change_type``, ``_commit_vers
 Why not ``load_cdf``: its cost follows the length of the range it reads (it opens every commit
 file of it, however narrow the predicate), and with the commit index the trace knows which few
 commits to read. Reading the files also takes delta-spark's files, whose nullable ``outbox``
-structs deltalake 1.6's feed reader refuses to cast (docs/trace.md, "Surprises").
+structs deltalake 1.6's feed reader refuses to cast (docs/trace.md, "Tables Spark wrote to").
 
 The feed of one commit, as the Delta protocol defines it: its change files (``cdc`` actions)
 when it wrote any, else its added files as inserts and its removed files as deletes (only
@@ -33,6 +33,9 @@ log = logging.getLogger("outbox.trace")
 COLUMNS = ("id", "version", "last_seq", "dispatched_seq", "outbox", "incarnation")
 #: A file of at most this many rows is read whole; a larger one by row group, its ids first.
 SMALL_FILE = 10_000
+#: A local file of at most this many bytes joins the one dataset scan (a save's file is a few
+#: kilobytes; a bulk load's is read on its own, by row group).
+SMALL_BYTES = 1 << 20
 #: Reads in flight at once.
 PARALLEL = 8
 
@@ -105,9 +108,14 @@ def document_rows(
         for path, change, partition in change_files.changed_files(commits.actions(v))
         if in_bucket(partition, bucket)
     ]
+    rows: list[dict[str, Any]] = []
     if commits.local and len(jobs) > 1:
+        # small files in one scan; a large one (a bulk load's) by row group, its ids first
+        sizes = {p: n for v in versions for p, n in _sizes(commits.actions(v)).items()}
+        small = [j for j in jobs if sizes.get(j[1], 0) <= SMALL_BYTES]
         try:
-            return _read_together(commits, doc_id, jobs)
+            rows = _read_together(commits, doc_id, small) if small else []
+            jobs = [j for j in jobs if j not in small]
         except (pa.ArrowException, OSError, ValueError) as e:  # e.g. Spark's types: file by file
             log.debug("the trace reads %d files one by one: %s", len(jobs), e)
     if len(jobs) < 2 or commits.local:
@@ -115,7 +123,20 @@ def document_rows(
     else:
         with ThreadPoolExecutor(PARALLEL, thread_name_prefix="outbox-trace") as pool:
             parts = list(pool.map(lambda job: _read(commits, doc_id, job), jobs))
-    return [r for part in parts for r in part]
+    return rows + [r for part in parts for r in part]
+
+
+def _sizes(actions: list[dict[str, Any]]) -> dict[str, int]:
+    """Each file's size in bytes, as the commit's actions give it (unquoted paths)."""
+    from urllib.parse import unquote
+
+    out: dict[str, int] = {}
+    for a in actions:
+        for kind in ("add", "remove", "cdc"):
+            f = a.get(kind)
+            if isinstance(f, dict) and isinstance(f.get("size"), int):
+                out[unquote(f["path"])] = int(f["size"])
+    return out
 
 
 def _read_together(

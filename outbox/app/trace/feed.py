@@ -4,7 +4,7 @@ search, which no index serves (ids of messages are not indexed).
 
 The feed's cost follows the length of the range (every commit file of it is read), and
 deltalake 1.6's feed reader refuses delta-spark's files when it reads the ``outbox`` column or
-filters by partition: both are handled here (docs/trace.md, "Surprises").
+filters by partition: both are handled here (docs/trace.md, "Tables Spark wrote to").
 """
 
 from __future__ import annotations
