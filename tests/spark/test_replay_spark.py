@@ -11,21 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from click.testing import CliRunner, Result
 
-from outbox.app.cli import main
+from tests.spark.test_trace_life import CHANGES, QUEUE, _cli
 
 pytestmark = pytest.mark.spark
-
-CHANGES = (
-    "id string, type string, state string, expected_version bigint, "
-    "messages array<struct<type:string, body:string>>"
-)
-QUEUE = "shipments"
-
-
-def _cli(ws: Path, *args: str) -> Result:
-    return CliRunner().invoke(main, ["-w", str(ws), *args])
 
 
 def _spark_range(spark: Any, ws: Path) -> tuple[int, int]:
