@@ -9,7 +9,8 @@ only joins them.
 
 What it costs (so it stays bounded at 1,000,000 documents and a long history):
 
-* **Finding.** A document id: the store's pruned read of its bucket (``store.read``). A message
+* **Finding.** A document id: one SQL read of its bucket (``_current``: ``store.read`` without
+  the file id index, which a fresh store would first fill from the whole bucket). A message
   id or a correlation id is not a key of anything: first one DataFusion query over the current
   snapshot's rows (after a fold, one row per document: a scan of every live row's ``outbox``),
   and only when no row carries it (its message was sent and folded away) the retained change
