@@ -17,9 +17,10 @@ object store (a read waits on storage, and pyarrow releases the GIL while it doe
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from datetime import datetime
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -28,6 +29,8 @@ from outbox.delta import change_files
 from outbox.delta.change_files import bucket_of, committed_at, table_filesystem
 
 log = logging.getLogger("outbox.trace")
+T = TypeVar("T")
+R = TypeVar("R")
 
 #: The columns a traced row is read with (those a file lacks are left out).
 COLUMNS = ("id", "version", "last_seq", "dispatched_seq", "outbox", "incarnation")
@@ -69,21 +72,21 @@ class Commits:
             self._actions[version] = commit_actions(self._settings.table_uri, version, self.fs)
         return self._actions[version]
 
+    def map(self, fn: Callable[[T], R], items: list[T]) -> list[R]:
+        """``fn`` over ``items``: in this thread on a local table, else ``PARALLEL`` at once."""
+        if len(items) < 2 or self.local:
+            return [fn(i) for i in items]
+        with ThreadPoolExecutor(PARALLEL, thread_name_prefix="outbox-trace") as pool:
+            return list(pool.map(fn, items))
+
     def load(self, versions: Iterable[int]) -> None:
-        """Read the commit files of ``versions`` not read yet, in parallel."""
-        missing = sorted(set(versions) - set(self._actions))
-        if len(missing) < 2 or self.local:
-            for v in missing:
-                self.actions(v)
-            return
+        """Read the commit files of ``versions`` not read yet (``map``)."""
         from outbox.delta.log import commit_actions
 
+        missing = sorted(set(versions) - set(self._actions))
         uri, fs = self._settings.table_uri, self.fs
-        with ThreadPoolExecutor(PARALLEL, thread_name_prefix="outbox-trace") as pool:
-            for v, acts in zip(
-                missing, pool.map(lambda v: commit_actions(uri, v, fs), missing), strict=True
-            ):
-                self._actions[v] = acts
+        acts = self.map(lambda v: commit_actions(uri, v, fs), missing)
+        self._actions.update(zip(missing, acts, strict=True))
 
     def info(self, version: int) -> dict[str, Any]:
         from outbox.delta.log import commit_info
@@ -118,11 +121,7 @@ def document_rows(
             jobs = [j for j in jobs if j not in small]
         except (pa.ArrowException, OSError, ValueError) as e:  # e.g. Spark's types: file by file
             log.debug("the trace reads %d files one by one: %s", len(jobs), e)
-    if len(jobs) < 2 or commits.local:
-        parts = [_read(commits, doc_id, job) for job in jobs]
-    else:
-        with ThreadPoolExecutor(PARALLEL, thread_name_prefix="outbox-trace") as pool:
-            parts = list(pool.map(lambda job: _read(commits, doc_id, job), jobs))
+    parts = commits.map(lambda job: _read(commits, doc_id, job), jobs)
     return rows + [r for part in parts for r in part]
 
 
@@ -166,17 +165,13 @@ def _read_together(
     out = []
     for r in table.to_pylist():
         version, change = of[str(r.pop("__filename"))]
-        r["_change_type"] = r.get("_change_type") or change or "insert"
-        r["_commit_version"] = version
-        r["_commit_timestamp"] = committed_at(commits.info(version))
-        out.append(r)
+        out.append(_stamped(r, version, change, committed_at(commits.info(version))))
     return out
 
 
 def _read(commits: Commits, doc_id: str, job: tuple[int, str, str | None]) -> list[dict[str, Any]]:
     """The rows of one file (``job``: version, path, change type) that are the document's,
     with the feed's three columns."""
-    import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
 
@@ -199,12 +194,15 @@ def _read(commits: Commits, doc_id: str, job: tuple[int, str, str | None]) -> li
                 if pc.any(hit).as_py():
                     rows = plain_strings(data.read_row_group(group, columns=names))
                     parts.append(rows.filter(hit))
-    table = pa.concat_tables(parts) if parts else None
     at = committed_at(commits.info(version))
-    out = []
-    for r in [] if table is None else table.to_pylist():
-        r["_change_type"] = r.get("_change_type") or change or "insert"
-        r["_commit_version"] = version
-        r["_commit_timestamp"] = at
-        out.append(r)
-    return out
+    return [_stamped(r, version, change, at) for p in parts for r in p.to_pylist()]
+
+
+def _stamped(
+    row: dict[str, Any], version: int, change: str | None, at: datetime | None
+) -> dict[str, Any]:
+    """``row`` with the feed's three columns (its own change type first: a change file's)."""
+    row["_change_type"] = row.get("_change_type") or change or "insert"
+    row["_commit_version"] = version
+    row["_commit_timestamp"] = at
+    return row

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 from typing import Any
 
@@ -28,7 +27,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 
 from migrations.sql.tables import commit_index as T
 from migrations.sql.tables import commit_index_cursor as C
-from outbox.app.trace.changes import PARALLEL, Commits
+from outbox.app.trace.changes import Commits
 from outbox.delta import change_files
 
 log = logging.getLogger("outbox.trace")
@@ -128,8 +127,8 @@ class CommitIndex:
 
 
 def _ids_of(commits: Commits, versions: list[int]) -> set[tuple[str, int]]:
-    """(document id, version) for every row each commit's change files hold (in parallel on an
-    object store, as ``changes.document_rows`` reads)."""
+    """(document id, version) for every row each commit's change files hold (``Commits.map``:
+    in parallel on an object store)."""
     commits.load(versions)
     jobs = [
         (v, path) for v in versions for path, _, _ in change_files.changed_files(commits.actions(v))
@@ -144,7 +143,4 @@ def _ids_of(commits: Commits, versions: list[int]) -> set[tuple[str, int]]:
             column = pq.ParquetFile(f).read(columns=["id"])["id"]
         return [(str(i), v) for i in pc.unique(column.combine_chunks()).to_pylist()]
 
-    if commits.local:
-        return {pair for job in jobs for pair in ids(job)}
-    with ThreadPoolExecutor(PARALLEL, thread_name_prefix="outbox-trace-index") as pool:
-        return {pair for part in pool.map(ids, jobs) for pair in part}
+    return {pair for part in commits.map(ids, jobs) for pair in part}
