@@ -18,7 +18,10 @@ def readme_row(data: dict[str, Any] | None = None) -> list[str]:
     )
     floor = "the document's change data feed over that history"
     if "index_catch_up" in d:  # the commit index (before it, the feed read was the floor)
-        floor = "the trace's own reads: the index's versions, then those commits' rows"
+        floor = (
+            "the trace's own reads: the snapshot and current row, the index's rows, "
+            "their log entries"
+        )
         c = d["index_catch_up"]
         figure += (
             f"; without the index, the feed read alone p50 {n(d['feed_read']['p50_ms'], 1)} ms; "

@@ -12,10 +12,10 @@ the default retention), each changing one document with one message: the traced 
 every ``--every``-th commit, others the rest. Then ``trace()`` of that document, as the CLI and
 the console call it, timed ``--repeat`` times after one warm-up. First the commit index is
 caught up over the whole retained history (timed: what the first trace after a long time without
-one pays). The floor is the trace's own reads called directly (the index's versions of the
-document, then its rows in those commits); beside it, the read a trace without the index cannot
-skip (the document's change data feed over the retained history, ``load_cdf`` with its bucket
-and id). The three are timed in turn.
+one pays). The floor is the trace's own reads called directly (the table's snapshot and the
+document's current row, its rows in the index, those commits' log entries); beside it, the read
+a trace without the index cannot skip (the document's change data feed over the retained
+history, ``load_cdf`` with its bucket and id). The three are timed in turn.
 
 ``--keep DIR`` builds the table in DIR and keeps it, and a later run with the same DIR measures
 it again (the build is a quarter of an hour). A full run writes
@@ -80,11 +80,30 @@ def _built(root: Path, documents: int, commits: int, every: int) -> tuple[Any, i
     return settings, traced, build_s, True
 
 
+def _floor(settings: Any, index: Any, first: int, latest: int) -> int:
+    """The trace's own reads called directly: the table's snapshot and the document's current
+    row, its rows in the index, those commits' log entries (no catch-up, no fates, no
+    formatting)."""
+    from outbox.app.trace.changes import Commits
+    from outbox.app.trace.timeline import _current
+    from outbox.delta.store import DeltaDocumentStore
+
+    opened = DeltaDocumentStore(settings.table_uri)
+    try:
+        opened.refresh()
+        _current(opened, [TRACED])
+    finally:
+        opened.close()
+    rows = index.rows(TRACED, first, latest)
+    Commits(settings).load({r["_commit_version"] for r in rows})
+    return len(rows)
+
+
 def measure(settings: Any, repeat: int) -> dict[str, Any]:
     import pyarrow as pa
 
     from outbox.app.trace import trace
-    from outbox.app.trace.changes import Commits, document_rows
+    from outbox.app.trace.changes import Commits
     from outbox.app.trace.index import CommitIndex
     from outbox.core.clock import SystemClock, utc
     from outbox.delta.log import list_log, oldest_commit
@@ -106,10 +125,7 @@ def measure(settings: Any, repeat: int) -> dict[str, Any]:
     predicate = f"bucket = {store.bucket(TRACED)} AND id = {quote_ids([TRACED])}"
 
     def floor() -> int:
-        """The trace's own reads called directly: the index's versions, then those commits'
-        rows of the document (no finding, no fates, no formatting)."""
-        versions = index.versions(TRACED, first, latest)
-        return len(document_rows(Commits(settings), TRACED, store.bucket(TRACED), versions))
+        return _floor(settings, index, first, latest)
 
     def feed() -> int:
         """The read a trace without the index cannot skip: the document's change data feed

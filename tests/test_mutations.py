@@ -227,6 +227,16 @@ def _plain(test: Callable[[], None]) -> Callable[[Path], None]:
     return lambda _tmp_path: test()
 
 
+def _patching(test: Callable[[Path, pytest.MonkeyPatch], None]) -> Callable[[Path], None]:
+    """Run a test that takes ``tmp_path`` and ``monkeypatch`` (undone when it returns)."""
+
+    def run(tmp_path: Path) -> None:
+        with pytest.MonkeyPatch.context() as patch:
+            test(tmp_path, patch)
+
+    return run
+
+
 def _sharing_lines(test: Callable[[Callable[[], Any]], None]) -> Callable[[Path], None]:
     """Run a key-order test that takes ``shared_lines`` on one store in memory (two dispatchers
     standing for two processes)."""
@@ -424,10 +434,27 @@ MUTATIONS = [
         "outbox.delta.change_files:changed_files",
         (("    if cdc:\n", "    if False:\n"),),
         "tests/test_trace_index.py::test_the_indexed_history_is_the_feeds_history",
-        lambda tmp_path: test_trace_index.test_the_indexed_history_is_the_feeds_history(
-            tmp_path, pytest.MonkeyPatch(), None
-        ),
+        test_trace_index.test_the_indexed_history_is_the_feeds_history,
         "assert indexed == fed, d",
+    ),
+    SourceMutation(
+        "the commit index keeps no change row's messages",
+        "outbox.app.trace.index:_entries",
+        (('shown = change != "delete" and int(doc_version) > 0', "shown = False"),),
+        "tests/test_trace_index.py::test_the_indexed_history_is_the_feeds_history",
+        test_trace_index.test_the_indexed_history_is_the_feeds_history,
+        "assert indexed == fed, d",
+    ),
+    SourceMutation(
+        "the commit index's search finds no message",
+        "outbox.app.trace.index:CommitIndex.find",
+        (("M.c.last_version >= first", "M.c.last_version < first"),),
+        "tests/test_trace_index.py::"
+        "test_a_folded_message_is_found_by_its_id_in_the_index_not_the_feed",
+        _patching(
+            test_trace_index.test_a_folded_message_is_found_by_its_id_in_the_index_not_the_feed
+        ),
+        'pytest.fail(f"the index did not find {q}: {e}")',
     ),
     SourceMutation(
         "the commit index's catch-up skips the first commit after its cursor",

@@ -78,14 +78,7 @@ def _index_rows(ob: Outbox) -> list[tuple[str, int]]:
     return sorted((str(d), int(v)) for d, v in rows)
 
 
-@pytest.mark.parametrize("small_bytes", [None, 0], ids=["one-scan", "file-by-file"])
-def test_the_indexed_history_is_the_feeds_history(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, small_bytes: int | None
-) -> None:
-    """Both ways the indexed reads go: the commits' small files in one dataset scan, and each
-    file on its own by row group (what a bulk load's large file takes)."""
-    if small_bytes is not None:
-        monkeypatch.setattr("outbox.app.trace.changes.SMALL_BYTES", small_bytes)
+def test_the_indexed_history_is_the_feeds_history(tmp_path: Path) -> None:
     ws = tmp_path / "ws"
     _history(ws)
     with _open(ws) as ob:
@@ -101,6 +94,36 @@ def test_the_indexed_history_is_the_feeds_history(
         assert writers == {"outbox", "dispatcher", "fold"}
         changes = {c["change"] for c in _trace(ob, "c", use_index=True)["documents"][0]["commits"]}
         assert "delete" in changes
+
+
+def test_a_folded_message_is_found_by_its_id_in_the_index_not_the_feed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After the fold no current row carries a sent message: the index finds its document by
+    the message id and by the correlation id, the same answer the feed's search gives, and the
+    feed is not read."""
+    from outbox.app.trace import timeline
+    from outbox.core.errors import DocumentNotFoundError
+
+    ws = tmp_path / "ws"
+    _history(ws)
+    with _open(ws) as ob:
+        first = _trace(ob, "b", use_index=True)["documents"][0]["messages"][0]
+        assert first["type"] == "Created"
+        assert first["fate"] != "pending"  # sent, then folded away from the current row
+        fed = {q: _trace(ob, q, use_index=False) for q in (first["message_id"], "c-b")}
+
+        def no_feed(*args: Any) -> Any:
+            raise AssertionError("the feed was read")
+
+        monkeypatch.setattr(timeline, "in_feed", no_feed)
+        for q, expected in fed.items():
+            try:
+                found = _trace(ob, q, use_index=True)
+            except DocumentNotFoundError as e:
+                pytest.fail(f"the index did not find {q}: {e}")
+            assert found["matched_by"] == expected["matched_by"] != "document_id", q
+            assert found == expected, q
 
 
 def test_the_index_catches_up_with_later_commits_and_forgets_trimmed_ones(tmp_path: Path) -> None:
@@ -160,4 +183,5 @@ def test_an_erased_documents_index_rows_go_with_it(tmp_path: Path) -> None:
 
         counts = purge(ob.settings.sql_url, ob.store.table_id, [Life()])  # type: ignore[list-item]
         assert counts["outbox_commit_index"] > 0
+        assert counts["outbox_commit_index_messages"] > 0
         assert not any(d == "b" for d, _ in _index_rows(ob))

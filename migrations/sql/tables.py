@@ -306,18 +306,48 @@ audit = Table(
     sqlite_autoincrement=True,
 )
 
-# Which commits touched which documents (0012; outbox.app.trace.index): the trace's index, built
-# from the Delta log and the files each commit wrote, so a document's history is read from its
-# own commits instead of the whole retained change data feed. A derived cache: rows below the
-# table's oldest retained commit are pruned, and dropping every row only costs a rebuild.
+# Which commits touched which documents (0012, 0013; outbox.app.trace.index): the trace's index,
+# built from the Delta log and the files each commit wrote, so a document's history is read from
+# here instead of the whole retained change data feed: a row per change row (the commit, the
+# document's version and sequence numbers, the ids of the messages it carries) and each message
+# once per document (what its fate needs). A derived cache: rows below the table's oldest
+# retained commit are pruned, and dropping every row only costs a rebuild.
 commit_index = Table(
     "outbox_commit_index",
     metadata,
     Column("table_id", String(64), nullable=False),
     Column("document_id", String(ID), nullable=False),
     Column("table_version", BigInteger, nullable=False),
-    PrimaryKeyConstraint("table_id", "document_id", "table_version", name="pk_outbox_commit_index"),
+    Column("row_no", Integer, nullable=False),  # its order among the document's rows there
+    Column("change", String(32), nullable=False),  # the feed's _change_type
+    Column("document_version", BigInteger, nullable=False),
+    Column("last_seq", BigInteger, nullable=False),
+    Column("dispatched_seq", BigInteger, nullable=False),
+    Column("messages", Text, nullable=True),  # a JSON list of message ids; null: none shown
+    PrimaryKeyConstraint(
+        "table_id", "document_id", "table_version", "row_no", name="pk_outbox_commit_index"
+    ),
     Index("ix_outbox_commit_index_version", "table_id", "table_version"),
+)
+commit_index_messages = Table(
+    "outbox_commit_index_messages",
+    metadata,
+    Column("table_id", String(64), nullable=False),
+    Column("document_id", String(ID), nullable=False),
+    Column("message_id", String(ID), nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    Column("destination", String(NAME), nullable=False),
+    Column("type", String(256), nullable=False),
+    Column("session_id", String(ID), nullable=False),
+    Column("correlation_id", String(ID), nullable=True),
+    Column("created_at", DateTime(timezone=True), nullable=True),
+    Column("last_version", BigInteger, nullable=False),  # the newest commit carrying it
+    PrimaryKeyConstraint(
+        "table_id", "document_id", "message_id", name="pk_outbox_commit_index_messages"
+    ),
+    Index("ix_outbox_commit_index_messages_id", "table_id", "message_id"),
+    Index("ix_outbox_commit_index_messages_correlation", "table_id", "correlation_id"),
+    Index("ix_outbox_commit_index_messages_last", "table_id", "last_version"),
 )
 commit_index_cursor = Table(
     "outbox_commit_index_cursor",

@@ -137,7 +137,7 @@ def mark(
     a trace between the purge and the log trim may have indexed its older commits again)."""
     import sqlalchemy as sa
 
-    from migrations.sql.tables import commit_index, erasures
+    from migrations.sql.tables import commit_index, commit_index_messages, erasures
 
     with _engine(sql_url) as engine, engine.begin() as conn:
         for doc_id in ids:
@@ -147,10 +147,9 @@ def mark(
                 values["erased_at"] = now
             else:
                 values = {"phase": DONE, "finished_at": now, "doc_id": hashed(table_id, doc_id)}
-                indexed = (commit_index.c.table_id == table_id) & (
-                    commit_index.c.document_id == doc_id
-                )
-                conn.execute(sa.delete(commit_index).where(indexed))
+                for index in (commit_index, commit_index_messages):
+                    mine = (index.c.table_id == table_id) & (index.c.document_id == doc_id)
+                    conn.execute(sa.delete(index).where(mine))
             conn.execute(sa.update(erasures).where(where).values(**values))
         _scrub(conn)
 
@@ -208,6 +207,7 @@ def purge(sql_url: str, table_id: str, lives: Sequence[Lives]) -> dict[str, int]
             (T.claims, T.claims.c.session_id),
             (T.claim_sessions, T.claim_sessions.c.session_id),
             (T.commit_index, T.commit_index.c.document_id),  # the trace's index
+            (T.commit_index_messages, T.commit_index_messages.c.document_id),
         ):
             for chunk in _chunks(doc_ids):
                 _count(counts, table, conn.execute(sa.delete(table).where(column.in_(chunk))))

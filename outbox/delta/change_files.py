@@ -81,10 +81,7 @@ def range_rows(
     ``_commit_version`` and ``_commit_timestamp`` as ``load_cdf`` names them). ``buckets``: only
     the files of those partitions. Plain strings; types as each file holds them (the caller
     casts to the table's)."""
-    import pyarrow.parquet as pq
-
     from outbox.delta.log import commit_actions, commit_info
-    from outbox.delta.reads import plain_strings
 
     fs, _ = table_filesystem(uri, storage_options)
     out: list[pa.Table] = []
@@ -95,18 +92,32 @@ def range_rows(
             bucket = bucket_of(partition)
             if buckets is not None and bucket is not None and bucket not in buckets:
                 continue
-            if "://" in path:
-                raise ValueError(f"commit {version} names a file outside the table: {path}")
-            with fs.open_input_file(path) as f:
-                data = pq.ParquetFile(f)
-                names = [c for c in (*columns, "_change_type") if c in data.schema_arrow.names]
-                t = plain_strings(data.read(columns=list(dict.fromkeys(names))))
+            t = read_change_file(fs, version, path, change, columns)
             n = t.num_rows
-            if "_change_type" not in t.column_names:
-                t = t.append_column("_change_type", pa.array([change or "insert"] * n))
             if "bucket" in columns and "bucket" not in t.column_names:
                 t = t.append_column("bucket", pa.array([bucket] * n, pa.int64()))
             t = t.append_column("_commit_version", pa.array([version] * n, pa.int64()))
             stamp = pa.array([at] * n, pa.timestamp("us", tz="UTC"))
             out.append(t.append_column("_commit_timestamp", stamp))
     return out
+
+
+def read_change_file(
+    fs: Any, version: int, path: str, change: str | None, columns: Collection[str]
+) -> pa.Table:
+    """One change file of commit ``version`` (``changed_files``' path and change type): the
+    ``columns`` it has, plain strings, and ``_change_type`` (its own, else ``change``)."""
+    import pyarrow.parquet as pq
+
+    from outbox.delta.reads import plain_strings
+
+    if "://" in path:  # an absolute path (a shallow clone's): refused, not followed
+        raise ValueError(f"commit {version} names a file outside the table: {path}")
+    with fs.open_input_file(path) as f:
+        data = pq.ParquetFile(f)
+        has = set(data.schema_arrow.names)
+        names = [c for c in (*columns, "_change_type") if c in has]
+        t = plain_strings(data.read(columns=list(dict.fromkeys(names))))
+    if "_change_type" not in t.column_names:
+        t = t.append_column("_change_type", pa.array([change or "insert"] * t.num_rows))
+    return t

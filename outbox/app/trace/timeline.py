@@ -11,19 +11,21 @@ What it costs (so it stays bounded at 1,000,000 documents and a long history):
 
 * **Finding.** A document id: one SQL read of its bucket (``_current``: ``store.read`` without
   the file id index, which a fresh store would first fill from the whole bucket). A message
-  id or a correlation id is not a key of anything: first one DataFusion query over the current
-  snapshot's rows (after a fold, one row per document: a scan of every live row's ``outbox``),
-  and only when no row carries it (its message was sent and folded away) the retained change
-  data feed of the whole table, ids and messages only (``feed.in_feed``): the one costly step,
-  a read of every retained commit and of its files (an id that names nothing pays it too before
-  it is called unknown). ``since`` narrows both feed reads.
-* **History.** The commit index (``index``, in the workspace's database) names the commits that
-  changed the document; it is first caught up with the commits made since it was last read
-  (their change files' ids, once for every later trace). Then only those commits are read: their
-  log entries, and their change files in the document's bucket (``changes.document_rows``).
-  Without the index (``use_index=False``, or a database that cannot hold it) the document's
-  change data feed over the retained history is read instead (``feed.from_feed``), whose cost
-  follows the log's length: every commit file of the range.
+  id or a correlation id is not a key of the table: the commit index finds it (one indexed SQL
+  read of the messages of the retained history), else one DataFusion query over the current
+  snapshot's rows (a pending message written before the retained history). Without the index,
+  the snapshot first, and only when no row carries it the retained change data feed of the whole
+  table, ids and messages only (``feed.in_feed``): a read of every retained commit and of its
+  files (an id that names nothing pays it too before it is called unknown). ``since`` narrows
+  the index's and the feed's search.
+* **History.** The commit index (``index``, in the workspace's database) holds each change row
+  of the document (its change type, versions, sequence numbers, the ids of its messages) and its
+  messages; it is first caught up with the commits made since it was last read (their change
+  files, once for every later trace). Then the trace reads the document's rows from it, and
+  those commits' log entries (their time and writer): no data file. Without the index
+  (``use_index=False``, or a database that cannot hold it) the document's change data feed over
+  the retained history is read instead (``feed.from_feed``), whose cost follows the log's
+  length: every commit file of the range.
 * **Fates.** Per (destination, session) of its messages: one indexed peek of the session
   (``SESSION_LIMIT`` messages from its head) and one indexed page of its dead letters; for the
   command queue, the same for the session named by the document id. Only the SQL queue is
@@ -41,7 +43,7 @@ from contextlib import contextmanager
 from datetime import datetime
 from typing import Any
 
-from outbox.app.trace.changes import Commits, document_rows
+from outbox.app.trace.changes import Commits
 from outbox.app.trace.fates import fates
 from outbox.app.trace.feed import KEYS, feed_errors, from_feed, in_feed
 from outbox.app.trace.index import CHUNK, CommitIndex
@@ -54,6 +56,7 @@ from outbox.core.errors import (
     ValidationError,
 )
 from outbox.core.settings import Settings
+from outbox.delta.change_files import committed_at
 
 log = logging.getLogger("outbox.trace")
 
@@ -86,19 +89,19 @@ def trace(
     try:
         latest = store.refresh()
         oldest, first = _first_version(settings, since, latest, commits.fs)
-        matched_by, rows = _find(store, query, first, latest)
-        if not rows:
-            raise DocumentNotFoundError(
-                f"no document, message or correlation id {query!r} in {settings.table_uri} "
-                f"(versions {first}..{latest} read)",
-                hint="check the id (`outbox sql` lists documents); a message sent and folded "
-                "before the retained history can no longer be found by its id",
-            )
         with _commit_index(settings, clock, store.table_id, use_index) as opened:
             index = None if opened is None else _caught_up(opened, clock, commits, oldest, latest)
+            matched_by, rows = _find(store, query, first, latest, index)
+            if not rows:
+                raise DocumentNotFoundError(
+                    f"no document, message or correlation id {query!r} in {settings.table_uri} "
+                    f"(versions {first}..{latest} read)",
+                    hint="check the id (`outbox sql` lists documents); a message sent and folded "
+                    "before the retained history can no longer be found by its id",
+                )
             docs = [
                 _history(store, row, first=first, latest=latest, clock=clock, commits=commits,
-                         versions=None if index is None else index.versions(row.id, first, latest))
+                         index=index)
                 for row in rows
             ]  # fmt: skip
     finally:
@@ -171,14 +174,20 @@ def _first_version(settings: Settings, since: int | None, latest: int, fs: Any) 
     return oldest, since
 
 
-def _find(store: Any, query: str, first: int, latest: int) -> tuple[str, list[Any]]:
+def _find(
+    store: Any, query: str, first: int, latest: int, index: CommitIndex | None
+) -> tuple[str, list[Any]]:
     """(how the query matched, the current rows of the documents it names): a document id,
-    else a message id, else a correlation id. Both ids are looked for in one pass over the
-    snapshot, and (only when it holds neither) in one pass over the retained feed."""
+    else a message id, else a correlation id. Both ids are looked for in the commit index (the
+    retained history's messages), else in one pass over the snapshot (a message written before
+    the retained history), and without the index in one pass over the retained feed."""
     found = _current(store, [query])
     if query in found:
         return "document_id", [found[query]]
-    matches = _in_snapshot(store, query) or in_feed(store, query, first, latest)
+    if index is not None:
+        matches = index.find(query, first) or _in_snapshot(store, query)
+    else:
+        matches = _in_snapshot(store, query) or in_feed(store, query, first, latest)
     for key in KEYS:
         ids = sorted(matches.get(key, set()))[:MAX_DOCUMENTS]
         rows = _current(store, ids) if ids else {}
@@ -229,9 +238,10 @@ def _history(
     latest: int,
     clock: Clock,
     commits: Commits,
-    versions: list[int] | None,
+    index: CommitIndex | None,
 ) -> DocumentTrace:
-    """``versions``: the commits the index says changed the document (None: read the feed)."""
+    """The document's rows from the commit ``index`` (None: from the feed), with each commit's
+    log entry (its time and writer)."""
     from outbox.delta.schema import message_to_struct
 
     doc = DocumentTrace(
@@ -245,9 +255,12 @@ def _history(
         history_from=first,
     )
     outbox_at: Callable[[int], list[dict[str, Any]]] | None = None
-    if versions is not None:
+    if index is not None:
+        rows = index.rows(row.id, first, latest)
         with feed_errors():
-            rows = document_rows(commits, row.id, store.bucket(row.id), versions)
+            commits.load({int(r["_commit_version"]) for r in rows})
+        for r in rows:  # when it was committed: the log entry's time, as the feed gives it
+            r["_commit_timestamp"] = committed_at(commits.info(r["_commit_version"]))
     else:
         rows, outbox_at = from_feed(store, row.id, first, latest)
     rows = [r for r in rows if r["_change_type"] != "update_preimage"]
@@ -315,7 +328,8 @@ def _fate_of(m: dict[str, Any], doc_id: str, table_version: int | None) -> Messa
         message_id=str(m["message_id"]),
         destination=str(m["destination"]),
         type=str(m["type"]),
-        session_id=key_of(message_from_struct(m), doc_id)[1],  # the session it was sent in
+        # the session it was sent in (the index keeps it)
+        session_id=m.get("session_id") or key_of(message_from_struct(m), doc_id)[1],
         correlation_id=m.get("correlation_id"),
         created_at=_utc(m.get("created_at")),
         first_table_version=table_version,
