@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import insert, select, update
+from sqlalchemy import delete, func, insert, select, update
 
 from migrations.sql.tables import audit as A
 from migrations.sql.tables import console_tokens as T
@@ -174,6 +174,17 @@ class Audit:
         }
         with self._db.write("record an audit entry") as conn:
             conn.execute(insert(A), row)
+
+    def prune(self, before: datetime) -> int:
+        """Delete the rows recorded before ``before`` (``audit_retention``); how many went."""
+        with self._db.write("prune the audit trail") as conn:
+            return int(conn.execute(delete(A).where(A.c.at < before)).rowcount)
+
+    def oldest(self) -> tuple[int, datetime | None]:
+        """(rows, when the oldest was recorded)."""
+        with self._db.read("count the audit trail") as conn:
+            rows, oldest = conn.execute(select(func.count(), func.min(A.c.at))).one()
+        return int(rows), None if oldest is None else utc(oldest)
 
     def page(self, *, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
         """Newest first, below id ``before`` when given."""

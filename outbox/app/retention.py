@@ -327,6 +327,27 @@ class FinishedReplays(Item):
         return Kept(rows, _age(now, oldest))
 
 
+class AuditTrail(Item):
+    name = "the audit trail (console and CLI actions)"
+    setting = "audit_retention"
+    pruned_by = "`outbox maintain`, when `audit_retention` is set (kept for ever by default)"
+
+    def prune(self, place: Place, now: datetime) -> int | None:
+        from outbox.app.operators import Audit
+
+        before = self.cutoff(place, now)
+        if before is None:
+            return None
+        gone = Audit(place.queue.database, place.clock).prune(before)
+        return self.logged(place, gone, "audit row(s)")
+
+    def describe(self, place: Place, now: datetime) -> Kept:
+        from outbox.app.operators import Audit
+
+        rows, oldest = Audit(place.queue.database, place.clock).oldest()
+        return Kept(rows, _age(now, oldest))
+
+
 def _count(place: Place, now: datetime, table: Any, at: Any) -> Kept:
     from sqlalchemy import func, select
 
@@ -345,6 +366,7 @@ ITEMS: tuple[Item, ...] = (
     FinishedClaims(),
     Samples(),
     FinishedReplays(),
+    AuditTrail(),
 )
 
 

@@ -246,6 +246,10 @@ class Settings(FlatNames):
         "unfinished replay holds the log trim ([replay.md](replay.md)); `0`: keep them, and hold "
         "until done",
     )
+    audit_retention: float = setting(
+        0.0,
+        "how long `outbox maintain` keeps the audit trail ([console.md](console.md)); `0`: keep it",
+    )
     sections: Mapping[str, BackendOptions] = setting(
         {},
         "the backends' own settings, one section each: the tables below (`[cosmos]`, `[kafka]`, "
@@ -376,7 +380,7 @@ class Settings(FlatNames):
             )
         if self.sample_retention <= 0:
             raise bad("sample_retention", "must be positive, e.g. 7d")
-        for name in ("dead_letter_retention", "claim_retention", "replay_retention"):
+        for name in [f"{k}_retention" for k in ("dead_letter", "claim", "replay", "audit")]:
             if getattr(self, name) < 0:
                 raise bad(name, f"{getattr(self, name):g}s; must be 0 (keep) or positive, e.g. 30d")
         if 0 < self.claim_retention < self.duplicate_detection_window:

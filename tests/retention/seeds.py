@@ -24,6 +24,7 @@ from dispatcher.claims.sql import SqlClaimLog
 from dispatcher.queue import QueueMessage, SqlQueue
 from dispatcher.queue.inbox import SqlInbox
 from migrations.sql.tables import (
+    audit,
     duplicate_ids,
     inbox,
     queue_messages,
@@ -34,6 +35,7 @@ from migrations.sql.tables import (
 from outbox import Outbox
 from outbox.app.cli import main
 from outbox.app.history import History, Sample
+from outbox.app.operators import Audit
 from outbox.core.clock import ManualClock
 from outbox.delta.log import list_log
 
@@ -62,6 +64,7 @@ def workspace(path: Path, url: str) -> Seeded:
     """A migrated workspace on ``url`` (SQLite file or PostgreSQL) with one document saved four
     times (superseded versions for the fold)."""
     env = {"OUTBOX_SQL_URL": url, "OUTBOX_DUPLICATE_DETECTION_WINDOW": "1d", "COLUMNS": "200"}
+    env["OUTBOX_AUDIT_RETENTION"] = "30d"  # kept for ever by default
     with Outbox.open(
         path, transport="memory", default_destination="shipments", sql_url=url, compact_every=0
     ) as ob:
@@ -107,6 +110,9 @@ def seed(seeded: Seeded) -> None:
         history = History(queue.database)  # young first: a write prunes by its own time
         for name, at in (("young", now - DAY), ("old", now - 9 * DAY)):
             history.record([Sample(f"retention-{name}", "", 1.0)], at=at, interval=60, source="t")
+    with SqlQueue(url) as queue:
+        for name, at in (("old", now - 31 * DAY), ("young", now - DAY)):
+            Audit(queue.database, ManualClock(at)).record("ops", "requeue", f"audit-{name}", "ok")
     claims = SqlClaimLog(url)
     try:
         for name, at in (("old", now - 8 * DAY), ("young", now - DAY)):
@@ -242,6 +248,11 @@ def check_replays(seeded: Seeded, report: dict[str, Any]) -> None:
     assert _deleted(report, "replay_retention") == 1
 
 
+def check_audit(seeded: Seeded, report: dict[str, Any]) -> None:
+    assert _ids(seeded.url, audit, audit.c.target) == ["audit-young"]
+    assert _deleted(report, "audit_retention") == 1
+
+
 def _ids(url: str, table: Any, column: Any) -> list[str]:
     with SqlQueue(url) as queue, queue.database.read("read") as conn:
         return sorted(str(v) for v in conn.execute(select(column).select_from(table)).scalars())
@@ -262,6 +273,7 @@ CHECKS: dict[str, Callable[[Seeded, dict[str, Any]], None]] = {
     "claim_retention": check_claims,
     "sample_retention": check_samples,
     "replay_retention": check_replays,
+    "audit_retention": check_audit,
 }
 
 #: Each pruner, and the edit that disables it (``tests.mutate.mutated``).
@@ -293,6 +305,10 @@ DISABLED: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     "sample_retention": (
         "outbox.app.retention:Samples.prune",
         (("T.c.taken_at_s < cutoff", "T.c.taken_at_s < 0"),),
+    ),
+    "audit_retention": (
+        "outbox.app.operators:Audit.prune",
+        (("A.c.at < before", "A.c.at < before, A.c.id < 0"),),
     ),
     "replay_retention": (
         "outbox.app.replay:prune_finished",

@@ -86,6 +86,17 @@ def test_outbox_maintain_prunes_every_item_and_keeps_the_young_rows(seeded: Seed
     CHECKS["dead_letter_retention"](seeded, report)
 
 
+def test_the_audit_trail_is_kept_for_ever_by_default(seeded: Seeded) -> None:
+    seeded.env.pop("OUTBOX_AUDIT_RETENTION")
+    report = _maintain(seeded)
+    (audited,) = [i for i in report["retention"] if i["setting"] == "audit_retention"]
+    assert audited["setting_s"] == 0
+    assert audited["deleted"] is None
+    status = json.loads(cli(seeded, "status", "--json").stdout)
+    (kept,) = [i for i in status["retention"] if i["setting"] == "audit_retention"]
+    assert kept["rows"] == 2
+
+
 def test_status_shows_what_each_item_holds(seeded: Seeded, monkeypatch: pytest.MonkeyPatch) -> None:
     result = cli(seeded, "status", "--json")
     assert result.exit_code == 0, result.output
@@ -106,6 +117,7 @@ def test_status_shows_what_each_item_holds(seeded: Seeded, monkeypatch: pytest.M
         ("claim_retention", 2, 8 * DAY),
         ("sample_retention", 2, 9 * DAY),
         ("replay_retention", 2, 31 * DAY),  # the finished ones; not the unfinished
+        ("audit_retention", 2, 31 * DAY),
     ]:
         assert by[setting]["rows"] == rows, by[setting]
         age = by[setting]["oldest_age_s"]
