@@ -304,11 +304,11 @@ class Client:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
         self.cookie: str | None = None
 
-    def send(self, method: str, path: str, form: dict[str, str] | None = None) -> tuple[int, bytes]:
+    def send(self, method: str, path: str, form: dict[str, Any] | None = None) -> tuple[int, bytes]:
         headers = {"Cookie": self.cookie} if self.cookie else {}
         body = None
         if form is not None:
-            body = urlencode(form).encode()
+            body = urlencode(form, doseq=True).encode()  # a list: the field repeated
             headers["Content-Type"] = "application/x-www-form-urlencoded"
         self.conn.request(method, path, body=body, headers=headers)
         response = self.conn.getresponse()
@@ -327,7 +327,7 @@ class Page:
     label: str
     path: str
     floor: Callable[[], object]
-    form: dict[str, str] | None = None  # a POST with this form
+    form: dict[str, Any] | None = None  # a POST with this form
 
 
 def _q(**params: str) -> str:
@@ -476,7 +476,7 @@ def _unlock(client: Client) -> str:
     return found.group(1).decode()
 
 
-def _fetch(client: Client, page: Page, form: dict[str, str] | None) -> tuple[float, int]:
+def _fetch(client: Client, page: Page, form: dict[str, Any] | None) -> tuple[float, int]:
     t0 = time.perf_counter()
     status, body = client.send("POST" if form is not None else "GET", page.path, form)
     took = time.perf_counter() - t0

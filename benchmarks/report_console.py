@@ -79,4 +79,27 @@ def readme_rows() -> list[list[str]]:
     ]
 
 
-RENDERERS = {"console": console}
+def kafka_dead_letters() -> str:
+    """docs/console.md's Kafka dead-letter pages (``benchmarks/kafka_dead_letters.py``)."""
+    k = load("kafka_dead_letters")
+    rows = [
+        [
+            f"{p['label']} `{p['request'].split('?')[0]}`",
+            _ms(p["p50_ms"]),
+            _ms(p["p95_ms"]),
+            _ms(p["max_ms"]),
+            _ms(p["floor"]["p50_ms"]),
+            "yes" if p["within_200ms"] else "**no**",
+        ]
+        for p in k["pages"]
+    ]
+    return (
+        f"A dead-letter topic of {n(k['records'])} records over {k['partitions']} partitions, "
+        f"pages of {k['page_size']} (`kafka_dead_letters.json`):\n\n"
+        + table(["page", "p50", "p95", "max", "floor p50", "within 200 ms"], rows)
+        + "\nBefore, every page read the whole topic: p50 "
+        f"{_ms(k['whole_topic_read']['p50_ms'])} at this size.\n"
+    )
+
+
+RENDERERS = {"console": console, "kafka-dead-letters": kafka_dead_letters}

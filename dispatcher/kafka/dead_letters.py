@@ -20,7 +20,7 @@ from typing import Any
 from dispatcher.kafka import consumer as c
 from dispatcher.kafka import mapping
 from dispatcher.kafka.config import KafkaConfig
-from dispatcher.kafka.reading import read_records
+from dispatcher.kafka.reading import read_ranges, read_records, watermarks
 from dispatcher.kafka.transport import KafkaTransport
 from dispatcher.queue.messages import DeadLetter
 from dispatcher.queue.selection import DeadLetterSelection
@@ -58,6 +58,57 @@ class KafkaDeadLetters:
             self._letters = [(self._letter(r), r) for r in read_records(self.config, self.topic)]
         return self._letters
 
+    def page(
+        self, before: int | None = None, limit: int = 50
+    ) -> tuple[list[DeadLetter], int, bool]:
+        """(the ``limit`` dead letters with the highest ids below ``before``, newest first; how
+        many the topic holds, by its offsets; whether older ones are left). Reads only those
+        records: the last ``limit`` offsets of each partition it needs (the console's pages: a
+        topic of 100,000 records is not read for 50)."""
+        marks = watermarks(self.config, self.topic)
+        total = sum(high - low for low, high in marks.values())
+        ranges: dict[int, tuple[int, int]] = {}
+        for p, (low, high) in marks.items():
+            end = high
+            if before is not None:
+                below, at = divmod(before - 1, PARTITION_STRIDE)  # ids below: offsets below ``at``
+                if p > below:
+                    continue
+                end = min(high, at) if p == below else high
+            if end > low:
+                ranges[p] = (max(low, end - limit), end)
+        letters = sorted(
+            (self._letter(r) for r in read_ranges(self.config, self.topic, ranges)),
+            key=lambda d: d.id,
+            reverse=True,
+        )[:limit]
+        kept = [p * PARTITION_STRIDE + low + 1 for p, (low, high) in marks.items() if high > low]
+        older = bool(letters) and letters[-1].id > min(kept)
+        return letters, total, older
+
+    def by_ids(self, ids: Sequence[int]) -> list[DeadLetter]:
+        """The dead letters of ``ids`` (those the topic still holds), read by their offsets."""
+        return [d for d, _ in self._by_ids(ids)]
+
+    def _by_ids(self, ids: Sequence[int]) -> list[tuple[DeadLetter, Any]]:
+        """Each partition read from the lowest offset ``ids`` name to the highest (a selection
+        spans a page or a few: not the whole topic)."""
+        if self._letters is not None:
+            return [(d, r) for d, r in self._letters if d.id in set(ids)]
+        spans: dict[int, tuple[int, int]] = {}
+        for i in ids:
+            p, offset = divmod(i - 1, PARTITION_STRIDE)
+            lo, hi = spans.get(p, (offset, offset + 1))
+            spans[p] = (min(lo, offset), max(hi, offset + 1))
+        marks = watermarks(self.config, self.topic)  # an id past the end is not waited for
+        spans = {
+            p: (max(lo, marks[p][0]), min(hi, marks[p][1])) for p, (lo, hi) in spans.items()
+            if p in marks
+        }  # fmt: skip
+        wanted = set(ids)
+        read = read_ranges(self.config, self.topic, spans)
+        return [(d, r) for d, r in ((self._letter(r), r) for r in read) if d.id in wanted]
+
     def _letter(self, r: Any) -> DeadLetter:
         m = mapping.record_of(r)
         dlt = {k: v for k, v in m.headers.items() if k in _DLT_HEADERS}
@@ -86,7 +137,8 @@ class KafkaDeadLetters:
         self, ids: Sequence[int] | None, where: Mapping[str, str] | None, everything: bool
     ) -> list[tuple[DeadLetter, Any]]:
         selection = DeadLetterSelection.of(ids, where=where, all=everything)
-        return [(d, r) for d, r in self._read() if selection.matches(d)]
+        chosen = self._by_ids(ids) if ids and not where and not everything else self._read()
+        return [(d, r) for d, r in chosen if selection.matches(d)]
 
     # --- what the CLI calls ------------------------------------------------------------------
 
@@ -102,9 +154,8 @@ class KafkaDeadLetters:
         return letters[:limit]
 
     def get_dead_letter(self, dead_letter_id: int) -> DeadLetter:
-        for d, _ in self._read():
-            if d.id == dead_letter_id:
-                return d
+        for d in self.by_ids([dead_letter_id]):
+            return d
         raise MessageNotFoundError(
             f"no dead letter {dead_letter_id} in Kafka topic {self.topic!r}",
             hint=f"outbox dead-letters --kafka-topic {self.topic} list shows the ids",

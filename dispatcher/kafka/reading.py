@@ -24,6 +24,11 @@ def _config(cluster: KafkaConfig | str, group: str) -> dict[str, Any]:
 
 def end_offsets(cluster: KafkaConfig | str, topic: str) -> dict[int, int]:
     """Each partition's next offset now: where a read of what comes later starts."""
+    return {p: high for p, (_, high) in watermarks(cluster, topic).items()}
+
+
+def watermarks(cluster: KafkaConfig | str, topic: str) -> dict[int, tuple[int, int]]:
+    """Each partition's (first offset still kept, next offset) now."""
     from confluent_kafka import Consumer, KafkaException, TopicPartition
 
     config = KafkaConfig(cluster) if isinstance(cluster, str) else cluster
@@ -37,7 +42,7 @@ def end_offsets(cluster: KafkaConfig | str, topic: str) -> dict[int, int]:
                     f"Kafka at {config.describe()} has no topic {topic!r}",
                     hint="check the name: a consumer's dead-letter topic is {topic}.dlt",
                 )
-            return {p: _end_offset(c, TopicPartition(topic, p)) for p in found.partitions}
+            return {p: _marks(c, TopicPartition(topic, p)) for p in found.partitions}
         except KafkaException as e:
             raise errors.translate(
                 e.args[0], message_id=None, where=config.describe(), what=f"reading {topic!r}"
@@ -51,8 +56,8 @@ def end_offsets(cluster: KafkaConfig | str, topic: str) -> dict[int, int]:
 _ELECTION_WAIT = 30.0
 
 
-def _end_offset(c: Any, partition: Any) -> int:
-    """The partition's high watermark, waiting (bounded) out a leader election in progress."""
+def _marks(c: Any, partition: Any) -> tuple[int, int]:
+    """The partition's watermarks, waiting (bounded) out a leader election in progress."""
     from confluent_kafka import KafkaError, KafkaException
 
     transient = {
@@ -63,7 +68,8 @@ def _end_offset(c: Any, partition: Any) -> int:
     deadline = time.monotonic() + _ELECTION_WAIT
     while True:
         try:
-            return int(c.get_watermark_offsets(partition, timeout=30)[1])
+            low, high = c.get_watermark_offsets(partition, timeout=30)
+            return int(low), int(high)
         except KafkaException as e:
             if e.args[0].code() not in transient or time.monotonic() > deadline:
                 raise
@@ -80,25 +86,55 @@ def read_records(
     """Every record of ``topic`` from ``since`` (each partition's offset; default: the start) to
     its end as it is now, partition by partition in offset order (``confluent_kafka.Message``).
     It reads exactly up to the end offsets, so it never waits for records that will not come."""
+    marks = watermarks(cluster, topic)
+    ranges = {p: (max(low, (since or {}).get(p, 0)), high) for p, (low, high) in marks.items()}
+    return read_ranges(cluster, topic, ranges, timeout=timeout)
+
+
+def read_ranges(
+    cluster: KafkaConfig | str,
+    topic: str,
+    ranges: dict[int, tuple[int, int]],
+    *,
+    timeout: float = 60.0,
+) -> list[Any]:
+    """The records of each partition with offsets in ``[start, end)`` (``ranges``), partition by
+    partition in offset order. A partition is done when a record at ``end - 1`` or later comes,
+    or its position reaches ``end``: offsets need not be dense (transaction markers, a compacted
+    topic) and the oldest may be gone (retention: the read starts at the first one kept)."""
     from confluent_kafka import Consumer, TopicPartition
 
-    ends = end_offsets(cluster, topic)
-    starts = {p: (since or {}).get(p, 0) for p in ends}
-    wanted = {p: ends[p] - starts[p] for p in ends if ends[p] > starts[p]}
+    wanted = {p: (start, end) for p, (start, end) in ranges.items() if end > start}
     if not wanted:
         return []
     c = Consumer(_config(cluster, "outbox-reader"))
     got: dict[int, list[Any]] = {p: [] for p in wanted}
+    open_ = set(wanted)
     try:
-        c.assign([TopicPartition(topic, p, starts[p]) for p in wanted])
+        c.assign([TopicPartition(topic, p, start) for p, (start, _) in wanted.items()])
         deadline = time.monotonic() + timeout
-        while any(len(got[p]) < wanted[p] for p in wanted):
+        while open_:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"read {sum(map(len, got.values()))} of {sum(wanted.values())}")
-            for m in c.consume(1000, 0.5):
-                p = m.partition()
-                if m.error() is None and p is not None and len(got[p]) < wanted[p]:
+                raise TimeoutError(f"read {sum(map(len, got.values()))} records of {topic!r}")
+            # as many as are still wanted: consume returns when it has them, not at its timeout
+            left = sum(wanted[p][1] - max(wanted[p][0], _next(got[p])) for p in open_)
+            for m in c.consume(max(1, min(1000, left)), 0.5):
+                p, offset = m.partition(), m.offset()
+                if m.error() is not None or p not in open_ or offset is None:
+                    continue
+                start, end = wanted[p]
+                if start <= offset < end:
                     got[p].append(m)
+                if offset >= end - 1:
+                    open_.discard(p)
+            for tp in c.position([TopicPartition(topic, p) for p in open_]):
+                if tp.offset >= wanted[tp.partition][1]:
+                    open_.discard(tp.partition)
     finally:
         c.close()
     return [m for p in sorted(got) for m in got[p]]
+
+
+def _next(records: list[Any]) -> int:
+    """The offset after the last record read (0 before any)."""
+    return int(records[-1].offset()) + 1 if records else 0

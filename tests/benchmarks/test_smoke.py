@@ -75,6 +75,16 @@ def _console_report_renders(data: dict[str, Any]) -> None:
     assert "console sample" in block
 
 
+def _kafka_dead_letters_report_renders(data: dict[str, Any]) -> None:
+    """docs/console.md's Kafka block renders from what the benchmark writes, a row per page."""
+    from benchmarks import report_console
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_console, "load", lambda name: data)
+        block = report_console.kafka_dead_letters()
+    assert len([p for p in data["pages"] if p["request"].split("?")[0] in block]) == 4
+
+
 def _table_state_report_renders(data: dict[str, Any]) -> None:
     """benchmarks/report_table_state.py renders docs/delta.md's blocks and docs/performance.md's
     row from what the benchmark writes (the committed table_state.json comes from a full run)."""
@@ -203,6 +213,11 @@ SMOKES: dict[str, Smoke] = {
             "memory_transport",
         ),
         needs="kafka",
+    ),
+    "kafka_dead_letters": Smoke(
+        _keys("records", "partitions", "page_size", "pages", "whole_topic_read", "within_200ms"),
+        needs="kafka",
+        check=_kafka_dead_letters_report_renders,
     ),
     "replay": Smoke(
         _keys("messages", "dispatcher", "replay", "replay_over_dispatcher", "meets_goal")

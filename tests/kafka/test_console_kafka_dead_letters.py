@@ -113,3 +113,54 @@ def test_list_show_and_requeue_a_kafka_dead_letter(
         f"{dlt}: 1 dead letters: 1",
         "1 requeued",
     )
+
+
+def test_pages_read_only_their_records_and_together_are_the_whole_topic(
+    kafka: KafkaBroker, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two partitions of 7 and 5 records, pages of 3: newest first (the highest ids), every
+    record once across the pages, the last page says no more; each page reads at most 3
+    offsets of each partition it needs (not the topic); a record is shown, and a selection
+    requeued, by reading only its offsets."""
+    from dispatcher.kafka import dead_letters as module
+
+    dlt = kafka.create_topic(f"paged-{uuid.uuid4().hex[:8]}.dlt", partitions=2)
+    import confluent_kafka
+
+    from dispatcher.kafka.mapping import headers_of
+
+    producer = confluent_kafka.Producer(KafkaConfig(kafka.bootstrap).producer())
+    for partition, count in ((0, 7), (1, 5)):
+        for i in range(count):
+            m = TransportMessage(message_id=f"p{partition}-{i}", destination=dlt, body=b"{}",
+                                 headers={DLT_TOPIC: "orders", DLT_REASON: "Poison"})  # fmt: skip
+            producer.produce(dlt, m.body, partition=partition, headers=headers_of(m))
+    assert producer.flush(30) == 0
+    letters = KafkaDeadLetters(KafkaConfig(kafka.bootstrap), dlt)
+    every = KafkaDeadLetters(letters.config, dlt).list_dead_letters(limit=99)  # the whole topic
+    whole = sorted((d.id for d in every), reverse=True)
+    assert len(whole) == 12
+    read: list[dict[int, tuple[int, int]]] = []
+    real = module.read_ranges
+
+    def spy(config: Any, topic: str, ranges: dict[int, tuple[int, int]]) -> list[Any]:
+        read.append(dict(ranges))
+        return real(config, topic, ranges)
+
+    monkeypatch.setattr(module, "read_ranges", spy)
+    paged: list[int] = []
+    before = None
+    while True:
+        shown, total, more = letters.page(before, 3)
+        assert total == 12
+        paged += [d.id for d in shown]
+        if not more:
+            break
+        before = shown[-1].id
+    assert paged == whole
+    assert all(end - start <= 3 for ranges in read for start, end in ranges.values())
+    read.clear()
+    assert letters.get_dead_letter(whole[5]).id == whole[5]
+    assert [d.id for d in letters.by_ids([whole[0], whole[-1]])] == sorted([whole[0], whole[-1]])
+    assert whole[5] == 7  # partition 0's newest (offset 6), after partition 1's five
+    assert read == [{0: (6, 7)}, {0: (0, 1), 1: (4, 5)}]

@@ -44,13 +44,11 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
     @app.get("/kafka")
     def kafka_dead_letters() -> str:
         topic, letters = open_topic()
-        every = list(reversed(letters.list_dead_letters(limit=10**9)))  # newest first
         before = params.dead_letter_id(request.args.get("before"), "before")
-        shown = [d for d in every if before is None or d.id < before][:PAGE_SIZE]
-        more = len(shown) == PAGE_SIZE and shown[-1].id != every[-1].id
+        shown, total, more = letters.page(before, PAGE_SIZE)  # newest first; reads only those
         return render_template(
             "kafka_dead_letters.html", page="kafka", topic=topic, topics=topics, rows=shown,
-            total=len(every), next_before=shown[-1].id if more else None,
+            total=total, next_before=shown[-1].id if more else None,
             first_page=before is None,
         )  # fmt: skip
 
@@ -75,8 +73,7 @@ def register(app: Flask, config: ConsoleConfig, sessions: sec.Sessions, audit: A
             return refused
         topic, letters = open_topic()
         ids = params.dead_letter_ids(request.form)
-        wanted = set(ids)
-        found = [d for d in letters.list_dead_letters(limit=10**9) if d.id in wanted]
+        found = letters.by_ids(ids)
         return render_template(
             "kafka_confirm.html", page="kafka", topic=topic, ids=[d.id for d in found],
             shown=found[:20],
