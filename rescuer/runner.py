@@ -14,17 +14,19 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from dispatcher.commands import commands_for
+from dispatcher.commands import ProcessDocument, commands_for
 from outbox.core.clock import Clock, SystemClock, utc
 from outbox.core.durations import format_duration
 from outbox.core.errors import (
     CheckpointConflictError,
     CheckpointError,
     FeedUnavailableError,
+    OutboxError,
     ValidationError,
 )
 from outbox.core.observers import Observer
@@ -32,6 +34,7 @@ from outbox.core.settings import MAX_RESCUE_DELAY, MIN_RESCUE_DELAY
 from outbox.core.tracing import TRACING
 from outbox.delta.store import DeltaDocumentStore
 from rescuer.checkpoint import Checkpoint, CheckpointStore
+from rescuer.journal import Journal, RescueEntry
 from rescuer.planner import Engine, FeedWindow, Mode, Plan, driver_errors
 from rescuer.sink import CommandSink
 from rescuer.window import WindowEnd, find_window_end, lag_seconds
@@ -133,6 +136,8 @@ class RescuePass:
         self.delay = check_delay(delay)
         self.name = name
         self.observe = observer
+        #: records the commands each pass enqueues (``rescuer.journal``); None: not recorded
+        self.journal: Journal | None = None
         #: version -> commit time, kept across passes (commits never change), so each pass
         #: reads only the commits made since the previous one (see ``find_window_end``).
         self._commit_times: dict[int, datetime] = {}
@@ -209,6 +214,8 @@ class RescuePass:
         if pending:
             commands = commands_for(self.store.table_id, self.table_uri, [p.ref() for p in pending])
             enqueued = self.sink.enqueue(commands)
+            mode = plan.mode if plan is not None else "sweep"
+            self._record(commands, mode, end.end, now, warnings)
         after = self._advance(cp, end, plan, started, warnings, full=full)
         timings = dict(plan.timings) if plan is not None else {}
         timings["total_s"] = time.perf_counter() - t0
@@ -241,6 +248,30 @@ class RescuePass:
         )
         log.info(report.summary())
         return report
+
+    def _record(
+        self,
+        commands: Sequence[ProcessDocument],
+        mode: str,
+        window_end: int | None,
+        now: datetime,
+        warnings: list[str],
+    ) -> None:
+        """The journal's rows of this pass's commands; a failure is a warning, not the pass's:
+        the commands are already enqueued."""
+        if self.journal is None:
+            return
+        entries = [
+            RescueEntry(c.table, c.id, c.up_to_seq, c.command_id, self.name, self.engine.name,
+                        mode, window_end, now)
+            for c in commands
+        ]  # fmt: skip
+        try:
+            self.journal.record(entries)
+        except OutboxError as e:
+            msg = f"the rescuer's journal was not written (the commands were sent): {e}"
+            log.warning(msg)
+            warnings.append(msg)
 
     def _read_checkpoint(self, full: bool, warnings: list[str]) -> Checkpoint | None:
         try:

@@ -34,7 +34,7 @@ from outbox.testing.tables import Table
 from rescuer.checkpoint import InMemoryCheckpointStore
 from rescuer.runner import RescuePass
 from rescuer.sink import InMemorySink
-from tests import test_trace_index
+from tests import test_trace_cli, test_trace_index
 from tests.console import test_console_operators, test_console_session
 from tests.console.conftest import ConsoleWorkspace, console_client, console_workspace
 from tests.dispatcher import (
@@ -231,6 +231,7 @@ def _patching(test: Callable[[Path, pytest.MonkeyPatch], None]) -> Callable[[Pat
     """Run a test that takes ``tmp_path`` and ``monkeypatch`` (undone when it returns)."""
 
     def run(tmp_path: Path) -> None:
+        tmp_path.mkdir(parents=True, exist_ok=True)
         with pytest.MonkeyPatch.context() as patch:
             test(tmp_path, patch)
 
@@ -455,6 +456,21 @@ MUTATIONS = [
             test_trace_index.test_a_folded_message_is_found_by_its_id_in_the_index_not_the_feed
         ),
         'pytest.fail(f"the index did not find {q}: {e}")',
+    ),
+    SourceMutation(
+        "a rescue pass writes nothing in its journal",
+        "rescuer.runner:RescuePass._run",
+        (("self._record(commands, mode, end.end, now, warnings)", "None"),),
+        "tests/test_trace_cli.py::test_a_rescue_pass_that_commanded_the_document_is_in_its_trace",
+        _patching(
+            lambda tmp_path, patch: (
+                test_trace_cli.test_a_rescue_pass_that_commanded_the_document_is_in_its_trace(
+                    test_trace_cli.trace_workspace(tmp_path / "ws", f"sqlite:///{tmp_path}/o.db"),
+                    patch,
+                )
+            )
+        ),
+        'assert len(doc["rescues"]) == 1, doc["rescues"]',
     ),
     SourceMutation(
         "the commit index's catch-up skips the first commit after its cursor",

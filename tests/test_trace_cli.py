@@ -150,7 +150,7 @@ def test_the_json_shape(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     doc = data["documents"][0]
     assert set(doc) == {
         "id", "type", "incarnation", "version", "deleted", "last_seq", "dispatched_seq",
-        "history_from", "commits", "messages", "commands", "notes",
+        "history_from", "commits", "messages", "commands", "rescues", "notes",
     }  # fmt: skip
     assert set(doc["commits"][0]) == {
         "table_version", "committed_at", "writer", "operation", "change", "document_version",
@@ -295,3 +295,35 @@ def test_a_deleted_document_is_traced_to_its_tombstone(
     [doc] = _trace(ws, "pkg-2", monkeypatch)["documents"]
     assert (doc["deleted"], doc["version"]) == (True, 2)
     assert [c["document_version"] for c in doc["commits"] if c["writer"] == "outbox"] == [1, 2]
+
+
+def test_a_rescue_pass_that_commanded_the_document_is_in_its_trace(
+    ws: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pkg-1's "Arrived" is pending (deferred dispatch); a rescue pass an hour on commands it,
+    as ``outbox rescue`` builds it (``open_rescuer``: its journal in the workspace's database,
+    where its checkpoints are). The trace lists the pass after its command is handled, in the
+    JSON and the text; pkg-2, not pending, has none."""
+    from outbox.app.checker.rescue import OffsetClock
+    from outbox.app.rescue import open_rescuer
+    from outbox.core.clock import SystemClock
+    from outbox.core.settings import Settings
+
+    settings = Settings.load(ws)
+    with open_rescuer(settings, clock=OffsetClock(3600), queue_clock=SystemClock()) as rescuer:
+        report = rescuer.rescue_pass.run()
+    assert report.pending_documents == 1
+    doc = _trace(ws, "pkg-1", monkeypatch)["documents"][0]
+    assert len(doc["rescues"]) == 1, doc["rescues"]
+    seen = doc["rescues"][0]
+    assert set(seen) == {
+        "at", "rescuer", "engine", "mode", "window_end", "up_to_seq", "command_id",
+    }  # fmt: skip
+    assert seen["rescuer"] == settings.rescuer_name
+    assert seen["engine"] == "local"
+    assert seen["up_to_seq"] == doc["last_seq"] == 2
+    assert seen["window_end"] == report.window_end
+    text = _run(ws, "trace", "pkg-1", monkeypatch=monkeypatch)
+    assert "rescue passes that commanded it" in text.stdout
+    assert seen["command_id"] in text.stdout
+    assert _trace(ws, "pkg-2", monkeypatch)["documents"][0]["rescues"] == []

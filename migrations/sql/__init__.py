@@ -40,7 +40,7 @@ HERE = Path(__file__).resolve().parent
 VERSION_TABLE = "outbox_sql_version"
 #: The newest revision this version of the code knows: the head of ``versions/``, which a test
 #: checks it is (a new revision moves it).
-HEAD = "0013_commit_index_rows"
+HEAD = "0014_rescues"
 #: ``Config.attributes`` key: the revision ``upgrade`` started from (None: a new database). A
 #: revision that must tell a database with a history from a new one reads it (0007).
 UPGRADING_FROM = "outbox_upgrading_from"

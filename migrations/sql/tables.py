@@ -306,6 +306,26 @@ audit = Table(
     sqlite_autoincrement=True,
 )
 
+# The rescuer's journal (0014; rescuer.journal): one row per ProcessDocument command a rescue
+# pass enqueued, so the trace can say the rescuer touched a document after the command is gone.
+rescues = Table(
+    "outbox_rescues",
+    metadata,
+    Column("id", SequenceNumber, primary_key=True, autoincrement=True),
+    Column("table_id", String(64), nullable=False),
+    Column("doc_id", String(ID), nullable=False),
+    Column("up_to_seq", BigInteger, nullable=False),
+    Column("command_id", String(ID), nullable=False),
+    Column("rescuer", String(128), nullable=False),  # the pass's rescuer_name
+    Column("engine", String(32), nullable=False),
+    Column("mode", String(16), nullable=False),  # feed or sweep
+    Column("window_end", BigInteger, nullable=True),  # the last version the pass read
+    Column("at", DateTime(timezone=True), nullable=False),
+    Index("ix_outbox_rescues_doc", "table_id", "doc_id", "id"),
+    Index("ix_outbox_rescues_at", "at"),
+    sqlite_autoincrement=True,
+)
+
 # Which commits touched which documents (0012, 0013; outbox.app.trace.index): the trace's index,
 # built from the Delta log and the files each commit wrote, so a document's history is read from
 # here instead of the whole retained change data feed: a row per change row (the commit, the

@@ -267,19 +267,24 @@ class FinishedClaims(Item):
 
 
 class Samples(Item):
-    name = "the console's samples"
+    name = "the console's samples and the rescuer's journal"
     setting = "sample_retention"
-    pruned_by = "each sampler as it writes (bounded), `outbox maintain`"
+    pruned_by = "each sampler as it writes (bounded), `outbox maintain` (both)"
 
     def prune(self, place: Place, now: datetime) -> int | None:
         """In batches of the sampler's ``PRUNE_BATCH`` (the oldest first), one short write
-        each: weeks of samples left by a long pause never hold SQLite's write lock for long."""
+        each: weeks of samples left by a long pause never hold SQLite's write lock for long.
+        Then the rescuer's journal (``rescuer.journal``: a row per command a pass enqueued)."""
         from sqlalchemy import delete, func, select
 
         from migrations.sql.tables import samples as T
         from outbox.app.history import PRUNE_BATCH
+        from rescuer.journal import SqlRescueJournal
 
-        cutoff = int((now - timedelta(seconds=place.settings.sample_retention)).timestamp())
+        journal = SqlRescueJournal(place.queue.database)
+        before = now - timedelta(seconds=place.settings.sample_retention)
+        gone = journal.prune(before)
+        cutoff = int(before.timestamp())
         old = select(T.c.taken_at_s).where(T.c.taken_at_s < cutoff)
         batch = old.order_by(T.c.taken_at_s).limit(PRUNE_BATCH).subquery()
         done = 0
@@ -287,7 +292,7 @@ class Samples(Item):
             with place.queue.database.write("prune console samples") as conn:
                 last = conn.execute(select(func.max(batch.c.taken_at_s))).scalar()
                 if last is None:
-                    return done
+                    return done + gone
                 done += int(conn.execute(delete(T).where(T.c.taken_at_s <= last)).rowcount)
 
     def describe(self, place: Place, now: datetime) -> Kept:

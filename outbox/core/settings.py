@@ -227,7 +227,7 @@ class Settings(FlatNames):
     )
     sample_retention: float = setting(
         7 * 24 * 3600.0,
-        "how long those samples are kept; older ones are deleted as new ones are written",
+        "how long those samples, and the rescuer's journal ([trace.md](trace.md)), are kept",
     )
     dead_letter_retention: float = setting(
         30 * 24 * 3600.0,

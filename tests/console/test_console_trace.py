@@ -133,3 +133,18 @@ def test_a_console_without_a_table_offers_no_trace(ws: Path) -> None:
         assert 'id="nav-trace"' not in client.get("/").get_data(as_text=True)
     for client in _client(ws):
         assert 'id="nav-trace"' in client.get("/").get_data(as_text=True)
+
+
+def test_a_rescue_pass_that_commanded_it_is_a_row(client: FlaskClient, ws: Path) -> None:
+    from outbox.app.checker.rescue import OffsetClock
+    from outbox.app.rescue import open_rescuer
+    from outbox.core.clock import SystemClock
+
+    settings = Settings.load(ws)
+    assert 'class="rescues"' not in client.get("/trace", query_string={"q": "pkg-1"}).text
+    with open_rescuer(settings, clock=OffsetClock(3600), queue_clock=SystemClock()) as rescuer:
+        rescuer.rescue_pass.run()
+    page = client.get("/trace", query_string={"q": "pkg-1"}).get_data(as_text=True)
+    [row] = _rows(page, "rescues")
+    assert row[1:4] == [settings.rescuer_name, "local", "sweep"]  # its first pass: no checkpoint
+    assert row[5] == "2"  # the seq its command asked to be sent

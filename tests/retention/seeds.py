@@ -30,6 +30,7 @@ from migrations.sql.tables import (
     queue_messages,
     replay_chunks,
     replays,
+    rescues,
     samples,
 )
 from outbox import Outbox
@@ -38,6 +39,7 @@ from outbox.app.history import History, Sample
 from outbox.app.operators import Audit
 from outbox.core.clock import ManualClock
 from outbox.delta.log import list_log
+from rescuer.journal import RescueEntry, SqlRescueJournal
 
 DAY = timedelta(days=1)
 HOUR = timedelta(hours=1)
@@ -110,6 +112,10 @@ def seed(seeded: Seeded) -> None:
         history = History(queue.database)  # young first: a write prunes by its own time
         for name, at in (("young", now - DAY), ("old", now - 9 * DAY)):
             history.record([Sample(f"retention-{name}", "", 1.0)], at=at, interval=60, source="t")
+            entry = RescueEntry(
+                "t", f"rescued-{name}", 1, f"pd-{name}", "r", "local", "feed", 1, at
+            )
+            SqlRescueJournal(queue.database).record([entry])
     with SqlQueue(url) as queue:
         for name, at in (("old", now - 31 * DAY), ("young", now - DAY)):
             Audit(queue.database, ManualClock(at)).record("ops", "requeue", f"audit-{name}", "ok")
@@ -233,7 +239,8 @@ def check_claims(seeded: Seeded, report: dict[str, Any]) -> None:
 
 def check_samples(seeded: Seeded, report: dict[str, Any]) -> None:
     assert _ids(seeded.url, samples, samples.c.metric) == ["retention-young"]
-    assert _deleted(report, "sample_retention") == 1
+    assert _ids(seeded.url, rescues, rescues.c.doc_id) == ["rescued-young"]
+    assert _deleted(report, "sample_retention") == 2  # a sample and a journal row
 
 
 def check_replays(seeded: Seeded, report: dict[str, Any]) -> None:
@@ -304,7 +311,10 @@ DISABLED: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
     ),
     "sample_retention": (
         "outbox.app.retention:Samples.prune",
-        (("T.c.taken_at_s < cutoff", "T.c.taken_at_s < 0"),),
+        (
+            ("T.c.taken_at_s < cutoff", "T.c.taken_at_s < 0"),
+            ("gone = journal.prune(", "gone = 0 and ("),
+        ),
     ),
     "audit_retention": (
         "outbox.app.operators:Audit.prune",

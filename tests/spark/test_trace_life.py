@@ -46,20 +46,23 @@ def _rescue(ws: Path, *, inert: bool) -> None:
     from outbox.app.checker.rescue import OffsetClock
     from rescuer.cdf_local import LocalEngine
     from rescuer.checkpoint import InMemoryCheckpointStore
+    from rescuer.journal import SqlRescueJournal
     from rescuer.runner import RescuePass
 
     with Outbox.open(ws, create=False) as ob:
         sink: Any = ob.backends.command_sink()
         if inert:
             sink = mutations.get("rescuer-enqueues-nothing").wrap_sink(sink)
-        RescuePass(
+        rescue = RescuePass(
             ob.store,
             LocalEngine(),
             InMemoryCheckpointStore(),
             sink,
             clock=OffsetClock(timedelta(hours=1).total_seconds()),
             delay=ob.settings.rescue_delay,
-        ).run()
+        )
+        rescue.journal = SqlRescueJournal(ob.backends.sql_queue.database)  # as open_rescuer
+        rescue.run()
         DispatcherWorker(ob.runtime, batch_size=16, poll_interval=0.01).run(until_idle=True)
 
 
@@ -123,6 +126,8 @@ def test_a_life_with_spark_a_rescued_crash_a_dead_letter_and_a_requeue(
     assert added[fates["Placed"]["message_id"]] == "spark"
     assert added[fates["Shipped"]["message_id"]] == "outbox"
     assert not fates["Shipped"]["pending"]  # the rescuer's command had it sent
+    [rescued] = doc["rescues"]  # the pass that commanded it, after its command was handled
+    assert rescued["up_to_seq"] == fates["Shipped"]["seq"]
     assert fates["Shipped"]["fate"] == "active"  # requeued: waiting in its queue again
     assert fates["Shipped"]["queued"]["delivery_count"] == 0
     assert fates["Shipped"]["dead_letter"] is None

@@ -115,6 +115,15 @@ def _print_document(doc: DocumentTrace, matched_by: str, table_version: int) -> 
                 for c in doc.commands
             ],
         )
+    if doc.rescues:
+        print_table(
+            "rescue passes that commanded it",
+            ["at", "rescuer", "engine", "mode", "read to version", "up to seq", "command id"],
+            [
+                (r.at, r.rescuer, r.engine, r.mode, r.window_end, r.up_to_seq, r.command_id)
+                for r in doc.rescues
+            ],
+        )
     for note in doc.notes:
         echo_err(f"note: {note}")
 

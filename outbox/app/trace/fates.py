@@ -1,13 +1,20 @@
-"""Where a traced document's messages are in the SQL queue (waiting, or dead-lettered), and which
-``ProcessDocument`` commands name it: the existing indexed reads of one session each
-(``peek_session``, ``DeadLetterBrowser.page``, ``list_dead_letters``), joined by message id."""
+"""Where a traced document's messages are in the SQL queue (waiting, or dead-lettered), which
+``ProcessDocument`` commands name it, and which rescue passes commanded it: the existing indexed
+reads of one session each (``peek_session``, ``DeadLetterBrowser.page``, ``list_dead_letters``),
+joined by message id, and the rescuer's journal (``rescuer.journal``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from typing import Any
 
-from outbox.app.trace.model import CommandSeen, DeadLettered, DocumentTrace, QueuedCopy
+from outbox.app.trace.model import (
+    CommandSeen,
+    DeadLettered,
+    DocumentTrace,
+    QueuedCopy,
+    RescueSeen,
+)
 from outbox.core.clock import Clock
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
@@ -35,7 +42,8 @@ def fates(settings: Settings, clock: Clock, table_id: str, docs: list[DocumentTr
             )
         if not look_commands:
             doc.notes.append(f"commands go to {settings.command_transport!r}: not looked at")
-    if not (look_messages or look_commands):
+    journal = "sql" in (settings.checkpoint_store, settings.command_transport)  # rescue.py
+    if not (look_messages or look_commands or journal):
         return
     with Backends(reading, clock=clock) as backends:
         queue = backends.sql_queue
@@ -44,6 +52,17 @@ def fates(settings: Settings, clock: Clock, table_id: str, docs: list[DocumentTr
                 _message_places(queue, doc)
             if look_commands:
                 doc.commands = list(_commands(queue, settings.command_queue, table_id, doc))
+            if journal:
+                doc.rescues = _rescues(queue.database, table_id, doc.id)
+
+
+def _rescues(database: Any, table_id: str, doc_id: str) -> list[RescueSeen]:
+    from rescuer.journal import SqlRescueJournal
+
+    return [
+        RescueSeen(e.at, e.rescuer, e.engine, e.mode, e.window_end, e.up_to_seq, e.command_id)
+        for e in SqlRescueJournal(database).of_document(table_id, doc_id, DEAD_LETTER_LIMIT)
+    ]
 
 
 def _message_places(queue: Any, doc: DocumentTrace) -> None:

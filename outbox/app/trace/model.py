@@ -80,6 +80,19 @@ class CommandSeen:
     reason: str | None = None
 
 
+@dataclass(frozen=True)
+class RescueSeen:
+    """A rescue pass that commanded the document (the rescuer's journal, ``rescuer.journal``)."""
+
+    at: datetime
+    rescuer: str
+    engine: str  # local or spark
+    mode: str  # feed or sweep
+    window_end: int | None  # the last table version the pass read
+    up_to_seq: int  # what the command asked to be sent
+    command_id: str
+
+
 @dataclass
 class DocumentTrace:
     id: str
@@ -93,6 +106,7 @@ class DocumentTrace:
     commits: list[Commit] = field(default_factory=list)
     messages: list[MessageFate] = field(default_factory=list)
     commands: list[CommandSeen] = field(default_factory=list)
+    rescues: list[RescueSeen] = field(default_factory=list)  # newest first
     notes: list[str] = field(default_factory=list)
 
 
