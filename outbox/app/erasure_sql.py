@@ -208,6 +208,7 @@ def purge(sql_url: str, table_id: str, lives: Sequence[Lives]) -> dict[str, int]
             (T.claim_sessions, T.claim_sessions.c.session_id),
             (T.commit_index, T.commit_index.c.document_id),  # the trace's index
             (T.commit_index_messages, T.commit_index_messages.c.document_id),
+            (T.rescues, T.rescues.c.doc_id),  # the rescuer's journal
         ):
             for chunk in _chunks(doc_ids):
                 _count(counts, table, conn.execute(sa.delete(table).where(column.in_(chunk))))

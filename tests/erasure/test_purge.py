@@ -20,6 +20,7 @@ from dispatcher.queue.sql_queue import SqlQueue
 from migrations.sql import upgrade
 from outbox.app import erasure_sql as ledger
 from outbox.core.model import message_id_for
+from rescuer.journal import RescueEntry, SqlRescueJournal
 from testkit.raw_scan import scan_folder
 
 TABLE = "table-id-1"
@@ -78,8 +79,14 @@ def _purge_beside(queue: SqlQueue, migrated_url: str) -> None:
     (poison,) = queue.receive("people", 1, session_id="p1")
     queue.dead_letter(poison, "Poison")
     ledger.record(migrated_url, TABLE, ["p1"], NOW)
+    for doc_id in ("p1", "p2"):  # the rescuer's journal names documents too
+        entry = RescueEntry(TABLE, doc_id, 1, f"pd-{doc_id}", "r", "local", "feed", 1, NOW)
+        SqlRescueJournal(queue.database).record([entry])
 
     counts = ledger.purge(migrated_url, TABLE, [ledger.Lives("p1", {life: 1})])
+
+    assert counts["outbox_rescues"] == 1
+    assert _count(migrated_url, "outbox_rescues", "doc_id = 'p2'") == 1
 
     assert counts["outbox_queue_messages"] == 2
     assert counts["outbox_queue_dead_letters"] == 1
