@@ -359,7 +359,8 @@ CLI_CASES: list[tuple[str, list[str], dict[str, str], Any, int, str]] = [
         _write("outbox.toml", '[outbox]\nrescue_dely = "30s"\n'),
         1,
         "error: unknown setting 'rescue_dely' (did you mean 'rescue_delay'?) (fix: known "
-        "settings: audit_retention, buckets, checkpoint_store, claim_log, claim_log_timeout, claim_retention, "
+        "settings: audit_retention, buckets, checkpoint_store, claim_log, claim_log_timeout, "
+        "claim_retention, "
         "command_queue, command_transport, compact_every, cosmos_checkpoint_container, "
         "cosmos_claims_container, "
         "cosmos_database, cosmos_endpoint, cosmos_inbox_container, cosmos_key, "
