@@ -27,8 +27,10 @@ from benchmarks import (
     report_dispatch,
     report_dispatch_cost,
     report_doc_table,
+    report_goals,
     report_kafka,
     report_object_store,
+    report_pipeline,
     report_queue,
     report_readers,
     report_small_writers,
@@ -181,6 +183,7 @@ def performance_rows() -> list[list[str]]:
             "`dispatch.json`",
         ]
     )
+    rows.append(report_pipeline.readme_row())
     rows.append(report_dispatch_cost.readme_row())
     for backend, label in (("sqlite", "SQLite"), ("postgresql", "PostgreSQL")):
         rows.append(_queue_row(q[backend], label))
@@ -406,6 +409,7 @@ RENDERERS: dict[str, Callable[[], str]] = {
     **report_table_state.RENDERERS,
     **report_small_writers.RENDERERS,
     **report_trace.RENDERERS,
+    **report_goals.RENDERERS,
 }
 
 #: The files whose blocks this script owns.

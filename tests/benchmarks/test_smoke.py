@@ -85,6 +85,29 @@ def _kafka_dead_letters_report_renders(data: dict[str, Any]) -> None:
     assert len([p for p in data["pages"] if p["request"].split("?")[0] in block]) == 4
 
 
+def _goals_report_renders(data: dict[str, Any]) -> None:
+    """The README's goals block renders with this run's P2b row (the other rows from the
+    committed files)."""
+    from benchmarks import report_goals
+
+    real = report_goals.load
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(report_goals, "load", lambda n: data if n == "dispatch_scale" else real(n))
+        block = report_goals.goals()
+    assert len(block.splitlines()) == 2 + len(report_goals.GOALS)
+    assert "`dispatch_scale.json`" in block
+
+
+def _pipeline_report_renders(data: dict[str, Any]) -> None:
+    """docs/performance.md's P2 row renders from what the benchmark writes."""
+    from benchmarks import report_pipeline
+    from benchmarks.report_common import n
+
+    row = report_pipeline.readme_row(data)
+    assert row[2] == "`pipeline.json`"
+    assert f"**{n(data['over_floor'], 2)}" in row[1]
+
+
 def _table_state_report_renders(data: dict[str, Any]) -> None:
     """benchmarks/report_table_state.py renders docs/delta.md's blocks and docs/performance.md's
     row from what the benchmark writes (the committed table_state.json comes from a full run)."""
@@ -218,6 +241,13 @@ SMOKES: dict[str, Smoke] = {
         _keys("records", "partitions", "page_size", "pages", "whole_topic_read", "within_200ms"),
         needs="kafka",
         check=_kafka_dead_letters_report_renders,
+    ),
+    "dispatch_scale": Smoke(
+        _keys("small", "large", "cost_ratio", "meets_goal"), check=_goals_report_renders
+    ),
+    "pipeline": Smoke(
+        _keys("documents_per_unit_of_work", "outbox", "floor", "over_floor", "meets_goal"),
+        check=_pipeline_report_renders,
     ),
     "replay": Smoke(
         _keys("messages", "dispatcher", "replay", "replay_over_dispatcher", "meets_goal")
