@@ -37,7 +37,6 @@ import sqlite3
 import statistics
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -110,9 +109,7 @@ def _drain(queue: Any, n: int) -> None:
 
 def floor_round(root: Path, docs: int, r: int) -> dict[str, float]:
     """The same documents and messages by hand (the module docstring)."""
-    from outbox.core.model import DocumentRow, OutboxMessage, new_incarnation
-    from outbox.delta import appends
-    from outbox.delta.group_commit import DocumentWrite
+    from benchmarks.small_writers import append_by_hand
     from outbox.delta.store import DeltaDocumentStore
 
     uri = str(root / "documents")
@@ -128,27 +125,7 @@ def floor_round(root: Path, docs: int, r: int) -> dict[str, float]:
     )
     gc.collect()
     t0 = time.perf_counter()
-    writes = []
-    now = datetime.now(UTC)
-    for i in range(docs):
-        life = new_incarnation()
-        doc_id = f"r{r}-d{i}"
-        message = OutboxMessage(
-            seq=1, message_id=f"{life}{1:08x}", destination="q", type="Placed",
-            body=f'{{"order":"{doc_id}"}}', created_at=now,
-        )  # fmt: skip
-        row = DocumentRow(
-            id=doc_id, type="Order", version=1, state={"n": i}, last_seq=1, dispatched_seq=0,
-            outbox=[message], incarnation=life,
-        )  # fmt: skip
-        writes.append(DocumentWrite(row=row, expected_version=0, read_at=-1))
-    store._update()  # the store's refresh, as a save does
-    appends.append(
-        store.delta_table,
-        appends.document_rows(writes, store.bucket),
-        operation="save",
-        documents=[(w.row.id, w.row.version) for w in writes],
-    )
+    writes = append_by_hand(store, [f"r{r}-d{i}" for i in range(docs)])
     db.execute("begin")
     db.executemany(
         "insert into messages (message_id, queue, body) values (?, ?, ?)",

@@ -120,9 +120,6 @@ def run_case(threads: int, units: int, *, combine: bool) -> dict[str, Any]:
 def run_floor(batch: int, units: int) -> dict[str, Any]:
     """The same durable work in batches of ``batch`` units, by hand, on one thread: the
     library's rows and append (``outbox.delta.appends``), and a plain SQLite insert."""
-    from outbox.core.model import DocumentRow, OutboxMessage, new_incarnation
-    from outbox.delta import appends
-    from outbox.delta.group_commit import DocumentWrite
     from outbox.delta.store import DeltaDocumentStore
 
     root = Path(tempfile.mkdtemp(prefix="small-floor-"))
@@ -138,36 +135,7 @@ def run_floor(batch: int, units: int) -> dict[str, Any]:
     done = n = 0
     while done < units:
         take = min(batch, units - done)
-        writes = []
-        for i in range(take):
-            life = new_incarnation()
-            doc_id = f"f{n}-u{i}"
-            message = OutboxMessage(
-                seq=1,
-                message_id=f"{life}{1:08x}",
-                destination="q",
-                type="Placed",
-                body=f'{{"order":"{doc_id}"}}',
-                created_at=datetime.now(UTC),
-            )
-            row = DocumentRow(
-                id=doc_id,
-                type="Order",
-                version=1,
-                state={"n": i},
-                last_seq=1,
-                dispatched_seq=0,
-                outbox=[message],
-                incarnation=life,
-            )
-            writes.append(DocumentWrite(row=row, expected_version=0, read_at=-1))
-        store._update()  # the store's refresh, reopening as it does (a long-lived handle slows)
-        appends.append(
-            store.delta_table,
-            appends.document_rows(writes, store.bucket),
-            operation="save",
-            documents=[(w.row.id, w.row.version) for w in writes],
-        )
+        writes = append_by_hand(store, [f"f{n}-u{i}" for i in range(take)])
         db.execute("begin")
         db.executemany(
             "insert into messages values (?, ?, ?)",
@@ -180,6 +148,37 @@ def run_floor(batch: int, units: int) -> dict[str, Any]:
     store.close()
     db.close()
     return {"units_per_second": round(units / elapsed, 1), "batch": batch, "units": units}
+
+
+def append_by_hand(store: Any, doc_ids: list[str]) -> list[Any]:
+    """New documents ``doc_ids``, each with one message, appended as a save does without the
+    unit of work: the library's rows and append (``outbox.delta.appends``, with their
+    application transactions) after the store's refresh. Returns the writes (their messages)."""
+    from outbox.core.model import DocumentRow, OutboxMessage, new_incarnation
+    from outbox.delta import appends
+    from outbox.delta.group_commit import DocumentWrite
+
+    writes = []
+    now = datetime.now(UTC)
+    for i, doc_id in enumerate(doc_ids):
+        life = new_incarnation()
+        message = OutboxMessage(
+            seq=1, message_id=f"{life}{1:08x}", destination="q", type="Placed",
+            body=f'{{"order":"{doc_id}"}}', created_at=now,
+        )  # fmt: skip
+        row = DocumentRow(
+            id=doc_id, type="Order", version=1, state={"n": i}, last_seq=1, dispatched_seq=0,
+            outbox=[message], incarnation=life,
+        )  # fmt: skip
+        writes.append(DocumentWrite(row=row, expected_version=0, read_at=-1))
+    store._update()  # the store's refresh, reopening as it does (a long-lived handle slows)
+    appends.append(
+        store.delta_table,
+        appends.document_rows(writes, store.bucket),
+        operation="save",
+        documents=[(w.row.id, w.row.version) for w in writes],
+    )
+    return writes
 
 
 def run(thread_counts: list[int], units: int, rounds: int) -> dict[str, Any]:
