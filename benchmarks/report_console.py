@@ -33,17 +33,7 @@ def _caption(c: dict[str, Any]) -> str:
 
 def console() -> str:
     c = load("console")
-    rows = [
-        [
-            f"{p['label']} `{p['request']}`",
-            _ms(p["p50_ms"]),
-            _ms(p["p95_ms"]),
-            _ms(p["max_ms"]),
-            _ms(p["floor"]["p50_ms"]),
-            "yes" if p["within_200ms"] else "**no**",
-        ]
-        for p in c["pages"]
-    ]
+    rows = _page_rows(c["pages"])
     sample = c["sample"]
     cold, warm = sample["cold_record_sample"], sample["warm_sampler"]
     return (
@@ -56,6 +46,22 @@ def console() -> str:
         f"dispatcher's sampler does every `sample_interval`, and {_ms(cold['p50_ms'])} when it "
         "opens the table and the database itself (a rescue pass's sample without its store).\n"
     )
+
+
+def _page_rows(pages: list[dict[str, Any]], *, query: bool = True) -> list[list[str]]:
+    """A row per page: its label and request (without the query string unless ``query``), its
+    p50, p95, max, its floor's p50, whether it is within 200 ms."""
+    return [
+        [
+            f"{p['label']} `{p['request'] if query else p['request'].split('?')[0]}`",
+            _ms(p["p50_ms"]),
+            _ms(p["p95_ms"]),
+            _ms(p["max_ms"]),
+            _ms(p["floor"]["p50_ms"]),
+            "yes" if p["within_200ms"] else "**no**",
+        ]
+        for p in pages
+    ]
 
 
 def readme_rows() -> list[list[str]]:
@@ -82,17 +88,7 @@ def readme_rows() -> list[list[str]]:
 def kafka_dead_letters() -> str:
     """docs/console.md's Kafka dead-letter pages (``benchmarks/kafka_dead_letters.py``)."""
     k = load("kafka_dead_letters")
-    rows = [
-        [
-            f"{p['label']} `{p['request'].split('?')[0]}`",
-            _ms(p["p50_ms"]),
-            _ms(p["p95_ms"]),
-            _ms(p["max_ms"]),
-            _ms(p["floor"]["p50_ms"]),
-            "yes" if p["within_200ms"] else "**no**",
-        ]
-        for p in k["pages"]
-    ]
+    rows = _page_rows(k["pages"], query=False)
     return (
         f"A dead-letter topic of {n(k['records'])} records over {k['partitions']} partitions, "
         f"pages of {k['page_size']} (`kafka_dead_letters.json`):\n\n"
