@@ -90,10 +90,6 @@ class CommitIndex:
             for table in (T, M, C):
                 conn.execute(delete(table).where(table.c.table_id == self._table_id))
 
-    def versions(self, doc_id: str, first: int, latest: int) -> list[int]:
-        """The versions from ``first`` to ``latest`` the document changed in, oldest first."""
-        return sorted({int(r["_commit_version"]) for r in self.rows(doc_id, first, latest)})
-
     def rows(self, doc_id: str, first: int, latest: int) -> list[dict[str, Any]]:
         """The document's change rows from ``first`` to ``latest`` as the feed names their
         columns (``_change_type``, ``_commit_version``, ``version``, ``last_seq``,
