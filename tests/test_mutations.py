@@ -473,6 +473,17 @@ MUTATIONS = [
         'assert len(doc["rescues"]) == 1, doc["rescues"]',
     ),
     SourceMutation(
+        "a read-only trace reads the feed though the index is caught up",
+        "outbox.app.trace.timeline:_caught_up",
+        (("if (index.indexed_to() or -1) >= latest:", "if False:"),),
+        "tests/test_trace_index.py::"
+        "test_a_read_only_database_uses_the_index_another_trace_caught_up",
+        _patching(
+            test_trace_index.test_a_read_only_database_uses_the_index_another_trace_caught_up
+        ),
+        'raise AssertionError("the feed was read")',
+    ),
+    SourceMutation(
         "the commit index's catch-up skips the first commit after its cursor",
         "outbox.app.trace.index:CommitIndex.catch_up",
         (("max(oldest, cursor + 1)", "max(oldest, cursor + 2)"),),

@@ -126,6 +126,39 @@ def test_a_folded_message_is_found_by_its_id_in_the_index_not_the_feed(
             assert found == expected, q
 
 
+def test_a_read_only_database_uses_the_index_another_trace_caught_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A read-only console's trace cannot write the index: it reads the feed while the index is
+    behind, and the index once another trace has caught it up (its prune, a write, fails too)."""
+    from outbox.app.trace import timeline
+    from outbox.app.trace.index import CommitIndex
+    from outbox.core.sql import read_only_url
+    from outbox.wiring import Backends
+
+    ws = tmp_path / "ws"
+    _history(ws)
+    with _open(ws) as ob:
+        fed = _trace(ob, "a", use_index=False)
+        reading = ob.settings.replace(sql_url=read_only_url(ob.settings.sql_url))
+
+        def read_only(doc_id: str) -> dict[str, Any]:
+            data: dict[str, Any] = timeline.trace(reading, ManualClock(T0), doc_id).to_dict()
+            return data
+
+        assert read_only("a") == fed  # behind (never built): the feed
+        with Backends(ob.settings) as backends:  # and it could not build it
+            index = CommitIndex(backends.sql_queue.database, ob.store.table_id)
+            assert index.indexed_to() is None
+        _trace(ob, "b", use_index=True)  # a console that may write catches it up
+
+        def no_feed(*args: Any) -> Any:
+            raise AssertionError("the feed was read")
+
+        monkeypatch.setattr(timeline, "from_feed", no_feed)
+        assert read_only("a") == fed
+
+
 def test_the_index_catches_up_with_later_commits_and_forgets_trimmed_ones(tmp_path: Path) -> None:
     from outbox.app.trace.changes import Commits
     from outbox.app.trace.index import CommitIndex

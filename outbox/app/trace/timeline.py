@@ -37,6 +37,7 @@ stands for them, and its pending messages still get a fate.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -135,10 +136,15 @@ def _commit_index(
 def _caught_up(
     index: CommitIndex, clock: Clock, commits: Commits, oldest: int, latest: int
 ) -> CommitIndex | None:
-    """``index`` caught up to ``latest``; None (the feed is read instead) when that fails."""
+    """``index`` caught up to ``latest``; None (the feed is read instead) when that fails, unless
+    it already was (a read-only database: another trace keeps it up to date; rows below
+    ``oldest`` it could not prune are outside every read's range)."""
     try:
         done = index.catch_up(commits, oldest, latest, utc(clock.now()), _progress)
     except OutboxError as e:
+        with contextlib.suppress(OutboxError):
+            if (index.indexed_to() or -1) >= latest:
+                return index
         log.warning("the trace reads the change data feed: the commit index failed (%s)", e)
         return None
     if done > CHUNK:
