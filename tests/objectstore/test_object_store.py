@@ -91,6 +91,13 @@ def test_write_dispatch_rescue_maintain_and_status(remote: Remote, tmp_path: Pat
         rows = ob.store.read([f"a{i}" for i in range(6)] + ["b0", "b1"])[1]
         assert len(rows) == 8
         assert all(r.dispatched_seq == r.last_seq for r in rows.values())
+    # the trace: its commit index built from the store's files (read in parallel there), the
+    # same answer as the change data feed; the rescued document shows the pass that commanded it
+    for doc_id in ("a1", "b0"):
+        traced = cli(ws, "trace", doc_id)
+        assert traced == cli(ws, "trace", doc_id, "--no-index"), doc_id
+        assert len(traced["documents"][0]["commits"]) >= 2
+    assert len(cli(ws, "trace", "b0")["documents"][0]["rescues"]) == 1
 
 
 def test_maintenance_takes_the_lease_and_a_second_maintainer_skips(
