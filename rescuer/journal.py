@@ -23,6 +23,7 @@ from sqlalchemy import delete, insert, select
 
 from migrations.sql.tables import rescues as R
 from outbox.core.clock import utc
+from outbox.core.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,12 @@ class RescueEntry:
     mode: str  # feed or sweep
     window_end: int | None  # the last version the pass read
     at: datetime
+
+
+def kept(settings: Settings) -> bool:
+    """Whether the rescuer of ``settings`` writes the journal: when it already uses the SQL
+    database (its checkpoints or its commands are there). The trace reads it on the same rule."""
+    return "sql" in (settings.checkpoint_store, settings.command_transport)
 
 
 class Journal(Protocol):

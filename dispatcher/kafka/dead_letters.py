@@ -93,8 +93,9 @@ class KafkaDeadLetters:
     def _by_ids(self, ids: Sequence[int]) -> list[tuple[DeadLetter, Any]]:
         """Each partition read from the lowest offset ``ids`` name to the highest (a selection
         spans a page or a few: not the whole topic)."""
+        wanted = set(ids)
         if self._letters is not None:
-            return [(d, r) for d, r in self._letters if d.id in set(ids)]
+            return [(d, r) for d, r in self._letters if d.id in wanted]
         spans: dict[int, tuple[int, int]] = {}
         for i in ids:
             p, offset = divmod(i - 1, PARTITION_STRIDE)
@@ -105,7 +106,6 @@ class KafkaDeadLetters:
             p: (max(lo, marks[p][0]), min(hi, marks[p][1])) for p, (lo, hi) in spans.items()
             if p in marks
         }  # fmt: skip
-        wanted = set(ids)
         read = read_ranges(self.config, self.topic, spans)
         return [(d, r) for d, r in ((self._letter(r), r) for r in read) if d.id in wanted]
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy import delete, insert, select, update
 
 from migrations.sql.tables import audit as A
 from migrations.sql.tables import console_tokens as T
@@ -179,12 +179,6 @@ class Audit:
         """Delete the rows recorded before ``before`` (``audit_retention``); how many went."""
         with self._db.write("prune the audit trail") as conn:
             return int(conn.execute(delete(A).where(A.c.at < before)).rowcount)
-
-    def oldest(self) -> tuple[int, datetime | None]:
-        """(rows, when the oldest was recorded)."""
-        with self._db.read("count the audit trail") as conn:
-            rows, oldest = conn.execute(select(func.count(), func.min(A.c.at))).one()
-        return int(rows), None if oldest is None else utc(oldest)
 
     def page(self, *, before: int | None = None, limit: int = 50) -> list[AuditEntry]:
         """Newest first, below id ``before`` when given."""

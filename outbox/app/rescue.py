@@ -102,10 +102,10 @@ def open_rescuer(
             delay=chosen_delay,
             name=name or settings.rescuer_name,
         )
-        if "sql" in (settings.checkpoint_store, settings.command_transport):
-            from rescuer.journal import SqlRescueJournal  # the database it already uses
+        from rescuer import journal
 
-            rescue_pass.journal = SqlRescueJournal(backends.sql_queue.database)
+        if journal.kept(settings):
+            rescue_pass.journal = journal.SqlRescueJournal(backends.sql_queue.database)
     except BaseException:
         backends.close()
         if store is not None:

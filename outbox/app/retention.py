@@ -347,10 +347,9 @@ class AuditTrail(Item):
         return self.logged(place, gone, "audit row(s)")
 
     def describe(self, place: Place, now: datetime) -> Kept:
-        from outbox.app.operators import Audit
+        from migrations.sql.tables import audit as T
 
-        rows, oldest = Audit(place.queue.database, place.clock).oldest()
-        return Kept(rows, _age(now, oldest))
+        return _count(place, now, T, T.c.at)
 
 
 def _count(place: Place, now: datetime, table: Any, at: Any) -> Kept:

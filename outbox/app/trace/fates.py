@@ -18,6 +18,7 @@ from outbox.app.trace.model import (
 from outbox.core.clock import Clock
 from outbox.core.errors import OutboxError
 from outbox.core.settings import Settings
+from rescuer.journal import kept
 
 #: Messages read from the head of one queue session; a backlog past it is not looked at.
 SESSION_LIMIT = 500
@@ -42,7 +43,7 @@ def fates(settings: Settings, clock: Clock, table_id: str, docs: list[DocumentTr
             )
         if not look_commands:
             doc.notes.append(f"commands go to {settings.command_transport!r}: not looked at")
-    journal = "sql" in (settings.checkpoint_store, settings.command_transport)  # rescue.py
+    journal = kept(settings)  # where the rescuer writes its journal
     if not (look_messages or look_commands or journal):
         return
     with Backends(reading, clock=clock) as backends:
