@@ -49,6 +49,7 @@ from tests.queue import (
     test_batch_completion,
     test_fresh_schema,
     test_inbox_pruning,
+    test_receive_size,
     test_selection,
     test_unique_ids,
 )
@@ -844,6 +845,33 @@ MUTATIONS = [
             clock=True,
         ),
         'assert [p.state for p in queue.peek("q")] == ["locked"]',
+    ),
+    SourceMutation(
+        "the consumer's receives never grow (a fixed 16 however deep the queue)",
+        "dispatcher.queue.receive_size:ReceiveSize.handled",
+        (("self.size = min(self.top, self.size * 2)", "pass"),),
+        "tests/queue/test_receive_size.py::"
+        "test_receives_double_while_the_queue_is_deep_and_the_handlers_quick",
+        _with_queue(
+            test_receive_size.test_receives_double_while_the_queue_is_deep_and_the_handlers_quick
+        ),
+        "assert asked[:7] == [16, 32, 64, GROWN, GROWN, GROWN, GROWN]",
+    ),
+    SourceMutation(
+        "the consumer's receives grow whatever its handlers take",
+        "dispatcher.queue.receive_size:ReceiveSize.handled",
+        (("if seconds > QUICK:", "if False:"),),
+        "tests/queue/test_receive_size.py::test_a_slow_batch_keeps_receives_at_the_base",
+        _with_queue(test_receive_size.test_a_slow_batch_keeps_receives_at_the_base, clock=True),
+        "assert set(asked) == {16}",
+    ),
+    SourceMutation(
+        "a short receive does not bring the consumer's receives back to the base",
+        "dispatcher.queue.receive_size:ReceiveSize.received",
+        (("self.size = self.base", "pass"),),
+        "tests/queue/test_receive_size.py::test_a_short_receive_starts_again_from_the_base",
+        _with_queue(test_receive_size.test_a_short_receive_starts_again_from_the_base),
+        "assert asked[:6] == [16, 32, 64, 16, 32, 64]",
     ),
     SourceMutation(
         "the completer has no backlog cap (handled messages pile up uncompleted)",

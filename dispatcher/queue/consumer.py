@@ -13,6 +13,9 @@
   flush. At most ``complete_batch`` messages are handled but not completed at any time, so a
   process that dies repeats at most that many (at-least-once: never completed before the
   handler returned). ``complete_batch=1`` completes each message as its handler returns.
+* Receives grow (``run_forever``, ``max_messages`` not named): from ``max(concurrency, 16)``,
+  doubled after a full receive whose batch was handled within 0.1 s, up to 100; back after a
+  short receive or a slow batch (``receive_size`` says why).
 * Prefetch (``run_forever`` with ``concurrency`` > 1): the next batch is received while this
   one's handlers run; its locks are renewed, and ``stop()`` abandons it.
 * Order within a session holds because the queue only hands out a session's head, and a message
@@ -56,8 +59,9 @@ settlement; apart, each would restate them. What is not about settling is elsewh
 ``with_inbox`` (both are handed these helpers), the inbox's storage and claim renewal in
 ``inbox``, the two-region claim-log protocol in ``claimed``, the lock renewal in
 ``lock_renewer`` (all three on ``renewal.LeaseRenewer``), the batch completion in ``completer``,
-the completion inside a transaction in ``receiver`` (``complete_in``), the knobs above in
-``consumer_options`` (``ConsumerOptions``, or each as a keyword).
+the completion inside a transaction in ``receiver`` (``complete_in``), the receives' size in
+``receive_size``, the knobs above in ``consumer_options`` (``ConsumerOptions``, or each as a
+keyword, and what the inbox and claim-log options build).
 """
 
 from __future__ import annotations
@@ -75,14 +79,21 @@ from opentelemetry.trace import SpanKind
 from sqlalchemy import Connection
 
 from dispatcher.queue import validation
-from dispatcher.queue.claimed import ClaimedReceive, default_owner
+from dispatcher.queue.claimed import default_owner
 from dispatcher.queue.completer import Completer
-from dispatcher.queue.consumer_options import DEFAULT_BACKOFF, ConsumerKeywords, ConsumerOptions
+from dispatcher.queue.consumer_options import (
+    DEFAULT_BACKOFF,
+    ConsumerKeywords,
+    ConsumerOptions,
+    claimed_receive,
+    inbox_of,
+)
 from dispatcher.queue.in_transaction import run_in_transaction, takes_connection
-from dispatcher.queue.inbox import ClaimKeeper, Inbox, InboxClaim, SqlInbox, TransactionalInbox
+from dispatcher.queue.inbox import ClaimKeeper, InboxClaim, TransactionalInbox
 from dispatcher.queue.inbox_pruning import InboxPruner
 from dispatcher.queue.lock_renewer import LockRenewer, Unsettled
 from dispatcher.queue.messages import DeferMessage, ReceivedMessage
+from dispatcher.queue.receive_size import ReceiveSize
 from dispatcher.queue.sql_queue import SqlQueue
 from dispatcher.queue.with_inbox import run_with_inbox
 from outbox.core import telemetry
@@ -95,23 +106,10 @@ log = logging.getLogger("outbox.queue.consumer")
 
 Handler = Callable[[ReceivedMessage], Any] | Callable[[ReceivedMessage, Connection], Any]
 
-#: ``run_once``'s batch when no one names one (``concurrency`` when larger): one receive per batch.
+#: ``run_once``'s batch when no one names one (``concurrency`` when larger): one receive per batch;
+#: ``run_forever``'s first, from which its receives grow while the queue is deep and the handlers
+#: quick (``receive_size``).
 DEFAULT_MAX_MESSAGES = 16
-
-
-def _inbox(inbox: bool | str | Inbox | None, queue: SqlQueue, queue_name: str) -> Inbox | None:
-    """The inbox ``inbox`` names: an ``Inbox`` as given, True or a consumer name the SQL inbox
-    in the queue's database (named after the queue for True), False or None none."""
-    if isinstance(inbox, Inbox):
-        return inbox
-    if inbox is None or isinstance(inbox, bool | str):
-        name = inbox if isinstance(inbox, str) else queue_name
-        return SqlInbox(queue.database, name) if inbox else None
-    raise ConfigurationError(
-        f"{type(inbox).__name__} is not an inbox: it lacks claim, renew, release or "
-        "record (dispatcher.queue.inbox.Inbox)",
-        hint="implement the Inbox protocol; outbox.testing.contracts.inbox checks it",
-    )
 
 
 class Consumer:
@@ -133,7 +131,7 @@ class Consumer:
         self.queue_name = validation.queue_name(queue_name)
         self.handler = handler
         self.clock = opts.clock or queue.clock
-        self.inbox = _inbox(opts.inbox, queue, queue_name)
+        self.inbox = inbox_of(opts.inbox, queue, queue_name)
         #: the SQL inbox in the queue's own database: its steps join the queue's transactions
         self._joined: TransactionalInbox | None = (
             self.inbox
@@ -150,6 +148,8 @@ class Consumer:
             if opts.max_messages is None
             else validation.positive("max_messages", opts.max_messages)
         )
+        #: ``run_forever``'s receives: ``max_messages`` when named, else from it up to 100
+        self._size = ReceiveSize(self.max_messages, grows=opts.max_messages is None)
         self.poll_interval = opts.poll_interval
         self.renew_check_interval = opts.renew_check_interval
         self._with_connection = takes_connection(handler)
@@ -186,7 +186,8 @@ class Consumer:
             if self.inbox is not None
             else None
         )
-        self.claimed = self._claimed(opts)
+        plain = not self._with_connection and self.inbox is None
+        self.claimed = claimed_receive(opts, self.queue_name, self.clock, plain=plain)
         self._stopping = threading.Event()
         self._unsettled = Unsettled()  # held (renewed) from their receive until each is settled
         #: handled messages waiting for their completion (``completer``)
@@ -207,28 +208,6 @@ class Consumer:
             else None
         )
         self.processed = 0
-
-    def _claimed(self, opts: ConsumerOptions) -> ClaimedReceive | None:
-        """The claim-log receive protocol, with ``claims``; None without."""
-        if opts.claims is None:
-            return None
-        if self._with_connection or self.inbox is not None:
-            raise ConfigurationError(
-                "a consumer with a claim log takes neither an inbox nor a handler with a "
-                "Connection: the claim log decides what runs and cannot join a SQL "
-                "transaction",
-                hint="drop inbox=... and take only the message in the handler",
-            )
-        return ClaimedReceive(
-            opts.claims,
-            self.queue_name,
-            self.clock,
-            granularity=opts.granularity,
-            lease=opts.claim_lease,
-            owner=opts.claim_owner,
-            look_again=opts.look_again,
-            renew_check_interval=opts.renew_check_interval,
-        )
 
     # --- running ---------------------------------------------------------------------------
 
@@ -285,10 +264,12 @@ class Consumer:
         """One step of ``run_forever``: handle the batch received ahead, or a fresh one; flush
         the handled ones when nothing more is in hand (none received ahead, or, without a
         receive ahead, this receive came back empty)."""
-        batch, self._ahead = self._ahead or self._receive(self.max_messages), []
+        batch, self._ahead = self._ahead or self._receive(self._size.size), []
         ahead = self.prefetch and self._pool is not None
         if batch:
+            started = self.clock.now()
             self._handle(batch, ahead=ahead)
+            self._size.handled((self.clock.now() - started).total_seconds())
         if not (self._ahead if ahead else batch) or self.completer.due():
             self.completer.flush()
         return len(batch)
@@ -298,6 +279,7 @@ class Consumer:
             self.pruner.maybe_prune()
         batch = self.queue.receive(self.queue_name, wanted)
         self._unsettled.add(batch)
+        self._size.received(wanted, len(batch))
         return batch
 
     def _handle(self, batch: Sequence[ReceivedMessage], *, ahead: bool) -> None:
@@ -317,7 +299,7 @@ class Consumer:
         futures = [self._pool.submit(self._process, msg) for msg in batch]
         try:
             if ahead and not self._stopping.is_set():
-                self._ahead = self._receive(self.max_messages)
+                self._ahead = self._receive(self._size.size)
         finally:
             wait(futures)
         for future in futures:
