@@ -41,6 +41,8 @@ DISK_DOCS = 5_000
 DISK_RETENTION_S = 60.0
 DISK_SAMPLE_S = 5.0
 FOLD_EVERY_S = 1.0
+#: P16: a due bucket not folded within this many seconds is starved.
+STARVED_AFTER_S = 10.0
 
 
 def _ms(values: list[float]) -> dict[str, float]:
@@ -282,7 +284,14 @@ def _fold_while(uri: str, out: Any, writers: int) -> dict[str, Any]:
     ``outbox maintain`` beside them, far more often than the schedule asks): how many bucket
     folds committed, how many a writer made skip. Returns that and the writers' results. Each
     fold that commits makes the appends in flight retry (it removed data): the writers'
-    ``retries`` count those too."""
+    ``retries`` count those too.
+
+    Starvation (P16's second half): a bucket is waiting from the start of the first pass that
+    found it due and could not fold it (a writer committed meanwhile) until a pass folds it;
+    ``fold_waits_s`` are the waits of the buckets that had to wait (one folded at its first try
+    waited for nothing), ``longest_wait_s`` the longest, counting the buckets still waiting when
+    the writers finished (their wait so far), and ``starved`` how many waited longer than
+    ``STARVED_AFTER_S``."""
     import queue
 
     from outbox.delta.fold import fold_table
@@ -290,17 +299,35 @@ def _fold_while(uri: str, out: Any, writers: int) -> dict[str, Any]:
 
     store = DeltaDocumentStore(uri)
     done, skipped, results = 0, 0, []
+    waiting: dict[int, float] = {}  # bucket -> start of the first pass that had to skip it
+    waits: list[float] = []
     while len(results) < writers:
+        started = time.perf_counter()
         report = fold_table(store, at=0)
+        landed = time.perf_counter()
         done += len(report.buckets)
         skipped += len(report.skipped)
+        for b in report.skipped:
+            waiting.setdefault(b, started)
+        waits += [landed - waiting.pop(b) for b in report.buckets if b in waiting]
         try:
             while True:
                 results.append(out.get(timeout=FOLD_EVERY_S))
         except queue.Empty:
             pass
+    end = time.perf_counter()
     store.close()
-    return {"bucket_folds": done, "bucket_folds_skipped": skipped, "results": results}
+    ages = waits + [end - since for since in waiting.values()]
+    return {
+        "bucket_folds": done,
+        "bucket_folds_skipped": skipped,
+        "fold_waits_s": [round(w, 2) for w in sorted(waits)],
+        "still_waiting_at_end": len(waiting),
+        "longest_wait_s": round(max(ages, default=0.0), 2),
+        "starved": sum(1 for a in ages if a > STARVED_AFTER_S),
+        "starved_after_s": STARVED_AFTER_S,
+        "results": results,
+    }
 
 
 # --- disk use over a run with the writers' upkeep ------------------------------------------------

@@ -85,17 +85,21 @@ def _kafka_dead_letters_report_renders(data: dict[str, Any]) -> None:
     assert len([p for p in data["pages"] if p["request"].split("?")[0] in block]) == 4
 
 
-def _goals_report_renders(data: dict[str, Any]) -> None:
-    """The README's goals block renders with this run's P2b row (the other rows from the
-    committed files)."""
-    from benchmarks import report_goals
+def _goals_report_renders_with(name: str) -> Callable[[dict[str, Any]], None]:
+    """The README's goals block renders with this run's row (the other rows from the committed
+    files)."""
 
-    real = report_goals.load
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(report_goals, "load", lambda n: data if n == "dispatch_scale" else real(n))
-        block = report_goals.goals()
-    assert len(block.splitlines()) == 2 + len(report_goals.GOALS)
-    assert "`dispatch_scale.json`" in block
+    def check(data: dict[str, Any]) -> None:
+        from benchmarks import report_goals
+
+        real = report_goals.load
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(report_goals, "load", lambda n: data if n == name else real(n))
+            block = report_goals.goals()
+        assert len(block.splitlines()) == 2 + len(report_goals.GOALS)
+        assert f"`{name}.json`" in block
+
+    return check
 
 
 def _pipeline_report_renders(data: dict[str, Any]) -> None:
@@ -201,6 +205,10 @@ SMOKES: dict[str, Smoke] = {
     "doc_table": Smoke(
         _keys("sizes", "changed_per_commit", "buckets", "writers", "txn_state", "disk")
     ),
+    "fold_writers": Smoke(
+        _keys("over_alone", "longest_wait_s", "starved", "meets_goal", "pairs"),
+        check=_goals_report_renders_with("fold_writers"),
+    ),
     "dispatch": Smoke(
         _keys(
             "cases",
@@ -243,7 +251,8 @@ SMOKES: dict[str, Smoke] = {
         check=_kafka_dead_letters_report_renders,
     ),
     "dispatch_scale": Smoke(
-        _keys("small", "large", "cost_ratio", "meets_goal"), check=_goals_report_renders
+        _keys("small", "large", "cost_ratio", "meets_goal"),
+        check=_goals_report_renders_with("dispatch_scale"),
     ),
     "pipeline": Smoke(
         _keys("documents_per_unit_of_work", "outbox", "floor", "over_floor", "meets_goal"),
