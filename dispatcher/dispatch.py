@@ -105,10 +105,6 @@ log = logging.getLogger("outbox.dispatcher")
 #: against 41 ms for two of 500, by hand (one fsync fewer; docs/performance-write-path.md).
 DEFAULT_MAX_BATCH_MESSAGES = 1000
 
-#: A coalesced send's cap when the transport is not atomic (Kafka) and sends may overlap: a
-#: 1,000-document dispatch goes as four sends in flight together, the next one built and produced
-#: while the one before waits for its acknowledgements (with the GIL released).
-OVERLAP_MESSAGES = 250
 #: Rounds one dispatch gives the documents a key's line held back while it passed gates.
 PAUSED_ROUNDS = 8
 
@@ -161,7 +157,10 @@ class Dispatcher:
         # time convoying on the write lock and the GIL (220 ms per 500-message send, against 38 ms
         # sent one after the other: the superlinear cost of a 100,000-document unit of work).
         # The pool still runs per-document sends concurrently (network transports), and the
-        # shared sends of a transport that is not atomic (Kafka) overlap (``OVERLAP_MESSAGES``).
+        # shared sends of a transport that is not atomic (Kafka) overlap. Not smaller ones to
+        # overlap more: a 1,000-document dispatch to Kafka split into four sends of 250 in
+        # flight together took 24.9 ms against 16.2 ms as one send (benchmarks/results/
+        # kafka_before_one_send.json and kafka.json, outbox_ms, per 1,000 messages).
         self._coalesced_slot = threading.Lock()
 
     # --- the whole job ----------------------------------------------------------------------
@@ -302,13 +301,10 @@ class Dispatcher:
     # --- sending ----------------------------------------------------------------------------
 
     def _chunks(self, plans: list[Plan]) -> list[list[Plan]]:
-        """Whole documents grouped into sends of at most ``max_batch_messages`` (coalescing);
-        ``OVERLAP_MESSAGES`` when they may be in flight together."""
+        """Whole documents grouped into sends of at most ``max_batch_messages`` (coalescing)."""
         if not self.coalesce:
             return [[p] for p in plans]
         limit = self.max_batch_messages
-        if not self.atomic and self.max_in_flight > 1:
-            limit = min(limit, OVERLAP_MESSAGES)
         if len(plans) == 1 or sum([len(msgs) for _, msgs in plans]) <= limit:
             return [plans]  # one send, the usual case
         return chunked(plans, limit)

@@ -210,10 +210,10 @@ class Overlapping(InMemoryTransport):
 
 
 def _overlap(wait: float, *, shared_key: bool) -> Overlapping:
-    """500 documents of one message: two shared sends of 250; with ``shared_key`` the first
-    and the 251st document share a session."""
+    """500 documents of one message: two shared sends of 250 (``max_batch_messages``); with
+    ``shared_key`` the first and the 251st document share a session."""
     t = Overlapping(wait)
-    d = Dispatcher(Marks(), t, max_in_flight=4)
+    d = Dispatcher(Marks(), t, max_in_flight=4, max_batch_messages=250)
     d.keys._cond = Watched(t.progress)
     rows = [row(f"d{i:03}", None) for i in range(500)]
     if shared_key:
