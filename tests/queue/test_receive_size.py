@@ -3,6 +3,7 @@ the base when the queue runs short or a batch is slow (``dispatcher.queue.receiv
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -36,13 +37,16 @@ def _drain(
 ) -> Consumer:
     """``run_forever`` until ``n`` messages were handled (the last handler stops it)."""
     handled = 0
+    lock = threading.Lock()  # handlers may run on threads
     consumer: Consumer
 
     def handler(_m: ReceivedMessage) -> None:
         nonlocal handled
-        handled += 1
-        on_message(handled)
-        if handled == n:
+        with lock:
+            handled += 1
+            i = handled
+        on_message(i)
+        if i == n:
             consumer.stop()
 
     consumer = Consumer(queue, "q", handler, poll_interval=0.01, **kw)
@@ -57,6 +61,16 @@ def test_receives_double_while_the_queue_is_deep_and_the_handlers_quick(queue: S
     _drain(queue, 500)
     # 16 + 32 + 64 + 100 x 3 = 412; the fourth 100 comes back with 88: short, the end
     assert asked[:7] == [16, 32, 64, GROWN, GROWN, GROWN, GROWN]
+    assert queue.stats() == {}
+
+
+def test_with_handlers_on_threads_the_receive_ahead_grows_too(queue: SqlQueue) -> None:
+    """Four handlers, prefetch: the next batch is received while one runs, so it asks for the
+    size known before that batch's handlers returned (one step behind)."""
+    _fill(queue, 500)
+    asked = _asked(queue)
+    _drain(queue, 500, concurrency=4)
+    assert asked[:6] == [16, 16, 32, 64, GROWN, GROWN]
     assert queue.stats() == {}
 
 
