@@ -10,7 +10,9 @@ while that price is small, like TCP's slow start: it doubles after a receive tha
 full (the queue is deep) whose batch was handled within ``QUICK`` seconds, up to ``GROWN``;
 it falls back to the base after a receive that came back short (the queue is nearly drained:
 what is left goes to whoever asks) or a batch that took longer (what is held would wait). A
-message received at the largest size waits at most about two ``QUICK`` for its turn.
+message received at the largest size waits about two ``QUICK`` at most for its turn, while the
+handlers stay as quick as the batch before (one that turns slow holds the rest of its batch, as
+at any size, and the next receive asks for the base).
 """
 
 from __future__ import annotations
