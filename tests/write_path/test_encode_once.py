@@ -9,20 +9,32 @@ from typing import Any
 import pytest
 
 from outbox.app.facade import Outbox
+from outbox.core import model
 
 
 def test_each_state_is_encoded_once_per_save(ob: Outbox, monkeypatch: pytest.MonkeyPatch) -> None:
     with ob.unit_of_work() as uow:
         uow.create("a", type="t", state={"n": 0})
     encoded: list[Any] = []
-    real = json.dumps
+    real, real_dumps = model._ENCODER, json.dumps
 
-    def counting(value: Any, *a: Any, **k: Any) -> str:
+    def note(value: Any) -> None:
         if isinstance(value, dict) and "n" in value:  # a state, not a header or a body
             encoded.append(value)
-        return real(value, *a, **k)
 
-    monkeypatch.setattr(json, "dumps", counting)  # the one json module the store's schema uses
+    class Counting:
+        def encode(self, value: Any) -> str:
+            note(value)
+            return real.encode(value)
+
+    def dumps(value: Any, *a: Any, **k: Any) -> str:
+        note(value)
+        return real_dumps(value, *a, **k)
+
+    # both ways a state can be encoded: encode_json's one encoder, and json.dumps (the one json
+    # module the store's schema uses, should it encode a state again)
+    monkeypatch.setattr(model, "_ENCODER", Counting())
+    monkeypatch.setattr(json, "dumps", dumps)
     with ob.unit_of_work() as uow:
         doc = uow.get("a")
         assert doc is not None
