@@ -2,8 +2,9 @@
 number (``max_messages=None``).
 
 Why it adapts: a receive is a write transaction (on SQLite an fsync), so with a fixed 16 a
-receive is most of what a quick handler's message costs (``benchmarks/consumer.py``: one
-handler drained SQLite at 16,373 msg/s with receives of 16, 34,258 with receives of 100). A
+receive is most of what a quick handler's message costs (``benchmarks/consumer.py`` before
+this, ``benchmarks/results/consumer_before_receive_size.json``: one handler drained SQLite at
+16,373 msg/s with receives of 16, 34,258 with receives of 100). A
 large fixed batch has its own price: the messages it holds wait for this consumer's handlers
 (their locks renewed) while another consumer could be running them. So the size grows only
 while that price is small, like TCP's slow start: it doubles after a receive that came back
