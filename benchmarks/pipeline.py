@@ -109,7 +109,7 @@ def _drain(queue: Any, n: int) -> None:
 
 def floor_round(root: Path, docs: int, r: int) -> dict[str, float]:
     """The same documents and messages by hand (the module docstring)."""
-    from benchmarks.small_writers import append_by_hand
+    from benchmarks.small_writers import append_by_hand, insert_by_hand
     from outbox.delta.store import DeltaDocumentStore
 
     uri = str(root / "documents")
@@ -126,12 +126,7 @@ def floor_round(root: Path, docs: int, r: int) -> dict[str, float]:
     gc.collect()
     t0 = time.perf_counter()
     writes = append_by_hand(store, [f"r{r}-d{i}" for i in range(docs)])
-    db.execute("begin")
-    db.executemany(
-        "insert into messages (message_id, queue, body) values (?, ?, ?)",
-        [(w.row.outbox[0].message_id, "q", w.row.outbox[0].body) for w in writes],
-    )
-    db.execute("commit")
+    insert_by_hand(db, writes, "message_id")
     done = 0
     take = (
         "update messages set taken = true where id in (select id from messages where not taken "

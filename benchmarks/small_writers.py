@@ -136,12 +136,7 @@ def run_floor(batch: int, units: int) -> dict[str, Any]:
     while done < units:
         take = min(batch, units - done)
         writes = append_by_hand(store, [f"f{n}-u{i}" for i in range(take)])
-        db.execute("begin")
-        db.executemany(
-            "insert into messages values (?, ?, ?)",
-            [(w.row.outbox[0].message_id, "q", w.row.outbox[0].body) for w in writes],
-        )
-        db.execute("commit")
+        insert_by_hand(db, writes, "id")
         done += take
         n += 1
     elapsed = time.perf_counter() - start
@@ -179,6 +174,17 @@ def append_by_hand(store: Any, doc_ids: list[str]) -> list[Any]:
         documents=[(w.row.id, w.row.version) for w in writes],
     )
     return writes
+
+
+def insert_by_hand(db: sqlite3.Connection, writes: list[Any], id_column: str) -> None:
+    """The messages of ``writes`` (``append_by_hand``'s) inserted into ``db``'s ``messages``
+    table (its message id column named ``id_column``) in one transaction: a floor's send."""
+    db.execute("begin")
+    db.executemany(
+        f"insert into messages ({id_column}, queue, body) values (?, ?, ?)",
+        [(w.row.outbox[0].message_id, "q", w.row.outbox[0].body) for w in writes],
+    )
+    db.execute("commit")
 
 
 def run(thread_counts: list[int], units: int, rounds: int) -> dict[str, Any]:
